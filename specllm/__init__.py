@@ -1,0 +1,1 @@
+"""specllm: speculative decoding for llama.cpp GGUF models."""
