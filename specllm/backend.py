@@ -1,0 +1,378 @@
+"""The only module that talks to llama.cpp (through llama-cpp-python's low-level API).
+
+A `Model` owns one GGUF model and one context with a single sequence. It remembers which tokens
+are in its KV cache, so callers can append, cut back and reuse a common prefix. Logits are asked
+for only at the rows that need them; there is never an n_ctx x n_vocab buffer.
+"""
+
+import collections
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as L
+import numpy as np
+
+from .errors import SpecllmError
+from .gguf_header import check_gguf_header
+
+_LOG_LEVEL_ERROR = 4  # GGML_LOG_LEVEL_ERROR
+_verbose = False
+_recent_errors: collections.deque[str] = collections.deque(maxlen=4)
+
+
+@L.llama_log_callback
+def _log_callback(level, text, _user_data):
+    # llama.cpp logs a lot to stderr; keep it quiet unless -v, but remember its last errors so a
+    # failed load can say why.
+    message = text.decode("utf-8", errors="replace")
+    if level == _LOG_LEVEL_ERROR and message.strip():
+        _recent_errors.append(message.strip())
+    if _verbose:
+        sys.stderr.write(message)
+
+
+def set_verbose(verbose: bool) -> None:
+    global _verbose
+    _verbose = verbose
+
+
+_initialised = False
+
+
+def _init_backend() -> None:
+    global _initialised
+    if not _initialised:
+        L.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        L.llama_backend_init()
+        _initialised = True
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process, as llama.cpp counts them (one thread per core)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    siblings = set()
+    for cpu in cpus:
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings")
+        try:
+            siblings.add(path.read_text().strip())
+        except OSError:
+            siblings.add(str(cpu))
+    return max(1, len(siblings))
+
+
+def gpu_offload_supported() -> bool:
+    return bool(L.llama_supports_gpu_offload())
+
+
+def default_gpu_layers() -> int:
+    """Offload every layer when this llama-cpp-python build can, none otherwise."""
+    return ALL_LAYERS if gpu_offload_supported() else 0
+
+
+ALL_LAYERS = 0x7FFFFFFF
+
+# The fallback for models that carry no chat template of their own.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: one per physical core
+    n_gpu_layers: int | None = None  # None: all when GPU offload is available, else 0
+    n_batch: int = 512
+
+    def __post_init__(self):
+        if self.n_ctx < 8:
+            raise SpecllmError(f"context size must be at least 8, got {self.n_ctx}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise SpecllmError(f"threads must be >= 1, got {self.n_threads}")
+        if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
+            raise SpecllmError(f"GPU layers must be >= 0, got {self.n_gpu_layers}")
+
+
+class Model:
+    """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
+
+    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, vocab_only=False):
+        _init_backend()
+        self.path = Path(path)
+        self.options = options
+        self._model = self._ctx = None
+        check_gguf_header(self.path)
+        self._model = _load_model(self.path, options, vocab_only)
+        self._vocab = L.llama_model_get_vocab(self._model)
+        self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
+        self._pieces: dict[int, bytes] = {}
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        if not vocab_only:
+            self._ctx = _new_context(self._model, options, self.path)
+            self.n_ctx = L.llama_n_ctx(self._ctx)
+            self.n_batch = options.n_batch
+            self._batch = L.llama_batch_init(self.n_batch, 0, 1)
+            for i in range(self.n_batch):
+                self._batch.n_seq_id[i] = 1
+                self._batch.seq_id[i][0] = 0
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            L.llama_batch_free(self._batch)
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            L.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        self.close()
+
+    # --- vocabulary -------------------------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return L.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return L.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(L.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(L.llama_vocab_get_add_eos(self._vocab))
+
+    @property
+    def vocab_type(self) -> int:
+        return L.llama_vocab_type(self._vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> bytes:
+        return L.llama_vocab_get_text(self._vocab, token) or b""
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text -> token ids; adds BOS where the model asks for it (add_special)."""
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (L.llama_token * size)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one token stands for (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            cached = self._pieces[token] = _token_to_piece(self._vocab, token)
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> bytes:
+        return b"".join(self.piece(t) for t in tokens)
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+        """Render messages with the GGUF's chat template (ChatML when it has none) in
+        llama-cpp-python's sandboxed Jinja environment."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        formatter = Jinja2ChatFormatter(
+            self.chat_template() or CHATML_TEMPLATE,
+            eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
+            bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
+            add_generation_prompt=add_generation_prompt,
+        )
+        try:
+            return formatter(messages=messages).prompt
+        except Exception as e:  # a template can raise anything from inside Jinja
+            raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def eval(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Append `tokens` after what the KV cache holds and return the logits of the last
+        `n_logits` of them, shape (n_logits, n_vocab). The array is a view into llama.cpp's buffer,
+        valid until the next call: copy what must outlive it."""
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
+        n_logits = min(n_logits, len(tokens))
+        if n_logits > self.n_batch:
+            raise ValueError(f"at most n_batch={self.n_batch} logit rows per call")
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
+            self._decode(chunk, n_out)
+        if n_logits == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(n_logits, self.n_vocab))
+
+    def _decode(self, chunk: list[int], n_out: int) -> None:
+        batch, pos0, n = self._batch, len(self.tokens), len(chunk)
+        batch.n_tokens = n
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = pos0 + i
+            batch.logits[i] = i >= n - n_out
+        status = L.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
+        self.tokens.extend(chunk)
+
+    def truncate(self, n: int) -> None:
+        """Cut the KV cache back to its first n tokens."""
+        if n >= len(self.tokens):
+            return
+        if not L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1):
+            raise SpecllmError(
+                f"{self.path.name}: this model's KV cache cannot be cut back to a position "
+                "(recurrent or hybrid architecture), so it cannot be used for speculative decoding"
+            )
+        del self.tokens[n:]
+
+    def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
+        """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the
+        logits of the last `n_logits` tokens (re-evaluating them if they were already cached)."""
+        keep = min(common_prefix(self.tokens, tokens), len(tokens) - n_logits)
+        self.truncate(keep)
+        return self.eval(tokens[keep:], n_logits)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _load_model(path: Path, options: ModelOptions, vocab_only: bool):
+    params = L.llama_model_default_params()
+    layers = options.n_gpu_layers
+    params.n_gpu_layers = default_gpu_layers() if layers is None else layers
+    params.vocab_only = vocab_only
+    _recent_errors.clear()
+    model = L.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    if not model:
+        why = _recent_errors[-1] if _recent_errors else "truncated, corrupt or unsupported"
+        raise SpecllmError(f"cannot load {path}: {why}")
+    return model
+
+
+def _new_context(model, options: ModelOptions, path: Path):
+    params = L.llama_context_default_params()
+    params.n_ctx = options.n_ctx
+    params.n_batch = params.n_ubatch = options.n_batch
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = options.n_threads or physical_cores()
+    params.swa_full = True  # sliding-window caches must keep every position to allow rollback
+    params.no_perf = True
+    _recent_errors.clear()
+    ctx = L.llama_init_from_model(model, params)
+    if not ctx:
+        why = _recent_errors[-1] if _recent_errors else "out of memory?"
+        raise SpecllmError(f"cannot create a context for {path.name} (n_ctx={options.n_ctx}): {why}")
+    return ctx
+
+
+def _token_to_piece(vocab, token: int) -> bytes:
+    buf = ctypes.create_string_buffer(64)
+    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    return buf.raw[:n]
+
+
+# --- pair compatibility -------------------------------------------------------------------------
+
+VOCAB_MAX_SIZE_DIFFERENCE = 128  # as llama.cpp's speculative example
+VOCAB_CHECK_START_ID = 5
+
+
+def check_compatible(target: Model, draft: Model) -> None:
+    """Refuse a draft whose vocabulary differs from the target's, the way llama.cpp does."""
+    names = f"{draft.path.name} cannot draft for {target.path.name}"
+    if target.vocab_type != draft.vocab_type:
+        raise SpecllmError(f"{names}: vocabulary types differ ({target.vocab_type} vs {draft.vocab_type})")
+    if (target.add_bos, target.bos) != (draft.add_bos, draft.bos) or (target.add_eos, target.eos) != (
+        draft.add_eos,
+        draft.eos,
+    ):
+        raise SpecllmError(f"{names}: BOS/EOS tokens differ")
+    if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise SpecllmError(
+            f"{names}: vocabulary sizes differ by more than {VOCAB_MAX_SIZE_DIFFERENCE} "
+            f"({target.n_vocab} vs {draft.n_vocab})"
+        )
+    for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
+        a, b = target.token_text(token), draft.token_text(token)
+        if a != b:
+            raise SpecllmError(f"{names}: token {token} differs ({a.decode(errors='replace')!r} vs {b.decode(errors='replace')!r})")
+
+
+def check_pair(target_path: str | Path, draft_path: str | Path) -> None:
+    """Check two GGUF files for compatibility by loading only their vocabularies."""
+    target = Model(target_path, vocab_only=True)
+    draft = Model(draft_path, vocab_only=True)
+    try:
+        check_compatible(target, draft)
+    finally:
+        target.close()
+        draft.close()
+
+
+# --- system -------------------------------------------------------------------------------------
+
+
+def system_info() -> dict:
+    """Which llama.cpp build and devices are in use (for `specllm doctor` and `-v`)."""
+    _init_backend()
+    return {
+        "llama_cpp_python": L.__version__,
+        "gpu_offload": gpu_offload_supported(),
+        "devices": _devices(),
+        "physical_cores": physical_cores(),
+        "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
+    }
+
+
+def _devices() -> list[str]:
+    try:
+        from llama_cpp import _ggml
+
+        lib = _ggml.libggml
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        for fn in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
+            fn.argtypes = [ctypes.c_void_p]
+            fn.restype = ctypes.c_char_p
+    except (ImportError, AttributeError, OSError):
+        return []
+    devices = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        name = lib.ggml_backend_dev_name(dev).decode()
+        devices.append(f"{name} ({lib.ggml_backend_dev_description(dev).decode()})")
+    return devices

@@ -1,0 +1,124 @@
+"""Drafters propose the next few tokens; the target verifies them.
+
+All three share one small interface so the engine runs target-only decoding through the very same
+loop as speculative decoding, which keeps comparisons fair:
+
+    propose(context, gamma) -> Draft   context: every token so far (prompt + generated)
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import Model
+from .sampling import SamplerSettings, distribution, sample
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    # (len(tokens), n_vocab) draft distributions, or None when the drafter has none (one-hot q)
+    q: np.ndarray | None = None
+    calls: int = 0  # draft model evaluations spent on it
+    seconds: float = 0.0
+
+
+class NoDrafter:
+    """Target-only decoding: propose nothing, so each step is one target call and one token."""
+
+    name = "none"
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        return Draft()
+
+    def reset(self) -> None:
+        pass
+
+
+class ModelDrafter:
+    """A small model with its own context, kept in step with the accepted tokens.
+
+    Its KV cache is cut back to the common prefix with the new context at the start of each
+    proposal, so a rejection costs no extra call. The last draft token is never evaluated: if it
+    is accepted it is evaluated next time together with the target's bonus token, in one call.
+    """
+
+    name = "model"
+
+    def __init__(self, model: Model, sampler: SamplerSettings, rng: np.random.Generator):
+        self.model = model
+        self.sampler = sampler
+        self.rng = rng
+
+    def reset(self) -> None:
+        self.model.truncate(0)
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Evaluate the prompt ahead of time (all but its last token, as the target does)."""
+        self.model.sync(prompt[:-1])
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        start = time.perf_counter()
+        gamma = min(gamma, self.model.n_ctx - len(context))
+        if gamma <= 0:
+            return Draft()
+        logits = self.model.sync(context, n_logits=1)[0]
+        tokens, rows, calls = [], [], 1
+        while True:
+            token, q = self._choose(logits)
+            tokens.append(token)
+            if q is not None:
+                rows.append(q)
+            if len(tokens) == gamma:
+                break
+            logits = self.model.eval([token], 1)[0]
+            calls += 1
+        q_rows = np.stack(rows) if rows else None
+        return Draft(tokens, q_rows, calls, time.perf_counter() - start)
+
+    def _choose(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+        if self.sampler.greedy:
+            return int(np.argmax(logits)), None  # greedy: q is one-hot
+        q = distribution(logits, self.sampler)
+        return sample(q, self.rng), q
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens (longest n first)
+    and propose the tokens that followed it. No model, no distribution (one-hot q).
+
+    An index from each n-gram to its latest end position is kept up to date incrementally, so a
+    proposal costs O(gamma) whatever the length of the context.
+    """
+
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
+        self.sizes = range(max_ngram, min_ngram - 1, -1)
+        self.reset()
+
+    def reset(self) -> None:
+        self._seen: list[int] = []
+        self._last_end: dict[tuple[int, ...], int] = {}  # n-gram -> index after its latest end
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        start = time.perf_counter()
+        self._index(context)
+        for n in self.sizes:
+            if len(context) <= n:
+                continue
+            end = self._last_end.get(tuple(context[-n:]))
+            if end is not None:
+                return Draft(context[end : end + gamma], None, 0, time.perf_counter() - start)
+        return Draft(seconds=time.perf_counter() - start)
+
+    def _index(self, context: list[int]) -> None:
+        """Index every n-gram ending before the last token (the last one is what we look up)."""
+        if self._seen != context[: len(self._seen)]:
+            self.reset()
+        for end in range(max(len(self._seen), 1), len(context)):
+            for n in self.sizes:
+                if end >= n:
+                    self._last_end[tuple(context[end - n : end])] = end
+        self._seen = list(context)

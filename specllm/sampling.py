@@ -1,0 +1,92 @@
+"""Sampler settings and logits -> processed distribution, in numpy.
+
+The target's p and the draft's q must be processed by the same chain, or speculative sampling
+would not reproduce the target's own distribution. The chain is, in this order:
+temperature -> top-k -> top-p -> min-p -> softmax. Temperature 0 means greedy (argmax).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import SpecllmError
+
+# When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
+# and fall back to a full sort only if they do not reach top_p (exact either way).
+_TOP_P_HEAD = 1024
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise SpecllmError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise SpecllmError(f"top-k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SpecllmError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise SpecllmError(f"min-p must be in [0, 1), got {self.min_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
+    """The processed next-token distribution as a dense float64 vector over the vocabulary."""
+    n_vocab = logits.shape[-1]
+    probs = np.zeros(n_vocab, dtype=np.float64)
+    if s.greedy:
+        probs[int(np.argmax(logits))] = 1.0
+        return probs
+    ids, p = _candidates(np.asarray(logits, dtype=np.float64) / s.temperature, s)
+    probs[ids] = p
+    return probs
+
+
+def _candidates(x: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids kept by top-k/top-p/min-p, sorted by decreasing probability, and their probs."""
+    if 0 < s.top_k < x.size:
+        ids = np.argpartition(-x, s.top_k - 1)[: s.top_k]
+    else:
+        ids = np.arange(x.size)
+    logz = _logsumexp(x[ids])
+    ids, p = _sorted_head(x, ids, logz, s.top_p)
+    if s.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), s.top_p)) + 1
+        ids, p = ids[:keep], p[:keep]
+    if s.min_p > 0:
+        keep = p >= s.min_p * p[0]
+        ids, p = ids[keep], p[keep]
+    return ids, p / p.sum()
+
+
+def _sorted_head(x, ids, logz, top_p):
+    """Candidates sorted by probability; only the head that can matter for top-p when large."""
+    if top_p < 1.0 and ids.size > _TOP_P_HEAD:
+        head = ids[np.argpartition(-x[ids], _TOP_P_HEAD - 1)[:_TOP_P_HEAD]]
+        head = head[np.argsort(-x[head], kind="stable")]
+        p = np.exp(x[head] - logz)
+        if p.sum() >= top_p:
+            return head, p
+    ids = ids[np.argsort(-x[ids], kind="stable")]
+    return ids, np.exp(x[ids] - logz)
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = x.max()
+    return float(m + np.log(np.exp(x - m).sum()))
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from a (not necessarily normalised) non-negative vector."""
+    cdf = np.cumsum(probs)
+    u = rng.random() * cdf[-1]
+    return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))
