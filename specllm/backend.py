@@ -240,9 +240,9 @@ class Model:
         self.tokens.extend(chunk)
 
     def truncate(self, n: int) -> None:
-        """Cut the KV cache back to its first n tokens."""
-        if n >= len(self.tokens):
-            return
+        """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
+        record says there is nothing to cut: an interrupt (Ctrl-C) can land between a decode and
+        our bookkeeping, and the cache must never hold what `tokens` does not."""
         if not L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1):
             raise SpecllmError(
                 f"{self.path.name}: this model's KV cache cannot be cut back to a position "
@@ -274,8 +274,7 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool):
     _recent_errors.clear()
     model = L.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
-        why = _recent_errors[-1] if _recent_errors else "truncated, corrupt or unsupported"
-        raise SpecllmError(f"cannot load {path}: {why}")
+        raise SpecllmError(f"cannot load {path}: {_first_error('truncated, corrupt or unsupported')}")
     return model
 
 
@@ -290,9 +289,16 @@ def _new_context(model, options: ModelOptions, path: Path):
     _recent_errors.clear()
     ctx = L.llama_init_from_model(model, params)
     if not ctx:
-        why = _recent_errors[-1] if _recent_errors else "out of memory?"
+        why = _first_error("out of memory?")
         raise SpecllmError(f"cannot create a context for {path.name} (n_ctx={options.n_ctx}): {why}")
     return ctx
+
+
+def _first_error(default: str) -> str:
+    """llama.cpp's first error line, which says why, without its function-name prefix."""
+    if not _recent_errors:
+        return default
+    return _recent_errors[0].split(": ", 1)[-1]
 
 
 def _token_to_piece(vocab, token: int) -> bytes:

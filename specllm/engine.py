@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backend import Model, ModelOptions, check_compatible
+from .backend import Model, check_compatible, common_prefix
 from .drafters import Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .sampling import SamplerSettings, distribution
@@ -40,6 +40,7 @@ class GenerationConfig:
 @dataclass
 class Stats:
     prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens the target evaluated: not already in its KV cache
     generated_tokens: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
@@ -228,6 +229,8 @@ class _Run:
 
     def _prefill(self) -> None:
         start = time.perf_counter()
+        # Whatever the KV cache already holds of this prompt (an earlier turn) is reused.
+        self.stats.prefill_tokens = len(self.context) - 1 - common_prefix(self.target.tokens, self.context[:-1])
         self.target.sync(self.context[:-1])
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.prefill(self.context)

@@ -1,0 +1,60 @@
+"""Shared fixtures: tiny real GGUF models, written once per test session.
+
+`tiny_models` writes a handful of llama-architecture GGUF files (random F32 weights, ~0.6 MB each,
+see tests/tiny_models.py) into a session temporary directory, so every test runs real llama.cpp
+without downloading anything. Its attributes are paths:
+
+    target        seed 0, standard vocab, ChatML template
+    draft         target's weights plus noise (DRAFT_NOISE): agrees with target's greedy choice ~80%
+    incompatible  same vocab size, different token texts from id 261 on (vocab check must fail)
+    extended      standard vocab plus N_EXTRA_TOKENS appended pieces (compatible: size diff <= 128)
+    no_template   target, without tokenizer.chat_template
+    bytes         target whose output layer favours byte tokens (partial / invalid UTF-8 output)
+    not_gguf      a small text file
+    truncated     the target file cut to half its length
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny_models as tm  # noqa: E402
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    target: Path
+    draft: Path
+    incompatible: Path
+    extended: Path
+    no_template: Path
+    bytes: Path
+    not_gguf: Path
+    truncated: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    d = tmp_path_factory.mktemp("tiny_models")
+    write = tm.write_model
+    target = write(d / "target.gguf", seed=0)
+    models = TinyModels(
+        target=target,
+        draft=write(d / "draft.gguf", seed=0, noise=tm.DRAFT_NOISE, noise_seed=1),
+        incompatible=write(d / "incompatible.gguf", seed=0, vocab="incompatible"),
+        extended=write(d / "extended.gguf", seed=0, vocab="extended"),
+        no_template=write(d / "no_template.gguf", seed=0, chat_template=None),
+        bytes=write(d / "bytes.gguf", seed=0, byte_bias=True),
+        not_gguf=d / "not_gguf.gguf",
+        truncated=d / "truncated.gguf",
+    )
+    models.not_gguf.write_text("this is not a GGUF model file\n")
+    data = target.read_bytes()
+    models.truncated.write_bytes(data[: len(data) // 2])
+    return models

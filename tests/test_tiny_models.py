@@ -1,0 +1,192 @@
+"""The tiny GGUF models are what conftest.py says they are, checked with real llama.cpp."""
+
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+import pytest
+
+import tiny_models as tm
+
+PROMPTS = ["Hello world", "def add(a, b):", "The name of the class is", "import numpy as np",
+           "for i in range(10):", "while True:", "print(value)", "if x == 1:", "Once upon a time",
+           "class Node:", "return self.data", "you can get the list"]
+N_GEN = 32
+
+
+def load(path, **kw) -> llama_cpp.Llama:
+    return llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=1, verbose=False, **kw)
+
+
+def vocab(llm: llama_cpp.Llama):
+    return llama_cpp.llama_model_get_vocab(llm.model)
+
+
+def token_text(llm: llama_cpp.Llama, i: int) -> bytes:
+    return llama_cpp.llama_vocab_get_text(vocab(llm), i)
+
+
+def last_logits(llm: llama_cpp.Llama) -> np.ndarray:
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float64)
+
+
+def greedy(llm: llama_cpp.Llama, prompt: str, n: int = N_GEN) -> tuple[list[int], list[int], list[np.ndarray]]:
+    """Prompt tokens, n greedy tokens (one token per decode call) and the logits before each."""
+    toks = llm.tokenize(prompt.encode())
+    llm.reset()
+    llm.eval(toks)
+    out, logits = [], []
+    for _ in range(n):
+        row = last_logits(llm)
+        t = int(row.argmax())
+        out.append(t)
+        logits.append(row)
+        llm.eval([t])
+    return toks, out, logits
+
+
+def spec_vocab_compatible(a: llama_cpp.Llama, b: llama_cpp.Llama) -> bool:
+    """llama.cpp's speculative-decoding check: type, BOS/EOS, size diff <= 128, texts from id 5."""
+    va, vb = vocab(a), vocab(b)
+    if llama_cpp.llama_vocab_type(va) != llama_cpp.llama_vocab_type(vb):
+        return False
+    if (a.token_bos(), a.token_eos()) != (b.token_bos(), b.token_eos()):
+        return False
+    if abs(a.n_vocab() - b.n_vocab()) > 128:
+        return False
+    return all(token_text(a, i) == token_text(b, i) for i in range(5, min(a.n_vocab(), b.n_vocab())))
+
+
+@pytest.fixture(scope="module")
+def target(tiny_models):
+    return load(tiny_models.target)
+
+
+@pytest.fixture(scope="module")
+def target_runs(target):
+    return {p: greedy(target, p) for p in PROMPTS}
+
+
+def test_models_load_with_expected_vocab(tiny_models):
+    for name, kind in [("target", "standard"), ("draft", "standard"), ("incompatible", "incompatible"),
+                       ("extended", "extended"), ("no_template", "standard"), ("bytes", "standard")]:
+        llm = load(getattr(tiny_models, name))
+        assert llm.n_vocab() == tm.vocab_size(kind), name
+        assert llm.metadata["general.architecture"] == "llama"
+    assert tm.vocab_size("standard") == tm.vocab_size("incompatible")
+    assert 0 < tm.vocab_size("extended") - tm.vocab_size("standard") <= 128
+
+
+def test_broken_files_do_not_load(tiny_models):
+    assert tiny_models.not_gguf.stat().st_size > 0
+    assert 0 < tiny_models.truncated.stat().st_size < tiny_models.target.stat().st_size
+    for path in (tiny_models.not_gguf, tiny_models.truncated):
+        with pytest.raises(ValueError):
+            load(path)
+
+
+def test_special_tokens_and_tokenizer(target):
+    v = vocab(target)
+    assert llama_cpp.llama_vocab_type(v) == llama_cpp.LLAMA_VOCAB_TYPE_SPM
+    assert (target.token_bos(), target.token_eos()) == (tm.BOS_ID, tm.EOS_ID)
+    assert llama_cpp.llama_vocab_eot(v) == tm.EOT_ID
+    assert [i for i in range(target.n_vocab()) if llama_cpp.llama_vocab_is_eog(v, i)] == [tm.EOS_ID, tm.EOT_ID]
+    assert llama_cpp.llama_vocab_get_add_bos(v) and not llama_cpp.llama_vocab_get_add_eos(v)
+    assert token_text(target, tm.byte_token_id(0x0A)) == b"<0x0A>"
+    # SPM adds a space prefix; whole words are single tokens.
+    toks = target.tokenize(b"Hello world")
+    assert toks[0] == tm.BOS_ID and len(toks) == 3
+    assert [target.detokenize([t]) for t in toks[1:]] == [b" Hello", b" world"]
+    assert target.detokenize(toks) == b"Hello world"
+    # Anything outside the vocab falls back to byte tokens and round-trips. (llama-cpp-python's
+    # detokenize drops the prefix space only after a leading BOS.)
+    text = "def f(x):\n    return x == 1  # caf\u00e9 \u20ac".encode()
+    assert target.detokenize(target.tokenize(text)) == text
+    assert target.detokenize(target.tokenize(text, add_bos=False)) == b" " + text
+    assert tm.byte_token_id(0xE2) in target.tokenize(text)
+    chat = target.tokenize(b"<|im_start|>user\nhi<|im_end|>", add_bos=False, special=True)
+    assert chat[0] == tm.IM_START_ID and chat[-1] == tm.IM_END_ID
+    assert tm.byte_token_id(0x0A) in chat
+
+
+def test_chat_template(tiny_models, target):
+    assert target.metadata["tokenizer.chat_template"] == tm.CHATML_TEMPLATE
+    assert "tokenizer.chat_template" not in load(tiny_models.no_template).metadata
+
+
+def test_vocab_compatibility(tiny_models, target):
+    assert spec_vocab_compatible(target, load(tiny_models.draft))
+    extended = load(tiny_models.extended)
+    assert spec_vocab_compatible(target, extended)
+    incompatible = load(tiny_models.incompatible)
+    assert incompatible.n_vocab() == target.n_vocab()
+    assert not spec_vocab_compatible(target, incompatible)
+    first_diff = next(i for i in range(target.n_vocab())
+                      if token_text(target, i) != token_text(incompatible, i))
+    assert first_diff == tm.FIRST_NORMAL_ID >= 5
+
+
+def test_extended_model_matches_target_on_shared_ids(tiny_models, target, target_runs):
+    extended = load(tiny_models.extended)
+    n = target.n_vocab()
+    for prompt in PROMPTS[:3]:
+        toks, gen, logits = target_runs[prompt]
+        extended.reset()
+        extended.eval(toks + gen[:4])
+        target.reset()
+        target.eval(toks + gen[:4])
+        np.testing.assert_allclose(last_logits(extended)[:n], last_logits(target), atol=1e-4)
+
+
+def test_target_greedy_output_varies_and_rarely_ends(target_runs):
+    eog = 0
+    for prompt, (_, gen, _) in target_runs.items():
+        assert len(set(gen)) > 3, prompt
+        eog += sum(t in (tm.EOS_ID, tm.EOT_ID) for t in gen)
+    assert eog <= 2
+
+
+def test_target_distribution_is_peaked_but_not_one_hot(target_runs):
+    rows = np.array([row for _, _, logits in target_runs.values() for row in logits])
+    p = np.exp(rows - rows.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p.sort(1)
+    assert 0.15 < np.median(p[:, -1]) < 0.75  # top-1 probability at temperature 1
+    assert np.median(p[:, -5:].sum(1)) > 0.5  # top-5 hold most of the mass
+    top2 = np.sort(rows, 1)[:, -2:]
+    gaps = top2[:, 1] - top2[:, 0]
+    assert (gaps < 1e-3).mean() < 0.01  # greedy near-ties are rare
+
+
+def test_draft_agrees_with_target_mostly(tiny_models, target_runs):
+    draft = load(tiny_models.draft)
+    agree = total = 0
+    for toks, gen, _ in target_runs.values():
+        draft.reset()
+        draft.eval(toks)
+        for t in gen:  # teacher-forced on the target's greedy path
+            agree += int(last_logits(draft).argmax()) == t
+            total += 1
+            draft.eval([t])
+    assert 0.5 <= agree / total <= 0.97
+
+
+def test_bytes_model_emits_broken_utf8(tiny_models):
+    llm = load(tiny_models.bytes)
+    _, gen, _ = greedy(llm, "Hello world", 48)
+    assert sum(tm.FIRST_BYTE_ID <= t < tm.FIRST_NORMAL_ID for t in gen) > len(gen) // 2
+    data = llm.detokenize(gen)
+    with pytest.raises(UnicodeDecodeError):
+        data.decode("utf-8")
+    assert any(tm.byte_token_id(b) in gen for b in (0xC3, 0xE2, 0xF0))  # lead bytes
+
+
+def test_custom_eos_and_determinism(tmp_path, tiny_models):
+    eos = tm.FIRST_NORMAL_ID + 10
+    path = tm.write_model(tmp_path / "eos.gguf", eos_token_id=eos)
+    llm = load(path)
+    assert llm.token_eos() == eos and llama_cpp.llama_vocab_is_eog(vocab(llm), eos)
+    again = tm.write_model(tmp_path / "again.gguf")
+    assert again.read_bytes() == tiny_models.target.read_bytes()
+    assert tm.write_model(tmp_path / "other.gguf", seed=1).read_bytes() != again.read_bytes()
