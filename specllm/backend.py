@@ -116,8 +116,8 @@ class Model:
         if not vocab_only:
             self._ctx = _new_context(self._model, options, self.path)
             self.n_ctx = L.llama_n_ctx(self._ctx)
-            self.n_batch = options.n_batch
-            self._batch = L.llama_batch_init(self.n_batch, 0, 1)
+            self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+            self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
             for i in range(self.n_batch):
                 self._batch.n_seq_id[i] = 1
                 self._batch.seq_id[i][0] = 0
