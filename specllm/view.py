@@ -96,7 +96,7 @@ class LiveView:
         self._live.__exit__(None, None, None)
         self.console.print(self.body)
         self.console.print(legend(self.drafter))
-        self.console.print(summary(result, self.drafter), style="dim")
+        self.console.print(summary(result, self.drafter), style="dim", highlight=False)
         self.body = Text()
 
     def _render(self):
