@@ -14,6 +14,7 @@ from .errors import SpecllmError
 # When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
 # and fall back to a full sort only if they do not reach top_p (exact either way).
 _TOP_P_HEAD = 1024
+_NEAR_MAX = (4.0, 8.0, 16.0)  # margins below the max, in temperature-scaled logits
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,21 @@ def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     if s.greedy:
         probs[int(np.argmax(logits))] = 1.0
         return probs
-    ids, p = _candidates(np.asarray(logits, dtype=np.float64) / s.temperature, s)
+    ids, p = _candidates(logits, s)
     probs[ids] = p
     return probs
 
 
-def _candidates(x: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray]:
+def _candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray]:
     """Token ids kept by top-k/top-p/min-p, sorted by decreasing probability, and their probs."""
-    if 0 < s.top_k < x.size:
-        ids = np.argpartition(-x, s.top_k - 1)[: s.top_k]
+    if 0 < s.top_k < logits.size:
+        # top-k does not depend on the temperature: select on the raw float32 logits, so only
+        # the k survivors are converted and scaled
+        ids = _top_k(logits, s.top_k, s.temperature)
+        x = np.zeros(logits.size)
+        x[ids] = logits[ids].astype(np.float64) / s.temperature
     else:
+        x = np.asarray(logits, dtype=np.float64) / s.temperature
         ids = np.arange(x.size)
     logz = _logsumexp(x[ids])
     ids, p = _sorted_head(x, ids, logz, s.top_p)
@@ -66,6 +72,20 @@ def _candidates(x: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarr
         keep = p >= s.min_p * p[0]
         ids, p = ids[keep], p[keep]
     return ids, p / p.sum()
+
+
+def _top_k(x: np.ndarray, k: int, temperature: float) -> np.ndarray:
+    """Ids of the k largest values. A full partition of a 150k vocabulary costs milliseconds, so
+    first keep only values near the max: if at least k are within a margin of it, the k largest
+    are all among them (exact, not an approximation). Widen the margin until that holds."""
+    top = x.max()
+    for margin in _NEAR_MAX:
+        near = np.flatnonzero(x >= top - margin * temperature)
+        if near.size >= k:
+            break
+    else:
+        near = np.arange(x.size)
+    return near[np.argpartition(x[near], near.size - k)[near.size - k :]]
 
 
 def _sorted_head(x, ids, logz, top_p):
