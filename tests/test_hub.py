@@ -1,0 +1,316 @@
+"""Hub downloads through the real huggingface_hub code, against a fake Hub on 127.0.0.1."""
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fakehub import COMMIT, fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
+from specllm import hub
+from specllm.cli_models import models_command, pull_command
+from specllm.errors import SpecllmError
+from specllm.registry import ModelFile, default_pair
+
+REPO = "tiny-org/tiny-GGUF"
+
+
+def blobs_dir(isolated: Path, repo: str = REPO) -> Path:
+    return isolated / "hf" / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"
+
+
+def big_gguf(n_bytes: int) -> bytes:
+    """A file with a GGUF header and random content, bigger than huggingface_hub's 10 MB download
+    chunk, so that a dropped connection happens after data was written (and can be resumed)."""
+    return b"GGUF" + (3).to_bytes(4, "little") + bytes(16) + os.urandom(n_bytes)
+
+
+def test_cache_folders_follow_the_environment(isolated, monkeypatch, tmp_path):
+    assert hub.cache_dir() == isolated / "specllm"
+    assert hub.hf_cache_dir() == isolated / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    assert hub.hf_cache_dir() == tmp_path / "elsewhere"
+    for var in ("SPECLLM_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert hub.cache_dir() == tmp_path / "xdg" / "specllm"
+    assert hub.hf_cache_dir() == tmp_path / "xdg" / "huggingface" / "hub"
+
+
+# --- downloads ---------------------------------------------------------------------------------
+
+
+def test_pull_downloads_into_the_hf_cache(fake_hub, isolated, tiny_models):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    path = hub.fetch_file(model_file(REPO, "target.gguf", content), progress=False)
+    assert path == isolated / "hf" / "hub" / "models--tiny-org--tiny-GGUF" / "snapshots" / COMMIT / "target.gguf"
+    assert path.read_bytes() == content
+    assert [r.range for r in fake_hub.gets("target.gguf")] == [None]  # one plain GET
+
+
+def test_a_cached_file_needs_no_network(fake_hub, isolated, tiny_models, monkeypatch):
+    content = tiny_models.draft.read_bytes()
+    fake_hub.add(REPO, "draft.gguf", content)
+    model = model_file(REPO, "draft.gguf", content)
+    first = hub.fetch_file(model, progress=False)
+    fake_hub.requests.clear()
+    assert hub.fetch_file(model, progress=False) == first
+    assert hub.fetch_file(model, offline=True, progress=False) == first
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.fetch_file(model, progress=False) == first
+    assert fake_hub.requests == []
+    assert hub.cached_path(model) == first
+
+
+def test_an_interrupted_download_is_resumed(fake_hub, isolated):
+    content = big_gguf(24_000_000)
+    fake_hub.add(REPO, "big.gguf", content)
+    fake_hub.drop_after[f"{REPO}/big.gguf"] = 12_000_000  # the first GET hangs up half way
+    path = hub.fetch_file(model_file(REPO, "big.gguf", content), progress=False)
+    assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(content).digest()
+    gets = fake_hub.gets("big.gguf")
+    assert gets[0].range is None
+    resumed_at = int(gets[-1].range.removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= 12_000_000  # it asked only for the rest
+    assert not list(blobs_dir(isolated).glob("*.incomplete"))
+
+
+def test_a_download_that_keeps_failing_leaves_nothing_behind(fake_hub, isolated):
+    content = big_gguf(1_000_000)
+    fake_hub.add(REPO, "big.gguf", content)
+    fake_hub.drop_always[f"{REPO}/big.gguf"] = 1000  # huggingface_hub retries, then gives up
+    with pytest.raises(SpecllmError, match="could not download"):
+        hub.fetch_file(model_file(REPO, "big.gguf", content), progress=False)
+    assert [p for p in blobs_dir(isolated).iterdir()] == []  # no blob, no *.incomplete
+    assert not list((isolated / "hf" / "hub").rglob("big.gguf"))
+
+
+def test_a_file_with_a_wrong_checksum_is_refused_and_removed(fake_hub, isolated, tiny_models):
+    content = tiny_models.target.read_bytes()
+    tampered = content[:-1] + bytes([content[-1] ^ 1])
+    fake_hub.add(REPO, "target.gguf", tampered)
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(model_file(REPO, "target.gguf", content), progress=False)
+    message = str(err.value)
+    assert "SHA-256" in message and "removed" in message and REPO in message and "\n" not in message
+    assert list(blobs_dir(isolated).iterdir()) == []
+    assert not list((isolated / "hf" / "hub").rglob("target.gguf"))
+
+
+def test_a_file_of_the_wrong_size_is_refused_before_downloading(fake_hub, tiny_models):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content + b"more")
+    with pytest.raises(SpecllmError, match="expected"):
+        hub.fetch_file(model_file(REPO, "target.gguf", content), progress=False)
+    assert fake_hub.gets("target.gguf") == []
+
+
+def test_split_model_parts_land_in_one_folder(fake_hub, tiny_models):
+    first, second = tiny_models.target.read_bytes(), tiny_models.draft.read_bytes()
+    fake_hub.add(REPO, "m-00001-of-00002.gguf", first)
+    fake_hub.add(REPO, "m-00002-of-00002.gguf", second)
+    shard = model_file(REPO, "m-00002-of-00002.gguf", second)
+    model = model_file(REPO, "m-00001-of-00002.gguf", first, shards=(shard,))
+    path = hub.fetch_file(model, progress=False)
+    assert path.name == "m-00001-of-00002.gguf"
+    assert (path.parent / "m-00002-of-00002.gguf").read_bytes() == second
+    assert hub.cached_path(model) == path
+
+
+def test_hf_token_is_sent(fake_hub, tiny_models, monkeypatch):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    hub.fetch_file(model_file(REPO, "target.gguf", content), progress=False)
+    assert {r.authorization for r in fake_hub.requests} == {"Bearer hf_test_token"}
+
+
+def test_progress_bars_go_to_stderr(fake_hub, tiny_models, capfd):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    hub.fetch_file(model_file(REPO, "target.gguf", content), progress=True)
+    out, err = capfd.readouterr()
+    assert out == "" and "target.gguf" in err
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def test_unreachable_hub_is_one_clear_line_and_quick(isolated):
+    start = time.monotonic()
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), progress=False)
+    assert time.monotonic() - start < 10  # no long retry loop
+    message = str(err.value)
+    assert message.startswith(f"could not download {REPO}/x.gguf. Hub: http://127.0.0.1:")
+    assert "cannot connect" in message and "\n" not in message
+
+
+def test_an_unreachable_hub_is_not_tried_again_for_the_next_file(isolated):
+    for name in ("a.gguf", "b.gguf"):
+        with pytest.raises(SpecllmError) as err:
+            hub.fetch_file(ModelFile(repo=REPO, file=name), progress=False)
+    assert "cannot connect" in str(err.value) and "(not tried again)" in str(err.value)
+
+
+def test_missing_file_on_the_hub(fake_hub):
+    with pytest.raises(SpecllmError, match=r"not found \(HTTP 404\)"):
+        hub.fetch_file(ModelFile(repo=REPO, file="absent.gguf"), progress=False)
+
+
+def test_offline_without_a_cached_copy(fake_hub, monkeypatch):
+    model = ModelFile(repo=REPO, file="x.gguf")
+    with pytest.raises(SpecllmError, match="not downloaded yet, and offline mode is on"):
+        hub.fetch_file(model, offline=True, progress=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SpecllmError, match="offline"):
+        hub.fetch_file(model, progress=False)
+    assert fake_hub.requests == []
+
+
+def test_sources_are_checked(fake_hub):
+    with pytest.raises(SpecllmError, match="unknown source"):
+        hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), source="ftp")
+    with pytest.raises(SpecllmError, match="no mirror is known"):
+        hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), source="mirror")
+
+
+def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
+    fake_hub.add(REPO, "notes.gguf", tiny_models.not_gguf.read_bytes())
+    with pytest.raises(SpecllmError, match="not a GGUF model file"):
+        hub.fetch_file(ModelFile(repo=REPO, file="notes.gguf"), progress=False)
+
+
+# --- specs and resolve_models ------------------------------------------------------------------
+
+
+def test_parse_model_spec(isolated, tiny_models):
+    assert hub.parse_model_spec("hf:me/repo/sub/m.gguf", {}) == ModelFile(repo="me/repo", file="sub/m.gguf")
+    assert hub.parse_model_spec("hf:me/repo@v2/m.gguf", {}).revision == "v2"
+    draft = default_pair().draft
+    assert hub.parse_model_spec(f"hf:{draft.repo}/{draft.file}") == draft  # curated: checksum and mirror
+    assert hub.parse_model_spec(str(tiny_models.target)) == tiny_models.target
+    for bad in ("hf:me/m.gguf", "hf:me/repo/m.bin", "hf://me/repo/m.gguf"):
+        with pytest.raises(SpecllmError, match="expected hf:OWNER/REPO/FILE.gguf"):
+            hub.parse_model_spec(bad, {})
+    with pytest.raises(SpecllmError, match="model file not found"):
+        hub.parse_model_spec("./no/such/model.gguf")
+    with pytest.raises(SpecllmError, match="not a GGUF"):
+        hub.parse_model_spec(str(tiny_models.not_gguf))
+
+
+def test_resolve_target_from_the_hub_and_a_local_draft(fake_hub, tiny_models):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    target, draft, pair = hub.resolve_models(
+        target=f"hf:{REPO}/target.gguf", draft=str(tiny_models.draft), progress=False
+    )
+    assert target.read_bytes() == content and draft == tiny_models.draft and pair is None
+    target_only = hub.resolve_models(target=str(tiny_models.target), progress=False)
+    assert target_only == (tiny_models.target, None, None)
+
+
+def test_resolve_refuses_mixed_or_partial_choices(isolated):
+    with pytest.raises(SpecllmError, match="either --pair or --target"):
+        hub.resolve_models(pair="x", target="t.gguf")
+    with pytest.raises(SpecllmError, match="--draft needs --target"):
+        hub.resolve_models(draft="d.gguf")
+
+
+def test_resolve_unknown_pair_lists_the_known_ones(isolated):
+    with pytest.raises(SpecllmError, match="unknown pair 'nope'; known pairs: qwen2.5-coder-1.5b, "):
+        hub.resolve_models(pair="nope")
+
+
+def pairs_file(path: Path, hub_url_repo: str, target: bytes, draft: bytes, name: str = "tiny") -> Path:
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    path.write_text(f"""
+[[pair]]
+name = "{name}"
+description = "two tiny test models"
+gamma = 3
+
+  [pair.target]
+  repo = "{hub_url_repo}"
+  file = "target.gguf"
+  size = {len(target)}
+  sha256 = "{sha(target)}"
+
+  [pair.draft]
+  repo = "{hub_url_repo}"
+  file = "draft.gguf"
+  size = {len(draft)}
+  sha256 = "{sha(draft)}"
+""")
+    return path
+
+
+@pytest.fixture
+def tiny_pair(fake_hub, isolated, tiny_models):
+    """A --models file with pairs 'tiny' (compatible) and 'bad' (incompatible vocabularies)."""
+    target, draft = tiny_models.target.read_bytes(), tiny_models.draft.read_bytes()
+    bad = tiny_models.incompatible.read_bytes()
+    fake_hub.add(REPO, "target.gguf", target)
+    fake_hub.add(REPO, "draft.gguf", draft)
+    fake_hub.add("tiny-org/bad-GGUF", "target.gguf", target)
+    fake_hub.add("tiny-org/bad-GGUF", "draft.gguf", bad)
+    good = pairs_file(isolated / "a.toml", REPO, target, draft).read_text()
+    wrong = pairs_file(isolated / "b.toml", "tiny-org/bad-GGUF", target, bad, name="bad").read_text()
+    models = isolated / "pairs.toml"
+    models.write_text(good + wrong)
+    return models
+
+
+def test_resolve_a_pair_fetches_and_checks_both(tiny_pair):
+    pytest.importorskip("llama_cpp")
+    target, draft, pair = hub.resolve_models(pair="tiny", models_file=tiny_pair, progress=False)
+    assert pair.name == "tiny" and pair.gamma == 3
+    assert target.name == "target.gguf" and draft.name == "draft.gguf"
+
+
+def test_an_incompatible_pair_is_refused(tiny_pair):
+    pytest.importorskip("llama_cpp")
+    with pytest.raises(SpecllmError, match="cannot draft for"):
+        hub.resolve_models(pair="bad", models_file=tiny_pair, progress=False)
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    app.command("models")(models_command)
+    app.command("pull")(pull_command)
+    return app
+
+
+def test_pull_command_prints_both_paths_and_sizes(tiny_pair, tiny_models):
+    pytest.importorskip("llama_cpp")
+    result = CliRunner().invoke(cli(), ["pull", "tiny", "--models", str(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "target.gguf" in flat and "draft.gguf" in flat and "ready" in flat
+    assert f"{tiny_models.target.stat().st_size:,} bytes" in flat
+
+
+def test_pull_command_errors_are_specllm_errors(tiny_pair):
+    result = CliRunner().invoke(cli(), ["pull", "nope", "--models", str(tiny_pair)])
+    assert isinstance(result.exception, SpecllmError)
+
+
+def test_models_command_lists_pairs_and_what_is_downloaded(tiny_pair):
+    pytest.importorskip("llama_cpp")
+    runner = CliRunner()
+    before = runner.invoke(cli(), ["models", "--models", str(tiny_pair)], env={"COLUMNS": "200"})
+    assert before.exit_code == 0, before.output
+    row = next(line for line in before.output.splitlines() if " tiny " in line)
+    assert "no" in row
+    assert "qwen2.5-coder-1.5b *" in before.output  # the default marker
+    runner.invoke(cli(), ["pull", "tiny", "--models", str(tiny_pair)])
+    after = runner.invoke(cli(), ["models", "--models", str(tiny_pair)], env={"COLUMNS": "200"})
+    row = next(line for line in after.output.splitlines() if " tiny " in line)
+    assert "yes, HF cache" in row
