@@ -281,18 +281,20 @@ def bench(
     from .bench_view import BenchProgress, render
     from .sampling import SamplerSettings
 
-    drafters = b.parse_list(drafter or ("model,ngram" if draft else "ngram"), "drafter")
+    gammas = b.parse_gammas(gamma)
+    wanted = b.parse_list(drafter, "drafter") if drafter else None
+    if wanted:
+        b.configurations(wanted, gammas)  # refuse bad options before loading any model
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
-    settings = b.BenchSettings(
-        configurations=tuple(b.configurations(drafters, b.parse_gammas(gamma))),
-        max_tokens=max_tokens,
-        sampler=SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-    )
+    sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
     cats = b.parse_list(categories, "category") if categories else None
     suite = b.select_prompts(suite, cats, per_category)
-    engine, _ = load_engine(target, draft, "model" if "model" in drafters else "ngram", ctx_size, threads,
-                            gpu_layers, draft_gpu_layers, verbose)  # fmt: skip
+    need = None if wanted is None else ("model" if "model" in wanted else "ngram")
+    engine, loaded = load_engine(target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose)
+    # Default: both drafters when there is a draft model, n-gram lookup alone otherwise.
+    drafters = wanted or (["model", "ngram"] if loaded == "model" else ["ngram"])
+    settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler)
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
     if json_file is not None:

