@@ -248,8 +248,12 @@ def doctor():
 
 @app.command()
 def bench(
+    pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
     drafter: Annotated[
         Optional[str],
         typer.Option(help="Drafters to compare, comma-separated: model,ngram. Default: model,ngram with --draft, else ngram."),
@@ -291,7 +295,10 @@ def bench(
     cats = b.parse_list(categories, "category") if categories else None
     suite = b.select_prompts(suite, cats, per_category)
     need = None if wanted is None else ("model" if "model" in wanted else "ngram")
-    engine, loaded = load_engine(target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose)
+    engine, loaded = load_engine(
+        target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file,
+    )  # fmt: skip
     # Default: both drafters when there is a draft model, n-gram lookup alone otherwise.
     drafters = wanted or (["model", "ngram"] if loaded == "model" else ["ngram"])
     settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler)
