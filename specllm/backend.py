@@ -241,14 +241,15 @@ class Model:
 
     def truncate(self, n: int) -> None:
         """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
-        record says there is nothing to cut: an interrupt (Ctrl-C) can land between a decode and
-        our bookkeeping, and the cache must never hold what `tokens` does not."""
+        record says there is nothing to cut, and forgets the tokens first: an interrupt (Ctrl-C)
+        landing mid-way then leaves the cache holding extra tokens (removed by the next call),
+        never fewer than `tokens` says."""
+        del self.tokens[n:]
         if not L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1):
             raise SpecllmError(
                 f"{self.path.name}: this model's KV cache cannot be cut back to a position "
                 "(recurrent or hybrid architecture), so it cannot be used for speculative decoding"
             )
-        del self.tokens[n:]
 
     def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
         """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the

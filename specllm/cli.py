@@ -55,10 +55,11 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backen
 
 def load_engine(
     target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-    *, pair=None, source="auto", offline=False, models_file=None,
+    *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False,
 ):  # fmt: skip
     """Find the models the options name (a pair, by default the default pair, or --target
-    [--draft]), download what is missing, and load them; the draft only when the drafter needs it."""
+    [--draft]), download what is missing, and load them; the draft only when the drafter needs it
+    (or always with keep_draft, for a chat that can switch drafters)."""
     from . import load
     from .hub import resolve_models
 
@@ -72,7 +73,7 @@ def load_engine(
         report_backend(threads, gpu_layers)
     engine = load(
         str(target_path),
-        str(draft_path) if drafter == "model" else None,
+        str(draft_path) if drafter == "model" or (keep_draft and draft_path) else None,
         n_ctx=ctx_size,
         n_threads=threads,
         n_gpu_layers=gpu_layers,
@@ -182,10 +183,14 @@ def run(
 
 @app.command()
 def chat(
+    pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
     drafter: Drafter = None,
-    gamma: Gamma = 4,
+    gamma: Gamma = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per reply at most.")] = 512,
     temperature: Temperature = 0.8,
     top_k: TopK = 40,
@@ -207,15 +212,16 @@ def chat(
     from .engine import make_config
     from .view import use_live
 
-    drafter = drafter or ("model" if draft else "ngram")
-    config = make_config(
-        max_tokens=max_tokens, drafter=drafter, gamma=gamma, temperature=temperature, top_k=top_k,
-        top_p=top_p, min_p=min_p, seed=default_seed(seed),
-    )  # fmt: skip
-    # With --draft the draft model is loaded whatever the drafter, so /drafter can switch to it.
-    engine, _ = load_engine(
-        target, draft, "model" if draft else drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose
+    sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
+    make_config(  # bad values fail before any download
+        max_tokens=max_tokens, drafter=drafter or "none", gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler
     )
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True,
+    )  # fmt: skip
+    gamma = resolve_gamma(gamma, pair, target, models_file)
+    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     console = Console()
     repl(ChatSession(engine, config, system), console, use_live(no_live, console))
 

@@ -9,6 +9,7 @@ scrollback holds it in full. PlainView prints bare text, for pipes, NO_COLOR and
 
 import os
 import sys
+import time
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -19,6 +20,7 @@ from .engine import Result, Stats, Step
 ACCEPTED = "green"
 TARGET = "bold"
 REJECTED = "red strike"
+REDRAW_SECONDS = 1 / 12
 
 
 def use_live(no_live: bool, console: Console) -> bool:
@@ -43,12 +45,22 @@ def summary(result: Result, drafter: str) -> str:
     )
 
 
+def chat_summary(result: Result, drafter: str) -> str:
+    """One chat turn: the KV reuse shows as how few of the prompt tokens needed a prefill."""
+    s = result.stats
+    return (
+        f"[{result.stop_reason}] {status_line(s, drafter)}"
+        f" · prefill {s.prefill_tokens} of {s.prompt_tokens} prompt tokens in {s.prefill_seconds:.2f}s"
+    )
+
+
 class PlainView:
     """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped."""
 
-    def __init__(self, drafter: str, show_summary: bool = True):
+    def __init__(self, drafter: str, show_summary: bool = True, describe=summary):
         self.drafter = drafter
         self.show_summary = show_summary
+        self.describe = describe
 
     def __enter__(self):
         return self
@@ -64,19 +76,25 @@ class PlainView:
         sys.stdout.write("\n")
         sys.stdout.flush()
         if self.show_summary:
-            print(summary(result, self.drafter), file=sys.stderr)
+            print(self.describe(result, self.drafter), file=sys.stderr)
 
 
 class LiveView:
-    def __init__(self, console: Console, drafter: str):
+    def __init__(self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary):
         self.console = console
         self.drafter = drafter
+        self.show_legend = show_legend  # chat shows the legend once, not after every reply
+        self.describe = describe
         self.body = Text()
         self._stats: Stats | None = None
-        self._live = Live(console=console, refresh_per_second=12, transient=True, get_renderable=self._render)
+        # Redrawn from this thread, never Rich's refresh thread: that one would wrap `body` while
+        # step() appends to it (an IndexError inside Text.wrap that kills it, seen on long replies).
+        self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._render)
+        self._drawn_at = 0.0
 
     def __enter__(self):
         self._live.__enter__()
+        self._live.refresh()
         return self
 
     def __exit__(self, *exc):
@@ -91,19 +109,26 @@ class LiveView:
             self.body.append(step.rejected_text, REJECTED)
         self.body.append(step.token_text, TARGET)
         self._stats = step.stats
+        now = time.monotonic()
+        if now - self._drawn_at >= REDRAW_SECONDS:
+            self._drawn_at = now
+            self._live.refresh()
 
     def finish(self, result: Result) -> None:
         self._live.__exit__(None, None, None)
         self.console.print(self.body)
-        self.console.print(legend(self.drafter))
-        self.console.print(summary(result, self.drafter), style="dim", highlight=False)
+        if self.show_legend:
+            self.console.print(legend(self.drafter))
+        self.console.print(self.describe(result, self.drafter), style="dim", highlight=False, markup=False)
         self.body = Text()
 
     def _render(self):
         # Only the last screenful of text, so the live region never scrolls away.
-        height = max(3, self.console.size.height - 3)
-        lines = self.body.wrap(self.console, self.console.size.width)
-        tail = Text("\n").join(lines[-height:]) if len(lines) > height else self.body
+        height, width = max(3, self.console.size.height - 3), self.console.size.width
+        # The last `height` lines hold at most (width + 1) * height characters: wrap only those.
+        body = self.body[-(width + 1) * height :] if len(self.body) > (width + 1) * height else self.body
+        lines = body.wrap(self.console, width)
+        tail = Text("\n").join(lines[-height:]) if len(lines) > height else body
         status = status_line(self._stats, self.drafter) if self._stats else "prefilling…"
         return Group(tail, Text(status, style="dim"))
 

@@ -1,0 +1,475 @@
+"""A chat session on top of the engine: history, rendering to tokens, overflow trimming, slash
+commands and transcripts. `ChatSession` never prints and needs no terminal; `repl` at the bottom
+is the terminal front end `specllm chat` runs (readline input, Ctrl-C, views from view.py).
+
+Staying fast turn after turn rests on the engine's KV reuse: a turn's prompt is the whole
+conversation rendered with the target's chat template, and the engine evaluates only what its
+caches do not already hold. To make that "only the new tokens", a turn whose rendered text extends
+the previous turn's text (its prompt plus the reply as generated) exactly reuses the previous
+turn's tokens as they were, the reply's generated tokens included, and tokenizes only the text
+after them. Re-tokenizing the whole text instead would re-prefill every reply whose text
+tokenizes differently from how it was generated (invalid UTF-8, non-canonical merges). When the
+text does not extend (a template that trims or rewrites history, a changed system prompt, dropped
+turns, an interrupted reply), the whole text is tokenized and the engine falls back to the
+longest common token prefix.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .backend import common_prefix
+from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step
+from .errors import SpecllmError
+
+
+@dataclass
+class Turn:
+    """One user message and the reply to it."""
+
+    user: str
+    reply: str = ""
+    stop_reason: str = ""  # eos, max_tokens, context_full, or interrupted (the partial reply kept)
+    stats: Stats | None = None
+    in_context: bool = True  # False once dropped to make room in the context
+
+    def messages(self) -> list[dict]:
+        return [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
+
+    def to_dict(self) -> dict:
+        d = {"user": self.user, "reply": self.reply, "stop_reason": self.stop_reason}
+        d["interrupted"] = self.stop_reason == "interrupted"
+        d["dropped_from_context"] = not self.in_context
+        d["stats"] = self.stats.to_dict() if self.stats else None
+        return d
+
+
+@dataclass
+class Prepared:
+    """A turn ready to generate: the prompt tokens and how they relate to the previous turn."""
+
+    turn: Turn
+    text: str  # the rendered conversation, ending with the template's assistant header
+    tokens: list[int]
+    reused: int  # leading tokens already in the KV cache (the previous turn's prompt + reply)
+    extended: bool  # the text extended the previous turn's text exactly (tokens reused as they were)
+    dropped: list[Turn] = field(default_factory=list)  # oldest turns dropped to fit the context
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens) - self.reused
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    text: str = ""
+    exit: bool = False
+
+
+HELP = """\
+/help            this list
+/reset           forget the conversation (the system prompt stays)
+/stats           statistics of the whole session
+/gamma N         draft length
+/drafter NAME    model | ngram | none
+/temp T          temperature (0 is greedy)
+/system [TEXT]   set the system prompt (alone: show it)
+/save FILE       write the transcript as JSON
+/exit            quit (Ctrl-D too)
+Start a message with // to send one that begins with /. End a line with \\ to continue it."""
+
+
+class ChatSession:
+    """A conversation with an engine. Typical use:
+
+        prepared = session.prepare("Hello")   # may drop old turns (prepared.notices say so)
+        for event in session.stream(prepared): ...   # Step events, then Finished
+    """
+
+    def __init__(self, engine: Engine, config: GenerationConfig, system: str | None = None):
+        self.engine = engine
+        self.config = config
+        self.system = system or None
+        self.turns: list[Turn] = []  # the conversation since the last /reset, dropped turns included
+        self.all_stats: list[Stats] = []  # every turn of the session, for /stats
+        self.interrupted = 0
+        self.dropped = 0
+        # The previous turn's transcript, prompt + reply, as text and as the tokens in the KV cache.
+        self._last: tuple[str, list[int]] | None = None
+        self.notices: list[str] = []
+        if engine.target.chat_template() is None:
+            self.notices.append(f"{engine.target.path.name} has no chat template: using ChatML")
+
+    # --- a turn -----------------------------------------------------------------------------
+
+    def prepare(self, message: str) -> Prepared:
+        """Render the conversation plus `message` to prompt tokens, dropping the oldest turns when
+        the prompt would leave no room for a reply. Raises SpecllmError for a message that does
+        not fit the context on its own."""
+        turn = Turn(message)
+        live = [t for t in self.turns if t.in_context]
+        prepared = self._render(live, turn)
+        if len(prepared.tokens) + self._reserve() > self.n_ctx:
+            prepared = self._drop_oldest(live, turn)
+        return prepared
+
+    def stream(self, prepared: Prepared) -> Iterator[Step | Finished]:
+        """Generate the reply. The turn joins the history when generation ends or is cut short
+        (KeyboardInterrupt inside, or the consumer closing this generator): a partial reply is kept,
+        marked "interrupted"; a reply stopped before its first token is dropped with its message."""
+        result, stats, pieces = None, None, []
+        try:
+            for event in self.engine.stream(prepared.tokens, self.config):
+                if isinstance(event, Finished):
+                    result = event.result
+                else:
+                    pieces.append(event.accepted_text + event.token_text)
+                    stats = event.stats
+                yield event
+        finally:
+            self._commit(prepared, result, "".join(pieces), stats)
+
+    def send(self, message: str):
+        """prepare + stream to the end; returns the Result (for library use and tests)."""
+        for event in self.stream(self.prepare(message)):
+            if isinstance(event, Finished):
+                return event.result
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.target.n_ctx
+
+    def _reserve(self) -> int:
+        """Room a turn wants for its reply: max tokens, but at most a quarter of the context."""
+        return min(self.config.max_tokens, self.n_ctx // 4)
+
+    def messages(self, turns: list[Turn] | None = None, pending: Turn | None = None) -> list[dict]:
+        turns = [t for t in self.turns if t.in_context] if turns is None else turns
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        for t in turns:
+            msgs += t.messages()
+        if pending is not None:
+            msgs.append({"role": "user", "content": pending.user})
+        return msgs
+
+    def _render(self, turns: list[Turn], pending: Turn) -> Prepared:
+        target = self.engine.target
+        text = target.render_chat(self.messages(turns, pending))
+        full = self.engine.prompt_tokens(text)
+        if self._last is not None:
+            last_text, last_tokens = self._last
+            if text.startswith(last_text):
+                tail = target.tokenize(text[len(last_text) :], add_special=False, parse_special=True)
+                # The tail must tokenize on its own as it does at the end of the whole text, or
+                # the split would put tokens the model never sees in a fresh run.
+                if tail and full[-len(tail) :] == tail:
+                    return Prepared(pending, text, last_tokens + tail, len(last_tokens), True)
+        # What the engine will reuse: the longest common prefix with what the KV cache holds.
+        return Prepared(pending, text, full, common_prefix(target.tokens, full), False)
+
+    def _drop_oldest(self, live: list[Turn], pending: Turn) -> Prepared:
+        alone = self._render([], pending)
+        if len(alone.tokens) >= self.n_ctx:
+            with_system = " with the system prompt" if self.system else ""
+            raise SpecllmError(
+                f"this message is {len(alone.tokens)} tokens{with_system} but the context holds "
+                f"{self.n_ctx}: shorten it or raise --ctx-size"
+            )
+        # Drop a quarter of the context more than needed, so the next turns do not each have to
+        # drop again and re-prefill the whole remaining history.
+        goal = self.n_ctx - self._reserve() - self.n_ctx // 4
+        prepared, drop = alone, len(live)
+        for n in range(1, len(live) + 1):
+            prepared = self._render(live[n:], pending)
+            if len(prepared.tokens) <= goal:
+                drop = n
+                break
+        prepared.dropped = live[:drop]
+        if drop:
+            prepared.notices.append(
+                f"context full: dropped the {drop} oldest turn{'s' * (drop != 1)}; "
+                f"prefilling the {len(prepared.tokens)}-token conversation again"
+            )
+        room = self.n_ctx - len(prepared.tokens)
+        if room < self._reserve():
+            prepared.notices.append(f"only {room} tokens of context left for the reply")
+        return prepared
+
+    def _commit(self, prepared: Prepared, result, partial: str, stats: Stats | None) -> None:
+        for t in prepared.dropped:
+            t.in_context = False
+        self.dropped += len(prepared.dropped)
+        stats = result.stats if result else stats
+        if stats is not None:
+            self.all_stats.append(stats)
+        self._last = None
+        if result is None:
+            self.interrupted += 1
+            if not partial:
+                return  # nothing generated: the message goes too, so the history holds no empty reply
+        turn = prepared.turn
+        turn.reply = result.text if result else partial
+        turn.stop_reason = result.stop_reason if result else "interrupted"
+        turn.stats = stats
+        self.turns.append(turn)
+        if result is not None:
+            self._last = (prepared.text + result.text, prepared.tokens + result.tokens)
+
+    # --- slash commands ---------------------------------------------------------------------
+
+    def command(self, line: str) -> CommandResult:
+        """Run a slash command. Bad arguments raise SpecllmError."""
+        name, _, arg = line.strip().partition(" ")
+        handler = self._commands().get(name.lower())
+        if handler is None:
+            raise SpecllmError(f"unknown command {name}: /help lists them")
+        return handler(arg.strip())
+
+    def _commands(self):
+        return {
+            "/help": lambda _: CommandResult(HELP),
+            "/reset": self._reset,
+            "/stats": lambda _: CommandResult("\n".join(self.stats_lines())),
+            "/gamma": self._set_gamma,
+            "/drafter": self._set_drafter,
+            "/temp": self._set_temperature,
+            "/temperature": self._set_temperature,
+            "/system": self._set_system,
+            "/save": self._save,
+            "/exit": lambda _: CommandResult(exit=True),
+            "/quit": lambda _: CommandResult(exit=True),
+        }
+
+    def _reset(self, _arg: str) -> CommandResult:
+        self.turns.clear()
+        self._last = None
+        kept = " (the system prompt stays)" if self.system else ""
+        return CommandResult(f"conversation cleared{kept}")
+
+    def _set_gamma(self, arg: str) -> CommandResult:
+        self.config = dataclasses.replace(self.config, gamma=_parse(int, arg, "/gamma N"))
+        return CommandResult(f"gamma {self.config.gamma}")
+
+    def _set_drafter(self, arg: str) -> CommandResult:
+        if arg not in DRAFTERS:
+            raise SpecllmError(f"usage: /drafter {'|'.join(DRAFTERS)}")
+        if arg == "model" and self.engine.draft is None:
+            raise SpecllmError("no draft model loaded: start the chat with --draft PATH")
+        self.config = dataclasses.replace(self.config, drafter=arg)
+        return CommandResult(f"drafter {arg}")
+
+    def _set_temperature(self, arg: str) -> CommandResult:
+        sampler = dataclasses.replace(self.config.sampler, temperature=_parse(float, arg, "/temp T"))
+        self.config = dataclasses.replace(self.config, sampler=sampler)
+        return CommandResult(f"temperature {sampler.temperature:g}" + (" (greedy)" if sampler.greedy else ""))
+
+    def _set_system(self, arg: str) -> CommandResult:
+        if not arg:
+            return CommandResult(f"system prompt: {self.system!r}" if self.system else "no system prompt")
+        self.system = arg
+        return CommandResult("system prompt set; the conversation is prefilled again on the next turn")
+
+    def _save(self, arg: str) -> CommandResult:
+        if not arg:
+            raise SpecllmError("usage: /save FILE")
+        path = Path(arg).expanduser()
+        try:
+            path.write_text(json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
+        return CommandResult(f"saved {len(self.turns)} turns to {path}")
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def transcript(self) -> dict:
+        s, engine = self.config.sampler, self.engine
+        return {
+            "target": str(engine.target.path),
+            "draft": str(engine.draft.path) if engine.draft else None,
+            "settings": {
+                "drafter": self.config.drafter, "gamma": self.config.gamma,
+                "max_tokens": self.config.max_tokens, "temperature": s.temperature, "top_k": s.top_k,
+                "top_p": s.top_p, "min_p": s.min_p, "seed": s.seed, "ctx_size": self.n_ctx,
+            },  # fmt: skip
+            "system": self.system,
+            "messages": self.messages(),  # what the model sees now, as the template gets it
+            "turns": [t.to_dict() for t in self.turns],
+            "session": self.totals(),
+        }
+
+    def totals(self) -> dict:
+        stats = self.all_stats
+        generated = sum(s.generated_tokens for s in stats)
+        seconds = sum(s.decode_seconds for s in stats)
+        drafted, accepted = sum(s.n_drafted for s in stats), sum(s.n_accepted for s in stats)
+        calls = sum(s.target_calls for s in stats)
+        return {
+            "turns": len(stats), "interrupted": self.interrupted, "dropped_turns": self.dropped,
+            "generated_tokens": generated, "decode_seconds": seconds,
+            "tokens_per_second": generated / seconds if seconds else 0.0,
+            "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "target_calls": calls, "mean_accepted_length": generated / calls if calls else 0.0,
+            "prompt_tokens": sum(s.prompt_tokens for s in stats),
+            "prefill_tokens": sum(s.prefill_tokens for s in stats),
+            "prefill_seconds": sum(s.prefill_seconds for s in stats),
+        }  # fmt: skip
+
+    def stats_lines(self) -> list[str]:
+        t, c = self.totals(), self.config
+        in_use = len(self._last[1]) if self._last else len(self.engine.target.tokens)
+        return [
+            f"turns {t['turns']} ({t['interrupted']} interrupted, {t['dropped_turns']} dropped to fit)",
+            f"generated {t['generated_tokens']} tokens in {t['decode_seconds']:.2f}s: "
+            f"{t['tokens_per_second']:.1f} tok/s",
+            f"drafted {t['drafted']}, accepted {t['accepted']} ({t['acceptance_rate']:.0%}); "
+            f"{t['mean_accepted_length']:.2f} tokens per target call ({t['target_calls']} calls)",
+            f"prefilled {t['prefill_tokens']} of {t['prompt_tokens']} prompt tokens "
+            f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
+            f"context {in_use} of {self.n_ctx} tokens in use",
+            f"drafter {c.drafter} · gamma {c.gamma} · temperature {c.sampler.temperature:g} · "
+            f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
+        ]
+
+
+def _parse(kind, arg: str, usage: str):
+    try:
+        return kind(arg)
+    except ValueError:
+        raise SpecllmError(f"usage: {usage}") from None
+
+
+def is_command(line: str) -> bool:
+    return line.startswith("/") and not line.startswith("//")
+
+
+# --- the terminal front end ------------------------------------------------------------------------
+
+PROMPT = "> "
+CONTINUATION = ". "
+
+
+class LineReader:
+    """Reads one message: readline editing and history, a line ending in a backslash continues,
+    and a multi-line paste arrives whole (bracketed paste in readline, or lines already waiting)."""
+
+    def __init__(self, interactive: bool):
+        self.interactive = interactive
+        self.armed = False  # Ctrl-C was pressed at an empty prompt; another one quits
+        self.notice: str | None = None  # what to say after a Ctrl-C at the prompt
+        if interactive:
+            import readline  # noqa: F401  (imported for its side effect: input() edits lines)
+
+    def read(self) -> str | None:
+        """The next message; None to quit (EOF, or Ctrl-C twice at an empty prompt). A Ctrl-C
+        that discards a typed line, or the first one at an empty prompt, gives ""."""
+        try:
+            lines = [input(PROMPT)]
+            while lines[-1].endswith("\\") or self._more_pasted():
+                if lines[-1].endswith("\\"):
+                    lines[-1] = lines[-1][:-1]
+                lines.append(input(CONTINUATION if self.interactive else ""))
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            return self._interrupted()
+        self.armed = False
+        return "\n".join(lines)
+
+    def _more_pasted(self) -> bool:
+        """More lines already waiting right after one: the rest of a paste."""
+        if not self.interactive:
+            return False
+        import select
+
+        return bool(select.select([sys.stdin], [], [], 0.01)[0])
+
+    def _interrupted(self) -> str | None:
+        import readline
+
+        typed = bool(readline.get_line_buffer()) if self.interactive else False
+        if self.armed and not typed:
+            return None
+        self.armed = not typed
+        self.notice = "(press Ctrl-C again or type /exit to quit)" if self.armed else ""
+        return ""
+
+
+def repl(session: ChatSession, console, live: bool) -> None:
+    """The chat loop: read, run a command or stream a reply, repeat."""
+    from .view import legend
+
+    reader = LineReader(sys.stdin.isatty())
+    for notice in session.notices:
+        console.print(f"note: {notice}", style="yellow", markup=False)
+    console.print(describe_session(session), style="dim", markup=False, highlight=False)
+    if live and session.config.drafter != "none":
+        console.print(legend(session.config.drafter))
+    console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
+    while True:
+        line = reader.read()
+        if line is None:
+            console.print()
+            return
+        if reader.notice is not None:  # a Ctrl-C at the prompt: the typed line is gone
+            console.print("\n" + reader.notice, style="dim")
+            reader.notice = None
+        if not line.strip():
+            continue
+        try:
+            if is_command(line):
+                result = session.command(line)
+                if result.text:
+                    console.print(result.text, markup=False, highlight=False)
+                if result.exit:
+                    return
+            else:
+                _reply(session, line[1:] if line.startswith("//") else line, console, live)
+        except SpecllmError as e:
+            console.print(f"error: {e}", style="red", markup=False, highlight=False)
+        except KeyboardInterrupt:  # outside a reply (rendering, a command): the chat goes on
+            console.print("\n[interrupted]", style="yellow", markup=False)
+
+
+def describe_session(session: ChatSession) -> str:
+    engine, c = session.engine, session.config
+    models = engine.target.path.name + (f" + {engine.draft.path.name}" if engine.draft else "")
+    return (
+        f"{models} · drafter {c.drafter} · gamma {c.gamma} · temperature {c.sampler.temperature:g}"
+        f" · context {session.n_ctx} tokens"
+    )
+
+
+def _reply(session: ChatSession, message: str, console, live: bool) -> None:
+    from .view import LiveView, PlainView, chat_summary
+
+    prepared = session.prepare(message)
+    for notice in prepared.notices:
+        console.print(f"note: {notice}", style="yellow", markup=False)
+    drafter = session.config.drafter
+    if live:
+        view = LiveView(console, drafter, show_legend=False, describe=chat_summary)
+    else:
+        view = PlainView(drafter, describe=chat_summary)
+    events = session.stream(prepared)
+    try:
+        with view:
+            for event in events:
+                if isinstance(event, Finished):
+                    view.finish(event.result)
+                else:
+                    view.step(event)
+    except KeyboardInterrupt:
+        events.close()  # the session keeps the partial reply (see ChatSession.stream)
+        kept = session.turns and session.turns[-1] is prepared.turn
+        what = "the partial reply is kept in the history" if kept else "nothing was generated; the message is dropped"
+        console.print(f"\n[reply interrupted: {what}]", style="yellow", markup=False)
+
+
+def default_seed(seed: int | None) -> int:
+    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")

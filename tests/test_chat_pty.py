@@ -1,0 +1,239 @@
+"""`specllm chat` as a user runs it: the real process on a pseudo-terminal (readline, Rich's live
+view, Ctrl-C as SIGINT from the terminal), on the tiny models."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+
+import pytest
+
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+# Start the command in a new session whose controlling terminal is the pty, so that ^C typed
+# into the terminal becomes SIGINT for it, as in a real terminal.
+LAUNCH = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
+PROMPT = r"(?:^|\n)> "
+SUMMARY = r"prompt\s+tokens\s+in\s+[\d.]+s"  # the end of a reply's summary line (the reply may hold "> ")
+
+
+class Terminal:
+    """A process on a pseudo-terminal; `expect` waits for a regex in its output, ANSI removed."""
+
+    def __init__(self, args: list[str], rows: int = 30, cols: int = 120):
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")}
+        env["TERM"] = "xterm-256color"
+        command = [sys.executable, "-c", LAUNCH, sys.executable, "-m", "specllm", "chat", *map(str, args)]
+        self.proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        self.fd, self.raw, self.pos = master, b"", 0
+        self.done = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            self.raw += data
+        self.done.set()
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode("utf-8", errors="replace")).replace("\r", "")
+
+    def expect(self, pattern: str, timeout: float = 60) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.compile(pattern).search(self.text, self.pos)
+            if match:
+                self.pos = match.end()
+                return match
+            if self.done.is_set():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no {pattern!r} in the output after:\n{self.text[self.pos:][-3000:]}")
+
+    def send(self, data: str) -> None:
+        os.write(self.fd, data.encode())
+
+    def say(self, line: str, until: str | None = None) -> str:
+        """Type a line at the prompt; return the output up to the next prompt (after `until`)."""
+        start = self.pos
+        self.send(line + "\r")
+        if until:
+            self.expect(until)
+        end = self.expect(PROMPT).start()
+        return self.text[start:end]
+
+    def ask(self, message: str) -> str:
+        """Send a message; return the reply and its summary line, Rich's wrapping undone."""
+        return flat(self.say(message, until=SUMMARY))
+
+    def wait(self, timeout: float = 30) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self.done.wait(5)
+        os.close(self.fd)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def chat(tiny_models):
+    terminals = []
+
+    def start(*args, ctx_size=512, max_tokens=16):
+        base = ["-m", tiny_models.target, "-md", tiny_models.draft, "--threads", "1", "--temperature", "0"]
+        term = Terminal([*base, "--ctx-size", ctx_size, "-n", max_tokens, *args])
+        terminals.append(term)
+        term.expect("/help for commands")
+        term.expect(PROMPT)
+        return term
+
+    yield start
+    for term in terminals:
+        term.kill()
+
+
+def flat(text: str) -> str:
+    """Output with Rich's line wrapping undone."""
+    return re.sub(r"\s+", " ", text)
+
+
+def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
+    term = chat("--system", "You are terse.")
+    assert "target.gguf + draft.gguf · drafter model · gamma 4 · temperature 0 · context 512 tokens" in term.text
+    for message in ("Hello world", "def add(a, b):"):
+        out = term.ask(message)
+        per_turn = r"\[max_tokens\] [\d.]+ tok/s · 16 tokens · acceptance \d+% · [\d.]+ tokens/target call"
+        assert re.search(per_turn, out)
+    assert re.search(r"prefill (\d+) of (\d+) prompt tokens", out)
+    prefill, prompt = map(int, re.search(r"prefill (\d+) of (\d+) prompt tokens", out).groups())
+    assert prefill < prompt / 2  # the second turn reused the first from the KV cache
+    stats = term.say("/stats")
+    assert "turns 2 (0 interrupted, 0 dropped to fit)" in stats and "generated 32 tokens" in stats
+    assert "/drafter NAME" in term.say("/help")
+    assert "gamma 2" in term.say("/gamma 2")
+    assert "drafter ngram" in term.say("/drafter ngram")
+    assert "temperature 0.5" in term.say("/temp 0.5")
+    assert "temperature 0 (greedy)" in term.say("/temp 0")
+    assert "error: usage: /gamma N" in term.say("/gamma many")
+    assert "error: unknown command /frobnicate: /help lists them" in term.say("/frobnicate")
+    assert "system prompt set" in term.say("/system Be brief.")
+    assert "system prompt: 'Be brief.'" in term.say("/system")
+    assert "gamma 2" in term.say("\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A")  # readline history: 8 lines up
+    assert "temperature 0.5" in term.say("/temp 0.7\x7f\x7f\x7f0.5")  # line editing (backspace)
+    assert "temperature 0 (greedy)" in term.say("/temp 0")
+    # A line ending in a backslash continues on the next; a bracketed paste arrives whole.
+    term.send("first line\\\r")
+    term.expect(r"\n\. ")
+    assert "[max_tokens]" in term.ask("second line")
+    assert "[max_tokens]" in term.ask("\x1b[200~pasted one\npasted two\x1b[201~")
+    assert "[max_tokens]" in term.ask("alpha\rbeta")  # lines arriving at once (a paste, unbracketed)
+    assert "[max_tokens]" in term.ask("//slash is text")
+    path = tmp_path / "chat.json"
+    assert f"saved 6 turns to {path}" in flat(term.say(f"/save {path}"))
+    saved = json.loads(path.read_text())
+    users = [t["user"] for t in saved["turns"]]
+    assert users == ["Hello world", "def add(a, b):", "first line\nsecond line", "pasted one\npasted two",
+                     "alpha\nbeta", "/slash is text"]  # fmt: skip
+    assert saved["system"] == "Be brief." and saved["settings"]["drafter"] == "ngram"
+    assert saved["settings"]["gamma"] == 2 and saved["session"]["turns"] == 6
+    assert "conversation cleared" in term.say("/reset")
+    term.send("\x04")  # Ctrl-D at the prompt
+    assert term.wait() == 0
+    assert "Traceback" not in term.text
+
+
+def test_ctrl_c_stops_a_reply_and_twice_at_an_empty_prompt_quits(chat, tmp_path):
+    term = chat(ctx_size=2048, max_tokens=1000)
+    term.send("Once upon a time\r")
+    term.expect(r"tok/s")  # the live view is streaming the reply
+    term.send("\x03")
+    term.expect(r"\[reply interrupted: the partial reply is kept in the history\]")
+    term.expect(PROMPT)
+    term.send("\x03")  # at an empty prompt: asks first
+    term.expect(r"\(press Ctrl-C again or type /exit to quit\)")
+    term.expect(PROMPT)
+    out = term.ask("Hello world")  # the chat goes on; the history is consistent
+    assert re.search(r"\[(max_tokens|context_full)\]", out)
+    path = tmp_path / "chat.json"
+    term.say(f"/save {path}")
+    first, second = json.loads(path.read_text())["turns"]
+    assert first["interrupted"] and first["stop_reason"] == "interrupted" and first["reply"]
+    assert first["stats"]["generated_tokens"] < 1000 and not second["interrupted"]
+    assert "turns 2 (1 interrupted" in term.say("/stats")
+    term.send("typed, then discarded")
+    time.sleep(0.3)
+    term.send("\x03")  # a typed line is discarded without the question ...
+    term.expect(PROMPT)
+    term.send("\x03")  # ... the first Ctrl-C at an empty prompt asks ...
+    term.expect(r"press Ctrl-C again")
+    term.expect(PROMPT)
+    term.send("\x03")  # ... the second quits
+    assert term.wait() == 0
+    assert "Traceback" not in term.text
+    assert term.text.count("press Ctrl-C again") == 2
+
+
+def test_context_overflow_and_a_message_too_long(chat):
+    term = chat("--system", "You are terse.", ctx_size=256, max_tokens=16)
+    notices = 0
+    for i in range(10):
+        out = term.ask(f"Hello world number {i}")
+        assert "[max_tokens]" in out
+        notices += "note: context full: dropped the" in out
+    assert notices >= 1
+    out = flat(term.say("the name of the class is " * 50))
+    assert re.search(r"error: this message is \d+ tokens with the system prompt but the context holds 256", out)
+    assert "[max_tokens]" in term.ask("still here")
+    assert re.search(r"turns 11 \(0 interrupted, \d+ dropped to fit\)", term.say("/stats"))
+    term.send("/exit\r")
+    assert term.wait() == 0
+    assert "Traceback" not in term.text
+
+
+def test_piped_input_without_a_terminal(tiny_models):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--drafter", "ngram",
+         "--threads", "1", "--temperature", "0", "-n", "8", "--ctx-size", "512"],
+        input="Hello world\nsecond\\\nline\n/stats\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "turns 2 (0 interrupted" in proc.stdout and "Traceback" not in proc.stderr
+    assert proc.stderr.count("[max_tokens] ") == 2  # the per-turn summary, on stderr in plain mode
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--gamma", "0"], "gamma (draft length) must be >= 1"),
+        (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--drafter", "model"], "drafter 'model' needs a draft model"),
+        (["--drafter", "magic"], "unknown drafter 'magic'"),
+    ],
+)
+def test_bad_options_give_one_line(tiny_models, args, fragment):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--threads", "1", *args],
+        input="", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
