@@ -109,6 +109,8 @@ class Model:
         self._model = self._ctx = None
         check_gguf_header(self.path)
         self._model = _load_model(self.path, options, vocab_only)
+        layers = default_gpu_layers() if options.n_gpu_layers is None else options.n_gpu_layers
+        self.on_gpu = gpu_offload_supported() and layers > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
         self._pieces: dict[int, bytes] = {}

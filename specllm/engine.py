@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import Model, check_compatible, common_prefix
-from .drafters import Draft, ModelDrafter, NgramDrafter, NoDrafter
+from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .sampling import SamplerSettings, distribution
 from .speculative import verify_greedy, verify_sampled
@@ -205,7 +205,9 @@ class _Run:
             if engine.draft is None:
                 raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
             return ModelDrafter(engine.draft, self.sampler, self.rng)
-        return NgramDrafter() if name == "ngram" else NoDrafter()
+        if name == "ngram":
+            return NgramDrafter(min_match=GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH)
+        return NoDrafter()
 
     def steps(self) -> Iterator[Step | Finished]:
         self._prefill()

@@ -121,7 +121,7 @@ def target_two_token_distribution(tiny_models, prompt_ids):
     return joint
 
 
-@pytest.mark.parametrize("drafter,prompt", [("model", "the cat"), ("ngram", "the the the the the")])
+@pytest.mark.parametrize("drafter,prompt", [("model", "the cat"), ("ngram", " ".join(["the"] * 10))])
 def test_first_two_tokens_follow_the_target_distribution(engine, tiny_models, drafter, prompt):
     ids = engine.prompt_tokens(prompt)
     joint = target_two_token_distribution(tiny_models, ids)
@@ -283,8 +283,15 @@ def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
 # --- drafters -----------------------------------------------------------------------------------
 
 
+def test_ngram_drafter_drafts_only_after_a_long_enough_repeat():
+    text = [7, 1, 2, 3, 4, 5, 6, 8, 9, 1, 2, 3, 4, 5, 6]  # "1 2 3 4 5 6" repeats: 6 tokens
+    assert NgramDrafter(min_match=6).propose(text, 3).tokens == [8, 9, 1]
+    assert NgramDrafter(min_match=7).propose(text, 3).tokens == []
+    assert NgramDrafter(min_match=7).propose([7, *text[1:8], 7, *text[9:]], 3).tokens == [8, 7, 1]  # 7 now
+
+
 def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
-    d = NgramDrafter(max_ngram=3, min_ngram=2)
+    d = NgramDrafter(max_ngram=3, min_ngram=2, min_match=2)
     ctx = [1, 2, 3, 4, 5, 9, 9, 2, 3, 4, 6, 7, 8, 2, 3, 4]
     assert d.propose(ctx, 3).tokens == [6, 7, 8]  # latest earlier "2 3 4" is followed by 6 7 8
     assert d.propose(ctx + [6], 2).tokens == [7, 8]  # incremental index, 3-gram "3 4 6"
