@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import Model
-from .sampling import SamplerSettings, distribution, sample
+from .sampling import SamplerSettings, candidates, sample
 
 
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    # (len(tokens), n_vocab) draft distributions, or None when the drafter has none (one-hot q)
-    q: np.ndarray | None = None
+    # one dense draft distribution per token, or None when the drafter has none (one-hot q)
+    q: list[np.ndarray] | None = None
     calls: int = 0  # draft model evaluations spent on it
     seconds: float = 0.0
 
@@ -74,14 +74,15 @@ class ModelDrafter:
                 break
             logits = self.model.eval([token], 1)[0]
             calls += 1
-        q_rows = np.stack(rows) if rows else None
-        return Draft(tokens, q_rows, calls, time.perf_counter() - start)
+        return Draft(tokens, rows or None, calls, time.perf_counter() - start)
 
     def _choose(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
         if self.sampler.greedy:
             return int(np.argmax(logits)), None  # greedy: q is one-hot
-        q = distribution(logits, self.sampler)
-        return sample(q, self.rng), q
+        ids, p = candidates(logits, self.sampler)
+        q = np.zeros(logits.size)
+        q[ids] = p
+        return int(ids[sample(p, self.rng)]), q
 
 
 # When does an n-gram draft pay? A target call on k+1 tokens costs V(k+1) one-token calls. On a GPU

@@ -167,6 +167,22 @@ class Engine:
         return _Run(self, tokens, config).steps()
 
 
+class _LazyRows:
+    """The target's processed distributions, computed only for the rows verification reads: it
+    stops at the first rejection, so the rows after it cost nothing."""
+
+    def __init__(self, logits: np.ndarray, sampler: SamplerSettings):
+        self._logits, self._sampler, self._rows = logits, sampler, {}
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i not in self._rows:
+            self._rows[i] = distribution(self._logits[i], self._sampler)
+        return self._rows[i]
+
+
 def make_config(**kwargs) -> GenerationConfig:
     sampler_keys = SamplerSettings.__dataclass_fields__.keys()
     sampler = SamplerSettings(**{k: v for k, v in kwargs.items() if k in sampler_keys})
@@ -257,8 +273,7 @@ class _Run:
         logits = self.target.eval([self.context[-1], *draft.tokens], n + 1)
         if self.sampler.greedy:
             return verify_greedy(draft.tokens, [int(i) for i in logits.argmax(axis=1)])
-        p = np.stack([distribution(row, self.sampler) for row in logits])
-        return verify_sampled(draft.tokens, draft.q, p, self.rng)
+        return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops."""

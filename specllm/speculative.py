@@ -7,6 +7,7 @@ accepted, emit a bonus token drawn from p_{k+1}. The emitted tokens are distribu
 sampling from the target alone.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,18 +31,20 @@ def verify_greedy(draft: list[int], target_argmax: list[int]) -> Verdict:
 
 def verify_sampled(
     draft: list[int],
-    q: np.ndarray | None,
-    p: np.ndarray,
+    q: Sequence[np.ndarray] | None,
+    p: Sequence[np.ndarray],
     rng: np.random.Generator,
 ) -> Verdict:
-    """Sampling case. q: (k, V_draft) draft distributions, or None for a drafter without one
-    (n-gram lookup, greedy draft), which is a one-hot q. p: (k + 1, V_target)."""
+    """Sampling case. q: k draft distributions (rows over the draft's vocabulary), or None for a
+    drafter without one (n-gram lookup, greedy draft), which is a one-hot q. p: k + 1 target
+    distributions over the target's vocabulary. Dense rows, as in the paper."""
+    n_vocab = len(p[0])
     for i, token in enumerate(draft):
-        q_tok = 1.0 if q is None else q[i, token]
-        p_tok = p[i, token] if token < p.shape[1] else 0.0
+        q_tok = 1.0 if q is None else q[i][token]
+        p_tok = p[i][token] if token < n_vocab else 0.0
         if rng.random() * q_tok < p_tok:  # u < p/q, without dividing by a tiny q
             continue
-        q_i = _one_hot(token, p.shape[1]) if q is None else _fit(q[i], p.shape[1])
+        q_i = _one_hot(token, n_vocab) if q is None else _fit(q[i], n_vocab)
         return Verdict(i, sample(residual(p[i], q_i), rng))
     return Verdict(len(draft), sample(p[len(draft)], rng))
 
