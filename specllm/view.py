@@ -106,7 +106,8 @@ class LiveView:
     def step(self, step: Step) -> None:
         self.body.append(step.accepted_text, ACCEPTED)
         if step.rejected_text:
-            self.body.append(step.rejected_text, REJECTED)
+            # a rejected newline would move the real text around: show it as a symbol instead
+            self.body.append(step.rejected_text.replace("\n", "⏎"), REJECTED)
         self.body.append(step.token_text, TARGET)
         self._stats = step.stats
         now = time.monotonic()
