@@ -13,6 +13,9 @@ PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
     "Rename the variable x to count in this code:\n\ndef f(x):\n    x = x + 1\n    return x * x\n",
     "Explain in two sentences what a hash map is.",
+    # an answer that repeats the prompt's code, so that the n-gram drafter has something to draft
+    "Add type hints to this function and change nothing else:\n\ndef area(width, height):\n"
+    '    """Area of a rectangle."""\n    result = width * height\n    return result\n',
 ]
 
 
