@@ -1,6 +1,7 @@
 """Hub downloads through the real huggingface_hub code, against a fake Hub on 127.0.0.1."""
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -314,3 +315,45 @@ def test_models_command_lists_pairs_and_what_is_downloaded(tiny_pair):
     after = runner.invoke(cli(), ["models", "--models", str(tiny_pair)], env={"COLUMNS": "200"})
     row = next(line for line in after.output.splitlines() if " tiny " in line)
     assert "yes, HF cache" in row
+
+
+# --- run / chat / bench with --pair, as a user runs them ------------------------------------------
+
+
+def specllm(*args, stdin=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
+    proc = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
+                   "--temperature", 0, "-n", 12, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stats"]["generated_tokens"] == 12 and out["stats"]["n_drafted"] > 0
+    assert len(out["stats"]["drafted_per_position"]) == 3  # the pair's recommended gamma
+    assert (hub.hf_cache_dir()).exists()  # downloaded through the Hub path into the HF cache
+    offline = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
+                      "--temperature", 0, "-n", 12, "--json", "--offline")  # fmt: skip
+    assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
+
+
+def test_chat_and_bench_take_a_pair(tiny_pair, tmp_path):
+    chat = specllm("chat", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "-n", 8, stdin="hello\n")
+    assert chat.returncode == 0, chat.stderr
+    assert "[max_tokens]" in chat.stderr
+    report = tmp_path / "bench.json"
+    bench = specllm("bench", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "--per-category", 1,
+                    "--categories", "math", "--max-tokens", 8, "--gamma", 2, "--json", report)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    results = json.loads(report.read_text())
+    assert [r["configuration"] for r in results["results"]] == ["target-only", "model g=2", "ngram g=2"]
+
+
+def test_an_unknown_pair_is_one_line_listing_the_known_ones(tiny_pair):
+    proc = specllm("run", "hi", "--pair", "nope", "--models", tiny_pair)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "tiny" in proc.stderr
