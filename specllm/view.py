@@ -30,10 +30,8 @@ def use_live(no_live: bool, console: Console) -> bool:
 def status_line(stats: Stats, drafter: str) -> str:
     line = f"{stats.tokens_per_second:.1f} tok/s · {stats.generated_tokens} tokens"
     if drafter != "none":
-        line += (
-            f" · acceptance {stats.acceptance_rate:.0%}"
-            f" · {stats.mean_accepted_length:.2f} tokens/target call"
-        )
+        acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else "- (nothing drafted yet)"
+        line += f" · acceptance {acceptance} · {stats.mean_accepted_length:.2f} tokens/target call"
     return line
 
 
