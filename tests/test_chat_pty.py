@@ -3,71 +3,21 @@ view, Ctrl-C as SIGINT from the terminal), on the tiny models."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
-import struct
 import subprocess
 import sys
-import termios
-import threading
 import time
 
 import pytest
+from terminal import Terminal
 
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>]")
-# Start the command in a new session whose controlling terminal is the pty, so that ^C typed
-# into the terminal becomes SIGINT for it, as in a real terminal.
-LAUNCH = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
 PROMPT = r"(?:^|\n)> "
 SUMMARY = r"prompt\s+tokens\s+in\s+[\d.]+s"  # the end of a reply's summary line (the reply may hold "> ")
 
 
-class Terminal:
-    """A process on a pseudo-terminal; `expect` waits for a regex in its output, ANSI removed."""
-
-    def __init__(self, args: list[str], rows: int = 30, cols: int = 120):
-        master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")}
-        env["TERM"] = "xterm-256color"
-        command = [sys.executable, "-c", LAUNCH, sys.executable, "-m", "specllm", "chat", *map(str, args)]
-        self.proc = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-        os.close(slave)
-        self.fd, self.raw, self.pos = master, b"", 0
-        self.done = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            if not data:
-                break
-            self.raw += data
-        self.done.set()
-
-    @property
-    def text(self) -> str:
-        return ANSI.sub("", self.raw.decode("utf-8", errors="replace")).replace("\r", "")
-
-    def expect(self, pattern: str, timeout: float = 60) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = re.compile(pattern).search(self.text, self.pos)
-            if match:
-                self.pos = match.end()
-                return match
-            if self.done.is_set():
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {pattern!r} in the output after:\n{self.text[self.pos:][-3000:]}")
-
-    def send(self, data: str) -> None:
-        os.write(self.fd, data.encode())
+class ChatTerminal(Terminal):
+    """`specllm chat` on a pseudo-terminal, spoken to a line at a time."""
 
     def say(self, line: str, until: str | None = None) -> str:
         """Type a line at the prompt; return the output up to the next prompt (after `until`)."""
@@ -82,17 +32,6 @@ class Terminal:
         """Send a message; return the reply and its summary line, Rich's wrapping undone."""
         return flat(self.say(message, until=SUMMARY))
 
-    def wait(self, timeout: float = 30) -> int:
-        rc = self.proc.wait(timeout=timeout)
-        self.done.wait(5)
-        os.close(self.fd)
-        return rc
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
 
 @pytest.fixture
 def chat(tiny_models):
@@ -100,7 +39,7 @@ def chat(tiny_models):
 
     def start(*args, ctx_size=512, max_tokens=16):
         base = ["-m", tiny_models.target, "-md", tiny_models.draft, "--threads", "1", "--temperature", "0"]
-        term = Terminal([*base, "--ctx-size", ctx_size, "-n", max_tokens, *args])
+        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args])
         terminals.append(term)
         term.expect("/help for commands")
         term.expect(PROMPT)

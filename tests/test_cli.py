@@ -9,6 +9,8 @@ import pytest
 
 import specllm
 
+from terminal import Terminal
+
 SPECLLM = [sys.executable, "-m", "specllm"]
 
 
@@ -23,29 +25,9 @@ def specllm_run(*args, stdin=None, env=None):
     )
 
 
-def run_in_pty(args, env=None, timeout=60):
-    """Run a command with a pseudo-terminal as stdin/stdout/stderr; return everything it wrote."""
-    import select
-
-    master, slave = os.openpty()
-    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env={**os.environ, **(env or {})})
-    os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], timeout)
-        if not ready:
-            proc.kill()
-            raise TimeoutError(out.decode(errors="replace"))
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        out += data
-    os.close(master)
-    assert proc.wait(timeout=timeout) == 0, out.decode(errors="replace")
-    return out.decode(errors="replace")
+def run_in_pty(args, env=None, rows=30, cols=100):
+    """Run `specllm ARGS` on a pseudo-terminal; return everything it wrote, escape codes kept."""
+    return Terminal(args, rows=rows, cols=cols, env=env).output()
 
 
 def assert_one_line_error(proc, *fragments):
@@ -108,7 +90,7 @@ def test_ngram_and_target_only_drafters(models):
 
 
 def test_live_view_in_a_terminal_marks_accepted_and_rejected_tokens(models):
-    out = run_in_pty(SPECLLM + ["run", "def f(x):", *map(str, models), "--temperature", "0", "-n", "48"], env={"COLUMNS": "100", "LINES": "30"})
+    out = run_in_pty(["run", "def f(x):", *models, "--temperature", "0", "-n", "48"])
     assert "\x1b[" in out
     assert "\x1b[9;31m" in out  # rejected draft tokens: struck through, red
     assert "\x1b[32m" in out and "\x1b[1m" in out  # accepted draft tokens green, target tokens bold
@@ -116,7 +98,7 @@ def test_live_view_in_a_terminal_marks_accepted_and_rejected_tokens(models):
 
 
 def test_no_color_and_no_live_give_plain_text_in_a_terminal(models):
-    args = SPECLLM + ["run", "def f(x):", *map(str, models), "--temperature", "0", "-n", "16"]
+    args = ["run", "def f(x):", *models, "--temperature", "0", "-n", "16"]
     assert "\x1b" not in run_in_pty(args, env={"NO_COLOR": "1"})
     assert "\x1b" not in run_in_pty(args + ["--no-live"])
 
