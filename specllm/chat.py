@@ -16,7 +16,6 @@ longest common token prefix.
 
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -469,7 +468,3 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
         kept = session.turns and session.turns[-1] is prepared.turn
         what = "the partial reply is kept in the history" if kept else "nothing was generated; the message is dropped"
         console.print(f"\n[reply interrupted: {what}]", style="yellow", markup=False)
-
-
-def default_seed(seed: int | None) -> int:
-    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")

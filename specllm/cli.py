@@ -1,7 +1,6 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +14,7 @@ except ImportError:
 
 from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command
 from .errors import SpecllmError
+from .sampling import default_seed
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -80,6 +80,16 @@ def load_engine(
         draft_gpu_layers=draft_gpu_layers,
     )
     return engine, drafter
+
+
+def check_options(max_tokens, drafter, gamma, sampler: dict, stop=()) -> None:
+    """Refuse bad option values before any model is downloaded or loaded."""
+    from .engine import make_config
+
+    make_config(
+        max_tokens=max_tokens, stop=stop, drafter=drafter or "none",
+        gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler,
+    )  # fmt: skip
 
 
 def resolve_gamma(gamma, pair, target, models_file) -> int:
@@ -148,12 +158,9 @@ def run(
     from .engine import Finished, make_config
     from .view import LiveView, PlainView, use_live
 
-    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+    seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    make_config(  # bad values fail before any download
-        max_tokens=max_tokens, stop=tuple(stop or ()), drafter=drafter or "none",
-        gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler,
-    )  # fmt: skip
+    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()))
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
@@ -208,14 +215,12 @@ def chat(
     """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
     from rich.console import Console
 
-    from .chat import ChatSession, default_seed, repl
+    from .chat import ChatSession, repl
     from .engine import make_config
     from .view import use_live
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
-    make_config(  # bad values fail before any download
-        max_tokens=max_tokens, drafter=drafter or "none", gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler
-    )
+    check_options(max_tokens, drafter, gamma, sampler)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True,
@@ -295,7 +300,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
-    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+    seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
     cats = b.parse_list(categories, "category") if categories else None

@@ -5,6 +5,7 @@ would not reproduce the target's own distribution. The chain is, in this order:
 temperature -> top-k -> top-p -> min-p -> softmax. Temperature 0 means greedy (argmax).
 """
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,11 @@ class SamplerSettings:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def default_seed(seed: int | None) -> int:
+    """The seed given, or a fresh random one (reported back, so a run can be repeated)."""
+    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")
 
 
 def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
