@@ -5,19 +5,30 @@
 DIR holds llama-speculative-simple, as built by shared/tools/build-llama-cpp-tools.sh from the
 llama.cpp sources of the installed llama-cpp-python (default: ~/.cache/specllm-anchor/VERSION/bin).
 Both run the default pair with the same raw prompts (no chat template), draft length, threads and
-greedy sampling; prompts alternate between the two so machine noise hits both alike. Reported:
-decode tokens/s of each and their ratio, with target-only decoding through specllm for reference.
+greedy sampling; the two alternate, and which goes first alternates by round, so machine noise hits
+both alike. Reported: decode tokens/s of each and their ratio, with target-only decoding through
+specllm for reference.
+
+Both loops are also profiled, per step: time in draft-model calls, in the target's verify call, and
+outside the model. For the C++ binary a small LD_PRELOAD shim (llama_process_timer.c, compiled here
+with `cc` when one is installed) times each llama_process() call; for specllm, llama_decode is timed.
 """
 
 import argparse
+import os
 import re
+import shutil
 import statistics
 import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 
 import specllm
+import specllm.backend
 from specllm.backend import physical_cores
 from specllm.hub import resolve_models
 
@@ -27,20 +38,103 @@ PROMPTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "Explain in a few sentences what a hash map is and when to use one.",
 ]
-SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+HERE = Path(__file__).resolve().parent
 
 
-def cpp_speculative(binary: Path, target, draft, prompt, gamma, n, threads) -> float:
+@dataclass
+class Run:
+    """One generation: speed, and its decode time split per step (seconds)."""
+
+    tokens_per_second: float
+    steps: int = 0
+    drafting: float = 0.0  # draft-model calls that produce draft tokens
+    draft_reprocess: float = 0.0  # draft-model calls that re-read the verified batch (C++ only)
+    verify: float = 0.0  # target calls
+    outside: float = 0.0  # everything else: sampling, bookkeeping, Python
+
+    def per_step_ms(self) -> list[float]:
+        parts = (self.drafting, self.draft_reprocess, self.verify, self.outside)
+        return [1000 * p / self.steps for p in parts] if self.steps else [float("nan")] * 4
+
+
+def build_timer(workdir: Path) -> Path | None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    lib = workdir / "llama_process_timer.so"
+    built = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(HERE / "llama_process_timer.c"), "-o", str(lib), "-ldl"],
+                           capture_output=True)  # fmt: skip
+    return lib if built.returncode == 0 else None
+
+
+def cpp_speculative(binary: Path, target, draft, prompt, gamma, n, threads, timer: Path | None) -> Run:
+    env = dict(os.environ)
+    log = None
+    if timer:
+        log = timer.with_suffix(".log")
+        env.update(LD_PRELOAD=str(timer), LLAMA_TIMER_OUT=str(log))
     out = subprocess.run(
         [str(binary), "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
          "-t", str(threads), "-td", str(threads), "--spec-draft-n-max", str(gamma),
          "--temp", "0", "-n", str(n), "-p", prompt],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env=env,
     )  # fmt: skip
-    match = SPEED.search(out.stdout + out.stderr)
+    match = DECODED.search(out.stdout + out.stderr)
     if not match:
         raise SystemExit(f"no speed line in the output of {binary.name}")
-    return float(match.group(3))
+    run = Run(float(match.group(3)))
+    if log and log.exists():
+        _split_cpp_calls(run, log.read_text().split("\n"), float(match.group(2)))
+    return run
+
+
+def _split_cpp_calls(run: Run, lines: list[str], decode_seconds: float) -> None:
+    """llama-speculative-simple warms up both models (target first), evaluates the prompt on the
+    target, then on the draft. Each step then drafts (draft calls), verifies (one target call) and
+    re-evaluates the verified batch on the draft (the draft call right after the target's)."""
+    calls = [(ctx, float(seconds)) for ctx, seconds in (line.split() for line in lines if line)]
+    target = calls[0][0]
+    is_target = [ctx == target for ctx, _ in calls]
+    # The prompt is the target call followed by two draft calls: the draft's prompt, then drafting.
+    prompt = next(i for i in range(len(calls) - 2) if is_target[i : i + 3] == [True, False, False])
+    previous = None
+    for ctx, seconds in calls[prompt + 2 :]:
+        if ctx == target:
+            run.steps += 1
+            run.verify += seconds
+        elif previous == target:
+            run.draft_reprocess += seconds
+        else:
+            run.drafting += seconds
+        previous = ctx
+    run.outside = decode_seconds - run.drafting - run.draft_reprocess - run.verify
+
+
+class DecodeTimer:
+    """Times specllm's llama_decode calls that return logits (the prefill returns none)."""
+
+    def __init__(self):
+        self.calls: list[tuple[int, float]] = []
+        self._decode = specllm.backend.L.llama_decode
+        specllm.backend.L.llama_decode = self._timed
+
+    def _timed(self, ctx, batch):
+        start = time.perf_counter()
+        status = self._decode(ctx, batch)
+        if any(batch.logits[i] for i in range(batch.n_tokens)):
+            self.calls.append((ctx, time.perf_counter() - start))
+        return status
+
+    def run(self, engine, prompt, **kw) -> Run:
+        self.calls.clear()
+        stats = engine.generate(prompt, **kw).stats
+        target = engine.target._ctx
+        run = Run(stats.tokens_per_second, steps=stats.target_calls)
+        run.verify = sum(s for ctx, s in self.calls if ctx == target)
+        run.drafting = sum(s for ctx, s in self.calls if ctx != target)
+        run.outside = stats.decode_seconds - run.verify - run.drafting
+        return run
 
 
 def main():
@@ -53,26 +147,53 @@ def main():
     args = ap.parse_args()
     threads = physical_cores()
     target, draft, _ = resolve_models()
+    binary = args.bin / "llama-speculative-simple"
     engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads)
     engine.generate("warm up", max_tokens=8, temperature=0)
+    timer = DecodeTimer()
+    kw = dict(max_tokens=args.n, temperature=0, gamma=args.gamma)
     rows = []
-    for r in range(args.rounds):
-        for prompt in PROMPTS:
-            cpp = cpp_speculative(args.bin / "llama-speculative-simple", target, draft, prompt, args.gamma, args.n, threads)
-            kw = dict(max_tokens=args.n, temperature=0, gamma=args.gamma)
-            spec = engine.generate(prompt, drafter="model", **kw).stats
-            alone = engine.generate(prompt, drafter="none", **kw).stats
-            rows.append((cpp, spec.tokens_per_second, alone.tokens_per_second, spec.acceptance_rate))
-            print(f"round {r + 1} prompt {PROMPTS.index(prompt) + 1}: llama-speculative-simple {cpp:.2f} tok/s, "
-                  f"specllm {spec.tokens_per_second:.2f} tok/s ({spec.tokens_per_second / cpp:.2f}x, "
-                  f"acceptance {spec.acceptance_rate:.0%}), specllm target-only {alone.tokens_per_second:.2f} tok/s",
-                  flush=True)  # fmt: skip
-    cpp, spec, alone = (statistics.median(col) for col in list(zip(*rows))[:3])
-    ratio = statistics.median(s / c for c, s, _, _ in rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        shim = build_timer(Path(tmp))
+        for r in range(args.rounds):
+            for i, prompt in enumerate(PROMPTS, 1):
+                if r % 2 == 0:  # alternate which runs first, so a drift in machine speed favours neither
+                    cpp = cpp_speculative(binary, target, draft, prompt, args.gamma, args.n, threads, shim)
+                    spec = timer.run(engine, prompt, drafter="model", **kw)
+                else:
+                    spec = timer.run(engine, prompt, drafter="model", **kw)
+                    cpp = cpp_speculative(binary, target, draft, prompt, args.gamma, args.n, threads, shim)
+                alone = engine.generate(prompt, drafter="none", **kw).stats.tokens_per_second
+                rows.append((cpp, spec, alone))
+                print(f"round {r + 1} prompt {i}: llama-speculative-simple {cpp.tokens_per_second:.2f} tok/s, "
+                      f"specllm {spec.tokens_per_second:.2f} tok/s "
+                      f"({spec.tokens_per_second / cpp.tokens_per_second:.2f}x), "
+                      f"specllm target-only {alone:.2f} tok/s", flush=True)  # fmt: skip
+    report(rows, threads, args, profiled=shim is not None)
+
+
+def report(rows, threads, args, profiled: bool) -> None:
+    def median(values):
+        return statistics.median(values)
+
+    cpp = median(c.tokens_per_second for c, _, _ in rows)
+    spec = median(s.tokens_per_second for _, s, _ in rows)
+    ratio = median(s.tokens_per_second / c.tokens_per_second for c, s, _ in rows)
+    ratios = sorted(s.tokens_per_second / c.tokens_per_second for c, s, _ in rows)
     print(f"\nmedian over {len(rows)} runs (threads {threads}, gamma {args.gamma}, {args.n} tokens, greedy):")
     print(f"  llama-speculative-simple  {cpp:6.2f} tok/s")
-    print(f"  specllm --drafter model   {spec:6.2f} tok/s   {ratio:.2f}x llama-speculative-simple (median of ratios)")
-    print(f"  specllm --drafter none    {alone:6.2f} tok/s   (target-only)")
+    print(f"  specllm --drafter model   {spec:6.2f} tok/s   {ratio:.2f}x llama-speculative-simple "
+          f"(median of ratios; range {ratios[0]:.2f}-{ratios[-1]:.2f}x)")  # fmt: skip
+    print(f"  specllm --drafter none    {median(a for _, _, a in rows):6.2f} tok/s   (target-only)")
+    if not profiled:
+        print("\n(no C compiler found: the per-step profile of llama-speculative-simple is left out)")
+        return
+    print("\nper step, median ms        drafting  draft re-process   verify  outside the model   total")
+    for name, col in (("llama-speculative-simple", 0), ("specllm", 1)):
+        parts = [median(row[col].per_step_ms()[j] for row in rows) for j in range(4)]
+        print(f"  {name:<24} {parts[0]:9.1f} {parts[1]:17.1f} {parts[2]:8.1f} {parts[3]:18.1f} {sum(parts):7.1f}")
+    steps = median(c.steps / s.steps for c, s, _ in rows)
+    print(f"  steps, llama-speculative-simple / specllm: {steps:.2f} (the C++ loop runs its last step past -n)")
 
 
 if __name__ == "__main__":
