@@ -7,6 +7,7 @@ decode time is the speculative loop's own Python/numpy work.
 """
 
 import argparse
+import os
 import resource
 import time
 
@@ -60,7 +61,6 @@ def main():
     result = engine.generate(prompt, max_tokens=args.n, temperature=args.temperature, drafter=drafter, gamma=args.gamma, seed=0)
     total = time.perf_counter() - start
     s = result.stats
-    outside = total - s.prefill_seconds - spent[0] + 0.0
     steps = s.target_calls
     print(f"drafter {drafter} gamma {args.gamma} temperature {args.temperature}: {s.generated_tokens} tokens, "
           f"{steps} target calls, {s.draft_calls} draft calls, {s.tokens_per_second:.1f} tok/s")
@@ -68,7 +68,7 @@ def main():
     print(f"Python/numpy outside llama.cpp: {1000 * (total - spent[0]) / steps:.2f} ms per step, "
           f"{100 * (total - spent[0]) / total:.2f}% of the run")
     print(f"resident memory: {after_load:.0f} MiB after loading, {rss_mib():.0f} MiB after generating "
-          f"(model files: {sum(map(lambda p: __import__('os').path.getsize(p), filter(None, [args.target, args.draft]))) / 2**20:.0f} MiB)")
+          f"(model files: {sum(os.path.getsize(p) for p in (args.target, args.draft) if p) / 2**20:.0f} MiB)")
 
 
 if __name__ == "__main__":
