@@ -2,7 +2,7 @@
 
     python benchmarks/vs_llama_cpp.py [--bin DIR] [--gamma 4] [-n 128] [--rounds 2]
 
-DIR holds llama-speculative-simple, as built by shared/tools/build-llama-cpp-tools.sh from the
+DIR holds llama-speculative-simple, as built by benchmarks/build_llama_cpp_tools.sh from the
 llama.cpp sources of the installed llama-cpp-python (default: ~/.cache/specllm-anchor/VERSION/bin).
 Both run the default pair with the same raw prompts (no chat template), draft length, threads and
 greedy sampling; the two alternate, and which goes first alternates by round, so machine noise hits
