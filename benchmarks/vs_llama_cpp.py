@@ -168,7 +168,8 @@ def main():
                 print(f"round {r + 1} prompt {i}: llama-speculative-simple {cpp.tokens_per_second:.2f} tok/s, "
                       f"specllm {spec.tokens_per_second:.2f} tok/s "
                       f"({spec.tokens_per_second / cpp.tokens_per_second:.2f}x), "
-                      f"specllm target-only {alone:.2f} tok/s", flush=True)  # fmt: skip
+                      f"specllm target-only {alone:.2f} tok/s; ms per step "
+                      f"{sum(cpp.per_step_ms()):.0f} vs {sum(spec.per_step_ms()):.0f}", flush=True)  # fmt: skip
     report(rows, threads, args, profiled=shim is not None)
 
 
@@ -192,6 +193,8 @@ def report(rows, threads, args, profiled: bool) -> None:
     for name, col in (("llama-speculative-simple", 0), ("specllm", 1)):
         parts = [median(row[col].per_step_ms()[j] for row in rows) for j in range(4)]
         print(f"  {name:<24} {parts[0]:9.1f} {parts[1]:17.1f} {parts[2]:8.1f} {parts[3]:18.1f} {sum(parts):7.1f}")
+    step_ratio = median(sum(c.per_step_ms()) / sum(s.per_step_ms()) for c, s, _ in rows)
+    print(f"  cost of a step, llama-speculative-simple / specllm: {step_ratio:.2f}x (median of ratios)")
     steps = median(c.steps / s.steps for c, s, _ in rows)
     print(f"  steps, llama-speculative-simple / specllm: {steps:.2f} (the C++ loop runs its last step past -n)")
 
