@@ -37,6 +37,7 @@ import numpy as np
 from .backend import ALL_LAYERS, Model, common_prefix, default_gpu_layers, physical_cores, system_info
 from .engine import Engine, Finished, GenerationConfig, Result, Stats
 from .errors import SpecllmError
+from .files import write_text_atomic
 from .sampling import SamplerSettings
 
 # A greedy speculative output that leaves target-only output where the target's two competing
@@ -706,17 +707,9 @@ def _settings_json(settings: BenchSettings, prompts: list[BenchPrompt]) -> dict:
 
 
 def write_json(results: dict, path: str | Path) -> None:
-    """Write to a temporary name beside the file, then rename: never a half-written file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write the results in one rename: never a half-written file."""
+    text = json.dumps(results, indent=1, ensure_ascii=False) + "\n"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
+        write_text_atomic(Path(path), text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise SpecllmError(f"cannot write {path}: {e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

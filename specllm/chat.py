@@ -24,6 +24,7 @@ from pathlib import Path
 from .backend import common_prefix
 from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step
 from .errors import SpecllmError
+from .files import write_text_atomic
 
 
 @dataclass
@@ -278,7 +279,7 @@ class ChatSession:
             raise SpecllmError("usage: /save FILE")
         path = Path(arg).expanduser()
         try:
-            path.write_text(json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
+            write_text_atomic(path, json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
         return CommandResult(f"saved {len(self.turns)} turns to {path}")

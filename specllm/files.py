@@ -1,0 +1,24 @@
+"""Writing files so that nothing half-written is ever left behind, under either name."""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def temp_beside(dest: Path, tag: str = "tmp") -> Iterator[Path]:
+    """A temporary path in dest's folder (so that os.replace onto dest is atomic). It is removed
+    on the way out, whatever happens, unless the caller has renamed it onto dest by then."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{tag}")
+    try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` in one rename. Raises OSError."""
+    with temp_beside(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
