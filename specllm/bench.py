@@ -28,14 +28,14 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from .backend import ALL_LAYERS, Model, common_prefix, default_gpu_layers, physical_cores, system_info
-from .engine import Engine, Finished, GenerationConfig, Result, Stats
+from .engine import Engine, Finished, GenerationConfig, Result, Stats, aggregate
 from .errors import SpecllmError
 from .files import write_text_atomic
 from .sampling import SamplerSettings
@@ -462,20 +462,6 @@ def _config_results(config, runs, baseline, calibration, divergences, greedy) ->
             "divergence": None if divergences is None else divergences[i],
         })  # fmt: skip
     return out
-
-
-def aggregate(stats: Iterable[Stats]) -> Stats:
-    """Sum of several generations' stats (counts, seconds, per-position counts)."""
-    total = Stats()
-    for s in stats:
-        for f in fields(Stats):
-            a, b = getattr(total, f.name), getattr(s, f.name)
-            if isinstance(a, list):
-                n = max(len(a), len(b))
-                setattr(total, f.name, [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)])
-            else:
-                setattr(total, f.name, a + b)
-    return total
 
 
 def per_token_acceptance(steps: Iterable[tuple[int, int]]) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import common_prefix
-from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step
+from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate
 from .errors import SpecllmError
 from .files import write_text_atomic
 
@@ -303,21 +303,15 @@ class ChatSession:
         }
 
     def totals(self) -> dict:
-        stats = self.all_stats
-        generated = sum(s.generated_tokens for s in stats)
-        seconds = sum(s.decode_seconds for s in stats)
-        drafted, accepted = sum(s.n_drafted for s in stats), sum(s.n_accepted for s in stats)
-        calls = sum(s.target_calls for s in stats)
+        s = aggregate(self.all_stats)
         return {
-            "turns": len(stats), "interrupted": self.interrupted, "dropped_turns": self.dropped,
-            "generated_tokens": generated, "decode_seconds": seconds,
-            "tokens_per_second": generated / seconds if seconds else 0.0,
-            "drafted": drafted, "accepted": accepted,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "target_calls": calls, "mean_accepted_length": generated / calls if calls else 0.0,
-            "prompt_tokens": sum(s.prompt_tokens for s in stats),
-            "prefill_tokens": sum(s.prefill_tokens for s in stats),
-            "prefill_seconds": sum(s.prefill_seconds for s in stats),
+            "turns": len(self.all_stats), "interrupted": self.interrupted, "dropped_turns": self.dropped,
+            "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
+            "tokens_per_second": s.tokens_per_second,
+            "drafted": s.n_drafted, "accepted": s.n_accepted, "acceptance_rate": s.acceptance_rate,
+            "target_calls": s.target_calls, "mean_accepted_length": s.mean_accepted_length,
+            "prompt_tokens": s.prompt_tokens, "prefill_tokens": s.prefill_tokens,
+            "prefill_seconds": s.prefill_seconds,
         }  # fmt: skip
 
     def stats_lines(self) -> list[str]:

@@ -5,8 +5,8 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -86,6 +86,20 @@ class Stats:
             tokens_per_second=self.tokens_per_second,
         )
         return d
+
+
+def aggregate(stats: Iterable[Stats]) -> Stats:
+    """Sum of several generations' stats (counts, seconds, per-position counts)."""
+    total = Stats()
+    for s in stats:
+        for f in fields(Stats):
+            a, b = getattr(total, f.name), getattr(s, f.name)
+            if isinstance(a, list):
+                n = max(len(a), len(b))
+                setattr(total, f.name, [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)])
+            else:
+                setattr(total, f.name, a + b)
+    return total
 
 
 @dataclass(frozen=True)
