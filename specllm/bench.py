@@ -133,7 +133,7 @@ def select_prompts(
     """Keep the named categories (all when None) and at most per_category prompts of each."""
     if categories:
         wanted = list(dict.fromkeys(categories))
-        known = list(dict.fromkeys(p.category for p in prompts))
+        known = categories_of(prompts)
         unknown = [c for c in wanted if c not in known]
         if unknown:
             raise SpecllmError(f"no prompts in categor{'y' if len(unknown) == 1 else 'ies'} "
