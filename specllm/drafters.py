@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import Model
-from .sampling import SamplerSettings, candidates, sample
+from .sampling import SamplerSettings, candidates, dense, sample
 
 
 @dataclass
@@ -80,9 +80,7 @@ class ModelDrafter:
         if self.sampler.greedy:
             return int(np.argmax(logits)), None  # greedy: q is one-hot
         ids, p = candidates(logits, self.sampler)
-        q = np.zeros(logits.size)
-        q[ids] = p
-        return int(ids[sample(p, self.rng)]), q
+        return int(ids[sample(p, self.rng)]), dense(ids, p, logits.size)
 
 
 # When does an n-gram draft pay? A target call on k+1 tokens costs V(k+1) one-token calls. On a GPU

@@ -48,8 +48,12 @@ def default_seed(seed: int | None) -> int:
 
 def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     """The processed next-token distribution as a dense float64 vector over the vocabulary."""
-    probs = np.zeros(logits.shape[-1], dtype=np.float64)
-    ids, p = candidates(logits, s)
+    return dense(*candidates(logits, s), logits.shape[-1])
+
+
+def dense(ids: np.ndarray, p: np.ndarray, size: int) -> np.ndarray:
+    """A sparse distribution (ids, probabilities) as a dense float64 vector of `size`."""
+    probs = np.zeros(size, dtype=np.float64)
     probs[ids] = p
     return probs
 
