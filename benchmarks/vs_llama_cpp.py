@@ -18,12 +18,12 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import llama_cpp
 
@@ -174,13 +174,10 @@ def main():
 
 
 def report(rows, threads, args, profiled: bool) -> None:
-    def median(values):
-        return statistics.median(values)
-
     cpp = median(c.tokens_per_second for c, _, _ in rows)
     spec = median(s.tokens_per_second for _, s, _ in rows)
-    ratio = median(s.tokens_per_second / c.tokens_per_second for c, s, _ in rows)
     ratios = sorted(s.tokens_per_second / c.tokens_per_second for c, s, _ in rows)
+    ratio = median(ratios)
     print(f"\nmedian over {len(rows)} runs (threads {threads}, gamma {args.gamma}, {args.n} tokens, greedy):")
     print(f"  llama-speculative-simple  {cpp:6.2f} tok/s")
     print(f"  specllm --drafter model   {spec:6.2f} tok/s   {ratio:.2f}x llama-speculative-simple "
