@@ -1,0 +1,356 @@
+"""The `auto` drafting policy: what to draft each step, from measured costs and learned acceptance.
+
+Pure decisions, like speculative.py: no llama_cpp, no clock. The engine times its own calls and
+feeds them in (`CostTable.observe`), verification reports what the target kept (`Acceptance`), and
+each step asks for the best plan. The rule is DESIGN.md's: for a source s and draft length k the
+expected tokens per second of the next step are
+
+    E_s(k) / (T_draft,s(k) + T_verify(k + 1)),    E_s(k) = 1 + sum_{i<=k} prod_{j<=i} a_s(j)
+
+with a_s(j) the chance that draft token j is accepted once tokens 1..j-1 were. A plain target step
+is E = 1 in T_verify(1). Drafting is chosen only when it beats that by MARGIN. Call widths that were
+never measured cost as much as the next measured width (or, past the widest, as much per token),
+so V(n) is never guessed from a smooth curve: it is not smooth on a CPU.
+
+Two safety nets on top of the estimates: a `Guard` compares what each source really delivered over
+a window of its steps with the target-only rate and backs a losing source off, re-probing it later
+with growing gaps; and a source that cannot pay even at an optimistic acceptance is never tried.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+MARGIN = 0.10  # drafting must promise this much more than a plain target step
+NGRAM_MAX = 64  # longest n-gram copy drafted in one step
+MODEL_MAX = 16  # longest draft-model proposal
+OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
+EWMA = 0.2  # weight of a new timing in the running cost estimates
+
+# Buckets: a repeat of 20 tokens behaves like one of 17 more than like one of 2.
+MATCH_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # n-gram repeat length
+POSITION_EDGES = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49)  # draft position (1-based)
+CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99)  # draft model's top probability
+
+
+def bucket(value: float, edges: Sequence[float]) -> int:
+    """Index of the last edge <= value (0 below the first)."""
+    return max(0, bisect.bisect_right(edges, value) - 1)
+
+
+# --- costs -------------------------------------------------------------------------------------
+
+
+@dataclass
+class CostTable:
+    """One model's call costs: seconds of a one-token call, and V(n) = T(n) / T(1) for each call
+    width n that was measured. Kept as ratios so that when the machine speeds up or slows down
+    (T(1) drifts), every width drifts with it."""
+
+    step_seconds: float
+    V: dict[int, float] = field(default_factory=dict)
+
+    def seconds(self, n: int) -> float:
+        return self.step_seconds * self.ratio(n)
+
+    def ratio(self, n: int) -> float:
+        if n <= 1:
+            return 1.0
+        if n in self.V:
+            return self.V[n]
+        wider = [w for w in self.V if w > n]
+        if wider:  # an unmeasured width costs as much as the next measured one: never less
+            return self.V[min(wider)]
+        # Past the widest measured width: on the slope of the two widest, but at least half their
+        # average cost per token. Optimistic on purpose: a wide call that is tried gets measured.
+        w1, w2 = sorted([1, *self.V])[-2:]
+        slope = max((self.ratio(w2) - self.ratio(w1)) / (w2 - w1), self.ratio(w2) / w2 / 2)
+        return self.ratio(w2) + (n - w2) * slope
+
+    def observe(self, n: int, seconds: float) -> None:
+        """Fold in one timed call of width n. One observation moves an estimate by at most 2x
+        (a call that waited for the CPU must not wreck the table), and V(n) stays within [1, n]."""
+        if seconds <= 0:
+            return
+        if n <= 1:
+            seconds = min(max(seconds, self.step_seconds / 2), self.step_seconds * 2)
+            self.step_seconds += EWMA * (seconds - self.step_seconds)
+            return
+        ratio = min(max(seconds / self.step_seconds, 1.0), float(n))
+        if n not in self.V:
+            self.V[n] = ratio
+        else:
+            ratio = min(max(ratio, self.V[n] / 2), self.V[n] * 2)
+            self.V[n] += EWMA * (ratio - self.V[n])
+
+    def to_dict(self) -> dict:
+        return {"step_seconds": self.step_seconds, "V": {str(n): v for n, v in sorted(self.V.items())}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostTable:
+        return cls(float(d["step_seconds"]), {int(n): float(v) for n, v in d["V"].items()})
+
+
+# --- acceptance --------------------------------------------------------------------------------
+
+
+class Acceptance:
+    """Beta-smoothed chance that a draft token is accepted once the tokens before it were, by
+    (context bucket, draft position bucket). The prior is `prior(bucket)` with `weight`
+    pseudo-observations, so a bucket never seen falls back on it."""
+
+    def __init__(self, prior: Callable[[int], float], weight: float = 2.0):
+        self.prior, self.weight = prior, weight
+        self.counts: dict[tuple[int, int], list[float]] = {}  # -> [accepted, judged]
+
+    def rate(self, context_bucket: int, position: int) -> float:
+        accepted, judged = self.counts.get((context_bucket, bucket(position, POSITION_EDGES)), (0.0, 0.0))
+        return (accepted + self.weight * self.prior(context_bucket)) / (judged + self.weight)
+
+    def rates(self, context_bucket: int, k: int) -> list[float]:
+        return [self.rate(context_bucket, j) for j in range(1, k + 1)]
+
+    def record(self, context_bucket: int, position: int, accepted: bool) -> None:
+        c = self.counts.setdefault((context_bucket, bucket(position, POSITION_EDGES)), [0.0, 0.0])
+        c[0] += accepted
+        c[1] += 1
+
+    def record_run(self, context_bucket: int, judged: int, accepted: int) -> None:
+        """Positions 1..judged were judged and the first `accepted` of them accepted."""
+        for j in range(1, judged + 1):
+            self.record(context_bucket, j, j <= accepted)
+
+
+def ngram_prior(match_bucket: int) -> float:
+    """Before any evidence: a longer verbatim repeat is likelier to go on (m / (m + 4))."""
+    m = MATCH_EDGES[match_bucket]
+    return m / (m + 4)
+
+
+def confidence_prior(confidence_bucket: int) -> float:
+    """Before any evidence: a draft is as often right as it is confident (its bucket's lower edge)."""
+    return CONFIDENCE_EDGES[confidence_bucket] if confidence_bucket else 0.1
+
+
+def expected_tokens(rates: Sequence[float]) -> list[float]:
+    """E(k) for k = 0..len(rates): 1 + sum_{i<=k} prod_{j<=i} a(j)."""
+    out, alive, total = [1.0], 1.0, 1.0
+    for a in rates:
+        alive *= a
+        total += alive
+        out.append(total)
+    return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    k: int  # draft length; 0 is a plain target step
+    rate: float  # expected tokens per second
+
+
+def best_length(rates: Sequence[float], step_seconds: Callable[[int], float]) -> Choice:
+    """The draft length k (0..len(rates)) that maximises E(k) / step_seconds(k)."""
+    best = Choice(0, 0.0)
+    for k, e in enumerate(expected_tokens(rates)):
+        rate = e / step_seconds(k)
+        if rate > best.rate:
+            best = Choice(k, rate)
+    return best
+
+
+# --- the guard ---------------------------------------------------------------------------------
+
+GUARD_WINDOW = 12  # steps of a source before its real throughput is judged
+GUARD_FIRST_GAP = 32  # steps a losing source sits out the first time; doubled on each loss
+GUARD_MAX_GAP = 2048
+GUARD_TOLERANCE = 0.03  # a source loses when it delivers less than 97% of the target-only rate
+
+
+@dataclass
+class _SourceRecord:
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    gap: int = GUARD_FIRST_GAP
+    resume_at: int = 0  # step count at which a backed-off source may draft again
+
+
+class Guard:
+    """Judges each drafting source on what it delivered, not on what the estimates promised: over
+    every GUARD_WINDOW steps of a source, tokens per second against the target-only rate. A loser
+    sits out a gap of steps (re-probed after it; the gap doubles with each loss and resets on a
+    win), so a source is backed off when it loses, and tried again later, never never or always."""
+
+    def __init__(self):
+        self.step = 0
+        self.records: dict[str, _SourceRecord] = {}
+        self.backoffs = 0
+
+    def allowed(self, source: str) -> bool:
+        record = self.records.get(source)
+        return record is None or self.step >= record.resume_at
+
+    def observe(self, source: str, tokens: int, seconds: float, target_only_rate: float) -> None:
+        self.step += 1
+        if source == "none":
+            return
+        r = self.records.setdefault(source, _SourceRecord())
+        r.tokens, r.seconds, r.steps = r.tokens + tokens, r.seconds + seconds, r.steps + 1
+        if r.steps < GUARD_WINDOW:
+            return
+        if r.tokens / r.seconds < target_only_rate * (1 - GUARD_TOLERANCE):
+            r.resume_at = self.step + r.gap
+            r.gap = min(2 * r.gap, GUARD_MAX_GAP)
+            self.backoffs += 1
+        else:
+            r.gap = GUARD_FIRST_GAP
+        r.tokens, r.seconds, r.steps = 0, 0.0, 0
+
+
+# --- scoring n-gram proposals after the fact ---------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    start: int  # context index of the first proposed token
+    match_bucket: int
+    tokens: list[int]
+
+
+class NgramScorer:
+    """Scores every n-gram proposal against the text that was really generated, drafted or not, so
+    the n-gram acceptance statistics grow on every step at no cost (HedgeSpec's idea). For a
+    one-hot draft, "the output went on with token d" has the same chance as "d would have been
+    accepted" (p(d) either way), so this is the acceptance estimate itself."""
+
+    def __init__(self, acceptance: Acceptance):
+        self.acceptance = acceptance
+        self.pending: list[_Pending] = []
+
+    def propose(self, start: int, match_bucket: int, tokens: list[int]) -> None:
+        if tokens:
+            self.pending.append(_Pending(start, match_bucket, list(tokens)))
+
+    def resolve(self, context: Sequence[int], final: bool = False) -> None:
+        """Judge the proposals the context has now gone past (all of them when final)."""
+        still = []
+        for p in self.pending:
+            known = len(context) - p.start
+            matched = 0
+            while matched < min(known, len(p.tokens)) and context[p.start + matched] == p.tokens[matched]:
+                matched += 1
+            if matched < min(known, len(p.tokens)):  # a mismatch: judged up to and including it
+                self.acceptance.record_run(p.match_bucket, matched + 1, matched)
+            elif matched == len(p.tokens) or final:  # all judged, or the generation ended
+                self.acceptance.record_run(p.match_bucket, matched, matched)
+            else:
+                still.append(p)
+        self.pending = still
+
+
+# --- the decision ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    source: str  # "none", "ngram" or "model"
+    k: int  # draft length (for the model: at most; it may stop earlier)
+    rate: float  # expected tokens per second
+    baseline: float  # tokens per second of a plain target step
+
+
+class AutoPolicy:
+    """What the auto drafter knows and decides: costs, acceptance per source, the guard."""
+
+    def __init__(self, target: CostTable, draft: CostTable | None = None):
+        self.target, self.draft = target, draft
+        self.ngram = Acceptance(ngram_prior)
+        self.model = Acceptance(confidence_prior)  # by the draft's confidence
+        self.model_marginal = Acceptance(lambda _: 0.7)  # by position only: before drafting
+        self.scorer = NgramScorer(self.ngram)
+        self.guard = Guard()
+
+    @property
+    def baseline(self) -> float:
+        return 1.0 / self.target.seconds(1)
+
+    def step_seconds(self, k: int, draft_seconds: float = 0.0) -> float:
+        return draft_seconds + self.target.seconds(k + 1)
+
+    # --- choosing a source and a length -----------------------------------------------------
+
+    def ngram_choice(self, match_length: int, available: int) -> Choice:
+        rates = self.ngram.rates(bucket(match_length, MATCH_EDGES), min(available, NGRAM_MAX))
+        return best_length(rates, self.step_seconds)
+
+    def model_choice(self, cap: int, catch_up: int) -> Choice:
+        """Expected value of drafting with the model (before seeing its confidence), including
+        the catch-up call for the `catch_up` context tokens it has not evaluated yet."""
+        rates = self.model_marginal.rates(0, min(cap, MODEL_MAX))
+        return best_length(rates, lambda k: self.step_seconds(k, self._model_seconds(k, catch_up)) if k else self.step_seconds(0))
+
+    def _model_seconds(self, k: int, catch_up: int) -> float:
+        # The first call evaluates the tokens the draft has not seen (at least the last one);
+        # each further draft token costs one one-token call. The last token is never evaluated.
+        return self.draft.seconds(max(1, catch_up)) + (k - 1) * self.draft.seconds(1)
+
+    def model_could_pay(self, cap: int = MODEL_MAX) -> bool:
+        """Could the draft model beat a plain target step even at OPTIMISTIC_MODEL_ACCEPTANCE, or
+        at what it has shown when that is better? If not, it is not worth a single call here."""
+        if self.draft is None:
+            return False
+        k_max = min(cap, MODEL_MAX)
+        learned = self.model_marginal.rates(0, k_max)
+        rates = [max(OPTIMISTIC_MODEL_ACCEPTANCE, a) for a in learned]
+        best = best_length(rates, lambda k: self.step_seconds(k, self._model_seconds(k, 1)) if k else self.step_seconds(0))
+        return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
+
+    def choose(self, ngram_match: int, ngram_available: int, model_ready: bool, cap: int, catch_up: int = 1) -> Plan:
+        """The plan for one step: n-gram copy (match of `ngram_match` tokens, `ngram_available`
+        tokens to copy), the draft model (when `model_ready`), or nothing."""
+        base = self.baseline
+        plans = [Plan("none", 0, base, base)]
+        if ngram_available and self.guard.allowed("ngram"):
+            c = self.ngram_choice(ngram_match, min(ngram_available, cap))
+            plans.append(Plan("ngram", c.k, c.rate, base))
+        if model_ready and self.draft is not None and self.guard.allowed("model"):
+            c = self.model_choice(cap, catch_up)
+            plans.append(Plan("model", c.k, c.rate, base))
+        best = max(plans, key=lambda p: p.rate)
+        if best.k == 0 or best.rate < base * (1 + MARGIN):
+            return plans[0]
+        return best
+
+    def model_keep_going(self, drafted: list[float], confidence: float, spent: float, cap: int) -> bool:
+        """While the draft model drafts: take one more token, whose draft confidence is
+        `confidence`, after `drafted` (the acceptance estimates of the tokens taken so far) in
+        `spent` seconds of drafting? Yes when the best expected rate of a step that includes it
+        (looking further ahead with the positional rates) beats stopping here. This is where the
+        drafter stops early once its confidence says the next token is likely rejected."""
+        k = len(drafted)
+        stop_rate = expected_tokens(drafted)[-1] / self.step_seconds(k, spent)
+        a = self.model.rate(bucket(confidence, CONFIDENCE_EDGES), k + 1)
+        future = self.model_marginal.rates(0, min(cap, MODEL_MAX))[k + 1 :]
+        rates = [*drafted, a, *future]
+        e = expected_tokens(rates)
+        one_call = self.draft.seconds(1)
+        for extra in range(0, len(future) + 1):
+            n = k + 1 + extra
+            if e[n] / self.step_seconds(n, spent + extra * one_call) > stop_rate:
+                return True
+        return False
+
+    # --- learning ---------------------------------------------------------------------------
+
+    def record_model(self, confidences: Sequence[float], accepted: int) -> None:
+        """The draft model proposed tokens with these confidences; the first `accepted` were
+        accepted, and the one after them (if any) rejected. Later ones were never judged."""
+        for j, conf in enumerate(confidences[: accepted + 1], start=1):
+            ok = j <= accepted
+            self.model.record(bucket(conf, CONFIDENCE_EDGES), j, ok)
+            self.model_marginal.record(0, j, ok)
+
+    def record_step(self, source: str, tokens: int, seconds: float) -> None:
+        self.guard.observe(source, tokens, seconds, self.baseline)
