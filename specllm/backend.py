@@ -63,6 +63,17 @@ def physical_cores() -> int:
     return max(1, len(siblings))
 
 
+def build_id() -> str:
+    """Which llama.cpp build runs: llama-cpp-python's version and its shared library's size and
+    modification time (a rebuild with other CMAKE_ARGS keeps the version but changes the file)."""
+    lib = Path(getattr(getattr(L.llama_cpp, "_lib", None), "_name", "") or "")
+    try:
+        st = lib.stat()
+        return f"llama-cpp-python {L.__version__} ({lib.name}:{st.st_size}:{st.st_mtime_ns})"
+    except OSError:
+        return f"llama-cpp-python {L.__version__}"
+
+
 def gpu_offload_supported() -> bool:
     return bool(L.llama_supports_gpu_offload())
 

@@ -22,3 +22,10 @@ def write_text_atomic(path: Path, text: str) -> None:
     with temp_beside(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+
+def cache_dir() -> Path:
+    """specllm's own cache: SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm."""
+    if os.environ.get("SPECLLM_CACHE"):
+        return Path(os.environ["SPECLLM_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "specllm"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .errors import SpecllmError
-from .files import temp_beside
+from .files import cache_dir, temp_beside
 from .gguf_header import check_gguf_header
 from .registry import ModelFile, Pair, find_model_file, get_pair, load_pairs
 
@@ -50,13 +50,6 @@ class _SourceFailed(Exception):
 
 
 # --- where things are --------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """specllm's own cache: SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm."""
-    if os.environ.get("SPECLLM_CACHE"):
-        return Path(os.environ["SPECLLM_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "specllm"
 
 
 def hf_cache_dir() -> Path:

@@ -1,0 +1,105 @@
+"""Call costs of the loaded models for the auto policy: measured once, cached on disk, refined.
+
+A calibration times target calls of a few widths (logits at every row, as a verify call asks) and
+draft calls of a few widths (one token drafts; wider ones are catch-up calls) on top of the real
+context: about a second or two for the default pair on a small CPU. The result is cached per model
+file (path, size, modification time), threads, GPU layers and llama.cpp build, so the next run
+starts calibrated; the engine keeps refining the table from its own timed calls (the machine's
+speed drifts) and writes it back after each generation.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from .backend import Model, ModelOptions, build_id, default_gpu_layers, physical_cores
+from .files import cache_dir, write_text_atomic
+from .policy import CostTable
+
+TARGET_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16)  # wider verify calls are learned when first used
+DRAFT_WIDTHS = (1, 2, 3, 5, 9)
+DRAFT_CONTEXT = 32  # the draft is timed on a short prefix: a draft that cannot pay costs no prefill
+CACHE_FILE = "calibration.json"
+CACHE_VERSION = 1
+
+
+def cache_path() -> Path:
+    return cache_dir() / CACHE_FILE
+
+
+def model_key(path: str | Path, options: ModelOptions) -> str:
+    """What a model's call costs depend on: the file, threads, GPU layers and the llama.cpp build
+    (known without loading the model)."""
+    path = Path(path).resolve()
+    try:
+        st = path.stat()
+        file_id = f"{path}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        file_id = str(path)
+    threads = options.n_threads or physical_cores()
+    layers = default_gpu_layers() if options.n_gpu_layers is None else options.n_gpu_layers
+    return f"{file_id}|threads={threads}|gpu_layers={layers}|{build_id()}"
+
+
+def load_costs(key: str) -> CostTable | None:
+    entry = _read(cache_path()).get(key)
+    try:
+        return CostTable.from_dict(entry) if entry else None
+    except (KeyError, TypeError, ValueError):
+        return None  # an entry this version cannot read: calibrate again
+
+
+def save_costs(tables: dict[str, CostTable]) -> None:
+    """Write the tables back. A cache that cannot be written only costs the next run a
+    calibration, so errors are ignored."""
+    path = cache_path()
+    data = _read(path)
+    data.update((key, table.to_dict()) for key, table in tables.items())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"version": CACHE_VERSION, "models": data}, indent=1))
+    except OSError:
+        pass
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("models"), dict):
+        return {}
+    return data["models"]
+
+
+def measure(model: Model, widths: tuple[int, ...], context: list[int], reps: int = 2) -> CostTable:
+    """Time calls of each width on top of `context` (its KV cache is left holding `context`), the
+    fastest of `reps` rounds (the first call of a width also sets up llama.cpp's graph for it).
+    One-token calls are timed three times as often: every other width is measured against them."""
+    wide = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
+    times = time_calls([(model, 1)] * 3 + [(model, w) for w in wide], context, reps, summary=min)
+    table = CostTable(min(times[:3]))
+    for w, t in zip(wide, times[3:]):
+        table.observe(w, t)
+    return table
+
+
+def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int, summary=statistics.median) -> list[float]:
+    """The median (or `summary`) of `reps` timings of each (model, n) call: n tokens after
+    `context`, logits for all n (and their argmax, part of every real step). Every round times every call, so a slow spell of a
+    busy machine spreads over all of them. Each model's cache is left holding `context`."""
+    feed_len = max(n for _, n in jobs)
+    feed = (context * (feed_len // max(1, len(context)) + 1))[-feed_len:]  # real token ids
+    for model in dict.fromkeys(m for m, _ in jobs):
+        model.sync(context)
+    samples: list[list[float]] = [[] for _ in jobs]
+    for _ in range(reps):
+        for (model, n), ts in zip(jobs, samples):
+            start = time.perf_counter()
+            model.eval(feed[:n], n).argmax(axis=1)
+            ts.append(time.perf_counter() - start)
+            model.truncate(len(context))
+    return [summary(ts) for ts in samples]
