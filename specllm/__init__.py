@@ -2,7 +2,7 @@
 
     import specllm
     engine = specllm.load(target="t.gguf", draft="d.gguf")
-    result = engine.generate("raw prompt text", max_tokens=64, temperature=0.0, drafter="model", gamma=4)
+    result = engine.generate("raw prompt text", max_tokens=64, temperature=0.0)   # drafter="auto"
     result.tokens, result.text, result.stats
 """
 
@@ -33,13 +33,22 @@ def load(
     n_threads: int | None = None,
     n_gpu_layers: int | None = None,
     draft_gpu_layers: int | None = None,
+    defer_draft: bool = False,
 ) -> Engine:
-    """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary)."""
-    from .backend import Model
+    """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With
+    defer_draft, only the draft's vocabulary is checked now and the model itself is loaded when a
+    generation first needs it: the `auto` drafter does not load a draft that cannot pay here."""
+    from .backend import Model, check_compatible
 
     target_model = Model(target, ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers))
-    draft_model = None
-    if draft is not None:
-        options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers)
-        draft_model = Model(draft, options)
-    return Engine(target_model, draft_model)
+    if draft is None:
+        return Engine(target_model)
+    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers)
+    if defer_draft:
+        vocabulary = Model(draft, vocab_only=True)
+        try:
+            check_compatible(target_model, vocabulary)  # refuse a bad pair now, not mid-chat
+        finally:
+            vocabulary.close()
+        return Engine(target_model, draft_file=(draft, options))
+    return Engine(target_model, Model(draft, options))

@@ -28,11 +28,18 @@ Target = Annotated[Optional[str], typer.Option("--target", "-m", help="Target GG
 Draft = Annotated[Optional[str], typer.Option("--draft", "-md", help="Draft GGUF: a path or hf:REPO/FILE.")]
 Drafter = Annotated[
     Optional[str],
-    typer.Option(help="model | ngram | none (target only). Default: model when a draft is given, else ngram."),
+    typer.Option(
+        help="auto | model | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
+        "the draft model or nothing each step, by measured costs; with --gamma alone: model when a "
+        "draft is given, else ngram."
+    ),
 ]
 Gamma = Annotated[
     Optional[int],
-    typer.Option("--gamma", "-g", help="Draft length: tokens proposed per step (default: the pair's, else 4).", show_default=False),
+    typer.Option(
+        "--gamma", "-g", show_default=False,
+        help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
+    ),
 ]
 DEFAULT_GAMMA = 4
 PairOption = Annotated[Optional[str], typer.Option("--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False)]
@@ -55,7 +62,7 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backen
 
 def load_engine(
     target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-    *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False,
+    *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
 ):  # fmt: skip
     """Find the models the options name (a pair, by default the default pair, or --target
     [--draft]), download what is missing, and load them; the draft only when the drafter needs it
@@ -66,18 +73,21 @@ def load_engine(
     target_path, draft_path, _ = resolve_models(
         pair, target, draft, source=source, offline=offline, models_file=models_file, check=False
     )
-    drafter = drafter or ("model" if draft_path else "ngram")
+    drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
-        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter ngram|none")
+        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|ngram|none")
     if verbose:
         report_backend(threads, gpu_layers)
+    # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
+    wanted = draft_path is not None and (drafter in ("model", "auto") or keep_draft)
     engine = load(
         str(target_path),
-        str(draft_path) if drafter == "model" or (keep_draft and draft_path) else None,
+        str(draft_path) if wanted else None,
         n_ctx=ctx_size,
         n_threads=threads,
         n_gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
+        defer_draft=drafter != "model",
     )
     return engine, drafter
 
@@ -86,15 +96,21 @@ def check_options(max_tokens, drafter, gamma, sampler: dict, stop=()) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
     from .engine import make_config
 
-    make_config(
-        max_tokens=max_tokens, stop=stop, drafter=drafter or "none",
-        gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler,
-    )  # fmt: skip
+    make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or "auto", gamma=gamma, **sampler)
 
 
-def resolve_gamma(gamma, pair, target, models_file) -> int:
-    """--gamma if given, else the pair's recommended draft length (4 for models given as files)."""
-    if gamma is not None:
+def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
+    """--drafter if given; with --gamma alone, the fixed drafter of before auto (model with a
+    draft, else ngram), so that `--gamma N` still means a fixed draft length; else auto."""
+    if drafter or gamma is None:
+        return drafter
+    return "model" if has_draft else "ngram"
+
+
+def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
+    """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
+    recommended draft length (4 for models given as files)."""
+    if gamma is not None or drafter == "auto":
         return gamma
     if target is not None:
         return DEFAULT_GAMMA
@@ -164,9 +180,9 @@ def run(
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-        pair=pair, source=source, offline=offline, models_file=models_file,
+        pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
     )  # fmt: skip
-    gamma = resolve_gamma(gamma, pair, target, models_file)
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     events = engine.stream(text, config, chat=chat_template, system=system)
     console = Console()
@@ -184,6 +200,8 @@ def run(
                 view.step(event)
         if not as_json:
             view.finish(result)
+    if verbose and result.stats.policy:
+        print(describe_policy(result.stats.policy), file=sys.stderr)
     if as_json:
         print(json.dumps(result_json(result, seed)))
 
@@ -223,12 +241,25 @@ def chat(
     check_options(max_tokens, drafter, gamma, sampler)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True,
+        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
     )  # fmt: skip
-    gamma = resolve_gamma(gamma, pair, target, models_file)
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     console = Console()
     repl(ChatSession(engine, config, system), console, use_live(no_live, console))
+
+
+def describe_policy(policy: dict) -> str:
+    """-v: where auto's costs came from and what they say."""
+    cal, target, draft = policy["calibration"], policy["target"], policy["draft"]
+    measured = ", ".join(cal["measured"])
+    how = f"measured ({measured}) in {cal['seconds']:.1f}s" if measured else "from the calibration cache"
+    V = ", ".join(f"V({n}) {v:.2f}" for n, v in target["V"].items())
+    line = f"auto: costs {how} ({cal['cache']}): target step {target['step_seconds'] * 1000:.1f} ms, {V}"
+    if draft:
+        verdict = "can pay here" if policy["model_could_pay"] else "cannot pay here: not used"
+        line += f"; draft step {draft['step_seconds'] * 1000:.1f} ms (c = {policy['c']:.2f}): the draft model {verdict}"
+    return line
 
 
 def result_json(result, seed: int) -> dict:

@@ -7,11 +7,13 @@ loop as speculative decoding, which keeps comparisons fair:
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backend import Model
+from .backend import Model, common_prefix
+from .policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, NGRAM_MAX, AutoPolicy, bucket
 from .sampling import SamplerSettings, candidates, dense, sample
 
 
@@ -22,6 +24,9 @@ class Draft:
     q: list[np.ndarray] | None = None
     calls: int = 0  # draft model evaluations spent on it
     seconds: float = 0.0
+    source: str = "none"  # which drafter proposed it: "none", "ngram" or "model"
+    confidences: list[float] = field(default_factory=list)  # the draft model's top probability per token
+    first_call: tuple[int, float] = (0, 0.0)  # the draft model's first call: (width, seconds)
 
 
 class NoDrafter:
@@ -32,11 +37,24 @@ class NoDrafter:
     def propose(self, context: list[int], gamma: int) -> Draft:
         return Draft()
 
+    def prefill(self, prompt: list[int]) -> None:
+        pass
+
+    def observe(self, draft: Draft, accepted: int, verify_seconds: float, context: list[int]) -> None:
+        """What verification made of the last proposal; `context` now holds the emitted tokens."""
+
+    def finish(self, context: list[int]) -> None:
+        """The generation ended."""
+
     def reset(self) -> None:
         pass
 
 
-class ModelDrafter:
+# (confidences of the tokens taken so far, confidence of the next one, seconds spent) -> take it?
+KeepGoing = Callable[[list[float], float, float], bool]
+
+
+class ModelDrafter(NoDrafter):
     """A small model with its own context, kept in step with the accepted tokens.
 
     Its KV cache is cut back to the common prefix with the new context at the start of each
@@ -58,29 +76,46 @@ class ModelDrafter:
         """Evaluate the prompt ahead of time (all but its last token, as the target does)."""
         self.model.sync(prompt[:-1])
 
-    def propose(self, context: list[int], gamma: int) -> Draft:
+    def catch_up(self, context: list[int]) -> int:
+        """How many context tokens the first call of a proposal has to evaluate."""
+        return max(1, len(context) - common_prefix(self.model.tokens, context))
+
+    def propose(self, context: list[int], gamma: int, keep_going: KeepGoing | None = None) -> Draft:
+        """Up to `gamma` tokens. `keep_going(confidences so far, next confidence, seconds spent)`,
+        when given, decides before each token whether to take it (the auto policy stops early)."""
         start = time.perf_counter()
         gamma = min(gamma, self.model.n_ctx - len(context))
         if gamma <= 0:
-            return Draft()
+            return Draft(source=self.name)
+        width = self.catch_up(context)
         logits = self.model.sync(context, n_logits=1)[0]
-        tokens, rows, calls = [], [], 1
+        first_call = (width, time.perf_counter() - start)
+        tokens, rows, confidences, calls = [], [], [], 1
         while True:
-            token, q = self._choose(logits)
-            tokens.append(token)
-            if q is not None:
-                rows.append(q)
+            ids, p = candidates(logits, self.sampler)  # greedy: the argmax alone
+            if keep_going is not None:
+                confidence = _top_probability(logits) if self.sampler.greedy else float(p[0])
+                if not keep_going(confidences, confidence, time.perf_counter() - start):
+                    break
+                confidences.append(confidence)
+            if self.sampler.greedy:
+                tokens.append(int(ids[0]))  # q is one-hot
+            else:
+                tokens.append(int(ids[sample(p, self.rng)]))
+                rows.append(dense(ids, p, logits.size))
             if len(tokens) == gamma:
                 break
-            logits = self.model.eval([token], 1)[0]
+            logits = self.model.eval([tokens[-1]], 1)[0]
             calls += 1
-        return Draft(tokens, rows or None, calls, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return Draft(tokens, rows or None, calls, seconds, self.name, confidences, first_call)
 
-    def _choose(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
-        if self.sampler.greedy:
-            return int(np.argmax(logits)), None  # greedy: q is one-hot
-        ids, p = candidates(logits, self.sampler)
-        return int(ids[sample(p, self.rng)]), dense(ids, p, logits.size)
+
+def _top_probability(logits: np.ndarray) -> float:
+    """The raw softmax's top probability: the draft's confidence when decoding greedily (where
+    the processed distribution is always one-hot)."""
+    x = logits - logits.max()
+    return float(1.0 / np.exp(x, dtype=np.float64).sum())
 
 
 # When does an n-gram draft pay? A target call on k+1 tokens costs V(k+1) one-token calls. On a GPU
@@ -95,16 +130,18 @@ GPU_MIN_MATCH = 2
 _MATCH_CAP = 64  # how far back a repeat is measured: long enough to tell, short enough to be cheap
 
 
-class NgramDrafter:
-    """Prompt lookup: find the latest earlier occurrence of the last n tokens (longest n first)
-    and, when the text before it repeats for at least `min_match` tokens, propose the tokens that
-    followed it. No model, no distribution (one-hot q).
+class NgramDrafter(NoDrafter):
+    """Prompt lookup: find the earlier occurrences of the last n tokens (longest n first), take the
+    one preceded by the longest verbatim repeat of the text before them, and, when that repeat is
+    at least `min_match` tokens, propose the tokens that followed it. No model, no distribution
+    (one-hot q).
 
-    An index from each n-gram to its latest end position is kept up to date incrementally, so a
-    proposal costs O(gamma + min_match) whatever the length of the context.
+    An index from each n-gram to its latest end positions is kept up to date incrementally, so a
+    proposal costs O(gamma + occurrences x repeat) whatever the length of the context.
     """
 
     name = "ngram"
+    OCCURRENCES = 8  # latest end positions kept per n-gram: the longest repeat among them wins
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2, min_match: int = CPU_MIN_MATCH):
         self.sizes = range(max_ngram, min_ngram - 1, -1)
@@ -113,18 +150,27 @@ class NgramDrafter:
 
     def reset(self) -> None:
         self._seen: list[int] = []
-        self._last_end: dict[tuple[int, ...], int] = {}  # n-gram -> index after its latest end
+        self._ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> indices after its latest ends
 
     def propose(self, context: list[int], gamma: int) -> Draft:
         start = time.perf_counter()
+        repeat, tokens = self.lookup(context, gamma)
+        if repeat < self.min_match:
+            tokens = []
+        return Draft(tokens, None, 0, time.perf_counter() - start, self.name)
+
+    def lookup(self, context: list[int], gamma: int) -> tuple[int, list[int]]:
+        """(repeat length, up to `gamma` tokens that followed it) of the best earlier occurrence
+        of the context's last n-gram; (0, []) when there is none."""
         self._index(context)
         for n in self.sizes:
             if len(context) <= n:
                 continue
-            end = self._last_end.get(tuple(context[-n:]))
-            if end is not None and _repeat_length(context, end) >= self.min_match:
-                return Draft(context[end : end + gamma], None, 0, time.perf_counter() - start)
-        return Draft(seconds=time.perf_counter() - start)
+            ends = self._ends.get(tuple(context[-n:]))
+            if ends:
+                repeat, end = max((_repeat_length(context, e), e) for e in ends)
+                return repeat, context[end : end + gamma]
+        return 0, []
 
     def _index(self, context: list[int]) -> None:
         """Index every n-gram ending before the last token (the last one is what we look up)."""
@@ -133,7 +179,10 @@ class NgramDrafter:
         for end in range(max(len(self._seen), 1), len(context)):
             for n in self.sizes:
                 if end >= n:
-                    self._last_end[tuple(context[end - n : end])] = end
+                    ends = self._ends.setdefault(tuple(context[end - n : end]), [])
+                    ends.append(end)
+                    if len(ends) > self.OCCURRENCES:
+                        del ends[0]
         self._seen = list(context)
 
 
@@ -143,3 +192,61 @@ def _repeat_length(context: list[int], end: int) -> int:
     while n < _MATCH_CAP and end - 1 - n >= 0 and context[end - 1 - n] == context[last - n]:
         n += 1
     return n
+
+
+class AutoDrafter(NoDrafter):
+    """The `auto` policy's drafter: each step, an n-gram copy, the draft model or nothing,
+    whichever promises the most tokens per second (policy.AutoPolicy decides; this class only
+    gathers what it needs, runs the chosen drafter and reports back).
+
+    `model` is None when there is no draft model or the policy found that it cannot pay on this
+    machine: then it costs nothing at all (no prefill, no catch-up calls)."""
+
+    name = "auto"
+
+    def __init__(self, policy: AutoPolicy, model: ModelDrafter | None):
+        self.policy = policy
+        self.model = model
+        self.ngram = NgramDrafter(min_match=0)  # the policy judges every match, however short
+
+    def prefill(self, prompt: list[int]) -> None:
+        if self._model_ready():
+            self.model.prefill(prompt)
+
+    def _model_ready(self) -> bool:
+        return self.model is not None and self.policy.model_could_pay()
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        start = time.perf_counter()
+        policy = self.policy
+        policy.scorer.resolve(context)
+        repeat, copy = self.ngram.lookup(context, min(gamma, NGRAM_MAX))
+        policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
+        ready = self._model_ready()
+        plan = policy.choose(repeat, len(copy), ready, gamma, self.model.catch_up(context) if ready else 1)
+        if plan.source == "model":
+            decided = time.perf_counter()
+            draft = self.model.propose(context, min(gamma, MODEL_MAX), self._keep_going)
+            draft.seconds += decided - start  # the lookup and the decision are drafting time too
+            return draft
+        tokens = copy[: plan.k] if plan.source == "ngram" else []
+        return Draft(tokens, None, 0, time.perf_counter() - start, plan.source)
+
+    def _keep_going(self, confidences: list[float], confidence: float, spent: float) -> bool:
+        rates = [self.policy.model.rate(bucket(c, CONFIDENCE_EDGES), j) for j, c in enumerate(confidences, 1)]
+        return self.policy.model_keep_going(rates, confidence, spent, MODEL_MAX)
+
+    def observe(self, draft: Draft, accepted: int, verify_seconds: float, context: list[int]) -> None:
+        policy = self.policy
+        policy.target.observe(len(draft.tokens) + 1, verify_seconds)
+        if draft.source == "model" and policy.draft is not None:
+            width, first = draft.first_call
+            policy.draft.observe(width, first)
+            if draft.calls > 1:
+                policy.draft.observe(1, (draft.seconds - first) / (draft.calls - 1))
+            policy.record_model(draft.confidences, accepted)
+        emitted = min(accepted, len(draft.tokens)) + 1
+        policy.record_step(draft.source, emitted, draft.seconds + verify_seconds)
+
+    def finish(self, context: list[int]) -> None:
+        self.policy.scorer.resolve(context, final=True)

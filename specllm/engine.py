@@ -6,35 +6,49 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 
 import time
 from collections.abc import Iterable, Iterator
+from itertools import zip_longest
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .backend import Model, check_compatible, common_prefix
-from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, Draft, ModelDrafter, NgramDrafter, NoDrafter
+from . import calibration
+from .backend import Model, ModelOptions, check_compatible, common_prefix
+from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .sampling import SamplerSettings, distribution
+from .policy import NGRAM_MAX, AutoPolicy
 from .speculative import verify_greedy, verify_sampled
 from .text import TextStream
 
-DRAFTERS = ("model", "ngram", "none")
+DRAFTERS = ("auto", "model", "ngram", "none")
+FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
+    """`drafter="auto"` chooses the source and length of every draft (up to `gamma` tokens when
+    given); a fixed drafter ("model", "ngram", "none") drafts `gamma` tokens (default 4) each step."""
+
     max_tokens: int = 256
     sampler: SamplerSettings = SamplerSettings()
-    drafter: str = "model"
-    gamma: int = 4
+    drafter: str = "auto"
+    gamma: int | None = None
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.max_tokens < 1:
             raise SpecllmError(f"max tokens must be >= 1, got {self.max_tokens}")
-        if self.gamma < 1:
+        if self.gamma is not None and self.gamma < 1:
             raise SpecllmError(f"gamma (draft length) must be >= 1, got {self.gamma}")
         if self.drafter not in DRAFTERS:
             raise SpecllmError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
+
+    @property
+    def draft_length(self) -> int:
+        """The longest draft of a step."""
+        if self.gamma is not None:
+            return self.gamma
+        return NGRAM_MAX if self.drafter == "auto" else FIXED_GAMMA
 
 
 @dataclass
@@ -52,6 +66,11 @@ class Stats:
     decode_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    calibration_seconds: float = 0.0  # auto: timing the models' calls (0 when the cache had it)
+    # per drafting source ("none", "ngram", "model"): steps, drafted and accepted tokens
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
+    # auto: the cost estimates at the end and where they came from; None for a fixed drafter
+    policy: dict | None = None
 
     @property
     def acceptance_rate(self) -> float:
@@ -66,7 +85,11 @@ class Stats:
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def record(self, drafted: int, accepted: int, source: str = "none") -> None:
+        counts = self.sources.setdefault(source, {"steps": 0, "drafted": 0, "accepted": 0})
+        counts["steps"] += 1
+        counts["drafted"] += drafted
+        counts["accepted"] += accepted
         grow = drafted - len(self.drafted_per_position)
         if grow > 0:
             self.drafted_per_position += [0] * grow
@@ -78,8 +101,14 @@ class Stats:
         self.n_accepted += accepted
         self.target_calls += 1
 
+    def source_shares(self) -> dict[str, float]:
+        """The fraction of steps each source drafted (nothing drafted counts as "none")."""
+        steps = sum(c["steps"] for c in self.sources.values())
+        return {name: c["steps"] / steps for name, c in self.sources.items()} if steps else {}
+
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
+        d["sources"] = {name: dict(c) for name, c in self.sources.items()}
         d.update(
             acceptance_rate=self.acceptance_rate,
             mean_accepted_length=self.mean_accepted_length,
@@ -89,17 +118,26 @@ class Stats:
 
 
 def aggregate(stats: Iterable[Stats]) -> Stats:
-    """Sum of several generations' stats (counts, seconds, per-position counts)."""
+    """Sum of several generations' stats (counts, seconds, per-position and per-source counts;
+    the latest policy estimates)."""
     total = Stats()
     for s in stats:
         for f in fields(Stats):
             a, b = getattr(total, f.name), getattr(s, f.name)
-            if isinstance(a, list):
-                n = max(len(a), len(b))
-                setattr(total, f.name, [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)])
+            if f.name == "policy":
+                value = b if b is not None else a
+            elif f.name == "sources":
+                value = {k: _add_counts(a.get(k, {}), b.get(k, {})) for k in dict.fromkeys([*a, *b])}
+            elif isinstance(a, list):
+                value = [x + y for x, y in zip_longest(a, b, fillvalue=0)]
             else:
-                setattr(total, f.name, a + b)
+                value = a + b
+            setattr(total, f.name, value)
     return total
+
+
+def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in dict.fromkeys([*a, *b])}
 
 
 @dataclass(frozen=True)
@@ -113,6 +151,7 @@ class Step:
     token_text: str  # text the target's own token added
     rejected_text: str  # the rejected draft tokens, for display only
     stats: "Stats"
+    source: str = "none"  # which drafter proposed the draft: "none", "ngram" or "model"
 
 
 @dataclass
@@ -129,18 +168,99 @@ class Finished:
 
 
 class Engine:
-    """A loaded target (and optional draft model) that can generate many times."""
+    """A loaded target (and optional draft model) that can generate many times.
 
-    def __init__(self, target: Model, draft: Model | None = None):
+    `draft_file` (a path and its ModelOptions) names a draft to load only when first needed: the
+    auto policy does not load a draft model that its cached costs say cannot pay on this machine.
+    The auto policy's state (costs, acceptance statistics, guard) lives here, so it carries over
+    from one generation to the next."""
+
+    def __init__(self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None):
         if draft is not None:
             check_compatible(target, draft)
         self.target = target
         self.draft = draft
+        self.draft_file = draft_file if draft is None else None
+        self.policy: AutoPolicy | None = None
+        self.calibration: dict = {}  # how the auto policy's costs were obtained
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None or self.draft_file is not None
+
+    def load_draft(self) -> Model | None:
+        """The draft model, loaded now if it was deferred."""
+        if self.draft is None and self.draft_file is not None:
+            path, options = self.draft_file
+            draft = Model(path, options)
+            try:
+                check_compatible(self.target, draft)
+            except SpecllmError:
+                draft.close()
+                raise
+            self.draft, self.draft_file = draft, None
+        return self.draft
 
     def close(self) -> None:
         for model in (self.target, self.draft):
             if model is not None:
                 model.close()
+
+    # --- the auto policy's costs ------------------------------------------------------------
+
+    def auto_policy(self, context: list[int]) -> AutoPolicy:
+        """The auto policy, created on first use with the models' call costs: from the on-disk
+        calibration cache, else measured now on top of `context` (held by the target's KV cache)."""
+        if self.policy is None:
+            start, measured = time.perf_counter(), []
+            target = calibration.load_costs(self._key(self.target))
+            if target is None:
+                target = calibration.measure(self.target, calibration.TARGET_WIDTHS, context)
+                measured.append("target")
+            draft = None
+            if self.has_draft:
+                draft = calibration.load_costs(self._draft_key())
+                if draft is None:
+                    model = self.load_draft()
+                    draft = calibration.measure(model, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+                    measured.append("draft")
+            self.policy = AutoPolicy(target, draft)
+            self.calibration = {
+                "measured": measured,  # [] when both came from the cache
+                "seconds": time.perf_counter() - start,
+                "cache": str(calibration.cache_path()),
+            }
+        return self.policy
+
+    def save_costs(self) -> None:
+        if self.policy is not None:
+            tables = {self._key(self.target): self.policy.target}
+            if self.policy.draft is not None and self.has_draft:
+                tables[self._draft_key()] = self.policy.draft
+            calibration.save_costs(tables)
+
+    def policy_report(self) -> dict | None:
+        """The auto policy's cost estimates now, for --json and -v."""
+        p = self.policy
+        if p is None:
+            return None
+        return {
+            "calibration": dict(self.calibration),
+            "target": p.target.to_dict(),
+            "draft": p.draft.to_dict() if p.draft else None,
+            "c": p.draft.step_seconds / p.target.step_seconds if p.draft else None,
+            "model_could_pay": p.model_could_pay(),
+            "guard_backoffs": p.guard.backoffs,
+        }
+
+    @staticmethod
+    def _key(model: Model) -> str:
+        return calibration.model_key(model.path, model.options)
+
+    def _draft_key(self) -> str:
+        if self.draft is not None:
+            return self._key(self.draft)
+        return calibration.model_key(*self.draft_file)
 
     # --- prompts ----------------------------------------------------------------------------
 
@@ -221,7 +341,7 @@ class _Run:
                 f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}: "
                 "raise --ctx-size or shorten the prompt"
             )
-        self.target, self.config, self.sampler = target, config, config.sampler
+        self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
@@ -232,9 +352,11 @@ class _Run:
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
         if name == "model":
-            if engine.draft is None:
+            if not engine.has_draft:
                 raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
-            return ModelDrafter(engine.draft, self.sampler, self.rng)
+            return ModelDrafter(engine.load_draft(), self.sampler, self.rng)
+        if name == "auto":
+            return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
         if name == "ngram":
             return NgramDrafter(min_match=GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH)
         return NoDrafter()
@@ -250,9 +372,13 @@ class _Run:
                 reason = "context_full"
                 break
             budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
-            step, reason = self._step(min(self.config.gamma, room, budget))
+            step, reason = self._step(min(self.config.draft_length, room, budget))
             self.stats.decode_seconds = time.perf_counter() - start
             yield step
+        self.drafter.finish(self.context)
+        if self.config.drafter == "auto":
+            self.engine.save_costs()
+            self.stats.policy = self.engine.policy_report()
         tail = self.text.finish()
         if tail:
             yield Step([], 0, -1, "", tail, "", self.stats)
@@ -264,23 +390,38 @@ class _Run:
         # Whatever the KV cache already holds of this prompt (an earlier turn) is reused.
         self.stats.prefill_tokens = len(self.context) - 1 - common_prefix(self.target.tokens, self.context[:-1])
         self.target.sync(self.context[:-1])
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.prefill(self.context)
-        self.stats.prefill_seconds = time.perf_counter() - start
+        if self.config.drafter == "auto":
+            self.drafter = self._auto_drafter()
+        self.drafter.prefill(self.context)
+        self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds
+
+    def _auto_drafter(self) -> AutoDrafter:
+        engine, first = self.engine, self.engine.policy is None
+        policy = engine.auto_policy(self.context[:-1])
+        if first:
+            self.stats.calibration_seconds = engine.calibration["seconds"]
+        model = None
+        if policy.model_could_pay() and engine.load_draft() is not None:
+            model = ModelDrafter(engine.draft, self.sampler, self.rng)
+        return AutoDrafter(policy, model)
 
     def _step(self, gamma: int) -> tuple[Step, str | None]:
         draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()
         draft.tokens = draft.tokens[:gamma]
         t0 = time.perf_counter()
         verdict = self._verify(draft)
-        self.stats.verify_seconds += time.perf_counter() - t0
+        verify_seconds = time.perf_counter() - t0
+        self.stats.verify_seconds += verify_seconds
         self.stats.draft_seconds += draft.seconds
         self.stats.draft_calls += draft.calls
-        self.stats.record(len(draft.tokens), verdict.n_accepted)
+        source = draft.source if draft.tokens or draft.calls else "none"
+        self.stats.record(len(draft.tokens), verdict.n_accepted, source)
         kept = draft.tokens[: verdict.n_accepted]
         # The target evaluated [last, d_1..d_k]; keep only what was accepted.
         self.target.truncate(len(self.context) + len(kept))
-        return self._emit(draft.tokens, kept, verdict.token)
+        step, reason = self._emit(draft.tokens, kept, verdict.token, source)
+        self.drafter.observe(draft, verdict.n_accepted, verify_seconds, self.context)
+        return step, reason
 
     def _verify(self, draft: Draft):
         n = len(draft.tokens)
@@ -289,7 +430,7 @@ class _Run:
             return verify_greedy(draft.tokens, [int(i) for i in logits.argmax(axis=1)])
         return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
 
-    def _emit(self, drafted: list[int], kept: list[int], token: int) -> tuple[Step, str | None]:
+    def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops."""
         accepted_text, reason = "", None
         for tok in kept:
@@ -305,7 +446,7 @@ class _Run:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
         rejected = self.target.detokenize(drafted[len(kept) :]).decode("utf-8", errors="replace")
-        return Step(drafted, len(kept), token, accepted_text, token_text, rejected, self.stats), reason
+        return Step(drafted, len(kept), token, accepted_text, token_text, rejected, self.stats, source), reason
 
     def _append(self, token: int) -> str:
         if self.target.is_eog(token):

@@ -27,12 +27,23 @@ def use_live(no_live: bool, console: Console) -> bool:
     return not no_live and console.is_terminal and "NO_COLOR" not in os.environ
 
 
+SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "none": "none"}
+
+
 def status_line(stats: Stats, drafter: str) -> str:
     line = f"{stats.tokens_per_second:.1f} tok/s · {stats.generated_tokens} tokens"
     if drafter != "none":
         acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else "- (nothing drafted yet)"
         line += f" · acceptance {acceptance} · {stats.mean_accepted_length:.2f} tokens/target call"
+    if drafter == "auto":
+        line += " · " + source_mix(stats)
     return line
+
+
+def source_mix(stats: Stats) -> str:
+    """What auto drafted with, e.g. "auto: n-gram 31%, model 0%, none 69% of steps"."""
+    shares = stats.source_shares()
+    return "auto: " + ", ".join(f"{label} {shares.get(name, 0.0):.0%}" for name, label in SOURCE_NAMES.items()) + " of steps"
 
 
 def summary(result: Result, drafter: str) -> str:

@@ -39,6 +39,15 @@ class TinyModels:
     truncated: Path
 
 
+@pytest.fixture(autouse=True)
+def _own_specllm_cache(request, tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's specllm cache (the auto policy's calibration lives
+    there): every test gets an empty one of its own unless it sets SPECLLM_CACHE itself. The slow
+    tests use the real one, where the real model pair is cached."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("SPECLLM_CACHE", str(tmp_path_factory.mktemp("specllm-cache")))
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     d = tmp_path_factory.mktemp("tiny_models")

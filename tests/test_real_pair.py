@@ -28,14 +28,16 @@ def engine():
     e.close()
 
 
-@pytest.mark.parametrize("drafter,gamma", [("model", 4), ("ngram", 4), ("model", 2)])
+@pytest.mark.parametrize("drafter,gamma", [("model", 4), ("ngram", 4), ("model", 2), ("auto", None)])
 def test_greedy_speculative_matches_target_only_but_at_near_ties(engine, drafter, gamma):
     drafted = 0
     for prompt in PROMPTS:
         ids = engine.prompt_tokens(prompt, chat=True)
         expected = engine.generate(ids, max_tokens=48, temperature=0, drafter="none").tokens
         result = engine.generate(ids, max_tokens=48, temperature=0, drafter=drafter, gamma=gamma)
+        assert sum(s["steps"] for s in result.stats.sources.values()) == result.stats.target_calls
         drafted += result.stats.n_drafted
         divergence = check_fidelity(engine.target, ids, expected, result.tokens)
         assert divergence is None or divergence["kind"] == NEAR_TIE, divergence
-    assert drafted > 0
+    if drafter != "auto":  # auto may rightly draft nothing in 48 tokens on a CPU
+        assert drafted > 0
