@@ -11,8 +11,9 @@ Order of a run, all on the same loaded models:
 3. for each prompt, target-only and then each configuration (drafter, gamma), with the same
    sampler settings and seed; each generation starts from empty KV caches, so prefill is timed
    alike; speeds are decode tokens/s;
-4. fidelity (greedy only): each output is compared with target-only token for token, and a
-   divergence is explained by the target's own one-token logits at that position.
+4. fidelity (greedy only): each output is compared with target-only token for token; at a
+   divergence the speculative run's target calls are replayed, and the divergence is a near-tie
+   only if the call that produced it, in the same batch shape, gives the speculative token.
 
 The predicted speedup is DESIGN.md's E / (k*c + V(k+1)), averaged over the draft lengths k the run
 actually proposed (an n-gram drafter proposes nothing when it finds no match; the last steps of a
@@ -40,14 +41,14 @@ from .errors import SpecllmError
 from .files import write_text_atomic
 from .sampling import SamplerSettings
 
-# A greedy speculative output that leaves target-only output where the target's two competing
-# tokens are closer than this (in logits, measured with one-token-at-a-time evaluation) is a
-# "near-tie": llama.cpp's logits depend on the batch shape, and a verify call on several tokens
-# can round differently from a one-token call. With the Q4_K_M Qwen2.5-Coder pair on an AVX-512
-# CPU, calls on >= 4 tokens moved logits by up to ~0.66 (the weight-repacking kernels accumulate
-# in another order), so flips happen below ~0.7; 1.0 leaves a margin over that. On the tiny F32
-# test models the difference is < 7e-3. A divergence at a larger gap cannot be rounding: a bug.
-NEAR_TIE_GAP = 1.0
+# How a greedy divergence from target-only output is judged. llama.cpp's logits depend on the
+# batch shape: a verify call on several tokens can round differently from a one-token call (with
+# the Q4_K_M Qwen2.5-Coder pair on an AVX-512 CPU, by up to ~0.66 logits; on the tiny F32 test
+# models by < 7e-3), and where the target's top two tokens are that close a greedy choice can flip.
+# A gap threshold cannot tell such a flip from a bug that emits the runner-up (most positions of
+# a real model have a runner-up within a logit or two), so the verify call that produced the
+# divergent token is replayed exactly: a "near-tie" is a flip the target itself makes in that
+# call; a divergence it does not reproduce is a "bug", however close the logits.
 NEAR_TIE, BUG = "near-tie", "bug"
 
 # A speedup within this of 1.0 is a draw, not a win: timings on a busy machine move this much.
@@ -228,12 +229,18 @@ class PromptRun:
     prompt_tokens: list[int]
     result: Result
     emitted: list[int]  # result.tokens plus the end-of-generation token when it stopped on one
-    steps: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per target call
+    # (drafted tokens, accepted) per target call: enough to replay the run's target calls
+    calls: list[tuple[list[int], int]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[tuple[int, int]]:
+        """(drafted, accepted) per target call."""
+        return [(len(drafted), accepted) for drafted, accepted in self.calls]
 
 
 def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configuration, settings: BenchSettings,
             max_tokens: int | None = None) -> PromptRun:  # fmt: skip
-    """One generation from empty KV caches, collecting each step's draft length and acceptance."""
+    """One generation from empty KV caches, collecting each step's draft and acceptance."""
     gen = GenerationConfig(
         max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
         sampler=settings.sampler,
@@ -244,18 +251,18 @@ def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configurati
     for model in (engine.target, engine.draft):
         if model is not None:
             model.truncate(0)
-    steps, emitted, result = [], [], None
+    calls, emitted, result = [], [], None
     for event in engine.stream(tokens, gen):
         if isinstance(event, Finished):
             result = event.result
         elif event.drafted or event.token != -1:
-            steps.append((len(event.drafted), event.accepted))
+            calls.append((list(event.drafted), event.accepted))
             emitted += event.drafted[: event.accepted] + ([event.token] if event.token != -1 else [])
     # The engine stops at the first end-of-generation token and never lists it in result.tokens;
     # keep it here, so an output that stops early is told apart from one that goes on.
     n = len(result.tokens)
     emitted = emitted[: n + 1] if result.stop_reason == "eos" else result.tokens
-    return PromptRun(index, prompt, tokens, result, list(emitted), steps)
+    return PromptRun(index, prompt, tokens, result, list(emitted), calls)
 
 
 # --- calibration -----------------------------------------------------------------------------
@@ -306,7 +313,9 @@ def _time_calls(jobs: list[tuple[Model, int]], context: list[int], feed: list[in
 
 def reference_logits(target: Model, prompt_tokens: list[int], generated: list[int]) -> np.ndarray:
     """The target's logits for the token after prompt + generated, computed as target-only decoding
-    computes them: the prompt but its last token in one batch, then one token per call."""
+    computes them: from an empty KV cache, the prompt but its last token in one batch, then one
+    token per call."""
+    target.truncate(0)
     target.sync(prompt_tokens[:-1])
     row = None
     for token in [prompt_tokens[-1], *generated]:
@@ -314,10 +323,42 @@ def reference_logits(target: Model, prompt_tokens: list[int], generated: list[in
     return np.array(row, dtype=np.float64)
 
 
-def check_fidelity(target: Model, prompt_tokens: list[int], reference: list[int], candidate: list[int]) -> dict | None:
+def replay_logits(
+    target: Model, prompt_tokens: list[int], output: list[int], calls: list[tuple[list[int], int]], pos: int
+) -> tuple[np.ndarray, dict] | None:
+    """The target's logits for output[pos] as the speculative run computed them: its target calls
+    replayed from an empty KV cache (the same prefill, then each call on [last token, draft] with
+    every row's logits asked for, cut back to what it accepted), up to the call that produced
+    position pos; that call's row for it, and where it was (call index, width, row). The KV cache
+    then holds what it held in the run, computed in the same batch shapes. None when no call
+    produced position pos."""
+    target.truncate(0)
+    target.sync(prompt_tokens[:-1])
+    done = 0  # output tokens before this call
+    for index, (drafted, accepted) in enumerate(calls):
+        # A draft id the target does not have is rejected without being shown to the target.
+        drafted = next((drafted[:i] for i, t in enumerate(drafted) if t >= target.n_vocab), drafted)
+        context = prompt_tokens + output[:done]
+        logits = target.eval([context[-1], *drafted], len(drafted) + 1)
+        if pos <= done + accepted:  # this call emitted output[done .. done + accepted]
+            row = pos - done
+            return np.array(logits[row], dtype=np.float64), {"index": index, "width": len(drafted) + 1, "row": row}
+        target.truncate(len(context) + accepted)
+        done += accepted + 1  # the accepted draft tokens and the target's own token
+    return None
+
+
+def check_fidelity(
+    target: Model, prompt_tokens: list[int], reference: list[int], candidate: list[int],
+    calls: list[tuple[list[int], int]],
+) -> dict | None:  # fmt: skip
     """None when the candidate output equals the reference (target-only) output token for token;
     otherwise the first divergence: its position, both tokens, the target's top-2 gap there and the
-    gap between the two competing tokens, classified NEAR_TIE (below NEAR_TIE_GAP) or BUG."""
+    gap between the two competing tokens (both in one-token evaluation), and the verdict. `calls`
+    are the candidate run's (drafted tokens, accepted) per target call: the call that produced the
+    divergent token is replayed in its batch shape (replay_logits). NEAR_TIE when the target's
+    argmax there is the speculative token (llama.cpp's rounding in that shape flipped a close
+    call); BUG otherwise: the speculative loop emitted a token its own target call did not pick."""
     if candidate == reference:
         return None
     pos = common_prefix(reference, candidate)
@@ -329,6 +370,8 @@ def check_fidelity(target: Model, prompt_tokens: list[int], reference: list[int]
     gap = None
     if ref_tok is not None and cand_tok is not None:
         gap = abs(float(logits[ref_tok] - logits[cand_tok]))
+    replayed = replay_logits(target, prompt_tokens, candidate, calls, pos) if gap is not None else None
+    batch_argmax = None if replayed is None else int(np.argmax(replayed[0]))
 
     def piece(tok):
         return None if tok is None else target.piece(tok).decode("utf-8", errors="replace")
@@ -343,7 +386,11 @@ def check_fidelity(target: Model, prompt_tokens: list[int], reference: list[int]
         "gap": gap,  # |target logit of its own token - that of the speculative token|
         "speculative_rank": None if cand_tok is None else int(np.sum(logits > logits[cand_tok])),
         "reference_argmax": top1,  # != target_token: target-only was not reproduced here either
-        "kind": NEAR_TIE if gap is not None and gap < NEAR_TIE_GAP else BUG,
+        "call": None if replayed is None else replayed[1],  # the replayed verify call: index, width, row
+        "batch_argmax": batch_argmax,  # the target's choice in that call
+        # speculative minus target-only token's logit in that call: > 0 where the call flips them
+        "batch_gap": None if replayed is None else float(replayed[0][cand_tok] - replayed[0][ref_tok]),
+        "kind": NEAR_TIE if batch_argmax is not None and batch_argmax == cand_tok else BUG,
     }
 
 
@@ -395,7 +442,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     for config in settings.configurations:
         if greedy:
             divergences[config] = [
-                check_fidelity(engine.target, run.prompt_tokens, ref.emitted, run.emitted)
+                check_fidelity(engine.target, run.prompt_tokens, ref.emitted, run.emitted, run.calls)
                 for ref, run in zip(baseline, runs[config])
             ]
     progress("done", total, total)
@@ -411,7 +458,6 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
         "calibration": calibration,
         "c": calibration["c"],
         "V": calibration["V"],
-        "near_tie_gap": NEAR_TIE_GAP,
         "timing_check": timing_check(baseline, calibration),
         "results": results,
         "best": best,

@@ -164,10 +164,11 @@ def divergence_table(results: dict) -> Table | None:
     table = Table(
         title="Divergences from target-only output (first differing token)", title_justify="left", box=box.SIMPLE_HEAD
     )
-    for name in ("configuration", "prompt", "position", "target-only", "speculative", "top-2 gap", "gap", "kind"):
-        table.add_column(name, justify="right" if name in ("position", "top-2 gap", "gap") else "left")
+    numbers = ("position", "top-2 gap", "gap", "call row")
+    for name in ("configuration", "prompt", "position", "target-only", "speculative", *numbers[1:], "kind"):
+        table.add_column(name, justify="right" if name in numbers else "left")
     for config, d in rows:
-        kind = d["kind"]
+        kind, call = d["kind"], d["call"]
         table.add_row(
             config,
             f"{d['category']} #{d['prompt_index'] + 1}",
@@ -176,11 +177,13 @@ def divergence_table(results: dict) -> Table | None:
             repr(d["speculative_piece"]) if d["speculative_piece"] is not None else "end",
             f"{d['top2_gap']:.3f}",
             "—" if d["gap"] is None else f"{d['gap']:.3f}",
+            "—" if call is None else f"{call['row'] + 1} of {call['width']}",
             Text(kind, style="yellow" if kind == NEAR_TIE else "bold red"),
         )
     table.caption = (
-        f"near-tie: the two tokens are within {results['near_tie_gap']} logits in the target's own "
-        "one-token evaluation, where batch-shape rounding can flip a greedy choice; bug: a larger gap"
+        "gaps: in the target's one-token evaluation · call row: where the token was in the verify call"
+        " that emitted it · near-tie: that call, replayed in the same batch shape, picks the speculative"
+        " token itself (llama.cpp's rounding flipped a close choice); bug: it picks another token"
     )
     return table
 
@@ -336,9 +339,9 @@ def _fidelity_sentences(results: dict) -> list[str]:
         return [f"Fidelity: all {compared} greedy speculative outputs matched target-only token for token."]
     line = f"Fidelity: {matched} of {compared} greedy speculative outputs matched target-only token for token"
     if near:
-        line += f"; {near} diverged at a near-tie (batch-shape rounding of close logits, expected)"
+        line += f"; {near} diverged at a near-tie (the target's own verify call flips a close choice, expected)"
     if bugs:
-        line += f"; {bugs} diverged where the target's choice was clear: a BUG, see the divergences table"
+        line += f"; {bugs} diverged where the replayed verify call chose another token: a BUG (see divergences)"
     return [line + "."]
 
 

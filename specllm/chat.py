@@ -21,10 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .backend import common_prefix
 from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate
 from .errors import SpecllmError
 from .files import write_text_atomic
+from .sampling import default_seed
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Turn:
     stop_reason: str = ""  # eos, max_tokens, context_full, or interrupted (the partial reply kept)
     stats: Stats | None = None
     in_context: bool = True  # False once dropped to make room in the context
+    seed: int | None = None  # this turn's own seed, derived from the session's (turn_seed)
 
     def messages(self) -> list[dict]:
         return [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
@@ -44,6 +48,7 @@ class Turn:
         d = {"user": self.user, "reply": self.reply, "stop_reason": self.stop_reason}
         d["interrupted"] = self.stop_reason == "interrupted"
         d["dropped_from_context"] = not self.in_context
+        d["seed"] = self.seed
         d["stats"] = self.stats.to_dict() if self.stats else None
         return d
 
@@ -93,7 +98,12 @@ class ChatSession:
 
     def __init__(self, engine: Engine, config: GenerationConfig, system: str | None = None):
         self.engine = engine
-        self.config = config
+        # One seed for the whole session (config.sampler.seed, shown in /stats and /save); each
+        # reply draws from its own stream derived from it (turn_seed), so no two replies repeat
+        # one random stream, not even the same message after /reset.
+        seed = default_seed(config.sampler.seed)
+        self.config = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, seed=seed))
+        self.replies_started = 0  # every reply of the session, /reset or not: the next stream's index
         self.system = system or None
         self.turns: list[Turn] = []  # the conversation since the last /reset, dropped turns included
         self.all_stats: list[Stats] = []  # every turn of the session, for /stats
@@ -123,8 +133,11 @@ class ChatSession:
         (KeyboardInterrupt inside, or the consumer closing this generator): a partial reply is kept,
         marked "interrupted"; a reply stopped before its first token is dropped with its message."""
         result, stats, pieces = None, None, []
+        prepared.turn.seed = turn_seed(self.config.sampler.seed, self.replies_started)
+        self.replies_started += 1
+        sampler = dataclasses.replace(self.config.sampler, seed=prepared.turn.seed)
         try:
-            for event in self.engine.stream(prepared.tokens, self.config):
+            for event in self.engine.stream(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)):
                 if isinstance(event, Finished):
                     result = event.result
                 else:
@@ -329,6 +342,13 @@ class ChatSession:
             f"drafter {c.drafter} · gamma {c.gamma} · temperature {c.sampler.temperature:g} · "
             f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
         ]
+
+
+def turn_seed(session_seed: int, index: int) -> int:
+    """The seed of a session's index-th reply: child `index` of the session seed's SeedSequence
+    (numpy's way to derive independent streams), so replaying a session with its seed replays
+    every reply."""
+    return int(np.random.SeedSequence(session_seed, spawn_key=(index,)).generate_state(1)[0])
 
 
 def _parse(kind, arg: str, usage: str):

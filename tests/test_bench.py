@@ -14,6 +14,7 @@ from rich.console import Console
 
 import specllm
 from specllm import bench as b
+from specllm import engine as engine_module
 from specllm.bench_view import explanation, render
 from specllm.engine import Stats
 from specllm.errors import SpecllmError
@@ -191,7 +192,7 @@ def test_bench_results_have_every_field(results, engine, tmp_path):
                 "expected_tokens_per_call", "break_even_c", "by_category", "by_drafter"):  # fmt: skip
         assert key in results["best"]
 
-    # The tiny models' batch-shape differences (< 7e-3) are far below NEAR_TIE_GAP: never a bug.
+    # Every speculative token is what its own verify call picked: never a bug.
     for r in results["results"][1:]:
         assert r["overall"]["fidelity"]["bugs"] == 0
 
@@ -231,67 +232,144 @@ def test_model_drafter_needs_a_draft(tiny_models):
 
 # --- fidelity ----------------------------------------------------------------------------------
 
+MODEL_G3 = b.Configuration("model", 3)
 
-def reference_gaps(engine, run: b.PromptRun) -> list[np.ndarray]:
+
+def one_token_logits(engine, run: b.PromptRun) -> list[np.ndarray]:
     """The target's one-token logits before each emitted token of a target-only run."""
     return [b.reference_logits(engine.target, run.prompt_tokens, run.emitted[:i]) for i in range(len(run.emitted))]
+
+
+def top2_gaps(logits: list[np.ndarray]) -> list[float]:
+    return [float(np.sort(row)[-1] - np.sort(row)[-2]) for row in logits]
 
 
 @pytest.fixture(scope="module")
 def reference(engine):
     run = b.run_one(engine, 0, SMALL_SUITE[0], b.BASELINE, settings(max_tokens=24))
-    return run, reference_gaps(engine, run)
+    return run, one_token_logits(engine, run)
 
 
-def test_equal_outputs_pass(engine, reference):
-    run, _ = reference
-    assert b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, list(run.emitted)) is None
+@pytest.fixture(scope="module")
+def speculative(engine, reference):
+    run = b.run_one(engine, 0, SMALL_SUITE[0], MODEL_G3, settings(max_tokens=24))
+    assert run.emitted == reference[0].emitted  # no flip on this prompt: the cases below are planted
+    return run
 
 
-def test_planted_divergence_at_a_clear_choice_is_a_bug(engine, reference):
+def test_equal_outputs_pass(engine, speculative):
+    run = speculative
+    assert b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, list(run.emitted), run.calls) is None
+
+
+def test_replay_rebuilds_the_verify_call_of_every_position(engine, speculative):
+    """replay_logits finds the call that emitted each position and its row there: the target's
+    argmax in the replayed call is the token the run emitted."""
+    run = speculative
+    assert any(len(drafted) == 3 and accepted >= 2 for drafted, accepted in run.calls)
+    rows = []
+    for pos, token in enumerate(run.emitted):
+        logits, call = b.replay_logits(engine.target, run.prompt_tokens, run.emitted, run.calls, pos)
+        drafted, accepted = run.calls[call["index"]]
+        assert call["width"] == len(drafted) + 1 and call["row"] <= accepted
+        assert int(np.argmax(logits)) == token
+        rows.append(call["row"])
+    assert sorted(set(rows))[:3] == [0, 1, 2]  # accepted draft tokens and target tokens alike
+    assert b.replay_logits(engine.target, run.prompt_tokens, run.emitted, run.calls, len(run.emitted)) is None
+
+
+def test_replay_never_shows_the_target_a_draft_id_it_does_not_have(engine, speculative):
+    """A draft from a larger vocabulary can propose an id past the target's: it is rejected without
+    being evaluated, so the replayed call ends before it."""
+    run, past_vocab = speculative, engine.target.n_vocab + 5
+    calls = [(d[:a] + [past_vocab] + d[a + 1 :], a) if a < len(d) else (d, a) for d, a in run.calls]
+    assert calls != run.calls
+    for pos, token in enumerate(run.emitted):
+        logits, call = b.replay_logits(engine.target, run.prompt_tokens, run.emitted, calls, pos)
+        drafted, accepted = calls[call["index"]]
+        assert call["width"] == (accepted + 1 if past_vocab in drafted else len(drafted) + 1)
+        assert int(np.argmax(logits)) == token
+
+
+def test_planted_divergence_at_a_clear_choice_is_a_bug(engine, reference, speculative):
     run, logits = reference
     pos = 5
     planted = list(run.emitted)
     planted[pos] = int(np.argmin(logits[pos]))  # the target's least likely token
     planted[pos + 1 :] = run.emitted[pos + 2 :] + [run.emitted[0]]  # and it goes on differently
-    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, planted)
+    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, planted, speculative.calls)
     assert d["position"] == pos and d["kind"] == b.BUG
-    assert d["target_token"] == run.emitted[pos] == d["reference_argmax"]
+    assert d["target_token"] == run.emitted[pos] == d["reference_argmax"] == d["batch_argmax"]
     assert d["speculative_token"] == planted[pos]
-    assert d["gap"] > b.NEAR_TIE_GAP and d["speculative_rank"] > 100
+    assert d["gap"] > 1.0 and d["speculative_rank"] > 100 and d["batch_gap"] < -1.0
 
 
-def test_planted_runner_up_at_a_near_tie_is_a_near_tie(engine, reference):
+def test_a_verifier_that_picks_the_runner_up_at_a_close_call_is_a_bug(engine, reference, monkeypatch):
+    """The bug a gap threshold let through: the speculative loop emits the target's second-best
+    token where it is within a logit of the best (as on most positions of a real model). The
+    verify call that emitted it, replayed, picks the best token: a bug, not a near-tie."""
     run, logits = reference
-    gaps = [np.sort(row)[-1] - np.sort(row)[-2] for row in logits]
+    gaps = top2_gaps(logits)
+    pos = next(i for i, gap in enumerate(gaps) if i > 0 and 0.05 < gap < 1.0)
+    runner_up = int(np.argsort(logits[pos])[-2])
+    real_verify = engine_module.verify_greedy
+    done = 0  # output tokens emitted before the current call
+
+    def picks_the_runner_up(draft, argmax):
+        nonlocal done
+        row = pos - done
+        if 0 <= row < len(argmax):
+            argmax = [*argmax[:row], runner_up, *argmax[row + 1 :]]
+        verdict = real_verify(draft, argmax)
+        done += verdict.n_accepted + 1
+        return verdict
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_module, "verify_greedy", picks_the_runner_up)
+        buggy = b.run_one(engine, 0, SMALL_SUITE[0], MODEL_G3, settings(max_tokens=24))
+    assert buggy.emitted[:pos] == run.emitted[:pos] and buggy.emitted[pos] == runner_up
+    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, buggy.emitted, buggy.calls)
+    assert d["position"] == pos and d["speculative_rank"] == 1 and d["gap"] == pytest.approx(gaps[pos], abs=1e-3)
+    assert d["gap"] < 1.0  # the old rule (a near-tie: within 1 logit) let this through
+    assert d["batch_argmax"] == run.emitted[pos] and d["batch_gap"] < 0 and d["kind"] == b.BUG
+
+
+def test_a_divergence_its_verify_call_reproduces_is_a_near_tie(engine, reference, speculative):
+    """A constructed case, whatever the build's rounding: target-only output made to take the
+    runner-up at the closest call (as if its one-token rounding had gone the other way). The
+    speculative token there is what its own verify call picks: a near-tie."""
+    run, logits = reference
+    gaps = top2_gaps(logits)
     pos = int(np.argmin(gaps))
-    assert gaps[pos] < b.NEAR_TIE_GAP, "no close call in this output to plant a flip at"
-    planted = list(run.emitted)
-    planted[pos] = int(np.argsort(logits[pos])[-2])  # what a batch-rounding flip would emit
-    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, planted)
-    assert d["position"] == pos and d["kind"] == b.NEAR_TIE
-    assert d["speculative_rank"] == 1
-    assert d["gap"] == pytest.approx(d["top2_gap"]) == pytest.approx(gaps[pos], abs=1e-3)
+    runner_up = int(np.argsort(logits[pos])[-2])
+    constructed = run.emitted[:pos] + [runner_up]
+    d = b.check_fidelity(engine.target, run.prompt_tokens, constructed, speculative.emitted, speculative.calls)
+    assert d["position"] == pos and d["speculative_token"] == speculative.emitted[pos] == d["batch_argmax"]
+    assert d["batch_gap"] > 0 and d["kind"] == b.NEAR_TIE
 
 
 def test_a_real_batch_rounding_flip_is_a_near_tie(engine):
     """Found by search on the tiny models (n_threads=1): with an 8-token draft, the verify call's
-    rounding flips a greedy choice whose top-2 gap is ~1e-4, 43 tokens in."""
+    rounding flips a greedy choice whose top-2 gap is ~1e-4, 43 tokens in. The replayed call
+    reproduces the flip."""
     prompt = b.BenchPrompt("class get x")
     s = settings(max_tokens=48)
     ref = b.run_one(engine, 0, prompt, b.BASELINE, s)
     run = b.run_one(engine, 0, prompt, b.Configuration("model", 8), s)
-    d = b.check_fidelity(engine.target, ref.prompt_tokens, ref.emitted, run.emitted)
+    d = b.check_fidelity(engine.target, ref.prompt_tokens, ref.emitted, run.emitted, run.calls)
     if d is None:
         pytest.skip("this llama.cpp build does not flip here (the check itself is tested above)")
     assert d["kind"] == b.NEAR_TIE and d["speculative_rank"] == 1 and d["top2_gap"] < 0.01
+    assert d["reference_argmax"] == d["target_token"] and d["batch_argmax"] == d["speculative_token"]
+    assert d["call"]["width"] > 1 and d["batch_gap"] > 0
 
 
 def test_early_end_of_generation_is_a_divergence(engine, reference):
     run, _ = reference
     eos = engine.target.eos
-    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, run.emitted[:7] + [eos])
-    assert d["position"] == 7 and d["speculative_token"] == eos and d["kind"] in (b.BUG, b.NEAR_TIE)
+    d = b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, run.emitted[:7] + [eos], run.calls)
+    assert d["position"] == 7 and d["speculative_token"] == eos and d["kind"] == b.BUG
+    assert d["call"] == {"index": 7, "width": 1, "row": 0} and d["batch_argmax"] == run.emitted[7]
 
 
 def test_bench_reports_a_planted_divergence(engine, monkeypatch):

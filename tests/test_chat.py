@@ -13,6 +13,7 @@ import pytest
 import specllm
 import tiny_models as tm
 from specllm.backend import common_prefix
+from specllm import chat
 from specllm.chat import ChatSession, is_command
 from specllm.engine import Finished, make_config
 
@@ -349,3 +350,43 @@ def test_stats_and_save(tmp_path, engines):
     assert saved["messages"][0] == {"role": "system", "content": SYSTEM} and len(saved["messages"]) == 7
     assert saved["settings"]["seed"] == 7 and saved["settings"]["drafter"] == "model"
     assert saved["session"]["generated_tokens"] == totals["generated_tokens"]
+
+
+def sampled(**kw):
+    return make_config(**{"max_tokens": 16, "temperature": 1.0, "drafter": "model", "gamma": 3, **kw})
+
+
+def replay_session(engine, seed):
+    """One scripted session at temperature 1: the same message twice, /reset, the same message."""
+    session = ChatSession(engine, sampled(seed=seed), system=SYSTEM)
+    assert engine.target.tokens == engine.draft.tokens == []
+    replies = [session.send("Hello world").tokens, session.send("Hello world").tokens]
+    session.command("/reset")
+    replies.append(session.send("Hello world").tokens)
+    return session, replies
+
+
+def test_each_reply_continues_the_sessions_random_stream(engines, tmp_path):
+    engine, _ = engines
+    session, replies = replay_session(engine, seed=11)
+    first, second, after_reset = replies
+    assert second != first
+    # Same prompt tokens as the first turn (the same message after /reset), yet its own draws.
+    assert after_reset != first
+    assert [t.seed for t in session.turns] == [chat.turn_seed(11, 2)] and chat.turn_seed(11, 0) != chat.turn_seed(11, 1)
+    # The whole session replayed with its seed, from empty KV caches as the first, replays every reply.
+    engine.target.truncate(0)
+    engine.draft.truncate(0)
+    assert replay_session(engine, seed=11)[1] == replies
+    # The session's one seed is what /stats and /save show.
+    assert "seed 11" in session.command("/stats").text
+    session.command(f"/save {tmp_path / 's.json'}")
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["settings"]["seed"] == 11 and saved["turns"][0]["seed"] == chat.turn_seed(11, 2)
+
+
+def test_a_session_without_a_seed_gets_one_and_shows_it(engines):
+    engine, _ = engines
+    session = ChatSession(engine, sampled())
+    seed = session.config.sampler.seed
+    assert isinstance(seed, int) and f"seed {seed}" in session.command("/stats").text

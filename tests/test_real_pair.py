@@ -4,7 +4,7 @@ the package-index mirror) and checked for greedy fidelity. Minutes the first tim
 import pytest
 
 import specllm
-from specllm.bench import NEAR_TIE, check_fidelity
+from specllm.bench import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
 from specllm.hub import resolve_models
 
 pytestmark = pytest.mark.slow
@@ -30,14 +30,16 @@ def engine():
 
 @pytest.mark.parametrize("drafter,gamma", [("model", 4), ("ngram", 4), ("model", 2), ("auto", None)])
 def test_greedy_speculative_matches_target_only_but_at_near_ties(engine, drafter, gamma):
+    config = Configuration(drafter, gamma)
+    settings = BenchSettings(configurations=(config,), max_tokens=48)  # greedy
     drafted = 0
-    for prompt in PROMPTS:
-        ids = engine.prompt_tokens(prompt, chat=True)
-        expected = engine.generate(ids, max_tokens=48, temperature=0, drafter="none").tokens
-        result = engine.generate(ids, max_tokens=48, temperature=0, drafter=drafter, gamma=gamma)
-        assert sum(s["steps"] for s in result.stats.sources.values()) == result.stats.target_calls
-        drafted += result.stats.n_drafted
-        divergence = check_fidelity(engine.target, ids, expected, result.tokens)
+    for i, text in enumerate(PROMPTS):
+        prompt = BenchPrompt(text)
+        expected = run_one(engine, i, prompt, BASELINE, settings)
+        run = run_one(engine, i, prompt, config, settings)
+        drafted += run.result.stats.n_drafted
+        assert sum(s["steps"] for s in run.result.stats.sources.values()) == run.result.stats.target_calls
+        divergence = check_fidelity(engine.target, run.prompt_tokens, expected.emitted, run.emitted, run.calls)
         assert divergence is None or divergence["kind"] == NEAR_TIE, divergence
     if drafter != "auto":  # auto may rightly draft nothing in 48 tokens on a CPU
         assert drafted > 0
