@@ -62,7 +62,7 @@ UNSTABLE_SPREAD = 1.5
 WARMUP_TOKENS = 16
 CALIBRATION_REPS = 5
 DEFAULT_CATEGORY = "uncategorized"
-DRAFTER_CHOICES = ("model", "ngram")
+DRAFTER_CHOICES = ("auto", "model", "ngram")
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -162,19 +162,22 @@ def categories_of(prompts: Iterable) -> list[str]:
 
 @dataclass(frozen=True)
 class Configuration:
-    drafter: str  # "none" (target-only), "model" or "ngram"
-    gamma: int = 0
+    drafter: str  # "none" (target-only), "auto", "model" or "ngram"
+    gamma: int | None = 0  # auto: None, it chooses each draft's length
 
     @property
     def name(self) -> str:
-        return "target-only" if self.drafter == "none" else f"{self.drafter} g={self.gamma}"
+        if self.drafter in ("none", "auto"):
+            return "target-only" if self.drafter == "none" else "auto"
+        return f"{self.drafter} g={self.gamma}"
 
 
 BASELINE = Configuration("none", 0)
 
 
 def configurations(drafters: Iterable[str], gammas: Iterable[int]) -> list[Configuration]:
-    """Every drafter with every gamma, in the order given ("none" is the baseline, always run)."""
+    """Every fixed drafter with every gamma, and auto once (it chooses its own draft lengths), in
+    the order given ("none" is the baseline, always run)."""
     gammas = list(dict.fromkeys(gammas))
     for g in gammas:
         if isinstance(g, bool) or not isinstance(g, int) or g < 1:
@@ -185,7 +188,7 @@ def configurations(drafters: Iterable[str], gammas: Iterable[int]) -> list[Confi
             raise SpecllmError(f"unknown drafter {d!r}: use {', '.join(DRAFTER_CHOICES)} (target-only always runs)")
     if not drafters or not gammas:
         raise SpecllmError("nothing to compare: give at least one drafter and one gamma")
-    return [Configuration(d, g) for d in drafters for g in gammas]
+    return [Configuration(d, None) if d == "auto" else Configuration(d, g) for d in drafters for g in (gammas if d != "auto" else [None])]
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -213,7 +216,8 @@ class BenchSettings:
 
     @property
     def max_gamma(self) -> int:
-        return max(c.gamma for c in self.configurations)
+        """The longest fixed draft (4 when only auto runs: calibration still shows V(2..5))."""
+        return max((c.gamma for c in self.configurations if c.gamma), default=4)
 
 
 Progress = Callable[[str, int, int], None]  # (description, completed, total)
@@ -245,7 +249,7 @@ def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configurati
         max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
         sampler=settings.sampler,
         drafter=config.drafter,
-        gamma=max(config.gamma, 1),
+        gamma=None if config.drafter == "auto" else max(config.gamma, 1),
     )
     tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
     for model in (engine.target, engine.draft):
@@ -404,7 +408,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     configuration its overall, per-category and per-prompt results, then the best configuration."""
     if not prompts:
         raise SpecllmError("no prompts to run")
-    if any(c.drafter == "model" for c in settings.configurations) and engine.draft is None:
+    if any(c.drafter == "model" for c in settings.configurations) and not engine.has_draft:
         raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
@@ -562,10 +566,13 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
         "predicted_speedup": None,
         "fidelity": None,
     }
-    if config != BASELINE:
+    if config.drafter == "auto":  # mixed sources and lengths: no one-formula prediction
+        out.update(alpha=per_token_acceptance(steps), chose=stats.source_shares())
+    elif config != BASELINE:
         alpha = per_token_acceptance(steps)
         c = _draft_cost_ratio(config, stats, calibration)
         out.update(alpha=alpha, c=c, predicted_speedup=predicted_speedup(steps, alpha, c, calibration["V"]))
+    if config != BASELINE:
         if greedy and divergences is not None:
             out["fidelity"] = _fidelity_summary(runs, divergences)
     return out
@@ -611,9 +618,10 @@ def _best(results: list[dict], calibration: dict) -> dict:
         "recommended": top["configuration"] if wins else BASELINE.name,
         "target_only_tokens_per_second": baseline["overall"]["stats"]["tokens_per_second"],
         "tokens_per_second": o["stats"]["tokens_per_second"],
-        **_cost_terms(top, baseline, calibration),
+        **(_cost_terms(top, baseline, calibration) if top["drafter"] != "auto" else {}),
         "by_category": {},
         "by_drafter": {},
+        "auto": _auto_against_fixed(speculative),
     }
     for cat in baseline["categories"]:
         r = fastest(speculative, lambda r: r["categories"][cat])
@@ -623,7 +631,7 @@ def _best(results: list[dict], calibration: dict) -> dict:
             "speedup": s["speedup"],
             "wins": (s["speedup"] or 0.0) >= 1 + NOISE and s["stats"]["n_accepted"] > 0,
         }
-    for drafter in dict.fromkeys(r["drafter"] for r in speculative):
+    for drafter in dict.fromkeys(r["drafter"] for r in speculative if r["drafter"] != "auto"):
         r = fastest([r for r in speculative if r["drafter"] == drafter], lambda r: r["overall"])
         best["by_drafter"][drafter] = {
             "configuration": r["configuration"],
@@ -632,6 +640,33 @@ def _best(results: list[dict], calibration: dict) -> dict:
             **_cost_terms(r, baseline, calibration),
         }
     return best
+
+
+def _auto_against_fixed(speculative: list[dict]) -> dict | None:
+    """How auto did against the best fixed configuration, overall and per category, and what it
+    chose (the share of steps each source drafted)."""
+    auto = next((r for r in speculative if r["drafter"] == "auto"), None)
+    fixed = [r for r in speculative if r["drafter"] != "auto"]
+    if auto is None:
+        return None
+
+    def versus(pick) -> dict:
+        mine = pick(auto)["speedup"] or 0.0
+        top = max(fixed, key=lambda r: pick(r)["speedup"] or 0.0) if fixed else None
+        theirs = (pick(top)["speedup"] or 0.0) if top else None
+        return {
+            "speedup": mine,
+            "chose": pick(auto)["chose"],
+            "best_fixed": top["configuration"] if top else None,
+            "best_fixed_speedup": theirs,
+            "matches_best_fixed": theirs is None or mine >= theirs - NOISE,
+            "beats_every_fixed": theirs is None or mine > theirs,
+        }
+
+    return {
+        "overall": versus(lambda r: r["overall"]),
+        "by_category": {cat: versus(lambda r, cat=cat: r["categories"][cat]) for cat in auto["categories"]},
+    }
 
 
 def _cost_terms(result: dict, baseline: dict, calibration: dict) -> dict:

@@ -251,6 +251,8 @@ def explanation(results: dict) -> list[str]:
     lines.append(costs)
     for drafter, d in best["by_drafter"].items():
         lines.append(_why(drafter, d))
+    if best.get("auto"):
+        lines.append(_auto_sentence(best["auto"]))
     lines += _what_would_win(results)
     lines += _fidelity_sentences(results)
     return lines
@@ -277,6 +279,27 @@ def _why(drafter: str, d: dict) -> str:
             f"{d['measured_step_cost']:.2f} target-only steps."
         )
     return text + ("" if text.endswith(".") else ".")
+
+
+def _auto_sentence(auto: dict) -> str:
+    """What auto chose and how it did against the best fixed configuration, per category."""
+    o = auto["overall"]
+    text = f"auto: {_x(o['speedup'])} measured, drafting with {_mix(o['chose'])}"
+    if o["best_fixed"] is None:
+        return text + "."
+    verdict = "beats" if o["beats_every_fixed"] else ("matches" if o["matches_best_fixed"] else "trails")
+    text += f"; it {verdict} the best fixed configuration overall ({o['best_fixed']}, {_x(o['best_fixed_speedup'])})"
+    cats = auto["by_category"]
+    short = [f"{cat} ({_x(v['speedup'])} against {v['best_fixed']} {_x(v['best_fixed_speedup'])})"
+             for cat, v in cats.items() if not v["matches_best_fixed"]]  # fmt: skip
+    matched = len(cats) - len(short)
+    text += f" and matches the best of each category within {NOISE:.0%} in {matched} of {len(cats)}"
+    return text + (f"; it falls short in {', '.join(short)}." if short else ".")
+
+
+def _mix(shares: dict) -> str:
+    names = {"ngram": "n-gram copies", "model": "the draft model", "none": "nothing"}
+    return ", ".join(f"{label} on {shares.get(key, 0.0):.0%}" for key, label in names.items()) + " of steps"
 
 
 def _what_would_win(results: dict) -> list[str]:
@@ -317,7 +340,10 @@ def _what_would_win(results: dict) -> list[str]:
             line += f"; n-gram drafting wins where the answer repeats text it has seen ({', '.join(copying)})"
         lines.append(line + ".")
     if best["wins"]:
-        lines.append(f"Use --drafter {best['drafter']} --gamma {best['gamma']} on this machine.")
+        if best["drafter"] == "auto":
+            lines.append("Use auto, the default drafter, on this machine.")
+        else:
+            lines.append(f"Use --drafter {best['drafter']} --gamma {best['gamma']} on this machine.")
     elif winners:
         lines.append("Use target-only decoding (--drafter none) here, except for prompts like those above.")
     else:

@@ -298,7 +298,7 @@ def bench(
     models_file: ModelsFileOption = None,
     drafter: Annotated[
         Optional[str],
-        typer.Option(help="Drafters to compare, comma-separated: model,ngram. Default: model,ngram with --draft, else ngram."),
+        typer.Option(help="Drafters to compare, comma-separated: auto,model,ngram. Default: auto,model,ngram with a draft, else auto,ngram."),
     ] = None,
     gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
     prompts: Annotated[
@@ -336,13 +336,13 @@ def bench(
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
     cats = b.parse_list(categories, "category") if categories else None
     suite = b.select_prompts(suite, cats, per_category)
-    need = None if wanted is None else ("model" if "model" in wanted else "ngram")
-    engine, loaded = load_engine(
+    need = None if wanted is None else ("model" if "model" in wanted else wanted[0])
+    engine, _ = load_engine(
         target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file,
     )  # fmt: skip
-    # Default: both drafters when there is a draft model, n-gram lookup alone otherwise.
-    drafters = wanted or (["model", "ngram"] if loaded == "model" else ["ngram"])
+    # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
+    drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])
     settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler)
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)

@@ -113,6 +113,8 @@ def test_select_prompts():
 def test_configurations():
     configs = b.configurations(["model", "none", "ngram", "model"], [2, 4, 2])
     assert [c.name for c in configs] == ["model g=2", "model g=4", "ngram g=2", "ngram g=4"]
+    configs = b.configurations(["auto", "ngram"], [2, 4])  # auto chooses its own lengths: once
+    assert [(c.name, c.gamma) for c in configs] == [("auto", None), ("ngram g=2", 2), ("ngram g=4", 4)]
     assert b.parse_gammas(" 1, 2,8 ") == [1, 2, 8]
     with pytest.raises(SpecllmError, match="comma-separated integers"):
         b.parse_gammas("1,two")
@@ -469,15 +471,15 @@ def test_cli_bench(tiny_models, tmp_path, monkeypatch, capsys):
     cli.main()
     data = json.loads(out.read_text())
     assert data["settings"]["seed"] == 7 and data["settings"]["prompts"] == 1
-    assert data["settings"]["configurations"] == ["model g=1", "model g=2", "ngram g=1", "ngram g=2"]
-    assert "Overall (1 prompt)" in capsys.readouterr().out  # default drafters with --draft: model,ngram
+    assert data["settings"]["configurations"] == ["auto", "model g=1", "model g=2", "ngram g=1", "ngram g=2"]
+    assert "Overall (1 prompt)" in capsys.readouterr().out  # default drafters with --draft: auto,model,ngram
 
     argv = ["specllm", "bench", "--target", str(tiny_models.target), "--prompts", str(prompts), "--gamma", "3",
             "--max-tokens", "4", "--threads", "1", "--ctx-size", "512", "--json", str(out)]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     cli.main()
     data = json.loads(out.read_text())
-    assert data["settings"]["configurations"] == ["ngram g=3"] and data["models"]["draft"] is None
+    assert data["settings"]["configurations"] == ["auto", "ngram g=3"] and data["models"]["draft"] is None
 
 
 def test_cli_bench_reports_a_malformed_prompt_file(tiny_models, tmp_path, monkeypatch, capsys):
@@ -491,3 +493,25 @@ def test_cli_bench_reports_a_malformed_prompt_file(tiny_models, tmp_path, monkey
         cli.main()
     assert e.value.code == 1
     assert "line 2: \"prompt\" must be a non-empty string" in capsys.readouterr().err
+
+
+def test_bench_compares_auto_with_the_fixed_configurations(engine):
+    config = settings(configurations=tuple(b.configurations(["auto", "ngram"], [2])))
+    out = b.run_bench(engine, SMALL_SUITE, config)
+    auto = out["results"][1]
+    assert auto["configuration"] == "auto" and auto["gamma"] is None
+    for summary in [auto["overall"], *auto["categories"].values()]:
+        assert set(summary["stats"]) == STAT_NAMES
+        shares = summary["chose"]
+        assert set(shares) <= {"none", "ngram", "model"} and sum(shares.values()) == pytest.approx(1.0)
+        assert summary["predicted_speedup"] is None  # mixed sources and lengths: no single formula
+        assert summary["fidelity"]["compared"] == summary["prompts"] and summary["fidelity"]["bugs"] == 0
+    versus = out["best"]["auto"]
+    assert versus["overall"]["best_fixed"] == "ngram g=2"
+    assert versus["overall"]["speedup"] == auto["overall"]["speedup"]
+    assert list(versus["by_category"]) == ["code", "edit", "chat"]
+    for cat, v in versus["by_category"].items():
+        assert v["matches_best_fixed"] == (v["speedup"] >= v["best_fixed_speedup"] - b.NOISE)
+    assert "auto" not in out["best"]["by_drafter"]
+    sentence = next(line for line in explanation(out) if line.startswith("auto: "))
+    assert "drafting with n-gram copies on" in sentence and "ngram g=2" in sentence
