@@ -29,7 +29,16 @@ from typing import Callable, Iterator, Sequence
 from .errors import SpecllmError
 from .files import temp_beside
 from .gguf_header import check_gguf_header
-from .registry import ModelFile, Pair, find_model_file, get_pair, load_pairs
+from .registry import (
+    ModelFile,
+    Pair,
+    file_problem,
+    find_model_file,
+    get_pair,
+    load_pairs,
+    repo_problem,
+    revision_problem,
+)
 
 
 class Source(str, Enum):
@@ -412,6 +421,10 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
     repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
     repo, _, revision = repo.partition("@")
+    for field, problem in (("repository", repo_problem(repo)), ("file", file_problem(file)),
+                           ("revision", revision and revision_problem(revision))):  # fmt: skip
+        if problem:
+            raise SpecllmError(f"bad model {spec!r}: the {field} {problem}")
     if not revision:
         curated = find_model_file(repo, file, load_pairs() if pairs is None else pairs)
         if curated is not None:

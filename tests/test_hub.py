@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -200,6 +201,12 @@ def test_parse_model_spec(isolated, tiny_models):
             hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="model file not found"):
         hub.parse_model_spec("./no/such/model.gguf")
+    # parts that would become paths outside the caches
+    for bad, field in (("hf:a/b/../x.gguf", "file"), ("hf:a/b/./x.gguf", "file"),
+                       ("hf:a/b@../../x/m.gguf", "file"), ("hf:a/b@..%2F/m.gguf", "revision"),
+                       ("hf:a/..@v1/m.gguf", "repository"), ("hf:a/-b/m.gguf", "repository")):  # fmt: skip
+        with pytest.raises(SpecllmError, match=f"^bad model '{re.escape(bad)}': the {field} must be "):
+            hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="not a GGUF"):
         hub.parse_model_spec(str(tiny_models.not_gguf))
 
@@ -357,3 +364,12 @@ def test_an_unknown_pair_is_one_line_listing_the_known_ones(tiny_pair):
     proc = specllm("run", "hi", "--pair", "nope", "--models", tiny_pair)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "tiny" in proc.stderr
+
+
+def test_a_target_spec_leaving_its_repository_is_one_line(isolated):
+    proc = specllm("run", "hi", "--target", "hf:a/b/../x.gguf")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: bad model 'hf:a/b/../x.gguf': the file must be a relative path ending in .gguf "
+        "(no '..', '.' or empty parts), not '../x.gguf'"
+    ]
