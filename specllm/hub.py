@@ -152,6 +152,8 @@ def fetch_file(
         source = Source(source)
     except ValueError:
         raise SpecllmError(f"unknown source {source!r}: use auto, hub or mirror") from None
+    for part in model.parts:  # pairs files and hf: specs are checked when read; a ModelFile made in Python is not
+        _check_names(part.repo, part.file, part.revision, part.label)
     offline = offline or offline_from_env()
     paths = [_fetch_part(part, source, offline, progress, tuple(pip_args)) for part in model.parts]
     for path in paths:
@@ -535,15 +537,21 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
     repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
     repo, _, revision = repo.partition("@")
-    for field, problem in (("repository", repo_problem(repo)), ("file", file_problem(file)),
-                           ("revision", revision and revision_problem(revision))):  # fmt: skip
-        if problem:
-            raise SpecllmError(f"bad model {spec!r}: the {field} {problem}")
+    _check_names(repo, file, revision or "main", repr(spec))
     if not revision:
         curated = find_model_file(repo, file, load_pairs() if pairs is None else pairs)
         if curated is not None:
             return curated
     return ModelFile(repo=repo, file=file, revision=revision or "main")
+
+
+def _check_names(repo: str, file: str, revision: str, what: str) -> None:
+    """Refuse names that would take a path out of the caches (huggingface_hub writes a file at
+    refs/<revision>; the mirror's file goes to models/<repo>/<file>)."""
+    for field, problem in (("repository", repo_problem(repo)), ("file", file_problem(file)),
+                           ("revision", revision_problem(revision))):  # fmt: skip
+        if problem:
+            raise SpecllmError(f"bad model {what}: the {field} {problem}")
 
 
 def resolve_models(

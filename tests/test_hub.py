@@ -181,6 +181,21 @@ def test_sources_are_checked(fake_hub):
         hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), source="mirror")
 
 
+def test_names_leading_out_of_the_caches_are_refused_before_any_download(fake_hub, isolated, tiny_models):
+    """huggingface_hub writes refs/<revision> in its cache: a revision with '..' wrote outside it."""
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    escape = "../../../../escaped"  # from hf/hub/models--tiny-org--tiny-GGUF/refs/ to the test's folder
+    with pytest.raises(SpecllmError, match=r"^bad model tiny-org/tiny-GGUF/target.gguf: the revision must be"):
+        hub.fetch_file(ModelFile(repo=REPO, file="target.gguf", revision=escape), progress=False)
+    models = pairs_file(isolated / "pairs.toml", REPO, content, content)
+    models.write_text(models.read_text().replace('file = "target.gguf"', f'file = "target.gguf"\nrevision = "{escape}"'))
+    result = CliRunner().invoke(cli(), ["pull", "tiny", "--models", str(models)])
+    assert isinstance(result.exception, SpecllmError)
+    assert str(result.exception).startswith(f"{models} line 3: pair 'tiny': target: field 'revision' must be")
+    assert fake_hub.requests == [] and not (isolated / "escaped").exists()
+
+
 def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
     fake_hub.add(REPO, "notes.gguf", tiny_models.not_gguf.read_bytes())
     with pytest.raises(SpecllmError, match="not a GGUF model file"):
