@@ -28,6 +28,7 @@ from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, a
 from .errors import SpecllmError
 from .files import write_text_atomic
 from .sampling import default_seed
+from .view import source_mix
 
 
 @dataclass
@@ -80,8 +81,8 @@ HELP = """\
 /help            this list
 /reset           forget the conversation (the system prompt stays)
 /stats           statistics of the whole session
-/gamma N         draft length
-/drafter NAME    model | ngram | none
+/gamma N|auto    draft length (with auto: the longest draft; auto: let it choose)
+/drafter NAME    auto | model | ngram | none
 /temp T          temperature (0 is greedy)
 /system [TEXT]   set the system prompt (alone: show it)
 /save FILE       write the transcript as JSON
@@ -265,14 +266,17 @@ class ChatSession:
         return CommandResult(f"conversation cleared{kept}")
 
     def _set_gamma(self, arg: str) -> CommandResult:
-        self.config = dataclasses.replace(self.config, gamma=_parse(int, arg, "/gamma N"))
-        return CommandResult(f"gamma {self.config.gamma}")
+        gamma = None if arg == "auto" else _parse(int, arg, "/gamma N|auto")
+        self.config = dataclasses.replace(self.config, gamma=gamma)
+        return CommandResult(f"gamma {self.config.gamma or 'auto'}")
 
     def _set_drafter(self, arg: str) -> CommandResult:
         if arg not in DRAFTERS:
             raise SpecllmError(f"usage: /drafter {'|'.join(DRAFTERS)}")
-        if arg == "model" and self.engine.draft is None:
-            raise SpecllmError("no draft model loaded: start the chat with --draft PATH")
+        if arg == "model":
+            if not self.engine.has_draft:
+                raise SpecllmError("no draft model: start the chat with --draft PATH or --pair NAME")
+            self.engine.load_draft()  # now, so that a problem shows here and not mid-reply
         self.config = dataclasses.replace(self.config, drafter=arg)
         return CommandResult(f"drafter {arg}")
 
@@ -339,7 +343,8 @@ class ChatSession:
             f"prefilled {t['prefill_tokens']} of {t['prompt_tokens']} prompt tokens "
             f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
             f"context {in_use} of {self.n_ctx} tokens in use",
-            f"drafter {c.drafter} · gamma {c.gamma} · temperature {c.sampler.temperature:g} · "
+            *([source_mix(aggregate(self.all_stats))] if c.drafter == "auto" else []),
+            f"drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g} · "
             f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
         ]
 

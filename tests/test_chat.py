@@ -324,11 +324,27 @@ def test_slash_commands(tmp_path, engines):
     assert session.command("/exit").exit and session.command("/quit").exit and not session.command("/stats").exit
 
 
-def test_drafter_model_needs_a_loaded_draft(tiny_models):
+def test_drafter_model_needs_a_draft(tiny_models):
     session = ChatSession(load(tiny_models.target), greedy(drafter="ngram"))
-    with pytest.raises(specllm.SpecllmError, match="no draft model loaded"):
+    with pytest.raises(specllm.SpecllmError, match="no draft model"):
         session.command("/drafter model")
     assert session.config.drafter == "ngram"
+
+
+def test_drafter_model_loads_a_deferred_draft_and_auto_is_a_drafter(tiny_models):
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1, defer_draft=True)
+    session = ChatSession(engine, greedy(drafter="auto", gamma=None))
+    session.send(MESSAGES[0])
+    assert any(line.startswith("auto: n-gram ") for line in session.stats_lines())
+    assert session.command("/gamma 3").text == "gamma 3" and session.config.gamma == 3
+    assert session.command("/gamma auto").text == "gamma auto" and session.config.gamma is None
+    session.command("/gamma 4")
+    session.command("/drafter model")
+    assert engine.draft is not None and session.config.drafter == "model"
+    assert session.send(MESSAGES[1]).stats.n_drafted > 0
+    session.command("/drafter auto")
+    assert session.config.drafter == "auto"
+    assert not any(line.startswith("auto: ") for line in ChatSession(engine, greedy(drafter="none")).stats_lines())
 
 
 def test_stats_and_save(tmp_path, engines):
