@@ -137,6 +137,61 @@ def test_first_two_tokens_follow_the_target_distribution(engine, tiny_models, dr
     assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
 
 
+# --- the sampler chain against llama.cpp's own -------------------------------------------------
+
+
+def llama_cpp_chain(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
+    """The processed distribution by llama.cpp's sampler chain, built through the low-level API in
+    the order of llama-cpp-python's Llama.create_completion (top-k, typical, top-p, min-p, temp,
+    dist): dist leaves the final probabilities of the kept tokens in the array."""
+    import ctypes
+
+    import llama_cpp as L
+
+    n = logits.size
+    data = (L.llama_token_data * n)()
+    for i in range(n):
+        data[i].id, data[i].logit, data[i].p = i, float(logits[i]), 0.0
+    array = L.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    for sampler in (
+        L.llama_sampler_init_top_k(s.top_k),
+        L.llama_sampler_init_typical(1.0, 1),
+        L.llama_sampler_init_top_p(s.top_p, 1),
+        L.llama_sampler_init_min_p(s.min_p, 1),
+        L.llama_sampler_init_temp(s.temperature),
+        L.llama_sampler_init_dist(0),
+    ):
+        L.llama_sampler_chain_add(chain, sampler)
+    L.llama_sampler_apply(chain, ctypes.byref(array))
+    out = np.zeros(n)
+    for i in range(array.size):
+        out[data[i].id] = data[i].p
+    L.llama_sampler_free(chain)
+    return out
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),  # the CLI's defaults
+        SamplerSettings(temperature=0.4, top_k=0, top_p=0.8, min_p=0.0),
+        SamplerSettings(temperature=1.7, top_k=0, top_p=1.0, min_p=0.1),
+        SamplerSettings(temperature=2.5, top_k=10, top_p=0.9, min_p=0.02),
+    ],
+)
+def test_sampler_chain_matches_llama_cpp(engine, settings):
+    """Same kept tokens and the same probabilities as llama.cpp's chain, on a real model's logits."""
+    checked = 0
+    for prompt in PROMPTS[:4]:
+        logits = engine.target.sync(engine.prompt_tokens(prompt), n_logits=1)[0].copy()
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        np.testing.assert_array_equal(np.flatnonzero(ours), np.flatnonzero(theirs))
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+        checked += np.count_nonzero(ours) > 1
+    assert checked >= 2  # not only one-token distributions
+
+
 # --- KV cache ---------------------------------------------------------------------------------
 
 
