@@ -42,6 +42,11 @@ class ModelDrafter:
     Its KV cache is cut back to the common prefix with the new context at the start of each
     proposal, so a rejection costs no extra call. The last draft token is never evaluated: if it
     is accepted it is evaluated next time together with the target's bonus token, in one call.
+
+    A target's vocabulary may be larger than the draft's: once the context holds an id the draft
+    does not have, the draft cannot read it, so it drafts nothing for the rest of the generation
+    (each step is then a target-only step: exact, only slower). One drafter serves one generation,
+    whose context only grows, so each token is checked once.
     """
 
     name = "model"
@@ -50,18 +55,28 @@ class ModelDrafter:
         self.model = model
         self.sampler = sampler
         self.rng = rng
+        self._checked = 0  # context tokens already checked against the draft's vocabulary
+        self._blind = False  # the context holds a token outside the draft's vocabulary
 
     def reset(self) -> None:
         self.model.truncate(0)
+        self._checked, self._blind = 0, False
 
     def prefill(self, prompt: list[int]) -> None:
         """Evaluate the prompt ahead of time (all but its last token, as the target does)."""
-        self.model.sync(prompt[:-1])
+        if self._can_read(prompt):
+            self.model.sync(prompt[:-1])
+
+    def _can_read(self, context: list[int]) -> bool:
+        new = context[self._checked :]
+        self._blind = self._blind or (bool(new) and max(new) >= self.model.n_vocab)
+        self._checked = len(context)
+        return not self._blind
 
     def propose(self, context: list[int], gamma: int) -> Draft:
         start = time.perf_counter()
         gamma = min(gamma, self.model.n_ctx - len(context))
-        if gamma <= 0:
+        if gamma <= 0 or not self._can_read(context):
             return Draft()
         logits = self.model.sync(context, n_logits=1)[0]
         tokens, rows, calls = [], [], 1

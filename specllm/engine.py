@@ -224,6 +224,7 @@ class _Run:
         self.target, self.config, self.sampler = target, config, config.sampler
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)
+        self.draft_model = engine.draft
         self.context = list(prompt)
         self.generated: list[int] = []
         self.text = TextStream(config.stop)
@@ -283,8 +284,11 @@ class _Run:
         return self._emit(draft.tokens, kept, verdict.token)
 
     def _verify(self, draft: Draft):
-        n = len(draft.tokens)
-        logits = self.target.eval([self.context[-1], *draft.tokens], n + 1)
+        # A draft token outside the target's vocabulary (a draft vocab may be larger) has p = 0:
+        # it is rejected for certain, so the target is shown only the tokens before it and gives
+        # the row p_i its rejection samples from. The tokens after it are never reached.
+        n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
+        logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
         if self.sampler.greedy:
             return verify_greedy(draft.tokens, [int(i) for i in logits.argmax(axis=1)])
         return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
@@ -304,8 +308,13 @@ class _Run:
         else:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
-        rejected = self.target.detokenize(drafted[len(kept) :]).decode("utf-8", errors="replace")
+        rejected = self._draft_text(drafted[len(kept) :])
         return Step(drafted, len(kept), token, accepted_text, token_text, rejected, self.stats), reason
+
+    def _draft_text(self, tokens: list[int]) -> str:
+        """Text of draft tokens, for display; an id the target lacks is the draft model's own."""
+        pieces = (self.target.piece(t) if t < self.target.n_vocab else self.draft_model.piece(t) for t in tokens)
+        return b"".join(pieces).decode("utf-8", errors="replace")
 
     def _append(self, token: int) -> str:
         if self.target.is_eog(token):

@@ -7,7 +7,7 @@ from stats import chi_square_pvalue
 import specllm
 from specllm.backend import Model, ModelOptions, check_pair
 from specllm.drafters import NgramDrafter
-from specllm.engine import Finished, Step
+from specllm.engine import Engine, Finished, Step
 from specllm.errors import SpecllmError
 from specllm.sampling import SamplerSettings, distribution
 from specllm.text import TextStream
@@ -332,6 +332,81 @@ def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
     check_pair(tiny_models.target, tiny_models.draft)
     e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=128, n_threads=1)
     assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
+    e.close()
+
+
+def load_pair(target, draft, n_ctx=256, **options) -> Engine:
+    """An engine on two model files (options such as n_batch that specllm.load does not take)."""
+    opts = ModelOptions(n_ctx=n_ctx, n_threads=1, **options)
+    return Engine(Model(target, opts), Model(draft, opts) if draft else None)
+
+
+FULL_SAMPLING = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def steps_and_result(engine, prompt, **kwargs):
+    events = list(engine.stream(prompt, **kwargs))
+    return events[:-1], events[-1].result
+
+
+def test_draft_tokens_the_target_lacks_are_rejected_unseen(tiny_models):
+    """A draft vocabulary larger than the target's: the draft proposes ids the target lacks. They
+    are rejected (p = 0) without reaching the target, and shown with the draft's own text."""
+    e = load_pair(tiny_models.target, tiny_models.extra_heavy)
+    n_target = e.target.n_vocab
+    assert e.draft.n_vocab > n_target
+    foreign = 0
+    for prompt in PROMPTS[:4]:
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == greedy(e, prompt, "none", max_tokens=32).tokens
+        for step in steps:
+            outside = [i for i, t in enumerate(step.drafted) if t >= n_target]
+            if outside:
+                foreign += 1
+                assert step.accepted <= outside[0]
+                assert e.draft.piece(step.drafted[outside[0]]).decode().replace("\u2581", " ") in step.rejected_text
+    assert foreign > 0  # greedy drafts really held foreign ids
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        steps, result = steps_and_result(e, PROMPTS[seed % 4], max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        assert result.stop_reason in ("max_tokens", "eos") and max(result.tokens) < n_target
+        foreign += sum(t >= n_target for step in steps for t in step.drafted)
+    assert foreign > 10
+    e.close()
+
+
+def test_a_target_token_the_draft_lacks_turns_drafting_off(tiny_models):
+    """A target vocabulary larger than the draft's: once the context holds an id the draft does not
+    have, the draft drafts nothing more in that generation, and the output stays exact."""
+    e = load_pair(tiny_models.extra_heavy, tiny_models.draft)
+    n_draft = e.draft.n_vocab
+    assert e.target.n_vocab > n_draft
+    reached = drafted_before = 0
+    for prompt in PROMPTS[:4]:
+        expected = greedy(e, prompt, "none", max_tokens=32).tokens
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == expected
+        first = next((i for i, t in enumerate(expected) if t >= n_draft), None)
+        if first is None:
+            continue
+        reached += 1
+        emitted = 0
+        for step in steps:
+            if emitted > first:
+                assert step.drafted == []
+            else:
+                drafted_before += len(step.drafted)
+            emitted += step.accepted + (step.token >= 0)
+    assert reached > 0 and drafted_before > 0
+    foreign_prompt = e.prompt_tokens(PROMPTS[0]) + [n_draft]  # in the prompt already
+    r = greedy(e, foreign_prompt, "model", max_tokens=8)
+    assert r.tokens == greedy(e, foreign_prompt, "none", max_tokens=8).tokens and r.stats.n_drafted == 0
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        r = e.generate(PROMPTS[seed % 4], max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        assert r.stop_reason in ("max_tokens", "eos")
+        foreign += sum(t >= n_draft for t in r.tokens)
+    assert foreign > 10
     e.close()
 
 
