@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import common_prefix
-from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate
+from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate, check_gamma
 from .errors import SpecllmError
 from .files import write_text_atomic
 
@@ -252,7 +252,9 @@ class ChatSession:
         return CommandResult(f"conversation cleared{kept}")
 
     def _set_gamma(self, arg: str) -> CommandResult:
-        self.config = dataclasses.replace(self.config, gamma=_parse(int, arg, "/gamma N"))
+        gamma = _parse(int, arg, "/gamma N")
+        check_gamma(gamma, self.engine.target.n_batch)
+        self.config = dataclasses.replace(self.config, gamma=gamma)
         return CommandResult(f"gamma {self.config.gamma}")
 
     def _set_drafter(self, arg: str) -> CommandResult:

@@ -209,6 +209,16 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
+def check_gamma(gamma: int, n_batch: int) -> None:
+    """A verify call evaluates gamma + 1 tokens and reads a logit row for each: they must fit in
+    one batch of the target's context (n_batch: 512, or the context size if smaller)."""
+    if gamma >= n_batch:
+        raise SpecllmError(
+            f"gamma (draft length) {gamma} is too long: a verify call holds at most {n_batch} tokens "
+            f"(the batch size), so gamma must be at most {n_batch - 1}"
+        )
+
+
 class _Run:
     """State of one generation."""
 
@@ -221,6 +231,7 @@ class _Run:
                 f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}: "
                 "raise --ctx-size or shorten the prompt"
             )
+        check_gamma(config.gamma, target.n_batch)
         self.target, self.config, self.sampler = target, config, config.sampler
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)

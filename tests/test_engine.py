@@ -278,6 +278,34 @@ def test_max_tokens_and_stop_strings(engine):
     assert streamed == full.text[:cut]
 
 
+def test_gamma_at_the_batch_limit(tiny_models):
+    """A verify call on gamma + 1 tokens must fit in one batch: n_batch - 1 works, n_batch is refused
+    up front (by the engine, the CLI's option check and chat's /gamma), not mid-generation."""
+    from specllm.chat import ChatSession
+    from specllm.cli import check_options
+    from specllm.engine import GenerationConfig
+
+    e = load_pair(tiny_models.target, tiny_models.draft, n_ctx=128, n_batch=16)
+    assert e.target.n_batch == 16
+    prompt = e.prompt_tokens(PROMPTS[0])
+    r = e.generate(prompt, max_tokens=40, temperature=0, drafter="model", gamma=15)
+    assert len(r.stats.drafted_per_position) == 15  # a 15-token draft was verified in one call
+    assert r.tokens == greedy(e, prompt, "none", max_tokens=40).tokens
+    with pytest.raises(SpecllmError, match="at most 15"):
+        e.stream(prompt, max_tokens=40, temperature=0, drafter="model", gamma=16)
+    session = ChatSession(e, GenerationConfig(gamma=4))
+    with pytest.raises(SpecllmError, match="at most 15"):
+        session.command("/gamma 16")
+    assert session.config.gamma == 4
+    assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
+    e.close()
+    check_options(8, "ngram", 511, {}, ctx_size=4096)
+    check_options(8, "ngram", 99, {}, ctx_size=100)  # llama.cpp caps the batch at the context
+    for gamma, ctx_size in ((512, 4096), (600, 4096), (100, 100)):
+        with pytest.raises(SpecllmError, match="gamma"):
+            check_options(8, "ngram", gamma, {}, ctx_size=ctx_size)
+
+
 # --- text ---------------------------------------------------------------------------------------
 
 
