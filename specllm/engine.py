@@ -29,6 +29,9 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.stop, str):  # one stop string, not a sequence of one-letter stops
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
         if self.max_tokens < 1:
             raise SpecllmError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.gamma < 1:
@@ -136,6 +139,7 @@ class Engine:
             check_compatible(target, draft)
         self.target = target
         self.draft = draft
+        self._live = False  # a stream is under way: it owns both KV caches until it ends
 
     def close(self) -> None:
         for model in (self.target, self.draft):
@@ -174,11 +178,32 @@ class Engine:
         system: str | None = None,
         **kwargs,
     ) -> Iterator[Step | Finished]:
-        """Yield a Step per target call, then Finished. Keywords not given take GenerationConfig's
-        and SamplerSettings' defaults (max_tokens, drafter, gamma, stop, temperature, top_k, ...)."""
+        """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
+        (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
+        defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
+        a second stream is refused until the first has finished or been closed."""
+        if config is not None and kwargs:
+            raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
         config = config or make_config(**kwargs)
+        self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return _Run(self, tokens, config).steps()
+        return self._own(_Run(self, tokens, config))
+
+    def _check_idle(self) -> None:
+        if self._live:
+            raise SpecllmError(
+                "another stream of this engine is still running: finish or close() it first "
+                "(the models' KV caches are shared)"
+            )
+
+    def _own(self, run: "_Run") -> Iterator[Step | Finished]:
+        """Run's steps, holding the engine from the first step until the run ends or is closed."""
+        self._check_idle()  # two streams created, then both started
+        self._live = True
+        try:
+            yield from run.steps()
+        finally:
+            self._live = False
 
 
 class _LazyRows:
@@ -204,8 +229,6 @@ def make_config(**kwargs) -> GenerationConfig:
     unknown = set(rest) - set(GenerationConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown generation options: {', '.join(sorted(unknown))}")
-    if "stop" in rest:
-        rest["stop"] = tuple([rest["stop"]] if isinstance(rest["stop"], str) else rest["stop"])
     return GenerationConfig(sampler=sampler, **rest)
 
 

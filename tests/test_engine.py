@@ -306,6 +306,48 @@ def test_gamma_at_the_batch_limit(tiny_models):
             check_options(8, "ngram", gamma, {}, ctx_size=ctx_size)
 
 
+def test_one_stop_string_is_one_stop(engine):
+    """GenerationConfig(stop="END") stops at "END", not at "E", "N" or "D"."""
+    from specllm.engine import GenerationConfig
+
+    assert GenerationConfig(stop="END").stop == ("END",)
+    assert GenerationConfig(stop=["a", "bc"]).stop == ("a", "bc")
+    full = greedy(engine, PROMPTS[1], "model", max_tokens=40)
+    stop = next(full.text[i : i + 4] for i in range(8, 30) if len(set(full.text[i : i + 4])) == 4)
+    assert any(full.text.index(c) < full.text.index(stop) for c in stop)  # one letter comes earlier
+    config = GenerationConfig(max_tokens=40, sampler=SamplerSettings(temperature=0), stop=stop)
+    r = engine.generate(PROMPTS[1], config=config)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+
+
+def test_a_config_and_keywords_together_are_refused(engine):
+    from specllm.engine import GenerationConfig
+
+    with pytest.raises(TypeError, match="not both"):
+        engine.stream(PROMPTS[0], GenerationConfig(), temperature=0)
+
+
+def test_a_second_live_stream_is_refused(engine):
+    """Streams share the engine's KV caches: a second one is refused while the first runs; a
+    finished or closed stream releases the engine."""
+    expected = greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens
+    first = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    next(first)
+    with pytest.raises(SpecllmError, match="another stream"):
+        engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    assert list(first)[-1].result.tokens == expected  # the first went on undisturbed
+    closed = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    next(closed)
+    closed.close()
+    a = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    b = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)  # created, not started: allowed
+    next(a)
+    with pytest.raises(SpecllmError, match="another stream"):
+        next(b)  # ... but refused once it would run while the first is live
+    assert list(a)[-1].result.tokens == expected
+    assert greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens == expected
+
+
 # --- text ---------------------------------------------------------------------------------------
 
 
