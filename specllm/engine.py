@@ -110,7 +110,7 @@ class Step:
     """One target call: the draft, what the target kept of it, and the target's own token."""
 
     drafted: list[int]
-    accepted: int  # leading draft tokens the target accepted
+    accepted: int  # leading draft tokens the target accepted and the output used (up to an EOS or a stop)
     token: int  # the target's own token (correction or bonus); -1 if cut by a stop
     accepted_text: str  # text the accepted draft tokens added
     token_text: str  # text the target's own token added
@@ -311,11 +311,12 @@ class _Run:
         self.stats.verify_seconds += time.perf_counter() - t0
         self.stats.draft_seconds += draft.seconds
         self.stats.draft_calls += draft.calls
-        self.stats.record(len(draft.tokens), verdict.n_accepted)
         kept = draft.tokens[: verdict.n_accepted]
         # The target evaluated [last, d_1..d_k]; keep only what was accepted.
         self.target.truncate(len(self.context) + len(kept))
-        return self._emit(draft.tokens, kept, verdict.token)
+        step, reason = self._emit(draft.tokens, kept, verdict.token)
+        self.stats.record(len(draft.tokens), step.accepted)
+        return step, reason
 
     def _verify(self, draft: Draft):
         # A draft token outside the target's vocabulary (a draft vocab may be larger) has p = 0:
@@ -328,10 +329,13 @@ class _Run:
         return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int) -> tuple[Step, str | None]:
-        """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops."""
-        accepted_text, reason = "", None
+        """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.
+        Accepted draft tokens after the one that ends the generation (an EOS, or the token that
+        completes a stop string) are never emitted: Step.accepted counts up to that one only."""
+        accepted_text, reason, n_used = "", None, 0
         for tok in kept:
             accepted_text += self._append(tok)
+            n_used += 1
             reason = self._stop_reason(tok)
             if reason:
                 break
@@ -343,7 +347,7 @@ class _Run:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
         rejected = self._draft_text(drafted[len(kept) :])
-        return Step(drafted, len(kept), token, accepted_text, token_text, rejected, self.stats), reason
+        return Step(drafted, n_used, token, accepted_text, token_text, rejected, self.stats), reason
 
     def _draft_text(self, tokens: list[int]) -> str:
         """Text of draft tokens, for display; an id the target lacks is the draft model's own."""

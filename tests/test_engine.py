@@ -6,7 +6,7 @@ from stats import chi_square_pvalue
 
 import specllm
 from specllm.backend import Model, ModelOptions, check_pair
-from specllm.drafters import NgramDrafter
+from specllm.drafters import Draft, NgramDrafter
 from specllm.engine import Engine, Finished, Step
 from specllm.errors import SpecllmError
 from specllm.sampling import SamplerSettings, distribution
@@ -262,6 +262,76 @@ def test_eos_stops_generation(tiny_models, tmp_path):
     r = e.generate(e.prompt_tokens("import os"), max_tokens=40, temperature=0, drafter="ngram")
     assert r.stop_reason == "eos"
     assert r.tokens == tokens[:first]
+
+
+class ScriptedDrafter:
+    """Proposes the next tokens of a fixed script, from the position the generation has reached
+    (one-hot q), whatever was emitted so far."""
+
+    name = "scripted"
+
+    def __init__(self, prompt_length: int, script: list[int]):
+        self.prompt_length, self.script = prompt_length, script
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        at = len(context) - self.prompt_length
+        return Draft(list(self.script[at : at + gamma]))
+
+    def reset(self) -> None:
+        pass
+
+
+def use_drafter(monkeypatch, drafter) -> None:
+    """Make every generation use `drafter` (a test drafter is not among the engine's names)."""
+    import specllm.engine
+
+    monkeypatch.setattr(specllm.engine._Run, "_make_drafter", lambda run, engine: drafter)
+
+
+def test_eos_inside_an_accepted_draft(tiny_models, tmp_path, monkeypatch):
+    """The draft holds EOS in its middle and the target accepts all of it: generation ends at the
+    EOS; the draft tokens after it were never emitted, so they count in no stats."""
+    import tiny_models as tm
+
+    base = specllm.load(str(tiny_models.target), n_ctx=128, n_threads=1)
+    script = greedy(base, "import os", "none", max_tokens=12).tokens
+    base.close()
+    eos = script[3]
+    first = script.index(eos)
+    assert first + 1 < 8
+    e = specllm.load(str(tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=eos)), n_ctx=128, n_threads=1)
+    prompt = e.prompt_tokens("import os")
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(e, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8)
+    assert r.stop_reason == "eos" and r.tokens == script[:first]
+    assert len(steps) == 1 and steps[0].drafted == script[:8] and steps[0].token == -1
+    assert steps[0].accepted == first + 1  # up to and including the EOS
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.generated_tokens, s.target_calls) == (8, first + 1, first, 1)
+    assert s.accepted_per_position == [1] * (first + 1) + [0] * (7 - first)
+    e.close()
+
+
+def test_stop_string_inside_an_accepted_draft(engine, monkeypatch):
+    """The draft completes a stop string in its middle: the text ends before it, and only the draft
+    tokens up to the one that completed it count as accepted."""
+    full = greedy(engine, PROMPTS[1], "none", max_tokens=12)
+    script = full.tokens
+    texts = [engine.target.detokenize(script[:n]).decode("utf-8", errors="replace") for n in range(13)]
+    stop = next(
+        full.text[i : i + 3] for i in range(len(texts[1]), len(texts[6]))
+        if full.text.index(full.text[i : i + 3]) == i and "\ufffd" not in full.text[i : i + 3]
+    )  # fmt: skip
+    completed = next(n for n in range(13) if stop in texts[n])
+    assert 2 <= completed < 8  # in the middle of the first draft
+    prompt = engine.prompt_tokens(PROMPTS[1])
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(engine, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8, stop=stop)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+    assert r.tokens == script[:completed] and steps[0].accepted == completed
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.target_calls) == (8, completed, 1)
+    assert s.accepted_per_position == [1] * completed + [0] * (8 - completed)
 
 
 def test_max_tokens_and_stop_strings(engine):
