@@ -276,6 +276,8 @@ class _Run:
 
     def steps(self) -> Iterator[Step | Finished]:
         self._prefill()
+        # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
+        # step (rendering it, writing to a slow pipe), between the yield and the next request.
         start = time.perf_counter()
         reason = None
         while reason is None:
@@ -286,12 +288,13 @@ class _Run:
                 break
             budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
             step, reason = self._step(min(self.config.gamma, room, budget))
-            self.stats.decode_seconds = time.perf_counter() - start
+            self.stats.decode_seconds += time.perf_counter() - start
             yield step
+            start = time.perf_counter()
         tail = self.text.finish()
+        self.stats.decode_seconds += time.perf_counter() - start
         if tail:
             yield Step([], 0, -1, "", tail, "", self.stats)
-        self.stats.decode_seconds = time.perf_counter() - start
         yield Finished(Result(self.text.text, self.generated, reason, self.stats))
 
     def _prefill(self) -> None:

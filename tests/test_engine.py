@@ -71,6 +71,22 @@ def test_stats_add_up(engine):
     assert s.decode_seconds > 0 and s.prefill_seconds > 0
 
 
+def test_decode_time_is_the_engines_own(engine):
+    """A consumer that takes its time between events (rendering, a slow pipe) must not count in
+    decode_seconds: an accounting check, not a benchmark (10 target calls on a tiny model take
+    milliseconds; the consumer sleeps 2 s in all)."""
+    import time
+
+    slept = 0.0
+    for event in engine.stream(PROMPTS[0], max_tokens=10, temperature=0, drafter="none"):
+        if isinstance(event, Step):
+            time.sleep(0.2)
+            slept += 0.2
+    stats = event.result.stats
+    assert stats.target_calls == 10 and slept == pytest.approx(2.0)
+    assert 0 < stats.decode_seconds < slept
+
+
 def test_stream_yields_steps_whose_text_adds_up(engine):
     events = list(engine.stream(PROMPTS[0], max_tokens=40, temperature=0, drafter="model", gamma=3))
     steps, final = events[:-1], events[-1]
