@@ -55,13 +55,17 @@ def test_greedy_runs_really_speculate(engine):
 
 
 def test_stats_add_up(engine):
-    r = greedy(engine, PROMPTS[1], "model", 4)
+    steps, r = steps_and_result(engine, PROMPTS[1], max_tokens=48, temperature=0, drafter="model", gamma=4)
     s = r.stats
     assert s.generated_tokens == len(r.tokens) == 48
     assert s.n_drafted == sum(s.drafted_per_position)
     assert s.n_accepted == sum(s.accepted_per_position)
     assert len(s.drafted_per_position) == 4
-    assert s.drafted_per_position[0] == s.target_calls - (s.target_calls - s.drafted_per_position[0])
+    # per position: the steps whose draft reached it, and those whose accepted prefix did
+    assert s.drafted_per_position == [sum(len(st.drafted) > i for st in steps) for i in range(4)]
+    assert s.accepted_per_position == [sum(st.accepted > i for st in steps) for i in range(4)]
+    assert s.target_calls == len(steps) and s.drafted_per_position[0] >= s.target_calls - 1  # the last may not draft
+    assert all(a <= d for a, d in zip(s.accepted_per_position, s.drafted_per_position))
     # every target call emits its accepted drafts plus one token of its own (the last may be cut)
     assert s.n_accepted + s.target_calls >= s.generated_tokens >= s.n_accepted + s.target_calls - 4
     assert s.acceptance_rate == pytest.approx(s.n_accepted / s.n_drafted)
