@@ -128,33 +128,60 @@ def test_seeded_sampling_is_reproducible(engine):
 SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 
 
-def target_two_token_distribution(tiny_models, prompt_ids):
-    """P(t1, t2) of target-only sampling, from the target's own logits (one token at a time)."""
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
-    p1 = distribution(model.sync(prompt_ids, n_logits=1)[0], SAMPLER)
-    joint = {}
-    for t1 in np.flatnonzero(p1):
-        p2 = distribution(model.sync(prompt_ids + [int(t1)], n_logits=1)[0], SAMPLER)
-        for t2 in np.flatnonzero(p2):
-            joint[(int(t1), int(t2))] = p1[t1] * p2[t2]
+def target_joint_distribution(target_path, prompt_ids, depth=3):
+    """P(t_1..t_depth) of target-only sampling with SAMPLER, exactly: the target's own distribution
+    of each token given those before it (one token at a time), over every reachable prefix."""
+    model = Model(target_path, ModelOptions(n_ctx=128, n_threads=1))
+    joint = {(): 1.0}
+    for _ in range(depth):
+        grown = {}
+        for prefix, prob in joint.items():
+            row = distribution(model.sync(prompt_ids + list(prefix), n_logits=1)[0], SAMPLER)
+            for t in np.flatnonzero(row):
+                grown[prefix + (int(t),)] = prob * row[t]
+        joint = grown
     model.close()
     return joint
 
 
-@pytest.mark.parametrize("drafter,prompt", [("model", "the cat"), ("ngram", " ".join(["the"] * 10))])
-def test_first_two_tokens_follow_the_target_distribution(engine, tiny_models, drafter, prompt):
-    ids = engine.prompt_tokens(prompt)
-    joint = target_two_token_distribution(tiny_models, ids)
+# (target, draft, drafter, prompt): "scripted" proposes the target's greedy continuation, one-hot
+JOINT_CASES = {
+    "model drafter": ("target", "draft", "model", "the cat"),
+    "one-hot drafter": ("target", None, "scripted", "the cat"),
+    "n-gram drafter": ("target", None, "ngram", " ".join("abc" * 5)),  # it drafts "a b c": rarely accepted
+    "draft vocab larger": ("target", "extra_heavy", "model", "the cat"),
+    "target vocab larger": ("extra_heavy", "draft", "model", "the cat"),
+}
+
+
+@pytest.mark.parametrize("case", JOINT_CASES)
+def test_first_three_tokens_follow_the_target_distribution(tiny_models, monkeypatch, case):
+    """The joint distribution of the first three tokens, with drafts of three tokens: q rows 2..k,
+    the batched p rows 2..k+1 and the draft's KV cache in sampling mode all take part."""
+    target, draft, drafter, prompt = JOINT_CASES[case]
+    e = load_pair(getattr(tiny_models, target), draft and getattr(tiny_models, draft), n_ctx=128)
+    ids = e.prompt_tokens(prompt)
+    if drafter == "scripted":
+        use_drafter(monkeypatch, ScriptedDrafter(len(ids), greedy(e, ids, "none", max_tokens=4).tokens))
+    joint = target_joint_distribution(getattr(tiny_models, target), ids)
     cells = sorted(joint)
     counts = dict.fromkeys(cells, 0)
-    n, drafted = 4000, 0
+    n, drafted, third, edge = 4000, 0, 0, 0
+    n_target, n_draft = e.target.n_vocab, e.draft.n_vocab if e.draft else None
     for seed in range(n):
-        r = engine.generate(ids, max_tokens=2, drafter=drafter, gamma=3, **SAMPLER.__dict__ | {"seed": seed})
-        counts[tuple(r.tokens)] += 1  # a KeyError here is a token pair the target cannot produce
-        drafted += r.stats.n_drafted
-    assert drafted > n / 2  # the drafter really proposed tokens
+        kw = SAMPLER.__dict__ | {"seed": seed, "drafter": "none" if drafter == "scripted" else drafter}
+        steps, r = steps_and_result(e, ids, max_tokens=4, gamma=3, **kw)
+        counts[tuple(r.tokens[:3])] += 1  # a KeyError here is a sequence the target cannot produce
+        drafted += len(steps[0].drafted) == 3
+        third += steps[0].accepted == 3
+        edge += any(t >= n_target for st in steps for t in st.drafted) or max(r.tokens) >= (n_draft or n_target)
+    assert drafted > n / 2  # three-token drafts ...
+    assert third > n / 50 or drafter == "ngram"  # ... some accepted to the end
+    if "vocab" in case:
+        assert edge > n / 50  # foreign ids were drafted / emitted
     observed = np.array([counts[c] for c in cells])
     assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
+    e.close()
 
 
 # --- the sampler chain against llama.cpp's own -------------------------------------------------
