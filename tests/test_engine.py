@@ -239,6 +239,23 @@ def test_sampler_chain_matches_llama_cpp(engine, settings):
     assert checked >= 2  # not only one-token distributions
 
 
+def test_ties_at_the_cut_keep_as_many_tokens_as_llama_cpp():
+    """At a tie at the top-k (or top-p) cut llama.cpp keeps the same number of tokens with the same
+    probabilities, but which of the tied ids depends on its sort; specllm keeps the lowest ids."""
+    logits = np.random.default_rng(0).normal(0, 1, 50).astype(np.float32) - 10
+    logits[[3, 40, 7, 20]] = 5.0  # four tied, below one clear winner
+    logits[30] = 6.0
+    for settings in (
+        SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0),
+        SamplerSettings(temperature=0.7, top_k=0, top_p=0.6, min_p=0.0),
+    ):
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        assert np.count_nonzero(ours) == np.count_nonzero(theirs) == 3
+        assert ours[30] > 0 and theirs[30] > 0
+        np.testing.assert_allclose(np.sort(ours[ours > 0]), np.sort(theirs[theirs > 0]), atol=1e-6)
+        assert set(np.flatnonzero(ours)) == {3, 7, 30}
+
+
 # --- KV cache ---------------------------------------------------------------------------------
 
 
