@@ -6,6 +6,7 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -164,9 +165,10 @@ class Engine:
     # --- generation -------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], **kwargs) -> Result:
-        for event in self.stream(prompt, **kwargs):
-            if isinstance(event, Finished):
-                return event.result
+        with closing(self.stream(prompt, **kwargs)) as events:  # releases the engine at once
+            for event in events:
+                if isinstance(event, Finished):
+                    return event.result
         raise AssertionError("stream ended without a result")
 
     def stream(

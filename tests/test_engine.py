@@ -572,7 +572,8 @@ def test_draft_tokens_the_target_lacks_are_rejected_unseen(tiny_models):
     assert foreign > 0  # greedy drafts really held foreign ids
     foreign = 0
     for seed in range(20):  # sampling at temperature 1, top-k off
-        steps, result = steps_and_result(e, PROMPTS[seed % 4], max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        kw = dict(max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        steps, result = steps_and_result(e, PROMPTS[seed % 4], **kw)
         assert result.stop_reason in ("max_tokens", "eos") and max(result.tokens) < n_target
         foreign += sum(t >= n_target for step in steps for t in step.drafted)
     assert foreign > 10
