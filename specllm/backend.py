@@ -190,6 +190,8 @@ class Model:
         """The bytes one token stands for (special tokens render as nothing)."""
         cached = self._pieces.get(token)
         if cached is None:
+            if not 0 <= token < self.n_vocab:  # llama.cpp would throw through ctypes: terminate
+                raise SpecllmError(f"token id {token} is outside {self.path.name}'s vocabulary (0..{self.n_vocab - 1})")
             cached = self._pieces[token] = _token_to_piece(self._vocab, token)
         return cached
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .backend import common_prefix
-from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate
+from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate, check_gamma
 from .errors import SpecllmError
 from .files import write_text_atomic
 from .sampling import default_seed
@@ -267,6 +267,8 @@ class ChatSession:
 
     def _set_gamma(self, arg: str) -> CommandResult:
         gamma = None if arg == "auto" else _parse(int, arg, "/gamma N|auto")
+        if gamma is not None:
+            check_gamma(gamma, self.engine.target.n_batch)
         self.config = dataclasses.replace(self.config, gamma=gamma)
         return CommandResult(f"gamma {self.config.gamma or 'auto'}")
 
@@ -457,9 +459,13 @@ def repl(session: ChatSession, console, live: bool) -> None:
 
 def describe_session(session: ChatSession) -> str:
     engine, c = session.engine, session.config
-    models = engine.target.path.name + (f" + {engine.draft.path.name}" if engine.draft else "")
+    models = engine.target.path.name
+    if engine.draft is not None:
+        models += f" + {engine.draft.path.name}"
+    elif engine.draft_file is not None:
+        models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
     return (
-        f"{models} · drafter {c.drafter} · gamma {c.gamma} · temperature {c.sampler.temperature:g}"
+        f"{models} · drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g}"
         f" · context {session.n_ctx} tokens"
     )
 

@@ -92,11 +92,14 @@ def load_engine(
     return engine, drafter
 
 
-def check_options(max_tokens, drafter, gamma, sampler: dict, stop=()) -> None:
+def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
-    from .engine import make_config
+    from .backend import ModelOptions
+    from .engine import check_gamma, make_config
 
     make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or "auto", gamma=gamma, **sampler)
+    if ctx_size is not None and gamma is not None:
+        check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
 
 
 def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
@@ -176,7 +179,7 @@ def run(
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()))
+    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size)
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
@@ -238,7 +241,7 @@ def chat(
     from .view import use_live
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
-    check_options(max_tokens, drafter, gamma, sampler)
+    check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,

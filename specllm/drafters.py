@@ -60,6 +60,11 @@ class ModelDrafter(NoDrafter):
     Its KV cache is cut back to the common prefix with the new context at the start of each
     proposal, so a rejection costs no extra call. The last draft token is never evaluated: if it
     is accepted it is evaluated next time together with the target's bonus token, in one call.
+
+    A target's vocabulary may be larger than the draft's: once the context holds an id the draft
+    does not have, the draft cannot read it, so it drafts nothing for the rest of the generation
+    (each step is then a target-only step: exact, only slower). One drafter serves one generation,
+    whose context only grows, so each token is checked once.
     """
 
     name = "model"
@@ -68,13 +73,23 @@ class ModelDrafter(NoDrafter):
         self.model = model
         self.sampler = sampler
         self.rng = rng
+        self._checked = 0  # context tokens already checked against the draft's vocabulary
+        self._blind = False  # the context holds a token outside the draft's vocabulary
 
     def reset(self) -> None:
         self.model.truncate(0)
+        self._checked, self._blind = 0, False
 
     def prefill(self, prompt: list[int]) -> None:
         """Evaluate the prompt ahead of time (all but its last token, as the target does)."""
-        self.model.sync(prompt[:-1])
+        if self._can_read(prompt):
+            self.model.sync(prompt[:-1])
+
+    def _can_read(self, context: list[int]) -> bool:
+        new = context[self._checked :]
+        self._blind = self._blind or (bool(new) and max(new) >= self.model.n_vocab)
+        self._checked = len(context)
+        return not self._blind
 
     def catch_up(self, context: list[int]) -> int:
         """How many context tokens the first call of a proposal has to evaluate."""
@@ -85,7 +100,7 @@ class ModelDrafter(NoDrafter):
         when given, decides before each token whether to take it (the auto policy stops early)."""
         start = time.perf_counter()
         gamma = min(gamma, self.model.n_ctx - len(context))
-        if gamma <= 0:
+        if gamma <= 0 or not self._can_read(context):
             return Draft(source=self.name)
         width = self.catch_up(context)
         logits = self.model.sync(context, n_logits=1)[0]
@@ -210,11 +225,11 @@ class AutoDrafter(NoDrafter):
         self.ngram = NgramDrafter(min_match=0)  # the policy judges every match, however short
 
     def prefill(self, prompt: list[int]) -> None:
-        if self._model_ready():
+        if self._model_ready(prompt):
             self.model.prefill(prompt)
 
-    def _model_ready(self) -> bool:
-        return self.model is not None and self.policy.model_could_pay()
+    def _model_ready(self, context: list[int]) -> bool:
+        return self.model is not None and self.model._can_read(context) and self.policy.model_could_pay()
 
     def propose(self, context: list[int], gamma: int) -> Draft:
         start = time.perf_counter()
@@ -222,7 +237,7 @@ class AutoDrafter(NoDrafter):
         policy.scorer.resolve(context)
         repeat, copy = self.ngram.lookup(context, min(gamma, NGRAM_MAX))
         policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
-        ready = self._model_ready()
+        ready = self._model_ready(context)
         plan = policy.choose(repeat, len(copy), ready, gamma, self.model.catch_up(context) if ready else 1)
         if plan.source == "model":
             decided = time.perf_counter()

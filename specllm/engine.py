@@ -6,6 +6,7 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from itertools import zip_longest
 from dataclasses import dataclass, field, fields
 
@@ -36,6 +37,9 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.stop, str):  # one stop string, not a sequence of one-letter stops
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
         if self.max_tokens < 1:
             raise SpecllmError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.gamma is not None and self.gamma < 1:
@@ -145,7 +149,7 @@ class Step:
     """One target call: the draft, what the target kept of it, and the target's own token."""
 
     drafted: list[int]
-    accepted: int  # leading draft tokens the target accepted
+    accepted: int  # leading draft tokens the target accepted and the output used (up to an EOS or a stop)
     token: int  # the target's own token (correction or bonus); -1 if cut by a stop
     accepted_text: str  # text the accepted draft tokens added
     token_text: str  # text the target's own token added
@@ -183,6 +187,7 @@ class Engine:
         self.draft_file = draft_file if draft is None else None
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
+        self._live = False  # a stream is under way: it owns both KV caches until it ends
 
     @property
     def has_draft(self) -> bool:
@@ -280,9 +285,10 @@ class Engine:
     # --- generation -------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], **kwargs) -> Result:
-        for event in self.stream(prompt, **kwargs):
-            if isinstance(event, Finished):
-                return event.result
+        with closing(self.stream(prompt, **kwargs)) as events:  # releases the engine at once
+            for event in events:
+                if isinstance(event, Finished):
+                    return event.result
         raise AssertionError("stream ended without a result")
 
     def stream(
@@ -294,11 +300,32 @@ class Engine:
         system: str | None = None,
         **kwargs,
     ) -> Iterator[Step | Finished]:
-        """Yield a Step per target call, then Finished. Keywords not given take GenerationConfig's
-        and SamplerSettings' defaults (max_tokens, drafter, gamma, stop, temperature, top_k, ...)."""
+        """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
+        (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
+        defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
+        a second stream is refused until the first has finished or been closed."""
+        if config is not None and kwargs:
+            raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
         config = config or make_config(**kwargs)
+        self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return _Run(self, tokens, config).steps()
+        return self._own(_Run(self, tokens, config))
+
+    def _check_idle(self) -> None:
+        if self._live:
+            raise SpecllmError(
+                "another stream of this engine is still running: finish or close() it first "
+                "(the models' KV caches are shared)"
+            )
+
+    def _own(self, run: "_Run") -> Iterator[Step | Finished]:
+        """Run's steps, holding the engine from the first step until the run ends or is closed."""
+        self._check_idle()  # two streams created, then both started
+        self._live = True
+        try:
+            yield from run.steps()
+        finally:
+            self._live = False
 
 
 class _LazyRows:
@@ -324,9 +351,17 @@ def make_config(**kwargs) -> GenerationConfig:
     unknown = set(rest) - set(GenerationConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown generation options: {', '.join(sorted(unknown))}")
-    if "stop" in rest:
-        rest["stop"] = tuple([rest["stop"]] if isinstance(rest["stop"], str) else rest["stop"])
     return GenerationConfig(sampler=sampler, **rest)
+
+
+def check_gamma(gamma: int, n_batch: int) -> None:
+    """A verify call evaluates gamma + 1 tokens and reads a logit row for each: they must fit in
+    one batch of the target's context (n_batch: 512, or the context size if smaller)."""
+    if gamma >= n_batch:
+        raise SpecllmError(
+            f"gamma (draft length) {gamma} is too long: a verify call holds at most {n_batch} tokens "
+            f"(the batch size), so gamma must be at most {n_batch - 1}"
+        )
 
 
 class _Run:
@@ -341,6 +376,8 @@ class _Run:
                 f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}: "
                 "raise --ctx-size or shorten the prompt"
             )
+        if config.gamma is not None:  # auto's own lengths stay within the batch (see steps)
+            check_gamma(config.gamma, target.n_batch)
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)
@@ -363,6 +400,8 @@ class _Run:
 
     def steps(self) -> Iterator[Step | Finished]:
         self._prefill()
+        # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
+        # step (rendering it, writing to a slow pipe), between the yield and the next request.
         start = time.perf_counter()
         reason = None
         while reason is None:
@@ -372,17 +411,18 @@ class _Run:
                 reason = "context_full"
                 break
             budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
-            step, reason = self._step(min(self.config.draft_length, room, budget))
-            self.stats.decode_seconds = time.perf_counter() - start
+            step, reason = self._step(min(self.config.draft_length, room, budget, self.target.n_batch - 1))
+            self.stats.decode_seconds += time.perf_counter() - start
             yield step
+            start = time.perf_counter()
         self.drafter.finish(self.context)
         if self.config.drafter == "auto":
             self.engine.save_costs()
             self.stats.policy = self.engine.policy_report()
         tail = self.text.finish()
+        self.stats.decode_seconds += time.perf_counter() - start
         if tail:
             yield Step([], 0, -1, "", tail, "", self.stats)
-        self.stats.decode_seconds = time.perf_counter() - start
         yield Finished(Result(self.text.text, self.generated, reason, self.stats))
 
     def _prefill(self) -> None:
@@ -414,27 +454,33 @@ class _Run:
         self.stats.verify_seconds += verify_seconds
         self.stats.draft_seconds += draft.seconds
         self.stats.draft_calls += draft.calls
-        source = draft.source if draft.tokens or draft.calls else "none"
-        self.stats.record(len(draft.tokens), verdict.n_accepted, source)
         kept = draft.tokens[: verdict.n_accepted]
         # The target evaluated [last, d_1..d_k]; keep only what was accepted.
         self.target.truncate(len(self.context) + len(kept))
+        source = draft.source if draft.tokens or draft.calls else "none"
         step, reason = self._emit(draft.tokens, kept, verdict.token, source)
+        self.stats.record(len(draft.tokens), step.accepted, source)
         self.drafter.observe(draft, verdict.n_accepted, verify_seconds, self.context)
         return step, reason
 
     def _verify(self, draft: Draft):
-        n = len(draft.tokens)
-        logits = self.target.eval([self.context[-1], *draft.tokens], n + 1)
+        # A draft token outside the target's vocabulary (a draft vocab may be larger) has p = 0:
+        # it is rejected for certain, so the target is shown only the tokens before it and gives
+        # the row p_i its rejection samples from. The tokens after it are never reached.
+        n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
+        logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
         if self.sampler.greedy:
             return verify_greedy(draft.tokens, [int(i) for i in logits.argmax(axis=1)])
         return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
-        """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops."""
-        accepted_text, reason = "", None
+        """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.
+        Accepted draft tokens after the one that ends the generation (an EOS, or the token that
+        completes a stop string) are never emitted: Step.accepted counts up to that one only."""
+        accepted_text, reason, n_used = "", None, 0
         for tok in kept:
             accepted_text += self._append(tok)
+            n_used += 1
             reason = self._stop_reason(tok)
             if reason:
                 break
@@ -445,8 +491,13 @@ class _Run:
         else:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
-        rejected = self.target.detokenize(drafted[len(kept) :]).decode("utf-8", errors="replace")
-        return Step(drafted, len(kept), token, accepted_text, token_text, rejected, self.stats, source), reason
+        rejected = self._draft_text(drafted[len(kept) :])
+        return Step(drafted, n_used, token, accepted_text, token_text, rejected, self.stats, source), reason
+
+    def _draft_text(self, tokens: list[int]) -> str:
+        """Text of draft tokens, for display; an id the target lacks is the draft model's own."""
+        pieces = (self.target.piece(t) if t < self.target.n_vocab else self.engine.draft.piece(t) for t in tokens)
+        return b"".join(pieces).decode("utf-8", errors="replace")
 
     def _append(self, token: int) -> str:
         if self.target.is_eog(token):

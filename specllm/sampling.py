@@ -1,8 +1,12 @@
 """Sampler settings and logits -> processed distribution, in numpy.
 
 The target's p and the draft's q must be processed by the same chain, or speculative sampling
-would not reproduce the target's own distribution. The chain is, in this order:
-temperature -> top-k -> top-p -> min-p -> softmax. Temperature 0 means greedy (argmax).
+would not reproduce the target's own distribution. The chain is llama.cpp's default order (as in
+llama-cli, llama-server and llama-cpp-python's Llama.create_completion):
+top-k -> top-p -> min-p on the raw logits, then temperature -> softmax over the survivors.
+So top-p's mass and min-p's threshold are measured on the untempered distribution (restricted to
+the top-k survivors), and the temperature only reshapes what is kept. Temperature 0 means greedy
+(argmax). Ties at a cut keep the lower token ids (llama.cpp keeps an unspecified one of them).
 """
 
 import os
@@ -15,7 +19,7 @@ from .errors import SpecllmError
 # When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
 # and fall back to a full sort only if they do not reach top_p (exact either way).
 _TOP_P_HEAD = 1024
-_NEAR_MAX = (4.0, 8.0, 12.0, 20.0, 32.0, 64.0)  # margins below the max, in temperature-scaled logits
+_NEAR_MAX = (4.0, 8.0, 12.0, 20.0, 32.0, 64.0)  # margins below the max, in raw logits
 
 
 @dataclass(frozen=True)
@@ -64,45 +68,51 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
     if s.greedy:
         return np.array([int(np.argmax(logits))]), np.ones(1)
     if 0 < s.top_k < logits.size:
-        # top-k does not depend on the temperature: select on the raw float32 logits, so only
-        # the k survivors are converted, scaled and sorted
-        ids = _top_k(logits, s.top_k, s.temperature)
-        x = logits[ids].astype(np.float64) / s.temperature
+        # select on the raw float32 logits, so only the k survivors are converted and sorted
+        ids = _top_k(logits, s.top_k)
+        x = logits[ids].astype(np.float64)
         order = np.argsort(-x, kind="stable")
         ids, x = ids[order], x[order]
         p = np.exp(x - _logsumexp(x))
     else:
-        x = np.asarray(logits, dtype=np.float64) / s.temperature
+        x = np.asarray(logits, dtype=np.float64)
         ids, p = _sorted_head(x, _logsumexp(x), s.top_p)
+        x = x[ids]
     if s.top_p < 1.0:
         keep = int(np.searchsorted(np.cumsum(p), s.top_p)) + 1
-        ids, p = ids[:keep], p[:keep]
+        ids, x, p = ids[:keep], x[:keep], p[:keep]
     if s.min_p > 0:
         keep = p >= s.min_p * p[0]
-        ids, p = ids[keep], p[keep]
-    return ids, p / p.sum()
+        ids, x = ids[keep], x[keep]
+    # temperature last: it reshapes the survivors' probabilities, not which tokens survive
+    x = x / s.temperature
+    return ids, np.exp(x - _logsumexp(x))
 
 
-def _top_k(x: np.ndarray, k: int, temperature: float) -> np.ndarray:
-    """Ids of the k largest values. A full partition of a 150k vocabulary costs about a
-    millisecond, so first keep only values near the max: if at least k are within a margin of it,
-    the k largest are all among them (exact, not an approximation). Widen the margin until that
-    holds; each try is one cheap pass."""
+def _top_k(x: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest values (at a tie at the k-th value, the lowest ids). A full partition
+    of a 150k vocabulary costs about a millisecond, so first keep only values near the max: if at
+    least k are within a margin of it, the k largest are all among them (exact, not an
+    approximation). Widen the margin until that holds; each try is one cheap pass."""
     top = x.max()
     for margin in _NEAR_MAX:
-        near = np.flatnonzero(x >= top - margin * temperature)
+        near = np.flatnonzero(x >= top - margin)
         if near.size >= k:
             break
     else:
         near = np.arange(x.size)
-    return near[np.argpartition(x[near], near.size - k)[near.size - k :]]
+    values = x[near]
+    kth = np.partition(values, near.size - k)[near.size - k]
+    above = near[values > kth]
+    tied = near[values == kth][: k - above.size]  # `near` is in id order: the lowest tied ids
+    return np.concatenate([above, tied])
 
 
 def _sorted_head(x: np.ndarray, logz: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:
     """All ids sorted by probability, or, when top-p will cut, only a head long enough for it."""
     if top_p < 1.0 and x.size > _TOP_P_HEAD:
         head = np.argpartition(-x, _TOP_P_HEAD - 1)[:_TOP_P_HEAD]
-        head = head[np.argsort(-x[head], kind="stable")]
+        head = head[np.lexsort((head, -x[head]))]  # by value, ties by id
         p = np.exp(x[head] - logz)
         if p.sum() >= top_p:
             return head, p

@@ -8,6 +8,7 @@ without downloading anything. Its attributes are paths:
     draft         target's weights plus noise (DRAFT_NOISE): agrees with target's greedy choice ~80%
     incompatible  same vocab size, different token texts from id 261 on (vocab check must fail)
     extended      standard vocab plus N_EXTRA_TOKENS appended pieces (compatible: size diff <= 128)
+    extra_heavy   extended, whose output layer favours the appended ids (it produces them often)
     no_template   target, without tokenizer.chat_template
     bytes         target whose output layer favours byte tokens (partial / invalid UTF-8 output)
     not_gguf      a small text file
@@ -26,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tiny_models as tm  # noqa: E402
 
+EXTRA_SCALE = 1.3  # extra_heavy: the appended ids get ~14% of the mass at temperature 1, and ~16% of greedy picks
+
 
 @dataclass(frozen=True)
 class TinyModels:
@@ -33,6 +36,7 @@ class TinyModels:
     draft: Path
     incompatible: Path
     extended: Path
+    extra_heavy: Path
     no_template: Path
     bytes: Path
     not_gguf: Path
@@ -58,6 +62,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         draft=write(d / "draft.gguf", seed=0, noise=tm.DRAFT_NOISE, noise_seed=1),
         incompatible=write(d / "incompatible.gguf", seed=0, vocab="incompatible"),
         extended=write(d / "extended.gguf", seed=0, vocab="extended"),
+        extra_heavy=write(d / "extra_heavy.gguf", seed=0, vocab="extended", extra_scale=EXTRA_SCALE),
         no_template=write(d / "no_template.gguf", seed=0, chat_template=None),
         bytes=write(d / "bytes.gguf", seed=0, byte_bias=True),
         not_gguf=d / "not_gguf.gguf",

@@ -56,7 +56,7 @@ def flat(text: str) -> str:
 
 
 def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
-    term = chat("--system", "You are terse.")
+    term = chat("--system", "You are terse.", "--drafter", "model")
     assert "target.gguf + draft.gguf · drafter model · gamma 4 · temperature 0 · context 512 tokens" in term.text
     for message in ("Hello world", "def add(a, b):"):
         out = term.ask(message)
@@ -176,3 +176,10 @@ def test_bad_options_give_one_line(tiny_models, args, fragment):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
+
+
+def test_the_default_drafter_is_auto_and_says_what_it_drafted_with(chat):
+    term = chat()
+    assert "draft.gguf (loaded when it pays) · drafter auto · gamma auto" in flat(term.text)
+    out = flat(term.ask("Hello world"))
+    assert re.search(r"auto: n-gram \d+%, model \d+%, none \d+% of steps", out), out

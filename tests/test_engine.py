@@ -6,8 +6,8 @@ from stats import chi_square_pvalue
 
 import specllm
 from specllm.backend import Model, ModelOptions, check_pair
-from specllm.drafters import NgramDrafter
-from specllm.engine import Finished, Step
+from specllm.drafters import Draft, NgramDrafter, NoDrafter
+from specllm.engine import Engine, Finished, Step
 from specllm.errors import SpecllmError
 from specllm.sampling import SamplerSettings, distribution
 from specllm.text import TextStream
@@ -55,13 +55,17 @@ def test_greedy_runs_really_speculate(engine):
 
 
 def test_stats_add_up(engine):
-    r = greedy(engine, PROMPTS[1], "model", 4)
+    steps, r = steps_and_result(engine, PROMPTS[1], max_tokens=48, temperature=0, drafter="model", gamma=4)
     s = r.stats
     assert s.generated_tokens == len(r.tokens) == 48
     assert s.n_drafted == sum(s.drafted_per_position)
     assert s.n_accepted == sum(s.accepted_per_position)
     assert len(s.drafted_per_position) == 4
-    assert s.drafted_per_position[0] == s.target_calls - (s.target_calls - s.drafted_per_position[0])
+    # per position: the steps whose draft reached it, and those whose accepted prefix did
+    assert s.drafted_per_position == [sum(len(st.drafted) > i for st in steps) for i in range(4)]
+    assert s.accepted_per_position == [sum(st.accepted > i for st in steps) for i in range(4)]
+    assert s.target_calls == len(steps) and s.drafted_per_position[0] >= s.target_calls - 1  # the last may not draft
+    assert all(a <= d for a, d in zip(s.accepted_per_position, s.drafted_per_position))
     # every target call emits its accepted drafts plus one token of its own (the last may be cut)
     assert s.n_accepted + s.target_calls >= s.generated_tokens >= s.n_accepted + s.target_calls - 4
     assert s.acceptance_rate == pytest.approx(s.n_accepted / s.n_drafted)
@@ -69,6 +73,22 @@ def test_stats_add_up(engine):
     assert s.prompt_tokens == len(engine.prompt_tokens(PROMPTS[1]))
     assert s.draft_calls >= s.target_calls - 1
     assert s.decode_seconds > 0 and s.prefill_seconds > 0
+
+
+def test_decode_time_is_the_engines_own(engine):
+    """A consumer that takes its time between events (rendering, a slow pipe) must not count in
+    decode_seconds: an accounting check, not a benchmark (10 target calls on a tiny model take
+    milliseconds; the consumer sleeps 2 s in all)."""
+    import time
+
+    slept = 0.0
+    for event in engine.stream(PROMPTS[0], max_tokens=10, temperature=0, drafter="none"):
+        if isinstance(event, Step):
+            time.sleep(0.2)
+            slept += 0.2
+    stats = event.result.stats
+    assert stats.target_calls == 10 and slept == pytest.approx(2.0)
+    assert 0 < stats.decode_seconds < slept
 
 
 def test_stream_yields_steps_whose_text_adds_up(engine):
@@ -108,33 +128,132 @@ def test_seeded_sampling_is_reproducible(engine):
 SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 
 
-def target_two_token_distribution(tiny_models, prompt_ids):
-    """P(t1, t2) of target-only sampling, from the target's own logits (one token at a time)."""
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
-    p1 = distribution(model.sync(prompt_ids, n_logits=1)[0], SAMPLER)
-    joint = {}
-    for t1 in np.flatnonzero(p1):
-        p2 = distribution(model.sync(prompt_ids + [int(t1)], n_logits=1)[0], SAMPLER)
-        for t2 in np.flatnonzero(p2):
-            joint[(int(t1), int(t2))] = p1[t1] * p2[t2]
+def target_joint_distribution(target_path, prompt_ids, depth=3):
+    """P(t_1..t_depth) of target-only sampling with SAMPLER, exactly: the target's own distribution
+    of each token given those before it (one token at a time), over every reachable prefix."""
+    model = Model(target_path, ModelOptions(n_ctx=128, n_threads=1))
+    joint = {(): 1.0}
+    for _ in range(depth):
+        grown = {}
+        for prefix, prob in joint.items():
+            row = distribution(model.sync(prompt_ids + list(prefix), n_logits=1)[0], SAMPLER)
+            for t in np.flatnonzero(row):
+                grown[prefix + (int(t),)] = prob * row[t]
+        joint = grown
     model.close()
     return joint
 
 
-@pytest.mark.parametrize("drafter,prompt", [("model", "the cat"), ("ngram", " ".join(["the"] * 10))])
-def test_first_two_tokens_follow_the_target_distribution(engine, tiny_models, drafter, prompt):
-    ids = engine.prompt_tokens(prompt)
-    joint = target_two_token_distribution(tiny_models, ids)
+# (target, draft, drafter, prompt): "scripted" proposes the target's greedy continuation, one-hot
+JOINT_CASES = {
+    "model drafter": ("target", "draft", "model", "the cat"),
+    "one-hot drafter": ("target", None, "scripted", "the cat"),
+    "n-gram drafter": ("target", None, "ngram", " ".join("abc" * 5)),  # it drafts "a b c": rarely accepted
+    "draft vocab larger": ("target", "extra_heavy", "model", "the cat"),
+    "target vocab larger": ("extra_heavy", "draft", "model", "the cat"),
+}
+
+
+@pytest.mark.parametrize("case", JOINT_CASES)
+def test_first_three_tokens_follow_the_target_distribution(tiny_models, monkeypatch, case):
+    """The joint distribution of the first three tokens, with drafts of three tokens: q rows 2..k,
+    the batched p rows 2..k+1 and the draft's KV cache in sampling mode all take part."""
+    target, draft, drafter, prompt = JOINT_CASES[case]
+    e = load_pair(getattr(tiny_models, target), draft and getattr(tiny_models, draft), n_ctx=128)
+    ids = e.prompt_tokens(prompt)
+    if drafter == "scripted":
+        use_drafter(monkeypatch, ScriptedDrafter(len(ids), greedy(e, ids, "none", max_tokens=4).tokens))
+    joint = target_joint_distribution(getattr(tiny_models, target), ids)
     cells = sorted(joint)
     counts = dict.fromkeys(cells, 0)
-    n, drafted = 4000, 0
+    n, drafted, third, edge = 4000, 0, 0, 0
+    n_target, n_draft = e.target.n_vocab, e.draft.n_vocab if e.draft else None
     for seed in range(n):
-        r = engine.generate(ids, max_tokens=2, drafter=drafter, gamma=3, **SAMPLER.__dict__ | {"seed": seed})
-        counts[tuple(r.tokens)] += 1  # a KeyError here is a token pair the target cannot produce
-        drafted += r.stats.n_drafted
-    assert drafted > n / 2  # the drafter really proposed tokens
+        kw = SAMPLER.__dict__ | {"seed": seed, "drafter": "none" if drafter == "scripted" else drafter}
+        steps, r = steps_and_result(e, ids, max_tokens=4, gamma=3, **kw)
+        counts[tuple(r.tokens[:3])] += 1  # a KeyError here is a sequence the target cannot produce
+        drafted += len(steps[0].drafted) == 3
+        third += steps[0].accepted == 3
+        edge += any(t >= n_target for st in steps for t in st.drafted) or max(r.tokens) >= (n_draft or n_target)
+    assert drafted > n / 2  # three-token drafts ...
+    assert third > n / 50 or drafter == "ngram"  # ... some accepted to the end
+    if "vocab" in case:
+        assert edge > n / 50  # foreign ids were drafted / emitted
     observed = np.array([counts[c] for c in cells])
     assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
+    e.close()
+
+
+# --- the sampler chain against llama.cpp's own -------------------------------------------------
+
+
+def llama_cpp_chain(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
+    """The processed distribution by llama.cpp's sampler chain, built through the low-level API in
+    the order of llama-cpp-python's Llama.create_completion (top-k, typical, top-p, min-p, temp,
+    dist): dist leaves the final probabilities of the kept tokens in the array."""
+    import ctypes
+
+    import llama_cpp as L
+
+    n = logits.size
+    data = (L.llama_token_data * n)()
+    for i in range(n):
+        data[i].id, data[i].logit, data[i].p = i, float(logits[i]), 0.0
+    array = L.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    for sampler in (
+        L.llama_sampler_init_top_k(s.top_k),
+        L.llama_sampler_init_typical(1.0, 1),
+        L.llama_sampler_init_top_p(s.top_p, 1),
+        L.llama_sampler_init_min_p(s.min_p, 1),
+        L.llama_sampler_init_temp(s.temperature),
+        L.llama_sampler_init_dist(0),
+    ):
+        L.llama_sampler_chain_add(chain, sampler)
+    L.llama_sampler_apply(chain, ctypes.byref(array))
+    out = np.zeros(n)
+    for i in range(array.size):
+        out[data[i].id] = data[i].p
+    L.llama_sampler_free(chain)
+    return out
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),  # the CLI's defaults
+        SamplerSettings(temperature=0.4, top_k=0, top_p=0.8, min_p=0.0),
+        SamplerSettings(temperature=1.7, top_k=0, top_p=1.0, min_p=0.1),
+        SamplerSettings(temperature=2.5, top_k=10, top_p=0.9, min_p=0.02),
+    ],
+)
+def test_sampler_chain_matches_llama_cpp(engine, settings):
+    """Same kept tokens and the same probabilities as llama.cpp's chain, on a real model's logits."""
+    checked = 0
+    for prompt in PROMPTS[:4]:
+        logits = engine.target.sync(engine.prompt_tokens(prompt), n_logits=1)[0].copy()
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        np.testing.assert_array_equal(np.flatnonzero(ours), np.flatnonzero(theirs))
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+        checked += np.count_nonzero(ours) > 1
+    assert checked >= 2  # not only one-token distributions
+
+
+def test_ties_at_the_cut_keep_as_many_tokens_as_llama_cpp():
+    """At a tie at the top-k (or top-p) cut llama.cpp keeps the same number of tokens with the same
+    probabilities, but which of the tied ids depends on its sort; specllm keeps the lowest ids."""
+    logits = np.random.default_rng(0).normal(0, 1, 50).astype(np.float32) - 10
+    logits[[3, 40, 7, 20]] = 5.0  # four tied, below one clear winner
+    logits[30] = 6.0
+    for settings in (
+        SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0),
+        SamplerSettings(temperature=0.7, top_k=0, top_p=0.6, min_p=0.0),
+    ):
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        assert np.count_nonzero(ours) == np.count_nonzero(theirs) == 3
+        assert ours[30] > 0 and theirs[30] > 0
+        np.testing.assert_allclose(np.sort(ours[ours > 0]), np.sort(theirs[theirs > 0]), atol=1e-6)
+        assert set(np.flatnonzero(ours)) == {3, 7, 30}
 
 
 # --- KV cache ---------------------------------------------------------------------------------
@@ -209,6 +328,73 @@ def test_eos_stops_generation(tiny_models, tmp_path):
     assert r.tokens == tokens[:first]
 
 
+class ScriptedDrafter(NoDrafter):
+    """Proposes the next tokens of a fixed script, from the position the generation has reached
+    (one-hot q), whatever was emitted so far."""
+
+    name = "scripted"
+
+    def __init__(self, prompt_length: int, script: list[int]):
+        self.prompt_length, self.script = prompt_length, script
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        at = len(context) - self.prompt_length
+        return Draft(list(self.script[at : at + gamma]))
+
+
+def use_drafter(monkeypatch, drafter) -> None:
+    """Make every generation use `drafter` (a test drafter is not among the engine's names)."""
+    import specllm.engine
+
+    monkeypatch.setattr(specllm.engine._Run, "_make_drafter", lambda run, engine: drafter)
+
+
+def test_eos_inside_an_accepted_draft(tiny_models, tmp_path, monkeypatch):
+    """The draft holds EOS in its middle and the target accepts all of it: generation ends at the
+    EOS; the draft tokens after it were never emitted, so they count in no stats."""
+    import tiny_models as tm
+
+    base = specllm.load(str(tiny_models.target), n_ctx=128, n_threads=1)
+    script = greedy(base, "import os", "none", max_tokens=12).tokens
+    base.close()
+    eos = script[3]
+    first = script.index(eos)
+    assert first + 1 < 8
+    e = specllm.load(str(tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=eos)), n_ctx=128, n_threads=1)
+    prompt = e.prompt_tokens("import os")
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(e, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8)
+    assert r.stop_reason == "eos" and r.tokens == script[:first]
+    assert len(steps) == 1 and steps[0].drafted == script[:8] and steps[0].token == -1
+    assert steps[0].accepted == first + 1  # up to and including the EOS
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.generated_tokens, s.target_calls) == (8, first + 1, first, 1)
+    assert s.accepted_per_position == [1] * (first + 1) + [0] * (7 - first)
+    e.close()
+
+
+def test_stop_string_inside_an_accepted_draft(engine, monkeypatch):
+    """The draft completes a stop string in its middle: the text ends before it, and only the draft
+    tokens up to the one that completed it count as accepted."""
+    full = greedy(engine, PROMPTS[1], "none", max_tokens=12)
+    script = full.tokens
+    texts = [engine.target.detokenize(script[:n]).decode("utf-8", errors="replace") for n in range(13)]
+    stop = next(
+        full.text[i : i + 3] for i in range(len(texts[1]), len(texts[6]))
+        if full.text.index(full.text[i : i + 3]) == i and "\ufffd" not in full.text[i : i + 3]
+    )  # fmt: skip
+    completed = next(n for n in range(13) if stop in texts[n])
+    assert 2 <= completed < 8  # in the middle of the first draft
+    prompt = engine.prompt_tokens(PROMPTS[1])
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(engine, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8, stop=stop)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+    assert r.tokens == script[:completed] and steps[0].accepted == completed
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.target_calls) == (8, completed, 1)
+    assert s.accepted_per_position == [1] * completed + [0] * (8 - completed)
+
+
 def test_max_tokens_and_stop_strings(engine):
     full = greedy(engine, PROMPTS[1], "model", max_tokens=40)
     assert full.stop_reason == "max_tokens"
@@ -221,6 +407,76 @@ def test_max_tokens_and_stop_strings(engine):
     assert r.text == full.text[:cut]
     streamed = "".join(e.accepted_text + e.token_text for e in engine.stream(PROMPTS[1], max_tokens=40, temperature=0, stop=[stop]) if isinstance(e, Step))
     assert streamed == full.text[:cut]
+
+
+def test_gamma_at_the_batch_limit(tiny_models):
+    """A verify call on gamma + 1 tokens must fit in one batch: n_batch - 1 works, n_batch is refused
+    up front (by the engine, the CLI's option check and chat's /gamma), not mid-generation."""
+    from specllm.chat import ChatSession
+    from specllm.cli import check_options
+    from specllm.engine import GenerationConfig
+
+    e = load_pair(tiny_models.target, tiny_models.draft, n_ctx=128, n_batch=16)
+    assert e.target.n_batch == 16
+    prompt = e.prompt_tokens(PROMPTS[0])
+    r = e.generate(prompt, max_tokens=40, temperature=0, drafter="model", gamma=15)
+    assert len(r.stats.drafted_per_position) == 15  # a 15-token draft was verified in one call
+    assert r.tokens == greedy(e, prompt, "none", max_tokens=40).tokens
+    with pytest.raises(SpecllmError, match="at most 15"):
+        e.stream(prompt, max_tokens=40, temperature=0, drafter="model", gamma=16)
+    session = ChatSession(e, GenerationConfig(gamma=4))
+    with pytest.raises(SpecllmError, match="at most 15"):
+        session.command("/gamma 16")
+    assert session.config.gamma == 4
+    assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
+    e.close()
+    check_options(8, "ngram", 511, {}, ctx_size=4096)
+    check_options(8, "ngram", 99, {}, ctx_size=100)  # llama.cpp caps the batch at the context
+    for gamma, ctx_size in ((512, 4096), (600, 4096), (100, 100)):
+        with pytest.raises(SpecllmError, match="gamma"):
+            check_options(8, "ngram", gamma, {}, ctx_size=ctx_size)
+
+
+def test_one_stop_string_is_one_stop(engine):
+    """GenerationConfig(stop="END") stops at "END", not at "E", "N" or "D"."""
+    from specllm.engine import GenerationConfig
+
+    assert GenerationConfig(stop="END").stop == ("END",)
+    assert GenerationConfig(stop=["a", "bc"]).stop == ("a", "bc")
+    full = greedy(engine, PROMPTS[1], "model", max_tokens=40)
+    stop = next(full.text[i : i + 4] for i in range(8, 30) if len(set(full.text[i : i + 4])) == 4)
+    assert any(full.text.index(c) < full.text.index(stop) for c in stop)  # one letter comes earlier
+    config = GenerationConfig(max_tokens=40, sampler=SamplerSettings(temperature=0), stop=stop)
+    r = engine.generate(PROMPTS[1], config=config)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+
+
+def test_a_config_and_keywords_together_are_refused(engine):
+    from specllm.engine import GenerationConfig
+
+    with pytest.raises(TypeError, match="not both"):
+        engine.stream(PROMPTS[0], GenerationConfig(), temperature=0)
+
+
+def test_a_second_live_stream_is_refused(engine):
+    """Streams share the engine's KV caches: a second one is refused while the first runs; a
+    finished or closed stream releases the engine."""
+    expected = greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens
+    first = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    next(first)
+    with pytest.raises(SpecllmError, match="another stream"):
+        engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    assert list(first)[-1].result.tokens == expected  # the first went on undisturbed
+    closed = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    next(closed)
+    closed.close()
+    a = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    b = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)  # created, not started: allowed
+    next(a)
+    with pytest.raises(SpecllmError, match="another stream"):
+        next(b)  # ... but refused once it would run while the first is live
+    assert list(a)[-1].result.tokens == expected
+    assert greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens == expected
 
 
 # --- text ---------------------------------------------------------------------------------------
@@ -277,6 +533,82 @@ def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
     check_pair(tiny_models.target, tiny_models.draft)
     e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=128, n_threads=1)
     assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
+    e.close()
+
+
+def load_pair(target, draft, n_ctx=256, **options) -> Engine:
+    """An engine on two model files (options such as n_batch that specllm.load does not take)."""
+    opts = ModelOptions(n_ctx=n_ctx, n_threads=1, **options)
+    return Engine(Model(target, opts), Model(draft, opts) if draft else None)
+
+
+FULL_SAMPLING = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def steps_and_result(engine, prompt, **kwargs):
+    events = list(engine.stream(prompt, **kwargs))
+    return events[:-1], events[-1].result
+
+
+def test_draft_tokens_the_target_lacks_are_rejected_unseen(tiny_models):
+    """A draft vocabulary larger than the target's: the draft proposes ids the target lacks. They
+    are rejected (p = 0) without reaching the target, and shown with the draft's own text."""
+    e = load_pair(tiny_models.target, tiny_models.extra_heavy)
+    n_target = e.target.n_vocab
+    assert e.draft.n_vocab > n_target
+    foreign = 0
+    for prompt in PROMPTS[:4]:
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == greedy(e, prompt, "none", max_tokens=32).tokens
+        for step in steps:
+            outside = [i for i, t in enumerate(step.drafted) if t >= n_target]
+            if outside:
+                foreign += 1
+                assert step.accepted <= outside[0]
+                assert e.draft.piece(step.drafted[outside[0]]).decode().replace("\u2581", " ") in step.rejected_text
+    assert foreign > 0  # greedy drafts really held foreign ids
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        kw = dict(max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        steps, result = steps_and_result(e, PROMPTS[seed % 4], **kw)
+        assert result.stop_reason in ("max_tokens", "eos") and max(result.tokens) < n_target
+        foreign += sum(t >= n_target for step in steps for t in step.drafted)
+    assert foreign > 10
+    e.close()
+
+
+def test_a_target_token_the_draft_lacks_turns_drafting_off(tiny_models):
+    """A target vocabulary larger than the draft's: once the context holds an id the draft does not
+    have, the draft drafts nothing more in that generation, and the output stays exact."""
+    e = load_pair(tiny_models.extra_heavy, tiny_models.draft)
+    n_draft = e.draft.n_vocab
+    assert e.target.n_vocab > n_draft
+    reached = drafted_before = 0
+    for prompt in PROMPTS[:4]:
+        expected = greedy(e, prompt, "none", max_tokens=32).tokens
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == expected
+        first = next((i for i, t in enumerate(expected) if t >= n_draft), None)
+        if first is None:
+            continue
+        reached += 1
+        emitted = 0
+        for step in steps:
+            if emitted > first:
+                assert step.drafted == []
+            else:
+                drafted_before += len(step.drafted)
+            emitted += step.accepted + (step.token >= 0)
+    assert reached > 0 and drafted_before > 0
+    foreign_prompt = e.prompt_tokens(PROMPTS[0]) + [n_draft]  # in the prompt already
+    r = greedy(e, foreign_prompt, "model", max_tokens=8)
+    assert r.tokens == greedy(e, foreign_prompt, "none", max_tokens=8).tokens and r.stats.n_drafted == 0
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        r = e.generate(PROMPTS[seed % 4], max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        assert r.stop_reason in ("max_tokens", "eos")
+        foreign += sum(t >= n_draft for t in r.tokens)
+    assert foreign > 10
     e.close()
 
 

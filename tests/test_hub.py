@@ -352,14 +352,14 @@ def specllm(*args, stdin=None):
 
 def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
     proc = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
-                   "--temperature", 0, "-n", 12, "--json")  # fmt: skip
+                   "--temperature", 0, "-n", 12, "--json", "--drafter", "model")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["stats"]["generated_tokens"] == 12 and out["stats"]["n_drafted"] > 0
-    assert len(out["stats"]["drafted_per_position"]) == 3  # the pair's recommended gamma
+    assert len(out["stats"]["drafted_per_position"]) == 3  # a fixed drafter takes the pair's recommended gamma
     assert (hub.hf_cache_dir()).exists()  # downloaded through the Hub path into the HF cache
     offline = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
-                      "--temperature", 0, "-n", 12, "--json", "--offline")  # fmt: skip
+                      "--temperature", 0, "-n", 12, "--json", "--offline")  # fmt: skip (auto: the same text)
     assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
 
 
@@ -372,7 +372,7 @@ def test_chat_and_bench_take_a_pair(tiny_pair, tmp_path):
                     "--categories", "math", "--max-tokens", 8, "--gamma", 2, "--json", report)  # fmt: skip
     assert bench.returncode == 0, bench.stderr
     results = json.loads(report.read_text())
-    assert [r["configuration"] for r in results["results"]] == ["target-only", "model g=2", "ngram g=2"]
+    assert [r["configuration"] for r in results["results"]] == ["target-only", "auto", "model g=2", "ngram g=2"]
 
 
 def test_an_unknown_pair_is_one_line_listing_the_known_ones(tiny_pair):

@@ -128,8 +128,9 @@ def test_greedy_verification_accepts_the_matching_prefix():
 
 
 def reference_distribution(logits, s: SamplerSettings):
-    """The chain written the slow, obvious way: full sort, then each filter in turn."""
-    x = np.asarray(logits, float) / s.temperature
+    """llama.cpp's chain written the slow, obvious way: full sort of the raw logits, top-k, then
+    top-p and min-p on the untempered probabilities, then temperature and softmax."""
+    x = np.asarray(logits, float)
     order = np.argsort(-x, kind="stable")
     if s.top_k > 0:
         order = order[: s.top_k]
@@ -142,8 +143,9 @@ def reference_distribution(logits, s: SamplerSettings):
     if s.min_p > 0:
         keep = p >= s.min_p * p.max()
         order, p = order[keep], p[keep]
+    t = np.exp((x[order] - x[order].max()) / s.temperature)
     out = np.zeros(len(logits))
-    out[order] = p / p.sum()
+    out[order] = t / t.sum()
     return out
 
 
@@ -161,6 +163,32 @@ def reference_distribution(logits, s: SamplerSettings):
 def test_distribution_matches_reference_chain(settings, n_vocab):
     logits = np.random.default_rng(n_vocab).normal(0, 3, n_vocab).astype(np.float32)
     np.testing.assert_allclose(distribution(logits, settings), reference_distribution(logits, settings), atol=1e-12)
+
+
+def test_temperature_applies_after_the_filters():
+    """Which tokens survive top-p and min-p does not depend on the temperature (llama.cpp's order)."""
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    for t in (0.3, 1.0, 3.0):
+        kept = distribution(logits, SamplerSettings(temperature=t, top_k=0, top_p=0.9, min_p=0.0)) > 0
+        np.testing.assert_array_equal(kept, [True, True, True, False])  # 0.5 + 0.3 + 0.15 >= 0.9
+        kept = distribution(logits, SamplerSettings(temperature=t, top_k=0, top_p=1.0, min_p=0.2)) > 0
+        np.testing.assert_array_equal(kept, [True, True, True, False])  # 0.05 < 0.2 * 0.5
+    p = distribution(logits, SamplerSettings(temperature=2.0, top_k=2, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(p[:2], np.sqrt([0.5, 0.3]) / np.sqrt([0.5, 0.3]).sum())
+
+
+@pytest.mark.parametrize("n_vocab", [50, 5000])
+def test_ties_at_the_top_k_cut_keep_the_lowest_ids(n_vocab):
+    """llama.cpp keeps exactly k at a tie too, but which of the tied tokens depends on its sort;
+    specllm keeps the lowest ids, so the choice is deterministic and documented."""
+    logits = np.random.default_rng(0).normal(0, 1, n_vocab).astype(np.float32) - 10
+    logits[[3, 40, 7, 20]] = 5.0  # four tied at the top
+    logits[30] = 6.0
+    s = SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    assert set(np.flatnonzero(distribution(logits, s))) == {30, 3, 7}
+    s = SamplerSettings(temperature=1.0, top_k=0, top_p=0.6, min_p=0.0)  # top-p cuts inside the tie
+    kept = np.flatnonzero(distribution(logits, s))
+    assert set(kept) <= {30, 3, 7, 20, 40} and set(kept) == {30, *sorted([3, 7, 20, 40])[: len(kept) - 1]}
 
 
 def test_greedy_distribution_is_one_hot_at_argmax():

@@ -161,7 +161,7 @@ _SPECIAL_ROW_SCALE = 0.4  # ids 0..4: rarely the argmax, so EOS / EOT are rare
 
 
 def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, n_ff: int,
-             byte_bias: bool) -> dict[str, np.ndarray]:
+             byte_bias: bool, extra_scale: float = 1.0) -> dict[str, np.ndarray]:
     # head_count_kv == head_count, so Q, K, V and the attention output are all n_embd x n_embd.
     def normal(key: int, shape: tuple[int, ...], std: float) -> np.ndarray:
         return np.random.default_rng([seed, key]).standard_normal(shape) * std
@@ -192,6 +192,7 @@ def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: in
     if byte_bias:
         for b, scale in _BYTE_BIAS.items():
             out[byte_token_id(b)] *= scale
+    out[n_vocab_std:] *= extra_scale
     w["output.weight"] = out
     return w
 
@@ -206,6 +207,7 @@ def write_model(
     eos_token_id: int = EOS_ID,
     chat_template: str | None = CHATML_TEMPLATE,
     byte_bias: bool = False,
+    extra_scale: float = 1.0,
     n_layer: int = 2,
     n_embd: int = 64,
     n_head: int = 4,
@@ -222,6 +224,8 @@ def write_model(
     chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none
     byte_bias    output layer strongly favours byte tokens 0x80-0xBF, 0xC3, 0xE2, 0xF0, 0xFF,
                  so generated text is partial / invalid UTF-8
+    extra_scale  output-row scale of the ids appended by the "extended" vocab: > 1 makes the model
+                 produce them often (to exercise a pair whose vocabularies differ)
     """
     path = Path(path)
     if n_embd % n_head:
@@ -232,7 +236,7 @@ def write_model(
         raise ValueError(f"eos_token_id {eos_token_id} outside the vocab (0..{n_vocab - 1})")
     scores, types = _scores_and_types(pieces)
 
-    weights = _weights(seed, vocab_size("standard"), n_vocab, n_layer, n_embd, n_ff, byte_bias)
+    weights = _weights(seed, vocab_size("standard"), n_vocab, n_layer, n_embd, n_ff, byte_bias, extra_scale)
     if noise > 0:
         rng = np.random.default_rng(noise_seed)
         for name, t in weights.items():
