@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ import numpy as np
 from .backend import ALL_LAYERS, Model, common_prefix, default_gpu_layers, physical_cores, system_info
 from .engine import Engine, Finished, GenerationConfig, Result, Stats, aggregate
 from .errors import SpecllmError
+from .calibration import time_calls
 from .files import write_text_atomic
 from .sampling import SamplerSettings
 
@@ -278,9 +277,8 @@ def calibrate(engine: Engine, max_n: int, context: list[int], reps: int = CALIBR
     Every round times every call, so a slow spell of a busy machine spreads over all of them."""
     target, draft = engine.target, engine.draft
     context = context[: max(1, target.n_ctx - max_n - 1)]
-    feed = (context * (max_n // len(context) + 1))[-max_n:]  # real token ids
     jobs = [(target, n) for n in range(1, max_n + 1)] + ([(draft, 1)] if draft is not None else [])
-    times = _time_calls(jobs, context, feed, reps)
+    times = time_calls(jobs, context, reps)
     t1 = times[0]
     target_times = dict(zip(range(1, max_n + 1), times))
     out = {
@@ -295,21 +293,6 @@ def calibrate(engine: Engine, max_n: int, context: list[int], reps: int = CALIBR
     if draft is not None:
         out.update(draft_step_seconds=times[-1], c=times[-1] / t1)
     return out
-
-
-def _time_calls(jobs: list[tuple[Model, int]], context: list[int], feed: list[int], reps: int) -> list[float]:
-    """Median seconds of each (model, n) call: n tokens after `context`, logits for all n."""
-    for model in dict.fromkeys(m for m, _ in jobs):
-        model.truncate(0)
-        model.sync(context)
-    samples: list[list[float]] = [[] for _ in jobs]
-    for _ in range(reps):
-        for (model, n), ts in zip(jobs, samples):
-            start = time.perf_counter()
-            model.eval(feed[:n], n).argmax(axis=1)  # the argmax is part of every real step
-            ts.append(time.perf_counter() - start)
-            model.truncate(len(context))
-    return [statistics.median(ts) for ts in samples]
 
 
 # --- fidelity --------------------------------------------------------------------------------

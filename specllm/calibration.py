@@ -20,7 +20,8 @@ from .files import cache_dir, write_text_atomic
 from .policy import CostTable
 
 TARGET_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16)  # wider verify calls are learned when first used
-DRAFT_WIDTHS = (1, 2, 3, 5, 9)
+DRAFT_WIDTHS = (1, 2, 5)  # one-token drafting steps; wider calls are catch-ups
+NARROW = 5  # widths up to this are timed twice
 DRAFT_CONTEXT = 32  # the draft is timed on a short prefix: a draft that cannot pay costs no prefill
 CACHE_FILE = "calibration.json"
 CACHE_VERSION = 1
@@ -75,14 +76,19 @@ def _read(path: Path) -> dict:
     return data["models"]
 
 
-def measure(model: Model, widths: tuple[int, ...], context: list[int], reps: int = 2) -> CostTable:
+def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTable:
     """Time calls of each width on top of `context` (its KV cache is left holding `context`), the
-    fastest of `reps` rounds (the first call of a width also sets up llama.cpp's graph for it).
-    One-token calls are timed three times as often: every other width is measured against them."""
-    wide = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
-    times = time_calls([(model, 1)] * 3 + [(model, w) for w in wide], context, reps, summary=min)
-    table = CostTable(min(times[:3]))
-    for w, t in zip(wide, times[3:]):
+    fastest of a few tries: one-token calls, which every other width is measured against, three
+    times; narrow calls (the first call of a width also sets up llama.cpp's graph for it) twice;
+    wide ones, which cost the most, once: the engine refines them as it uses them."""
+    usable = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
+    tries = [1, 1, 1] + [w for w in usable if w <= NARROW] * 2 + [w for w in usable if w > NARROW]
+    times = time_calls([(model, w) for w in tries], context, reps=1)
+    fastest: dict[int, float] = {}
+    for w, t in zip(tries, times):
+        fastest[w] = min(t, fastest.get(w, t))
+    table = CostTable(fastest.pop(1))
+    for w, t in sorted(fastest.items()):
         table.observe(w, t)
     return table
 
