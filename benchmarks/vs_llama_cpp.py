@@ -1,6 +1,13 @@
 """specllm against llama.cpp's own speculative loop, side by side in one run.
 
     python benchmarks/vs_llama_cpp.py [--bin DIR] [--gamma 4] [-n 128] [--rounds 2]
+    python benchmarks/vs_llama_cpp.py --ngram [--bin DIR] [-n 128] [--rounds 2]
+
+With --ngram: specllm's default (auto) drafting and target-only decoding against llama.cpp's
+n-gram speculation (llama-speculative-simple --spec-type ngram-simple | ngram-map-k | ngram-mod,
+their default settings: a 12-token key, drafts of up to 48 or 64 tokens) on the grounded prompts of
+benchmarks/prompts/grounded.jsonl (edit a given function and return it whole, reorder given rows),
+rendered with the target's chat template and given to both as the same text.
 
 DIR holds llama-speculative-simple, as built by benchmarks/build_llama_cpp_tools.sh from the
 llama.cpp sources of the installed llama-cpp-python (default: ~/.cache/specllm-anchor/VERSION/bin).
@@ -137,6 +144,63 @@ class DecodeTimer:
         return run
 
 
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+GROUNDED = HERE / "prompts" / "grounded.jsonl"
+
+
+def cpp_ngram(binary: Path, target, prompt_file: Path, spec_type: str, n: int, threads: int) -> float:
+    """Decode tokens/s of llama.cpp's n-gram speculation (default settings of that type)."""
+    out = subprocess.run(
+        [str(binary), "-m", str(target), "--spec-type", spec_type, "-t", str(threads),
+         "--temp", "0", "-n", str(n), "-f", str(prompt_file)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    match = DECODED.search(out.stdout + out.stderr)
+    if not match:
+        raise SystemExit(f"no speed line in the output of {binary.name} --spec-type {spec_type}")
+    return float(match.group(3))
+
+
+def ngram_comparison(args, binary: Path, threads: int) -> None:
+    import json
+
+    target, draft, _ = resolve_models()
+    engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads, defer_draft=True)
+    engine.generate("warm up", max_tokens=8, temperature=0)  # and the auto policy's calibration
+    prompts = [json.loads(line) for line in GROUNDED.read_text().splitlines() if line.strip()]
+    rows = []  # (category, {name: tok/s})
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for i, p in enumerate(prompts, 1):
+                text = engine.target.render_chat([{"role": "user", "content": p["prompt"]}])
+                prompt_file = Path(tmp) / f"prompt{i}.txt"
+                prompt_file.write_text(text)
+                ids = engine.prompt_tokens(text)
+                speeds = {}
+                order = [*NGRAM_TYPES, "auto", "none"]
+                for name in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
+                    if name in NGRAM_TYPES:
+                        speeds[name] = cpp_ngram(binary, target, prompt_file, name, args.n, threads)
+                    else:
+                        result = engine.generate(ids, max_tokens=args.n, temperature=0, drafter=name)
+                        speeds[name] = result.stats.tokens_per_second
+                rows.append((p["category"], speeds))
+                best = max(NGRAM_TYPES, key=speeds.get)
+                print(f"round {r + 1} prompt {i} ({p['category']}): specllm auto {speeds['auto']:.2f}, "
+                      f"target-only {speeds['none']:.2f} tok/s ({speeds['auto'] / speeds['none']:.2f}x); "
+                      + ", ".join(f"{t} {speeds[t]:.2f}" for t in NGRAM_TYPES)
+                      + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x", flush=True)  # fmt: skip
+    print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy):")
+    for cat in [None, *dict.fromkeys(c for c, _ in rows)]:
+        picked = [s for c, s in rows if cat is None or c == cat]
+        line = "  " + (cat or "all").ljust(14)
+        for name in ("none", "auto", *NGRAM_TYPES):
+            line += f" {name} {median(s[name] for s in picked):6.2f}"
+        auto_x = median(s["auto"] / s["none"] for s in picked)
+        vs_best = median(s["auto"] / max(s[t] for t in NGRAM_TYPES) for s in picked)
+        print(line + f"  | auto/target-only {auto_x:.2f}x, auto/best llama.cpp n-gram {vs_best:.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     default_bin = Path.home() / ".cache/specllm-anchor" / llama_cpp.__version__ / "bin"
@@ -144,8 +208,11 @@ def main():
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ngram", action="store_true", help="auto against llama.cpp's n-gram speculation")
     args = ap.parse_args()
     threads = physical_cores()
+    if args.ngram:
+        return ngram_comparison(args, args.bin / "llama-speculative-simple", threads)
     target, draft, _ = resolve_models()
     binary = args.bin / "llama-speculative-simple"
     engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads)

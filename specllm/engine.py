@@ -438,7 +438,7 @@ class _Run:
     def _auto_drafter(self) -> AutoDrafter:
         engine, first = self.engine, self.engine.policy is None
         policy = engine.auto_policy(self.context[:-1])
-        if first:
+        if first and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = None
         if policy.model_could_pay() and engine.load_draft() is not None:

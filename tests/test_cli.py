@@ -44,6 +44,24 @@ def models(tiny_models):
     return ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
 
 
+def test_the_default_drafter_is_auto_and_reports_its_costs(models, tmp_path):
+    env = {"SPECLLM_CACHE": str(tmp_path)}
+    proc = specllm_run("def f(x):", *models, "--json", "-v", "--temperature", 0, "-n", 8, env=env)
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout)["stats"]
+    assert sum(s["steps"] for s in stats["sources"].values()) == stats["target_calls"]
+    policy = stats["policy"]
+    assert policy["calibration"]["measured"] == ["target", "draft"] and stats["calibration_seconds"] > 0
+    assert policy["target"]["step_seconds"] > 0 and isinstance(policy["model_could_pay"], bool)
+    assert "auto: costs measured (target, draft)" in proc.stderr
+    again = specllm_run("def f(x):", *models, "--json", "-v", "--temperature", 0, "-n", 8, env=env)
+    assert "auto: costs from the calibration cache" in again.stderr
+    assert json.loads(again.stdout)["stats"]["calibration_seconds"] == 0
+    fixed = specllm_run("def f(x):", *models, "--json", "--temperature", 0, "-n", 8, "--gamma", 3, env=env)
+    fixed_stats = json.loads(fixed.stdout)["stats"]
+    assert fixed_stats["policy"] is None and set(fixed_stats["sources"]) <= {"model", "none"}  # --gamma alone: model
+
+
 def test_json_output_has_the_documented_shape(models, tiny_models):
     proc = specllm_run("def f(x):", *models, "--json", "--temperature", 0, "-n", 24, "--gamma", 3)
     assert proc.returncode == 0, proc.stderr
