@@ -253,7 +253,7 @@ class AutoDrafter(NoDrafter):
 
     def observe(self, draft: Draft, accepted: int, verify_seconds: float, context: list[int]) -> None:
         policy = self.policy
-        policy.target.observe(len(draft.tokens) + 1, verify_seconds)
+        policy.observe_verify(len(draft.tokens) + 1, verify_seconds)
         if draft.source == "model" and policy.draft is not None:
             width, first = draft.first_call
             policy.draft.observe(width, first)

@@ -344,6 +344,15 @@ class AutoPolicy:
 
     # --- learning ---------------------------------------------------------------------------
 
+    def observe_verify(self, width: int, seconds: float) -> None:
+        """A timed target call. When the machine speeds up or slows down (another process, a
+        thermal limit), both models do: the draft's one-token time follows the target's drift, so
+        a draft that is not being used does not look cheaper (or dearer) than it is."""
+        before = self.target.step_seconds
+        self.target.observe(width, seconds)
+        if self.draft is not None:
+            self.draft.step_seconds *= self.target.step_seconds / before
+
     def record_model(self, confidences: Sequence[float], accepted: int) -> None:
         """The draft model proposed tokens with these confidences; the first `accepted` were
         accepted, and the one after them (if any) rejected. Later ones were never judged."""

@@ -175,3 +175,12 @@ def test_ngram_proposals_are_scored_against_what_was_generated():
     scorer.propose(6, 2, [4, 4])
     scorer.resolve(context + [7, 8, 5, 4], final=True)  # the generation ended: 1 judged, accepted
     assert acceptance.counts[(2, 0)] == [1, 1] and (2, 1) not in acceptance.counts
+
+
+def test_the_draft_follows_the_target_when_the_machine_slows_down():
+    policy = AutoPolicy(CostTable(0.040, {2: 2.0}), CostTable(0.020, {2: 1.9}))
+    for _ in range(50):
+        policy.observe_verify(1, 0.120)  # another process took the CPU: target steps 3x slower
+    assert policy.target.step_seconds == pytest.approx(0.120, rel=0.01)
+    assert policy.draft.step_seconds / policy.target.step_seconds == pytest.approx(0.5, rel=1e-6)
+    assert not policy.model_could_pay()  # c is still 0.5: the draft did not become cheap
