@@ -217,13 +217,16 @@ class _Pending:
     start: int  # context index of the first proposed token
     match_bucket: int
     tokens: list[int]
+    judged: int = 0  # positions already recorded (all accepted so far)
 
 
 class NgramScorer:
     """Scores every n-gram proposal against the text that was really generated, drafted or not, so
     the n-gram acceptance statistics grow on every step at no cost (HedgeSpec's idea). For a
     one-hot draft, "the output went on with token d" has the same chance as "d would have been
-    accepted" (p(d) either way), so this is the acceptance estimate itself."""
+    accepted" (p(d) either way), so this is the acceptance estimate itself. Each position is
+    recorded as soon as the output reaches it, so deep positions of long copies are learned while
+    the copy goes on."""
 
     def __init__(self, acceptance: Acceptance):
         self.acceptance = acceptance
@@ -234,19 +237,20 @@ class NgramScorer:
             self.pending.append(_Pending(start, match_bucket, list(tokens)))
 
     def resolve(self, context: Sequence[int], final: bool = False) -> None:
-        """Judge the proposals the context has now gone past (all of them when final)."""
+        """Record the positions the output has reached since the last call; a proposal is done at
+        its first mismatch, at its end, or when the generation ends (final)."""
         still = []
         for p in self.pending:
-            known = len(context) - p.start
-            matched = 0
-            while matched < min(known, len(p.tokens)) and context[p.start + matched] == p.tokens[matched]:
-                matched += 1
-            if matched < min(known, len(p.tokens)):  # a mismatch: judged up to and including it
-                self.acceptance.record_run(p.match_bucket, matched + 1, matched)
-            elif matched == len(p.tokens) or final:  # all judged, or the generation ended
-                self.acceptance.record_run(p.match_bucket, matched, matched)
+            known = min(len(context) - p.start, len(p.tokens))
+            while p.judged < known:
+                ok = context[p.start + p.judged] == p.tokens[p.judged]
+                p.judged += 1
+                self.acceptance.record(p.match_bucket, p.judged, ok)
+                if not ok:
+                    break
             else:
-                still.append(p)
+                if p.judged < len(p.tokens) and not final:
+                    still.append(p)
         self.pending = still
 
 

@@ -167,14 +167,17 @@ def test_ngram_proposals_are_scored_against_what_was_generated():
     scorer.propose(3, 0, [7, 8, 9])  # the output goes 7, 8, then 5: two accepted, one rejected
     scorer.propose(4, 1, [9])  # proposed at 4 (after 7): rejected at once
     scorer.resolve(context + [7])
-    assert acceptance.counts == {} and len(scorer.pending) == 2  # neither is judged to its end yet
+    assert acceptance.counts == {(0, 0): [1, 1]}  # position 1 of the first, recorded at once
+    assert len(scorer.pending) == 2
     scorer.resolve(context + [7, 8, 5])
     assert acceptance.rate(0, 1) == 1.0 and acceptance.rate(0, 2) == 1.0 and acceptance.rate(0, 3) == 0.0
+    assert acceptance.counts[(0, 0)] == [1, 1]  # never recorded twice
     assert acceptance.rate(1, 1) == 0.0
     assert scorer.pending == []
     scorer.propose(6, 2, [4, 4])
     scorer.resolve(context + [7, 8, 5, 4], final=True)  # the generation ended: 1 judged, accepted
     assert acceptance.counts[(2, 0)] == [1, 1] and (2, 1) not in acceptance.counts
+    assert scorer.pending == []
 
 
 def test_the_draft_follows_the_target_when_the_machine_slows_down():
