@@ -83,6 +83,25 @@ CHATML_TEMPLATE = (
 )
 
 
+# llama.cpp rounds a context up to a multiple of 256 (GGML_PAD in llama-context.cpp) but sizes the
+# batch from the size asked for, and its n_ctx is a uint32 that wraps around: so only sizes it uses
+# as they are get through, and the context in use is always the one asked for.
+CTX_STEP = 256
+MAX_CTX = 2**31 - CTX_STEP  # positions are int32
+
+
+def check_context_size(n_ctx: int) -> None:
+    if n_ctx < CTX_STEP:
+        raise SpecllmError(f"context size must be at least {CTX_STEP} tokens (llama.cpp's smallest), got {n_ctx}")
+    if n_ctx > MAX_CTX:
+        raise SpecllmError(f"context size must be at most {MAX_CTX} tokens, got {n_ctx}")
+    if n_ctx % CTX_STEP:
+        rounded = -(-n_ctx // CTX_STEP) * CTX_STEP
+        raise SpecllmError(
+            f"context size must be a multiple of {CTX_STEP} (llama.cpp would make {n_ctx} {rounded}), got {n_ctx}"
+        )
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     n_ctx: int = 4096
@@ -91,8 +110,7 @@ class ModelOptions:
     n_batch: int = 512
 
     def __post_init__(self):
-        if self.n_ctx < 8:
-            raise SpecllmError(f"context size must be at least 8, got {self.n_ctx}")
+        check_context_size(self.n_ctx)
         if self.n_threads is not None and self.n_threads < 1:
             raise SpecllmError(f"threads must be >= 1, got {self.n_threads}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:

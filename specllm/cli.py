@@ -41,7 +41,11 @@ Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", hel
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set holding this much mass.")]
 MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
-Seed = Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in --json).")]
+MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
+Seed = Annotated[
+    Optional[int],
+    typer.Option(min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."),
+]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
 Threads = Annotated[Optional[int], typer.Option(help="CPU threads (default: one per physical core).")]
 GpuLayers = Annotated[
@@ -82,14 +86,34 @@ def load_engine(
     return engine, drafter
 
 
-def check_options(max_tokens, drafter, gamma, sampler: dict, stop=()) -> None:
+def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), system=None) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
     from .engine import make_config
 
+    for value in stop:
+        check_utf8(value, "--stop")
+    check_utf8(system, "--system")
     make_config(
         max_tokens=max_tokens, stop=stop, drafter=drafter or "none",
         gamma=DEFAULT_GAMMA if gamma is None else gamma, **sampler,
     )  # fmt: skip
+
+
+def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers) -> None:
+    """Refuse a bad context size, thread or layer count before any model is downloaded or loaded."""
+    from .backend import ModelOptions
+
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers)
+
+
+def check_utf8(text: str | None, what: str) -> None:
+    """Python keeps bytes that are not UTF-8 (in arguments, or stdin in a C locale) as lone
+    surrogates, which no tokenizer takes: say so now."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
 
 
 def resolve_gamma(gamma, pair, target, models_file) -> int:
@@ -117,9 +141,15 @@ def report_backend(threads, gpu_layers) -> None:
 
 
 def read_prompt(prompt: str) -> str:
-    if prompt == "-":
-        return sys.stdin.read()
-    return prompt
+    if prompt != "-":
+        check_utf8(prompt, "the prompt")
+        return prompt
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError as e:
+        raise SpecllmError(f"standard input is not valid UTF-8 text ({e.reason})") from None
+    check_utf8(text, "standard input")
+    return text
 
 
 @app.command()
@@ -160,12 +190,17 @@ def run(
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()))
+    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    if system is not None and not chat_template:
+        raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file,
     )  # fmt: skip
+    if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
+        print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     events = engine.stream(text, config, chat=chat_template, system=system)
@@ -220,7 +255,8 @@ def chat(
     from .view import use_live
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
-    check_options(max_tokens, drafter, gamma, sampler)
+    check_options(max_tokens, drafter, gamma, sampler, system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True,
@@ -300,6 +336,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()

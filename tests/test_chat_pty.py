@@ -176,3 +176,15 @@ def test_bad_options_give_one_line(tiny_models, args, fragment):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
+
+
+def test_a_message_that_is_not_utf8_is_one_line_and_the_chat_goes_on(tiny_models):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--drafter", "none",
+         "--threads", "1", "--temperature", "0", "-n", "4", "--ctx-size", "256"],
+        input=b"caf\xe9 au lait\nHello world\n", capture_output=True, timeout=120,
+    )  # fmt: skip
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "error: the prompt is not valid UTF-8 text" in out
+    assert err.count("[max_tokens] ") == 1  # the next message got its reply

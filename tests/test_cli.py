@@ -149,3 +149,77 @@ def test_doctor_reports_the_backend():
     proc = subprocess.run(SPECLLM + ["doctor"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert "gpu_offload:" in proc.stdout and "devices:" in proc.stdout and "CPU" in proc.stdout
+
+
+# --- the chat template (issue 10, items 7 and 14) ------------------------------------------------
+
+
+def test_run_without_a_chat_template_uses_chatml_and_says_so_as_chat_does(tiny_models):
+    args = ["--target", tiny_models.no_template, "--threads", 1, "--ctx-size", 256, "--temperature", 0, "-n", 8]
+    proc = specllm_run("Hello world", *args, "--system", "You are terse.", "--json")
+    assert proc.returncode == 0, proc.stderr
+    notice = "note: no_template.gguf has no chat template: using ChatML"
+    assert proc.stderr.strip() == notice
+    chatml = "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n"
+    engine = specllm.load(str(tiny_models.no_template), n_ctx=256, n_threads=1)
+    expected = engine.generate(engine.target.tokenize(chatml), max_tokens=8, temperature=0, drafter="none")
+    out = json.loads(proc.stdout)
+    assert out["stats"]["prompt_tokens"] == len(engine.target.tokenize(chatml))  # the system message is in
+    assert out["tokens"] == expected.tokens
+    chat = subprocess.run(SPECLLM + ["chat", *map(str, args)], input="", capture_output=True, text=True, timeout=120)
+    assert chat.returncode == 0 and notice in chat.stdout  # chat's notice, word for word
+
+
+def test_system_without_the_chat_template_is_refused(models):
+    assert_one_line_error(specllm_run("hi", *models, "--raw", "--system", "Be brief."), "--system", "--raw")
+
+
+# --- bad input: one line, before any model is loaded (issue 10, items 14 and 16) -----------------
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "bench"])
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_out_of_range_is_refused_before_loading(tmp_path, command, seed):
+    missing = tmp_path / "not-loaded.gguf"  # the seed is refused first, so this is never looked at
+    args = [command, *(["hi"] if command == "run" else []), "--target", missing, "--seed", seed]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="", capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, "--seed")
+
+
+def test_the_seed_range_ends_are_accepted(models):
+    for seed in (0, 2**32 - 1):
+        proc = specllm_run("hi", *models, "--seed", seed, "-n", 2, "--json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["seed"] == seed, proc.stderr
+
+
+def test_bytes_that_are_not_utf8_are_one_clear_line(models):
+    def run(*args, stdin=None):
+        proc = subprocess.run([*SPECLLM, "run", *args, *map(str, models)], input=stdin, capture_output=True, timeout=120)
+        proc.stderr = proc.stderr.decode(errors="replace")
+        return proc
+
+    assert_one_line_error(run("-", stdin=b"def f(\xff):"), "standard input is not valid UTF-8")
+    assert_one_line_error(run(b"def f(\xff):"), "the prompt is not valid UTF-8")
+    assert_one_line_error(run("hi", "--system", b"\xfe"), "--system is not valid UTF-8")
+
+
+@pytest.mark.parametrize(
+    "size, fragment",
+    [
+        (100, "at least 256"),  # llama.cpp would make it 256 but keep a batch of 100
+        (1000, "multiple of 256 (llama.cpp would make 1000 1024)"),
+        (2**32, "at most"),  # would wrap around to 0: the model's trained context
+    ],
+)
+def test_a_context_size_llama_cpp_would_change_is_refused(tmp_path, size, fragment):
+    missing = tmp_path / "not-loaded.gguf"
+    assert_one_line_error(specllm_run("hi", "--target", missing, "--ctx-size", size), "context size", fragment)
+    with pytest.raises(specllm.SpecllmError, match="context size"):
+        specllm.ModelOptions(n_ctx=size)
+
+
+def test_the_context_in_use_is_the_context_asked_for(tiny_models):
+    for n_ctx in (256, 768):
+        engine = specllm.load(str(tiny_models.target), n_ctx=n_ctx, n_threads=1)
+        assert engine.target.n_ctx == n_ctx and engine.target.n_batch == min(512, n_ctx)
+        engine.close()

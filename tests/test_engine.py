@@ -110,7 +110,7 @@ SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 
 def target_two_token_distribution(tiny_models, prompt_ids):
     """P(t1, t2) of target-only sampling, from the target's own logits (one token at a time)."""
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     p1 = distribution(model.sync(prompt_ids, n_logits=1)[0], SAMPLER)
     joint = {}
     for t1 in np.flatnonzero(p1):
@@ -141,7 +141,7 @@ def test_first_two_tokens_follow_the_target_distribution(engine, tiny_models, dr
 
 
 def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     prefix = model.tokenize("def f(x): return x")
     model.eval(prefix + [300, 301, 302, 303], 1)
     model.truncate(len(prefix))
@@ -155,7 +155,7 @@ def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
 
 
 def test_sync_reuses_the_common_prefix(tiny_models):
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     a = model.tokenize("the cat is in the house")
     model.sync(a)
     b = a[:4] + [300, 301]
@@ -176,7 +176,7 @@ def test_sync_reuses_the_common_prefix(tiny_models):
 
 @pytest.mark.parametrize("drafter", ["model", "ngram", "none"])
 def test_a_full_context_stops_cleanly(tiny_models, drafter):
-    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=32, n_threads=1)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
     prompt = e.prompt_tokens("the cat is in the house")
     r = e.generate(prompt, max_tokens=1000, temperature=0, drafter=drafter, gamma=8)
     assert r.stop_reason == "context_full"
@@ -188,7 +188,7 @@ def test_a_full_context_stops_cleanly(tiny_models, drafter):
 
 
 def test_a_prompt_longer_than_the_context_is_refused(tiny_models):
-    e = specllm.load(str(tiny_models.target), n_ctx=16, n_threads=1)
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     with pytest.raises(SpecllmError, match="context"):
         e.generate("the cat is in the house " * 100, max_tokens=4, drafter="none")
     e.close()
@@ -198,12 +198,12 @@ def test_eos_stops_generation(tiny_models, tmp_path):
     """A model whose EOS id is a token the target would produce greedily stops right there."""
     import tiny_models as tm
 
-    base = specllm.load(str(tiny_models.target), n_ctx=128, n_threads=1)
+    base = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     tokens = greedy(base, "import os", "none", max_tokens=12).tokens
     stop_token = tokens[5]
     first = tokens.index(stop_token)
     eos_model = tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=stop_token)
-    e = specllm.load(str(eos_model), n_ctx=128, n_threads=1)
+    e = specllm.load(str(eos_model), n_ctx=256, n_threads=1)
     r = e.generate(e.prompt_tokens("import os"), max_tokens=40, temperature=0, drafter="ngram")
     assert r.stop_reason == "eos"
     assert r.tokens == tokens[:first]
@@ -269,13 +269,13 @@ def test_incompatible_vocabularies_are_refused(tiny_models):
     with pytest.raises(SpecllmError, match=r"token 261 differs \('.*' vs '.*'\)"):
         check_pair(tiny_models.target, tiny_models.incompatible)
     with pytest.raises(SpecllmError, match="cannot draft"):
-        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=64, n_threads=1)
+        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, n_threads=1)
 
 
 def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
     check_pair(tiny_models.target, tiny_models.extended)
     check_pair(tiny_models.target, tiny_models.draft)
-    e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=128, n_threads=1)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=256, n_threads=1)
     assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
     e.close()
 
@@ -301,7 +301,7 @@ def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
 
 
 def test_model_drafter_needs_a_draft_model(tiny_models):
-    e = specllm.load(str(tiny_models.target), n_ctx=64, n_threads=1)
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     with pytest.raises(SpecllmError, match="draft model"):
         e.generate("hi", drafter="model")
     with pytest.raises(SpecllmError, match="unknown drafter"):
