@@ -263,8 +263,11 @@ def chat(
     )  # fmt: skip
     gamma = resolve_gamma(gamma, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
+    session = ChatSession(engine, config, system)
+    # A chat template that cannot render a first message is refused now, not at every message.
+    engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
     console = Console()
-    repl(ChatSession(engine, config, system), console, use_live(no_live, console))
+    repl(session, console, use_live(no_live, console))
 
 
 def result_json(result, seed: int) -> dict:

@@ -174,6 +174,35 @@ def test_system_without_the_chat_template_is_refused(models):
     assert_one_line_error(specllm_run("hi", *models, "--raw", "--system", "Be brief."), "--system", "--raw")
 
 
+def model_with_template(tmp_path, template: str):
+    import tiny_models as tm
+
+    return tm.write_model(tmp_path / "templated.gguf", chat_template=template)
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_chat_template_with_a_syntax_error_is_one_clear_line(tmp_path, command):
+    path = model_with_template(tmp_path, "{% for message in messages %}{{ message['content'] }}")  # no endfor
+    args = [command, *(["hi"] if command == "run" else []), "--target", path, "--threads", "1", "--drafter", "none"]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="hi\n", capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, "chat template of templated.gguf failed")
+
+
+@pytest.mark.parametrize(
+    "template, fragment",
+    [
+        # 10^10 loop steps that output nothing: no memory, but no end
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range()"),
+        # 40 MB of output from few loop steps
+        ("{% for i in range(100000) %}{{ messages[0]['content'] }}{% endfor %}", "characters"),
+    ],
+)
+def test_a_chat_template_cannot_loop_or_grow_without_bound(tmp_path, template, fragment):
+    path = model_with_template(tmp_path, template)
+    proc = specllm_run("x" * 400, "--target", path, "--threads", 1, "--drafter", "none")
+    assert_one_line_error(proc, "chat template of templated.gguf failed", fragment)
+
+
 # --- bad input: one line, before any model is loaded (issue 10, items 14 and 16) -----------------
 
 
