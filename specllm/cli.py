@@ -1,6 +1,9 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
+import functools
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -152,7 +155,28 @@ def read_prompt(prompt: str) -> str:
     return text
 
 
-@app.command()
+class StdoutClosed(Exception):
+    """The reader of stdout went away (`| head`): the command stops, and that is not an error."""
+
+
+def command(name: str | None = None):
+    """app.command, with a closed stdout (BrokenPipeError) passed on to main() as StdoutClosed:
+    Typer would catch it itself and exit 1."""
+
+    def register(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            try:
+                return func(*args, **kwargs)
+            except BrokenPipeError:
+                raise StdoutClosed from None
+
+        return app.command(name)(wrapper)
+
+    return register
+
+
+@command()
 def run(
     prompt: Annotated[str, typer.Argument(help="The prompt, or - to read it from standard input.")],
     pair: PairOption = None,
@@ -223,7 +247,7 @@ def run(
         print(json.dumps(result_json(result, seed)))
 
 
-@app.command()
+@command()
 def chat(
     pair: PairOption = None,
     target: Target = None,
@@ -280,11 +304,11 @@ def result_json(result, seed: int) -> dict:
     }
 
 
-app.command("models")(models_command)
-app.command("pull")(pull_command)
+command("models")(models_command)
+command("pull")(pull_command)
 
 
-@app.command()
+@command()
 def doctor():
     """Show the llama.cpp build, GPU offload support and devices."""
     from .backend import system_info
@@ -296,7 +320,7 @@ def doctor():
         print(f"{key}: {value}")
 
 
-@app.command()
+@command()
 def bench(
     pair: PairOption = None,
     target: Target = None,
@@ -360,10 +384,28 @@ def bench(
     render(results, Console())
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt so that everything unwinds on the
+    way out (Rich's live view shows the cursor again, temporary files go), but not caught where
+    an interrupt is (chat goes on after Ctrl-C, not after SIGTERM)."""
+
+
+def _terminate(_signum, _frame):
+    raise Terminated
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+TERMINATED = 143  # 128 + SIGTERM
+
+
 def main() -> None:
-    """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code."""
+    """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code;
+    Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
+    stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # Typer returns 130 for Ctrl-C instead of raising
+        sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
     except SpecllmError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -374,11 +416,29 @@ def main() -> None:
         print(f"error: {e.format_message()}", file=sys.stderr)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (e.g. `| head`): not an error worth a traceback
+        code = INTERRUPTED
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        sys.exit(TERMINATED)
+    except (StdoutClosed, BrokenPipeError):
+        _discard_output()
         sys.exit(0)
+    if code == INTERRUPTED:
+        print("interrupted", file=sys.stderr)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _discard_output() -> None:
+    """Point stdout and stderr at /dev/null, so that flushing what is left in their buffers at
+    interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError", exit code 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,17 @@
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import specllm
 
+from fakehub import isolated  # noqa: F401 (a fixture)
 from terminal import Terminal
 
 SPECLLM = [sys.executable, "-m", "specllm"]
@@ -252,3 +256,111 @@ def test_the_context_in_use_is_the_context_asked_for(tiny_models):
         engine = specllm.load(str(tiny_models.target), n_ctx=n_ctx, n_threads=1)
         assert engine.target.n_ctx == n_ctx and engine.target.n_batch == min(512, n_ctx)
         engine.close()
+
+
+# --- signals and pipes (issue 10, items 8 and 17) -------------------------------------------------
+
+# Long enough that every signal below lands while the command still works (tiny models run
+# thousands of tokens a second; this context is far from full when the signal comes).
+ENDLESS = ["--threads", 1, "--ctx-size", 65536, "-n", 60000, "--temperature", 0]
+
+
+@pytest.fixture
+def start():
+    """start(ARGS): `specllm ARGS` as a process with pipes; any still running at the end is killed."""
+    procs = []
+
+    def start(*args):
+        procs.append(subprocess.Popen(SPECLLM + list(map(str, args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def first_output(stream, timeout=60) -> bytes:
+    """What a process first wrote on a pipe (b"" if it ended), without waiting forever."""
+    assert select.select([stream], [], [], timeout)[0], "no output"
+    return os.read(stream.fileno(), 65536)
+
+
+def interrupt(proc, signum=signal.SIGINT) -> tuple[int, str, str]:
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def assert_interrupted(rc, err):
+    assert rc == 130 and err.strip().splitlines()[-1:] == ["interrupted"], err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_during_run_exits_130(tiny_models, start):
+    proc = start("run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, *ENDLESS)
+    assert first_output(proc.stdout)  # the text is streaming
+    rc, _, err = interrupt(proc)
+    assert_interrupted(rc, err)
+
+
+def test_ctrl_c_during_run_json_exits_130_with_nothing_on_stdout(tiny_models, start):
+    # The model without a template says so on stderr just before it generates.
+    proc = start("run", "def f(x):", "--target", tiny_models.no_template, *ENDLESS, "--json")
+    assert first_output(proc.stderr).startswith(b"note: ")
+    rc, out, err = interrupt(proc)
+    assert_interrupted(rc, err)
+    assert out == ""
+
+
+def test_ctrl_c_in_a_slow_chat_template_exits_130(tmp_path, start):
+    digits = "'0123456789'"
+    loops = "".join(f"{{% for x{i} in {digits} %}}" for i in range(9)) + "{% endfor %}" * 9  # 10^9 steps
+    path = model_with_template(tmp_path, loops)
+    proc = start("run", "hi", "--target", path, "--threads", 1, "--drafter", "none", "-v")
+    assert first_output(proc.stderr).startswith(b"llama-cpp-python")  # -v: about to load the model
+    time.sleep(2)  # the model loads in a fraction of this; the template then renders for minutes
+    rc, _, err = interrupt(proc)
+    assert_interrupted(rc, err)
+
+
+def test_ctrl_c_during_pull_exits_130(isolated, monkeypatch, start):
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    server.settimeout(60)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    pairs = isolated / "pairs.toml"
+    file = 'repo = "tiny-org/tiny-GGUF"\nfile = "{}.gguf"\nsize = 1000\nsha256 = "{}"\n'
+    pairs.write_text('[[pair]]\nname = "slow"\ndescription = "d"\ngamma = 3\n[pair.target]\n'
+                     + file.format("target", "0" * 64) + "[pair.draft]\n" + file.format("draft", "1" * 64))  # fmt: skip
+    proc = start("pull", "slow", "--models", pairs, "--source", "hub")
+    connection, _ = server.accept()
+    connection.recv(65536)  # the request came: the pull waits for the answer
+    rc, out, err = interrupt(proc)
+    connection.close()
+    server.close()
+    assert_interrupted(rc, err)
+    assert "ready" not in out
+
+
+def test_sigterm_during_the_live_view_restores_the_cursor(tiny_models):
+    term = Terminal(["run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, *ENDLESS])
+    term.expect("tok/s")  # the live view is up, the cursor hidden
+    term.proc.send_signal(signal.SIGTERM)
+    rc = term.wait()
+    raw = term.raw.decode("utf-8", errors="replace")
+    assert rc == 143 and "terminated" in term.text and "Traceback" not in term.text, term.text[-2000:]
+    assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
+
+
+def test_a_closed_pipe_ends_run_quietly_with_exit_code_0(models, start):
+    streaming = start("run", "def f(x):", *models[:4], *ENDLESS)
+    assert len(streaming.stdout.read(20)) == 20  # `| head -c 20`
+    streaming.stdout.close()
+    as_json = start("run", "def f(x):", *models, "-n", 16, "--json")
+    as_json.stdout.close()  # the reader is gone before the JSON object is written
+    for proc in (streaming, as_json):
+        rc, err = proc.wait(timeout=120), proc.stderr.read().decode(errors="replace")
+        assert rc == 0 and err == "", err  # no traceback, no "Exception ignored" at exit
