@@ -1,6 +1,5 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
-import functools
 import json
 import os
 import signal
@@ -155,28 +154,7 @@ def read_prompt(prompt: str) -> str:
     return text
 
 
-class StdoutClosed(Exception):
-    """The reader of stdout went away (`| head`): the command stops, and that is not an error."""
-
-
-def command(name: str | None = None):
-    """app.command, with a closed stdout (BrokenPipeError) passed on to main() as StdoutClosed:
-    Typer would catch it itself and exit 1."""
-
-    def register(func):
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            try:
-                return func(*args, **kwargs)
-            except BrokenPipeError:
-                raise StdoutClosed from None
-
-        return app.command(name)(wrapper)
-
-    return register
-
-
-@command()
+@app.command()
 def run(
     prompt: Annotated[str, typer.Argument(help="The prompt, or - to read it from standard input.")],
     pair: PairOption = None,
@@ -247,7 +225,7 @@ def run(
         print(json.dumps(result_json(result, seed)))
 
 
-@command()
+@app.command()
 def chat(
     pair: PairOption = None,
     target: Target = None,
@@ -304,11 +282,11 @@ def result_json(result, seed: int) -> dict:
     }
 
 
-command("models")(models_command)
-command("pull")(pull_command)
+app.command("models")(models_command)
+app.command("pull")(pull_command)
 
 
-@command()
+@app.command()
 def doctor():
     """Show the llama.cpp build, GPU offload support and devices."""
     from .backend import system_info
@@ -320,7 +298,7 @@ def doctor():
         print(f"{key}: {value}")
 
 
-@command()
+@app.command()
 def bench(
     pair: PairOption = None,
     target: Target = None,
@@ -420,25 +398,29 @@ def main() -> None:
     except Terminated:
         print("terminated", file=sys.stderr)
         sys.exit(TERMINATED)
-    except (StdoutClosed, BrokenPipeError):
-        _discard_output()
-        sys.exit(0)
+    except SystemExit as e:
+        if isinstance(e.__context__, BrokenPipeError):  # Typer and Rich exit 1 on a closed stdout
+            _quiet_exit()
+        raise
+    except BrokenPipeError:  # from the flush above
+        _quiet_exit()
     if code == INTERRUPTED:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:
         sys.exit(code)
 
 
-def _discard_output() -> None:
-    """Point stdout and stderr at /dev/null, so that flushing what is left in their buffers at
-    interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError", exit code 120)."""
+def _quiet_exit() -> None:
+    """The reader of stdout went away: exit 0, having pointed stdout and stderr at /dev/null so
+    that flushing their buffers at interpreter exit cannot fail again ("Exception ignored ...
+    BrokenPipeError", exit code 120)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
         try:
             os.dup2(devnull, stream.fileno())
         except (OSError, ValueError):
             pass
-    os.close(devnull)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -355,12 +355,15 @@ def test_sigterm_during_the_live_view_restores_the_cursor(tiny_models):
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
 
 
-def test_a_closed_pipe_ends_run_quietly_with_exit_code_0(models, start):
+def test_a_closed_pipe_ends_a_command_quietly_with_exit_code_0(models, start, isolated):
     streaming = start("run", "def f(x):", *models[:4], *ENDLESS)
     assert len(streaming.stdout.read(20)) == 20  # `| head -c 20`
     streaming.stdout.close()
-    as_json = start("run", "def f(x):", *models, "-n", 16, "--json")
-    as_json.stdout.close()  # the reader is gone before the JSON object is written
-    for proc in (streaming, as_json):
+    # The reader is gone before anything is written: print (the JSON object), Rich (the table of
+    # models), Typer's help.
+    others = [start("run", "def f(x):", *models, "-n", 16, "--json"), start("models"), start("run", "--help")]
+    for proc in others:
+        proc.stdout.close()
+    for proc in (streaming, *others):
         rc, err = proc.wait(timeout=120), proc.stderr.read().decode(errors="replace")
-        assert rc == 0 and err == "", err  # no traceback, no "Exception ignored" at exit
+        assert rc == 0 and err == "", (proc.args, err)  # no traceback, no "Exception ignored" at exit
