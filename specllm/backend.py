@@ -7,6 +7,8 @@ for only at the rows that need them; there is never an n_ctx x n_vocab buffer.
 
 import collections
 import ctypes
+import functools
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -94,6 +96,25 @@ CHATML_TEMPLATE = (
 )
 
 
+# llama.cpp rounds a context up to a multiple of 256 (GGML_PAD in llama-context.cpp) but sizes the
+# batch from the size asked for, and its n_ctx is a uint32 that wraps around: so only sizes it uses
+# as they are get through, and the context in use is always the one asked for.
+CTX_STEP = 256
+MAX_CTX = 2**31 - CTX_STEP  # positions are int32
+
+
+def check_context_size(n_ctx: int) -> None:
+    if n_ctx < CTX_STEP:
+        raise SpecllmError(f"context size must be at least {CTX_STEP} tokens (llama.cpp's smallest), got {n_ctx}")
+    if n_ctx > MAX_CTX:
+        raise SpecllmError(f"context size must be at most {MAX_CTX} tokens, got {n_ctx}")
+    if n_ctx % CTX_STEP:
+        rounded = -(-n_ctx // CTX_STEP) * CTX_STEP
+        raise SpecllmError(
+            f"context size must be a multiple of {CTX_STEP} (llama.cpp would make {n_ctx} {rounded}), got {n_ctx}"
+        )
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     n_ctx: int = 4096
@@ -102,8 +123,7 @@ class ModelOptions:
     n_batch: int = 512
 
     def __post_init__(self):
-        if self.n_ctx < 8:
-            raise SpecllmError(f"context size must be at least 8, got {self.n_ctx}")
+        check_context_size(self.n_ctx)
         if self.n_threads is not None and self.n_threads < 1:
             raise SpecllmError(f"threads must be >= 1, got {self.n_threads}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
@@ -203,18 +223,18 @@ class Model:
         return raw.decode("utf-8") if raw else None
 
     def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
-        """Render messages with the GGUF's chat template (ChatML when it has none) in
-        llama-cpp-python's sandboxed Jinja environment."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        formatter = Jinja2ChatFormatter(
-            self.chat_template() or CHATML_TEMPLATE,
-            eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
-            bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
-            add_generation_prompt=add_generation_prompt,
-        )
+        """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
+        Jinja environment configured like llama-cpp-python's, with bounded loops and output. Any
+        template error, from compiling it or rendering it, is a SpecllmError."""
         try:
-            return formatter(messages=messages).prompt
+            template = _compile_chat_template(self.chat_template() or CHATML_TEMPLATE)
+            return _render_bounded(
+                template,
+                messages=messages,
+                eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
+                bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
+                add_generation_prompt=add_generation_prompt,
+            )
         except Exception as e:  # a template can raise anything from inside Jinja
             raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
 
@@ -272,6 +292,63 @@ class Model:
         keep = min(common_prefix(self.tokens, tokens), len(tokens) - n_logits)
         self.truncate(keep)
         return self.eval(tokens[keep:], n_logits)
+
+
+# --- chat templates -----------------------------------------------------------------------------
+
+# A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
+# access), rendering is bounded so that nested loops cannot grow memory or run without end.
+TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together
+TEMPLATE_MAX_CHARS = 32 * 2**20  # far more than any context holds (a token is a few characters)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile_chat_template(source: str):
+    """The template compiled as llama-cpp-python's Jinja2ChatFormatter does (same sandbox, options,
+    extensions and tojson); a syntax error raises here."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = Formatter.tojson
+    return env.from_string(source)
+
+
+def _render_bounded(template, **variables) -> str:
+    """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
+    that gives at most TEMPLATE_RANGE_BUDGET items in all, and at most TEMPLATE_MAX_CHARS characters
+    of output (counted as they are produced, so a runaway template stops early)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+    budget = [TEMPLATE_RANGE_BUDGET]
+
+    def bounded_range(*args):
+        items = range(*args)
+        budget[0] -= len(items)
+        if budget[0] < 0:
+            raise ValueError(f"its loops ask range() for more than {TEMPLATE_RANGE_BUDGET} items")
+        return items
+
+    def raise_exception(message: str):
+        raise ValueError(message)
+
+    out = io.StringIO()
+    chunks = template.generate(
+        **variables, raise_exception=raise_exception, strftime_now=Formatter.strftime_now, range=bounded_range,
+        functions=None, function_call=None, tools=None, tool_choice=None,
+    )  # fmt: skip
+    for chunk in chunks:
+        if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:
+            raise ValueError(f"it renders more than {TEMPLATE_MAX_CHARS} characters")
+        out.write(chunk)
+    return out.getvalue()
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,6 +1,8 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -48,7 +50,11 @@ Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", hel
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set holding this much mass.")]
 MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
-Seed = Annotated[Optional[int], typer.Option(help="Random seed (default: a fresh one, reported in --json).")]
+MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
+Seed = Annotated[
+    Optional[int],
+    typer.Option(min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."),
+]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
 Threads = Annotated[Optional[int], typer.Option(help="CPU threads (default: one per physical core).")]
 GpuLayers = Annotated[
@@ -92,14 +98,34 @@ def load_engine(
     return engine, drafter
 
 
-def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None) -> None:
+def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None, system=None) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
     from .backend import ModelOptions
     from .engine import check_gamma, make_config
 
+    for value in stop:
+        check_utf8(value, "--stop")
+    check_utf8(system, "--system")
     make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or "auto", gamma=gamma, **sampler)
     if ctx_size is not None and gamma is not None:
         check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
+
+
+def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers) -> None:
+    """Refuse a bad context size, thread or layer count before any model is downloaded or loaded."""
+    from .backend import ModelOptions
+
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers)
+
+
+def check_utf8(text: str | None, what: str) -> None:
+    """Python keeps bytes that are not UTF-8 (in arguments, or stdin in a C locale) as lone
+    surrogates, which no tokenizer takes: say so now."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
 
 
 def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
@@ -136,9 +162,15 @@ def report_backend(threads, gpu_layers) -> None:
 
 
 def read_prompt(prompt: str) -> str:
-    if prompt == "-":
-        return sys.stdin.read()
-    return prompt
+    if prompt != "-":
+        check_utf8(prompt, "the prompt")
+        return prompt
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError as e:
+        raise SpecllmError(f"standard input is not valid UTF-8 text ({e.reason})") from None
+    check_utf8(text, "standard input")
+    return text
 
 
 @app.command()
@@ -179,12 +211,17 @@ def run(
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size)
+    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    if system is not None and not chat_template:
+        raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
     )  # fmt: skip
+    if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
+        print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     events = engine.stream(text, config, chat=chat_template, system=system)
@@ -241,15 +278,19 @@ def chat(
     from .view import use_live
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
-    check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size)
+    check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
+    session = ChatSession(engine, config, system)
+    # A chat template that cannot render a first message is refused now, not at every message.
+    engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
     console = Console()
-    repl(ChatSession(engine, config, system), console, use_live(no_live, console))
+    repl(session, console, use_live(no_live, console))
 
 
 def describe_policy(policy: dict) -> str:
@@ -334,6 +375,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
@@ -354,10 +396,28 @@ def bench(
     render(results, Console())
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt so that everything unwinds on the
+    way out (Rich's live view shows the cursor again, temporary files go), but not caught where
+    an interrupt is (chat goes on after Ctrl-C, not after SIGTERM)."""
+
+
+def _terminate(_signum, _frame):
+    raise Terminated
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+TERMINATED = 143  # 128 + SIGTERM
+
+
 def main() -> None:
-    """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code."""
+    """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code;
+    Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
+    stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # Typer returns 130 for Ctrl-C instead of raising
+        sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
     except SpecllmError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -368,11 +428,33 @@ def main() -> None:
         print(f"error: {e.format_message()}", file=sys.stderr)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
+        code = INTERRUPTED
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        sys.exit(TERMINATED)
+    except SystemExit as e:
+        if isinstance(e.__context__, BrokenPipeError):  # Typer and Rich exit 1 on a closed stdout
+            _quiet_exit()
+        raise
+    except BrokenPipeError:  # from the flush above
+        _quiet_exit()
+    if code == INTERRUPTED:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (e.g. `| head`): not an error worth a traceback
-        sys.exit(0)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _quiet_exit() -> None:
+    """The reader of stdout went away: exit 0, having pointed stdout and stderr at /dev/null so
+    that flushing their buffers at interpreter exit cannot fail again ("Exception ignored ...
+    BrokenPipeError", exit code 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -271,12 +271,17 @@ class Engine:
 
     def prompt_tokens(self, prompt: str | list[int], *, chat: bool = False, system: str | None = None) -> list[int]:
         """Token ids for a prompt: ids are used as given; text gets BOS as the model wants it, and
-        with chat=True, when the model has a chat template, is first rendered as one user message."""
+        with chat=True is first rendered as one user message (after the system message, if any)
+        with the model's chat template, or ChatML for a model without one, as chat does."""
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
-        if chat and self.target.chat_template():
+        if chat:
             system_message = [{"role": "system", "content": system}] if system else []
             prompt = self.target.render_chat(system_message + [{"role": "user", "content": prompt}])
+        try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpecllmError("the prompt is not valid UTF-8 text") from None
         tokens = self.target.tokenize(prompt, add_special=True, parse_special=True)
         if len(tokens) > 1 and tokens[0] == tokens[1] == self.target.bos:  # template added one too
             tokens = tokens[1:]

@@ -111,7 +111,7 @@ SAMPLER = SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
 
 def target_joint_distribution(tiny_models, prompt_ids, n_tokens):
     """P(t1..tn) of target-only sampling, from the target's own logits one token at a time."""
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     joint = {(): 1.0}
     for _ in range(n_tokens):
         longer = {}

@@ -183,3 +183,28 @@ def test_the_default_drafter_is_auto_and_says_what_it_drafted_with(chat):
     assert "draft.gguf (loaded when it pays) · drafter auto · gamma auto" in flat(term.text)
     out = flat(term.ask("Hello world"))
     assert re.search(r"auto: n-gram \d+%, model \d+%, none \d+% of steps", out), out
+
+
+def test_a_message_that_is_not_utf8_is_one_line_and_the_chat_goes_on(tiny_models):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--drafter", "none",
+         "--threads", "1", "--temperature", "0", "-n", "4", "--ctx-size", "256"],
+        input=b"caf\xe9 au lait\nHello world\n", capture_output=True, timeout=120,
+    )  # fmt: skip
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "error: the prompt is not valid UTF-8 text" in out
+    assert err.count("[max_tokens] ") == 1  # the next message got its reply
+
+
+def test_sigterm_during_a_reply_restores_the_cursor_and_exits_143(chat):
+    import signal
+
+    term = chat(ctx_size=2048, max_tokens=1000)
+    term.send("Once upon a time\r")
+    term.expect(r"tok/s")  # the live view is up, the cursor hidden
+    term.proc.send_signal(signal.SIGTERM)
+    assert term.wait() == 143
+    raw = term.raw.decode("utf-8", errors="replace")
+    assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
+    assert "terminated" in term.text and "Traceback" not in term.text

@@ -131,7 +131,7 @@ SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 def target_joint_distribution(target_path, prompt_ids, depth=3):
     """P(t_1..t_depth) of target-only sampling with SAMPLER, exactly: the target's own distribution
     of each token given those before it (one token at a time), over every reachable prefix."""
-    model = Model(target_path, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(target_path, ModelOptions(n_ctx=256, n_threads=1))
     joint = {(): 1.0}
     for _ in range(depth):
         grown = {}
@@ -159,7 +159,7 @@ def test_first_three_tokens_follow_the_target_distribution(tiny_models, monkeypa
     """The joint distribution of the first three tokens, with drafts of three tokens: q rows 2..k,
     the batched p rows 2..k+1 and the draft's KV cache in sampling mode all take part."""
     target, draft, drafter, prompt = JOINT_CASES[case]
-    e = load_pair(getattr(tiny_models, target), draft and getattr(tiny_models, draft), n_ctx=128)
+    e = load_pair(getattr(tiny_models, target), draft and getattr(tiny_models, draft), n_ctx=256)
     ids = e.prompt_tokens(prompt)
     if drafter == "scripted":
         use_drafter(monkeypatch, ScriptedDrafter(len(ids), greedy(e, ids, "none", max_tokens=4).tokens))
@@ -260,7 +260,7 @@ def test_ties_at_the_cut_keep_as_many_tokens_as_llama_cpp():
 
 
 def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     prefix = model.tokenize("def f(x): return x")
     model.eval(prefix + [300, 301, 302, 303], 1)
     model.truncate(len(prefix))
@@ -274,7 +274,7 @@ def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
 
 
 def test_sync_reuses_the_common_prefix(tiny_models):
-    model = Model(tiny_models.target, ModelOptions(n_ctx=128, n_threads=1))
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     a = model.tokenize("the cat is in the house")
     model.sync(a)
     b = a[:4] + [300, 301]
@@ -295,7 +295,7 @@ def test_sync_reuses_the_common_prefix(tiny_models):
 
 @pytest.mark.parametrize("drafter", ["model", "ngram", "none"])
 def test_a_full_context_stops_cleanly(tiny_models, drafter):
-    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=32, n_threads=1)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
     prompt = e.prompt_tokens("the cat is in the house")
     r = e.generate(prompt, max_tokens=1000, temperature=0, drafter=drafter, gamma=8)
     assert r.stop_reason == "context_full"
@@ -307,7 +307,7 @@ def test_a_full_context_stops_cleanly(tiny_models, drafter):
 
 
 def test_a_prompt_longer_than_the_context_is_refused(tiny_models):
-    e = specllm.load(str(tiny_models.target), n_ctx=16, n_threads=1)
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     with pytest.raises(SpecllmError, match="context"):
         e.generate("the cat is in the house " * 100, max_tokens=4, drafter="none")
     e.close()
@@ -317,12 +317,12 @@ def test_eos_stops_generation(tiny_models, tmp_path):
     """A model whose EOS id is a token the target would produce greedily stops right there."""
     import tiny_models as tm
 
-    base = specllm.load(str(tiny_models.target), n_ctx=128, n_threads=1)
+    base = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     tokens = greedy(base, "import os", "none", max_tokens=12).tokens
     stop_token = tokens[5]
     first = tokens.index(stop_token)
     eos_model = tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=stop_token)
-    e = specllm.load(str(eos_model), n_ctx=128, n_threads=1)
+    e = specllm.load(str(eos_model), n_ctx=256, n_threads=1)
     r = e.generate(e.prompt_tokens("import os"), max_tokens=40, temperature=0, drafter="ngram")
     assert r.stop_reason == "eos"
     assert r.tokens == tokens[:first]
@@ -354,13 +354,13 @@ def test_eos_inside_an_accepted_draft(tiny_models, tmp_path, monkeypatch):
     EOS; the draft tokens after it were never emitted, so they count in no stats."""
     import tiny_models as tm
 
-    base = specllm.load(str(tiny_models.target), n_ctx=128, n_threads=1)
+    base = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     script = greedy(base, "import os", "none", max_tokens=12).tokens
     base.close()
     eos = script[3]
     first = script.index(eos)
     assert first + 1 < 8
-    e = specllm.load(str(tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=eos)), n_ctx=128, n_threads=1)
+    e = specllm.load(str(tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=eos)), n_ctx=256, n_threads=1)
     prompt = e.prompt_tokens("import os")
     use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
     steps, r = steps_and_result(e, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8)
@@ -416,7 +416,7 @@ def test_gamma_at_the_batch_limit(tiny_models):
     from specllm.cli import check_options
     from specllm.engine import GenerationConfig
 
-    e = load_pair(tiny_models.target, tiny_models.draft, n_ctx=128, n_batch=16)
+    e = load_pair(tiny_models.target, tiny_models.draft, n_ctx=256, n_batch=16)
     assert e.target.n_batch == 16
     prompt = e.prompt_tokens(PROMPTS[0])
     r = e.generate(prompt, max_tokens=40, temperature=0, drafter="model", gamma=15)
@@ -431,8 +431,8 @@ def test_gamma_at_the_batch_limit(tiny_models):
     assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
     e.close()
     check_options(8, "ngram", 511, {}, ctx_size=4096)
-    check_options(8, "ngram", 99, {}, ctx_size=100)  # llama.cpp caps the batch at the context
-    for gamma, ctx_size in ((512, 4096), (600, 4096), (100, 100)):
+    check_options(8, "ngram", 255, {}, ctx_size=256)  # llama.cpp caps the batch at the context
+    for gamma, ctx_size in ((512, 4096), (600, 4096), (256, 256)):
         with pytest.raises(SpecllmError, match="gamma"):
             check_options(8, "ngram", gamma, {}, ctx_size=ctx_size)
 
@@ -525,13 +525,13 @@ def test_incompatible_vocabularies_are_refused(tiny_models):
     with pytest.raises(SpecllmError, match=r"token 261 differs \('.*' vs '.*'\)"):
         check_pair(tiny_models.target, tiny_models.incompatible)
     with pytest.raises(SpecllmError, match="cannot draft"):
-        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=64, n_threads=1)
+        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, n_threads=1)
 
 
 def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
     check_pair(tiny_models.target, tiny_models.extended)
     check_pair(tiny_models.target, tiny_models.draft)
-    e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=128, n_threads=1)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=256, n_threads=1)
     assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
     e.close()
 
@@ -633,7 +633,7 @@ def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
 
 
 def test_model_drafter_needs_a_draft_model(tiny_models):
-    e = specllm.load(str(tiny_models.target), n_ctx=64, n_threads=1)
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     with pytest.raises(SpecllmError, match="draft model"):
         e.generate("hi", drafter="model")
     with pytest.raises(SpecllmError, match="unknown drafter"):
