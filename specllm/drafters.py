@@ -221,6 +221,7 @@ class AutoDrafter(NoDrafter):
 
     def __init__(self, policy: AutoPolicy, model: ModelDrafter | None):
         self.policy = policy
+        policy.start_generation()
         self.model = model
         self.ngram = NgramDrafter(min_match=0)  # the policy judges every match, however short
 

@@ -28,6 +28,7 @@ NGRAM_MAX = 64  # longest n-gram copy drafted in one step
 MODEL_MAX = 16  # longest draft-model proposal
 OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
+GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
 
 # Buckets: a repeat of 20 tokens behaves like one of 17 more than like one of 2.
 MATCH_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # n-gram repeat length
@@ -99,15 +100,21 @@ class CostTable:
 class Acceptance:
     """Beta-smoothed chance that a draft token is accepted once the tokens before it were, by
     (context bucket, draft position bucket). The prior is `prior(bucket)` with `weight`
-    pseudo-observations, so a bucket never seen falls back on it."""
+    pseudo-observations, so a bucket never seen falls back on it. A `child` table starts from
+    this one's estimates as its prior and passes every record up: what one text teaches (this
+    answer copies rows, not whole functions) then counts more than what earlier texts did."""
 
-    def __init__(self, prior: Callable[[int], float], weight: float = 2.0):
-        self.prior, self.weight = prior, weight
+    def __init__(self, prior: Callable[[int], float], weight: float = 2.0, parent: Acceptance | None = None):
+        self.prior, self.weight, self.parent = prior, weight, parent
         self.counts: dict[tuple[int, int], list[float]] = {}  # -> [accepted, judged]
+
+    def child(self, weight: float) -> Acceptance:
+        return Acceptance(self.prior, weight, parent=self)
 
     def rate(self, context_bucket: int, position: int) -> float:
         accepted, judged = self.counts.get((context_bucket, bucket(position, POSITION_EDGES)), (0.0, 0.0))
-        return (accepted + self.weight * self.prior(context_bucket)) / (judged + self.weight)
+        prior = self.parent.rate(context_bucket, position) if self.parent else self.prior(context_bucket)
+        return (accepted + self.weight * prior) / (judged + self.weight)
 
     def rates(self, context_bucket: int, k: int) -> list[float]:
         return [self.rate(context_bucket, j) for j in range(1, k + 1)]
@@ -116,6 +123,8 @@ class Acceptance:
         c = self.counts.setdefault((context_bucket, bucket(position, POSITION_EDGES)), [0.0, 0.0])
         c[0] += accepted
         c[1] += 1
+        if self.parent is not None:
+            self.parent.record(context_bucket, position, accepted)
 
     def record_run(self, context_bucket: int, judged: int, accepted: int) -> None:
         """Positions 1..judged were judged and the first `accepted` of them accepted."""
@@ -270,11 +279,23 @@ class AutoPolicy:
 
     def __init__(self, target: CostTable, draft: CostTable | None = None):
         self.target, self.draft = target, draft
-        self.ngram = Acceptance(ngram_prior)
-        self.model = Acceptance(confidence_prior)  # by the draft's confidence
-        self.model_marginal = Acceptance(lambda _: 0.7)  # by position only: before drafting
-        self.scorer = NgramScorer(self.ngram)
+        # What all generations taught; each generation learns on top of it (start_generation).
+        self.learned = {
+            "ngram": Acceptance(ngram_prior),
+            "model": Acceptance(confidence_prior),  # by the draft's confidence
+            "model_marginal": Acceptance(lambda _: 0.7),  # by position only: before drafting
+        }
+        self.scorer = NgramScorer(self.learned["ngram"])
+        self.start_generation()
         self.guard = Guard()
+
+    def start_generation(self) -> None:
+        """A new text: its own acceptance tables, starting from everything learned so far with
+        the weight of GENERATION_WEIGHT observations."""
+        self.ngram = self.learned["ngram"].child(GENERATION_WEIGHT)
+        self.model = self.learned["model"].child(GENERATION_WEIGHT)
+        self.model_marginal = self.learned["model_marginal"].child(GENERATION_WEIGHT)
+        self.scorer = NgramScorer(self.ngram)
 
     @property
     def baseline(self) -> float:

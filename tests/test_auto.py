@@ -47,12 +47,15 @@ class FixedAcceptance(Acceptance):
     def record(self, context_bucket, position, accepted):
         pass
 
+    def child(self, weight):
+        return self
+
 
 def mixed_policy() -> AutoPolicy:
     """GPU-like costs where n-gram copies are always taken when there is a match and the draft
     model drafts where there is none: both sources draft in one generation."""
     policy = gpu_like_policy()
-    policy.ngram = policy.scorer.acceptance = FixedAcceptance(0.95)
+    policy.learned["ngram"] = FixedAcceptance(0.95)
     return policy
 
 

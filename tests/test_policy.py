@@ -187,3 +187,15 @@ def test_the_draft_follows_the_target_when_the_machine_slows_down():
     assert policy.target.step_seconds == pytest.approx(0.120, rel=0.01)
     assert policy.draft.step_seconds / policy.target.step_seconds == pytest.approx(0.5, rel=1e-6)
     assert not policy.model_could_pay()  # c is still 0.5: the draft did not become cheap
+
+
+def test_each_generation_learns_on_top_of_what_earlier_ones_taught():
+    policy = AutoPolicy(CPU_TARGET, CPU_DRAFT)
+    copies_well(policy, repeat=24, rate=0.97)  # earlier texts: long copies held
+    assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 20) > 0.9
+    policy.start_generation()
+    assert policy.ngram.rate(bucket(24, MATCH_EDGES), 20) > 0.9  # a new text starts from that
+    for _ in range(8):  # this text's copies break after a few tokens (rows in a new order)
+        policy.ngram.record_run(bucket(24, MATCH_EDGES), 5, 4)
+    assert policy.ngram.rate(bucket(24, MATCH_EDGES), 5) < 0.5  # this text's own evidence wins fast
+    assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 5) > 0.9  # the long run moves less
