@@ -144,6 +144,9 @@ def results_table(results: dict, category: str | None) -> Table:
     prefill = first["stats"]
     if prefill["prefill_seconds"]:
         table.caption = f"prefill (not in tok/s): {prefill['prefill_tokens'] / prefill['prefill_seconds']:.0f} tok/s"
+    auto = next((pick(r) for r in results["results"] if r["drafter"] == "auto"), None)
+    if auto is not None:  # what auto chose here
+        table.caption = (table.caption + "\n" if table.caption else "") + f"auto drafted with {_mix(auto['chose'])}"
     if category is None:
         table.caption = (table.caption or "") + (
             "\npred.: DESIGN.md's E / (k·c + V(k+1)) · accept: accepted / drafted · tok/call: tokens per target"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 MARGIN = 0.10  # drafting must promise this much more than a plain target step
 NGRAM_MAX = 64  # longest n-gram copy drafted in one step
+NGRAM_MIN_BUDGET = 3  # an n-gram copy may always draft this many, however short its repeat
 MODEL_MAX = 16  # longest draft-model proposal
 OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
@@ -307,7 +308,11 @@ class AutoPolicy:
     # --- choosing a source and a length -----------------------------------------------------
 
     def ngram_choice(self, match_length: int, available: int) -> Choice:
-        rates = self.ngram.rates(bucket(match_length, MATCH_EDGES), min(available, NGRAM_MAX))
+        """The best copy length, at most as long as the repeat that is being continued
+        (SuffixDecoding's budget): a copy that has just begun drafts a few tokens, one that has
+        held for 30 tokens may draft 30, so a long draft is risked only where long copies hold."""
+        k_max = min(available, NGRAM_MAX, max(match_length, NGRAM_MIN_BUDGET))
+        rates = self.ngram.rates(bucket(match_length, MATCH_EDGES), k_max)
         return best_length(rates, self.step_seconds)
 
     def model_choice(self, cap: int, catch_up: int) -> Choice:

@@ -515,3 +515,4 @@ def test_bench_compares_auto_with_the_fixed_configurations(engine):
     assert "auto" not in out["best"]["by_drafter"]
     sentence = next(line for line in explanation(out) if line.startswith("auto: "))
     assert "drafting with n-gram copies on" in sentence and "ngram g=2" in sentence
+    assert render_text(out).count("auto drafted with n-gram copies on") == 4  # each category and overall

@@ -199,3 +199,13 @@ def test_each_generation_learns_on_top_of_what_earlier_ones_taught():
         policy.ngram.record_run(bucket(24, MATCH_EDGES), 5, 4)
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 5) < 0.5  # this text's own evidence wins fast
     assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 5) > 0.9  # the long run moves less
+
+
+def test_a_copy_drafts_no_longer_than_the_repeat_it_continues():
+    policy = AutoPolicy(GPU_TARGET, GPU_DRAFT)  # verify calls nearly free: as long as allowed
+    for repeat in (2, 3, 8, 24, 64):
+        copies_well(policy, repeat=repeat, rate=0.99)
+    assert policy.choose(ngram_match=2, ngram_available=64, model_ready=False, cap=64).k == 3
+    assert policy.choose(ngram_match=8, ngram_available=64, model_ready=False, cap=64).k == 8
+    assert policy.choose(ngram_match=24, ngram_available=64, model_ready=False, cap=64).k == 24
+    assert policy.choose(ngram_match=64, ngram_available=64, model_ready=False, cap=64).k == 64
