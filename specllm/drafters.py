@@ -82,10 +82,11 @@ class ModelDrafter(NoDrafter):
 
     def prefill(self, prompt: list[int]) -> None:
         """Evaluate the prompt ahead of time (all but its last token, as the target does)."""
-        if self._can_read(prompt):
+        if self.can_read(prompt):
             self.model.sync(prompt[:-1])
 
-    def _can_read(self, context: list[int]) -> bool:
+    def can_read(self, context: list[int]) -> bool:
+        """Does the draft's vocabulary hold every context token? (Checks only the new ones.)"""
         new = context[self._checked :]
         self._blind = self._blind or (bool(new) and max(new) >= self.model.n_vocab)
         self._checked = len(context)
@@ -100,7 +101,7 @@ class ModelDrafter(NoDrafter):
         when given, decides before each token whether to take it (the auto policy stops early)."""
         start = time.perf_counter()
         gamma = min(gamma, self.model.n_ctx - len(context))
-        if gamma <= 0 or not self._can_read(context):
+        if gamma <= 0 or not self.can_read(context):
             return Draft(source=self.name)
         width = self.catch_up(context)
         logits = self.model.sync(context, n_logits=1)[0]
@@ -230,7 +231,7 @@ class AutoDrafter(NoDrafter):
             self.model.prefill(prompt)
 
     def _model_ready(self, context: list[int]) -> bool:
-        return self.model is not None and self.model._can_read(context) and self.policy.model_could_pay()
+        return self.model is not None and self.model.can_read(context) and self.policy.model_could_pay()
 
     def propose(self, context: list[int], gamma: int) -> Draft:
         start = time.perf_counter()
