@@ -342,11 +342,14 @@ def _what_would_win(results: dict) -> list[str]:
         if copying:
             line += f"; n-gram drafting wins where the answer repeats text it has seen ({', '.join(copying)})"
         lines.append(line + ".")
-    if best["wins"]:
-        if best["drafter"] == "auto":
-            lines.append("Use auto, the default drafter, on this machine.")
-        else:
-            lines.append(f"Use --drafter {best['drafter']} --gamma {best['gamma']} on this machine.")
+    auto = (best.get("auto") or {}).get("overall")
+    if auto and auto["matches_best_fixed"] and auto["speedup"] > 1 - NOISE:
+        lines.append(
+            "Keep auto, the default drafter: it drafts only where that pays and did as well as the best fixed "
+            "configuration here, with nothing to choose in advance."
+        )
+    elif best["wins"]:
+        lines.append(f"Use --drafter {best['drafter']} --gamma {best['gamma']} on this machine.")
     elif winners:
         lines.append("Use target-only decoding (--drafter none) here, except for prompts like those above.")
     else:
