@@ -7,8 +7,8 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing
-from itertools import zip_longest
 from dataclasses import dataclass, field, fields
+from itertools import zip_longest
 
 import numpy as np
 
@@ -16,8 +16,8 @@ from . import calibration
 from .backend import Model, ModelOptions, check_compatible, common_prefix
 from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
-from .sampling import SamplerSettings, distribution
 from .policy import NGRAM_MAX, AutoPolicy
+from .sampling import SamplerSettings, distribution
 from .speculative import verify_greedy, verify_sampled
 from .text import TextStream
 
