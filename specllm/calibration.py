@@ -93,10 +93,10 @@ def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTa
     return table
 
 
-def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int, summary=statistics.median) -> list[float]:
-    """The median (or `summary`) of `reps` timings of each (model, n) call: n tokens after
-    `context`, logits for all n (and their argmax, part of every real step). Every round times every call, so a slow spell of a
-    busy machine spreads over all of them. Each model's cache is left holding `context`."""
+def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> list[float]:
+    """The median of `reps` timings of each (model, n) call: n tokens after `context`, logits for
+    all n (and their argmax, part of every real step). Every round times every call, so a slow
+    spell of a busy machine spreads over all of them. Each model's cache is left holding `context`."""
     feed_len = max(n for _, n in jobs)
     feed = (context * (feed_len // max(1, len(context)) + 1))[-feed_len:]  # real token ids
     for model in dict.fromkeys(m for m, _ in jobs):
@@ -108,4 +108,4 @@ def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int, sum
             model.eval(feed[:n], n).argmax(axis=1)
             ts.append(time.perf_counter() - start)
             model.truncate(len(context))
-    return [summary(ts) for ts in samples]
+    return [statistics.median(ts) for ts in samples]

@@ -319,22 +319,24 @@ class AutoPolicy:
         """Expected value of drafting with the model (before seeing its confidence), including
         the catch-up call for the `catch_up` context tokens it has not evaluated yet."""
         rates = self.model_marginal.rates(0, min(cap, MODEL_MAX))
-        return best_length(rates, lambda k: self.step_seconds(k, self._model_seconds(k, catch_up)) if k else self.step_seconds(0))
+        return best_length(rates, lambda k: self._model_step_seconds(k, catch_up))
 
-    def _model_seconds(self, k: int, catch_up: int) -> float:
-        # The first call evaluates the tokens the draft has not seen (at least the last one);
-        # each further draft token costs one one-token call. The last token is never evaluated.
-        return self.draft.seconds(max(1, catch_up)) + (k - 1) * self.draft.seconds(1)
+    def _model_step_seconds(self, k: int, catch_up: int) -> float:
+        """A step drafting k tokens with the model, then verifying them. The first draft call
+        evaluates the tokens the draft has not seen (at least the last one); each further draft
+        token costs one one-token call; the last token is never evaluated. k = 0 calls nothing."""
+        if k == 0:
+            return self.step_seconds(0)
+        return self.step_seconds(k, self.draft.seconds(max(1, catch_up)) + (k - 1) * self.draft.seconds(1))
 
-    def model_could_pay(self, cap: int = MODEL_MAX) -> bool:
+    def model_could_pay(self) -> bool:
         """Could the draft model beat a plain target step even at OPTIMISTIC_MODEL_ACCEPTANCE, or
         at what it has shown when that is better? If not, it is not worth a single call here."""
         if self.draft is None:
             return False
-        k_max = min(cap, MODEL_MAX)
-        learned = self.model_marginal.rates(0, k_max)
+        learned = self.model_marginal.rates(0, MODEL_MAX)
         rates = [max(OPTIMISTIC_MODEL_ACCEPTANCE, a) for a in learned]
-        best = best_length(rates, lambda k: self.step_seconds(k, self._model_seconds(k, 1)) if k else self.step_seconds(0))
+        best = best_length(rates, lambda k: self._model_step_seconds(k, 1))
         return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
 
     def choose(self, ngram_match: int, ngram_available: int, model_ready: bool, cap: int, catch_up: int = 1) -> Plan:
