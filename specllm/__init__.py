@@ -6,6 +6,8 @@
     result.tokens, result.text, result.stats
 """
 
+__version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)
+
 from .backend import ModelOptions
 from .engine import Engine, Finished, GenerationConfig, Result, Stats, Step
 from .errors import SpecllmError

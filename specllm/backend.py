@@ -452,8 +452,26 @@ def system_info() -> dict:
         "gpu_offload": gpu_offload_supported(),
         "devices": _devices(),
         "physical_cores": physical_cores(),
+        "llama_cpp": llama_cpp_build(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
     }
+
+
+def llama_cpp_build() -> str:
+    """The llama.cpp inside llama-cpp-python: its version, and its ggml's version and commit, as
+    the libraries report them (builds that lack one of these functions leave it out)."""
+    llama = L.llama_version().decode() if hasattr(L, "llama_version") else "version unknown"
+    try:
+        from llama_cpp import _ggml
+
+        ggml = {}
+        for name in ("ggml_version", "ggml_commit"):
+            fn = getattr(_ggml.libggml, name)
+            fn.argtypes, fn.restype = [], ctypes.c_char_p
+            ggml[name] = fn().decode("utf-8", errors="replace")
+    except (ImportError, AttributeError, OSError):
+        return llama
+    return f"{llama}, ggml {ggml['ggml_version']} (commit {ggml['ggml_commit']})"
 
 
 def _devices() -> list[str]:

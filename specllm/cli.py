@@ -14,6 +14,7 @@ try:  # typer >= 0.22 carries its own copy of click
 except ImportError:
     from click.exceptions import ClickException, NoArgsIsHelpError
 
+from .cli_basics import build_command, doctor_command, main_options
 from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command
 from .errors import SpecllmError
 from .sampling import default_seed
@@ -22,8 +23,9 @@ app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion
 )
+app.callback()(main_options)  # --version
 
 # --- options shared by run, chat and bench, declared once ----------------------------------------
 Target = Annotated[Optional[str], typer.Option("--target", "-m", help="Target GGUF: a path or hf:REPO/FILE.")]
@@ -320,16 +322,7 @@ app.command("models")(models_command)
 app.command("pull")(pull_command)
 
 
-@app.command()
-def doctor():
-    """Show the llama.cpp build, GPU offload support and devices."""
-    from .backend import system_info
-
-    info = system_info()
-    for key, value in info.items():
-        if isinstance(value, list):
-            value = ", ".join(value) or "none"
-        print(f"{key}: {value}")
+app.command("doctor")(doctor_command)
 
 
 @app.command()
@@ -416,7 +409,8 @@ def main() -> None:
     stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        code = app(standalone_mode=False)  # Typer returns 130 for Ctrl-C instead of raising
+        # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
+        code = build_command(app)(standalone_mode=False, prog_name="specllm")
         sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
     except SpecllmError as e:
         print(f"error: {e}", file=sys.stderr)
