@@ -1,6 +1,7 @@
 """A chat session on top of the engine: history, rendering to tokens, overflow trimming, slash
 commands and transcripts. `ChatSession` never prints and needs no terminal; `repl` at the bottom
-is the terminal front end `specllm chat` runs (readline input, Ctrl-C, views from view.py).
+is the terminal front end `specllm chat` runs (chat_input.py reads the messages; Ctrl-C, views
+from view.py).
 
 Staying fast turn after turn rests on the engine's KV reuse: a turn's prompt is the whole
 conversation rendered with the target's chat template, and the engine evaluates only what its
@@ -16,7 +17,6 @@ longest common token prefix.
 
 import dataclasses
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +61,7 @@ class Prepared:
     turn: Turn
     text: str  # the rendered conversation, ending with the template's assistant header
     tokens: list[int]
-    reused: int  # leading tokens already in the KV cache (the previous turn's prompt + reply)
+    reused: int  # leading tokens of the previous turn's prompt + reply: in the KV cache (after /load: not yet)
     extended: bool  # the text extended the previous turn's text exactly (tokens reused as they were)
     dropped: list[Turn] = field(default_factory=list)  # oldest turns dropped to fit the context
     notices: list[str] = field(default_factory=list)
@@ -86,6 +86,7 @@ HELP = """\
 /temp T          temperature (0 is greedy)
 /system [TEXT]   set the system prompt (alone: show it)
 /save FILE       write the transcript as JSON
+/load FILE       continue a conversation saved with /save
 /exit            quit (Ctrl-D too)
 Start a message with // to send one that begins with /. End a line with \\ to continue it."""
 
@@ -255,6 +256,7 @@ class ChatSession:
             "/temperature": self._set_temperature,
             "/system": self._set_system,
             "/save": self._save,
+            "/load": self._load,
             "/exit": lambda _: CommandResult(exit=True),
             "/quit": lambda _: CommandResult(exit=True),
         }
@@ -303,6 +305,28 @@ class ChatSession:
             raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
         return CommandResult(f"saved {len(self.turns)} turns to {path}")
 
+    def _load(self, arg: str) -> CommandResult:
+        if not arg:
+            raise SpecllmError("usage: /load FILE")
+        return CommandResult(self.restore(read_transcript(Path(arg).expanduser())))
+
+    def restore(self, saved: "SavedChat") -> str:
+        """Continue a saved conversation: its system prompt and turns replace this one's. Its
+        tokens are reused when they still spell the conversation for this target, so the next
+        turn prefills the whole conversation once and goes on as the saved session would have."""
+        self.system = saved.system
+        self.turns = [dataclasses.replace(t) for t in saved.turns]
+        self._last = None
+        live = [t for t in self.turns if t.in_context]
+        if saved.context_tokens and live and live[-1].stop_reason != "interrupted":
+            target = self.engine.target
+            text = target.render_chat(self.messages(live[:-1], pending=live[-1])) + live[-1].reply
+            tokens = list(saved.context_tokens)
+            in_vocabulary = all(0 <= t < target.n_vocab for t in tokens)
+            if in_vocabulary and _spelled(target, tokens) == _spelled(target, self.engine.prompt_tokens(text)):
+                self._last = (text, tokens)
+        return f"loaded {len(self.turns)} turns from {saved.path}: the next message prefills the conversation once"
+
     # --- reporting --------------------------------------------------------------------------
 
     def transcript(self) -> dict:
@@ -319,6 +343,9 @@ class ChatSession:
             "messages": self.messages(),  # what the model sees now, as the template gets it
             "turns": [t.to_dict() for t in self.turns],
             "session": self.totals(),
+            # the conversation's tokens as the model last saw them, generated ones as generated, so
+            # that /load continues exactly where this session would (absent after an interruption)
+            "context_tokens": self._last[1] if self._last else None,
         }
 
     def totals(self) -> dict:
@@ -351,6 +378,73 @@ class ChatSession:
         ]
 
 
+@dataclass(frozen=True)
+class SavedChat:
+    """A conversation read from a /save transcript."""
+
+    path: Path
+    system: str | None
+    turns: tuple[Turn, ...]
+    context_tokens: tuple[int, ...] | None
+
+
+def read_transcript(path: Path) -> SavedChat:
+    """Read a transcript written by /save. Raises SpecllmError, saying what is wrong with it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecllmError(f"{path} is not a conversation saved with /save: not JSON ({e})") from None
+    try:
+        return _saved_chat(path, data)
+    except KeyError as e:
+        raise SpecllmError(f"{path} is not a conversation saved with /save: a turn has no {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise SpecllmError(f"{path} is not a conversation saved with /save: {e}") from None
+
+
+def _saved_chat(path: Path, data) -> SavedChat:
+    def text(value, what: str) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"{what} is not text")
+        return value
+
+    if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
+        raise ValueError("no list of turns")
+    system = data.get("system")
+    turns = []
+    for i, t in enumerate(data["turns"], 1):
+        if not isinstance(t, dict):
+            raise TypeError(f"turn {i} is not an object")
+        stats = t.get("stats")
+        turns.append(
+            Turn(
+                text(t["user"], f"turn {i}'s user message"),
+                text(t["reply"], f"turn {i}'s reply"),
+                text(t.get("stop_reason", ""), f"turn {i}'s stop reason"),
+                Stats(**{f.name: stats[f.name] for f in dataclasses.fields(Stats) if f.name in stats}) if stats else None,
+                in_context=not t.get("dropped_from_context", False),
+                seed=t.get("seed"),
+            )
+        )
+    tokens = data.get("context_tokens")
+    if tokens is not None and not (isinstance(tokens, list) and all(type(x) is int for x in tokens)):
+        raise TypeError("context_tokens is not a list of token ids")
+    return SavedChat(
+        path,
+        text(system, "the system prompt") if system is not None else None,
+        tuple(turns),
+        tuple(tokens) if tokens else None,
+    )
+
+
+def _spelled(target, tokens: list[int]) -> str:
+    """The text tokens spell, as a reply's text is made of them (invalid UTF-8 as U+FFFD; special
+    tokens spell nothing)."""
+    return target.detokenize(tokens).decode("utf-8", errors="replace")
+
+
 def turn_seed(session_seed: int, index: int) -> int:
     """The seed of a session's index-th reply: child `index` of the session seed's SeedSequence
     (numpy's way to derive independent streams), so replaying a session with its seed replays
@@ -371,62 +465,13 @@ def is_command(line: str) -> bool:
 
 # --- the terminal front end ------------------------------------------------------------------------
 
-PROMPT = "> "
-CONTINUATION = ". "
-
-
-class LineReader:
-    """Reads one message: readline editing and history, a line ending in a backslash continues,
-    and a multi-line paste arrives whole (bracketed paste in readline, or lines already waiting)."""
-
-    def __init__(self, interactive: bool):
-        self.interactive = interactive
-        self.armed = False  # Ctrl-C was pressed at an empty prompt; another one quits
-        self.notice: str | None = None  # what to say after a Ctrl-C at the prompt
-        if interactive:
-            import readline  # noqa: F401  (imported for its side effect: input() edits lines)
-
-    def read(self) -> str | None:
-        """The next message; None to quit (EOF, or Ctrl-C twice at an empty prompt). A Ctrl-C
-        that discards a typed line, or the first one at an empty prompt, gives ""."""
-        try:
-            lines = [input(PROMPT)]
-            while lines[-1].endswith("\\") or self._more_pasted():
-                if lines[-1].endswith("\\"):
-                    lines[-1] = lines[-1][:-1]
-                lines.append(input(CONTINUATION if self.interactive else ""))
-        except EOFError:
-            return None
-        except KeyboardInterrupt:
-            return self._interrupted()
-        self.armed = False
-        return "\n".join(lines)
-
-    def _more_pasted(self) -> bool:
-        """More lines already waiting right after one: the rest of a paste."""
-        if not self.interactive:
-            return False
-        import select
-
-        return bool(select.select([sys.stdin], [], [], 0.01)[0])
-
-    def _interrupted(self) -> str | None:
-        import readline
-
-        typed = bool(readline.get_line_buffer()) if self.interactive else False
-        if self.armed and not typed:
-            return None
-        self.armed = not typed
-        self.notice = "(press Ctrl-C again or type /exit to quit)" if self.armed else ""
-        return ""
-
-
 def repl(session: ChatSession, console, live: bool) -> None:
     """The chat loop: read, run a command or stream a reply, repeat."""
+    from .chat_input import message_reader
     from .view import legend
 
-    reader = LineReader(sys.stdin.isatty())
-    for notice in session.notices:
+    reader = message_reader()
+    for notice in session.notices + ([reader.history_note] if reader.history_note else []):
         console.print(f"note: {notice}", style="yellow", markup=False)
     console.print(describe_session(session), style="dim", markup=False, highlight=False)
     if live and session.config.drafter != "none":
@@ -438,7 +483,7 @@ def repl(session: ChatSession, console, live: bool) -> None:
             console.print()
             return
         if reader.notice is not None:  # a Ctrl-C at the prompt: the typed line is gone
-            console.print("\n" + reader.notice, style="dim")
+            console.print(reader.notice, style="dim")
             reader.notice = None
         if not line.strip():
             continue

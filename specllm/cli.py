@@ -268,20 +268,24 @@ def chat(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
-    system: Annotated[Optional[str], typer.Option(help="System prompt.")] = None,
+    system: Annotated[Optional[str], typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
+    resume: Annotated[
+        Optional[Path], typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
+    ] = None,
     no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
     verbose: Verbose = False,
 ):
     """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
     from rich.console import Console
 
-    from .chat import ChatSession, repl
+    from .chat import ChatSession, read_transcript, repl
     from .engine import make_config
     from .view import use_live
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
     check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
@@ -289,6 +293,9 @@ def chat(
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system)
+    if saved:
+        session.notices.append(session.restore(saved))
+        session.system = system or session.system
     # A chat template that cannot render a first message is refused now, not at every message.
     engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
     console = Console()

@@ -3,6 +3,7 @@
 import glob
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,3 +42,16 @@ def cache_dir() -> Path:
     if os.environ.get("SPECLLM_CACHE"):
         return Path(os.environ["SPECLLM_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "specllm"
+
+
+def state_dir() -> Path:
+    """Where specllm keeps what outlives a session but is no cache (the chat's history):
+    $XDG_STATE_HOME/specllm, else the platform's place for it: %LOCALAPPDATA%\\specllm on Windows,
+    ~/Library/Application Support/specllm on macOS, ~/.local/state/specllm elsewhere."""
+    if os.environ.get("XDG_STATE_HOME"):
+        return Path(os.environ["XDG_STATE_HOME"]).expanduser() / "specllm"
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "specllm"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "specllm"
+    return Path.home() / ".local" / "state" / "specllm"

@@ -52,6 +52,13 @@ def _own_specllm_cache(request, tmp_path_factory, monkeypatch):
         monkeypatch.setenv("SPECLLM_CACHE", str(tmp_path_factory.mktemp("specllm-cache")))
 
 
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's chat history: every test gets a state folder of its own
+    (XDG_STATE_HOME) unless it sets one itself."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     d = tmp_path_factory.mktemp("tiny_models")

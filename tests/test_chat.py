@@ -409,3 +409,100 @@ def test_a_session_without_a_seed_gets_one_and_shows_it(engines):
     session = ChatSession(engine, sampled())
     seed = session.config.sampler.seed
     assert isinstance(seed, int) and f"seed {seed}" in session.command("/stats").text
+
+
+# --- /load and chat --resume (issue 12, item 4) -----------------------------------------------------
+
+
+def save(session, path):
+    assert "saved" in session.command(f"/save {path}").text
+    return path
+
+
+def test_a_loaded_conversation_continues_with_the_tokens_the_saved_one_had(tiny_models, tmp_path):
+    config = greedy(drafter="none")
+    original = ChatSession(load(tiny_models.target), config, SYSTEM)
+    for message in MESSAGES[:2]:
+        turn(original, message)
+    path = save(original, tmp_path / "chat.json")
+    expected, expected_reply = turn(original, MESSAGES[2])
+
+    resumed = ChatSession(load(tiny_models.target), config)
+    assert resumed.command(f"/load {path}").text.startswith(f"loaded 2 turns from {path}")
+    assert resumed.system == SYSTEM and [t.reply for t in resumed.turns] == [t.reply for t in original.turns[:2]]
+    prepared, reply = turn(resumed, MESSAGES[2])
+    # the saved generated tokens are reused as they were: re-tokenizing the replies' text would
+    # give other tokens here (tests/test_chat.py::test_retokenizing_the_transcript_would_reprefill_replies)
+    assert prepared.extended and prepared.tokens == expected.tokens
+    assert reply.stats.prefill_tokens == len(prepared.tokens) - 1  # the whole conversation, at once
+    assert_fresh_reply(resumed.engine, prepared.tokens, reply.tokens)
+    assert_fresh_reply(original.engine, expected.tokens, expected_reply.tokens)
+    resumed.engine.close()
+    original.engine.close()
+
+
+@pytest.mark.parametrize("tamper", ["edited_reply", "other_tokens", "outside_the_vocabulary", "none"])
+def test_saved_tokens_that_do_not_spell_the_conversation_are_not_used(engines, tmp_path, tamper):
+    engine, _ = engines
+    original = ChatSession(engine, greedy(drafter="none"))
+    for message in MESSAGES[:2]:
+        turn(original, message)
+    data = json.loads(save(original, tmp_path / "chat.json").read_text())
+    tokens = data["context_tokens"]
+    if tamper == "edited_reply":
+        data["turns"][-1]["reply"] += " (edited)"
+    elif tamper == "other_tokens":
+        tokens[-1] = (tokens[-1] + 1) % engine.target.n_vocab
+    elif tamper == "outside_the_vocabulary":
+        tokens[-1] = engine.target.n_vocab + 5
+    else:
+        data["context_tokens"] = None
+    (tmp_path / "chat.json").write_text(json.dumps(data))
+    resumed = ChatSession(engine, greedy(drafter="none"))
+    resumed.command(f"/load {tmp_path / 'chat.json'}")
+    prepared, reply = turn(resumed, MESSAGES[2])
+    assert not prepared.extended  # the conversation's text, tokenized afresh
+    assert prepared.tokens == engine.prompt_tokens(prepared.text)
+    assert_fresh_reply(engine, prepared.tokens, reply.tokens)
+
+
+def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_path):
+    engine, _ = engines
+    session = ChatSession(engine, greedy(drafter="none"))
+    turn(session, MESSAGES[0])
+    session.turns[0].in_context = False  # as after a context overflow
+    prepared = session.prepare(MESSAGES[1])
+    events = session.stream(prepared)
+    next(events)
+    events.close()  # interrupted after its first step
+    data = json.loads(save(session, tmp_path / "chat.json").read_text())
+    assert data["context_tokens"] is None
+    resumed = ChatSession(engine, greedy(drafter="none"))
+    resumed.command(f"/load {tmp_path / 'chat.json'}")
+    assert [(t.user, t.reply, t.stop_reason, t.in_context) for t in resumed.turns] == [
+        (t.user, t.reply, t.stop_reason, t.in_context) for t in session.turns
+    ]
+    assert resumed.turns[1].stop_reason == "interrupted" and resumed.turns[0].stats.generated_tokens == 16
+    assert resumed.transcript()["turns"] == data["turns"]  # saving again loses nothing
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "cannot read"),
+        ("{not json", "not JSON"),
+        ('{"system": null}', "no list of turns"),
+        ('{"turns": [{"reply": "hi"}]}', "a turn has no 'user'"),
+        ('{"turns": [{"user": 3, "reply": "hi"}]}', "turn 1's user message is not text"),
+        ('{"turns": [], "context_tokens": ["a"]}', "context_tokens is not a list of token ids"),
+    ],
+)
+def test_a_file_that_is_no_saved_conversation_is_one_clear_error(engines, tmp_path, content, fragment):
+    path = tmp_path / "chat.json"
+    if content is not None:
+        path.write_text(content)
+    session = ChatSession(engines[0], greedy())
+    with pytest.raises(specllm.SpecllmError, match="^(cannot read|.* is not a conversation saved with /save)") as e:
+        session.command(f"/load {path}")
+    assert fragment in str(e.value)
+    assert "usage: /load FILE" in str(pytest.raises(specllm.SpecllmError, session.command, "/load").value)

@@ -1,18 +1,23 @@
-"""`specllm chat` as a user runs it: the real process on a pseudo-terminal (readline, Rich's live
-view, Ctrl-C as SIGINT from the terminal), on the tiny models."""
+"""`specllm chat` as a user runs it: the real process on a pseudo-terminal (prompt_toolkit's line
+editor, Rich's live view, Ctrl-C as SIGINT from the terminal), on the tiny models."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from terminal import Terminal
 
-PROMPT = r"(?:^|\n)> "
+PROMPT = r"(?:^|\n)>"  # the line editor draws the prompt's space as a cursor move
+# This pseudo-terminal is no terminal emulator: it answers no cursor position requests, which
+# prompt_toolkit would otherwise wait for and then warn about.
+CHAT_ENV = {"PROMPT_TOOLKIT_NO_CPR": "1"}
 SUMMARY = r"prompt\s+tokens\s+in\s+[\d.]+s"  # the end of a reply's summary line (the reply may hold "> ")
 
 
@@ -39,7 +44,7 @@ def chat(tiny_models):
 
     def start(*args, ctx_size=512, max_tokens=16):
         base = ["-m", tiny_models.target, "-md", tiny_models.draft, "--threads", "1", "--temperature", "0"]
-        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args])
+        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args], env=CHAT_ENV)
         terminals.append(term)
         term.expect("/help for commands")
         term.expect(PROMPT)
@@ -76,12 +81,12 @@ def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
     assert "error: unknown command /frobnicate: /help lists them" in term.say("/frobnicate")
     assert "system prompt set" in term.say("/system Be brief.")
     assert "system prompt: 'Be brief.'" in term.say("/system")
-    assert "gamma 2" in term.say("\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A")  # readline history: 8 lines up
+    assert "gamma 2" in term.say("\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A\x1b[A")  # history: 8 lines up
     assert "temperature 0.5" in term.say("/temp 0.7\x7f\x7f\x7f0.5")  # line editing (backspace)
     assert "temperature 0 (greedy)" in term.say("/temp 0")
     # A line ending in a backslash continues on the next; a bracketed paste arrives whole.
     term.send("first line\\\r")
-    term.expect(r"\n\. ")
+    term.expect(r"\n\.")
     assert "[max_tokens]" in term.ask("second line")
     assert "[max_tokens]" in term.ask("\x1b[200~pasted one\npasted two\x1b[201~")
     assert "[max_tokens]" in term.ask("alpha\rbeta")  # lines arriving at once (a paste, unbracketed)
@@ -208,3 +213,70 @@ def test_sigterm_during_a_reply_restores_the_cursor_and_exits_143(chat):
     raw = term.raw.decode("utf-8", errors="replace")
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
     assert "terminated" in term.text and "Traceback" not in term.text
+
+
+def test_history_survives_a_restart(chat):
+    term = chat()
+    assert "temperature 0.5" in term.say("/temp 0.5")
+    assert "gamma 3" in term.say("/gamma 3")
+    term.send("\x04")
+    assert term.wait() == 0
+    history = Path(os.environ["XDG_STATE_HOME"]) / "specllm" / "history"  # conftest gives each test its own
+    assert "/temp 0.5" in history.read_text()
+    term = chat()
+    assert "temperature 0.5" in term.say("\x1b[A\x1b[A")  # two lines up, typed in the last session
+    assert "gamma 3" in term.say("\x1b[A\x1b[A")  # the line just sent is history too
+    term.send("\x04")
+    assert term.wait() == 0
+
+
+def saved_turns(term, path):
+    term.say(f"/save {path}")
+    return json.loads(path.read_text())["turns"]
+
+
+def test_resume_and_load_continue_a_conversation_as_the_original_would(chat, tmp_path):
+    first, second, third = "Hello world", "def add(a, b):", "print the value"
+    original = chat("--drafter", "none", "--system", "You are terse.")
+    original.ask(first)
+    original.ask(second)
+    saved = tmp_path / "two.json"
+    original.say(f"/save {saved}")
+    original.ask(third)
+    expected = saved_turns(original, tmp_path / "three.json")
+    assert len(expected) == 3
+
+    resumed = chat("--drafter", "none", "--resume", saved)
+    assert f"loaded 2 turns from {saved}" in flat(resumed.text)
+    out = resumed.ask(third)
+    prefill, prompt = map(int, re.search(r"prefill (\d+) of (\d+) prompt tokens", out).groups())
+    assert prefill == prompt - 1  # the whole conversation at once (its last token goes with the first step)
+    turns = saved_turns(resumed, tmp_path / "resumed.json")
+    assert [(t["user"], t["reply"]) for t in turns] == [(t["user"], t["reply"]) for t in expected]
+    assert json.loads((tmp_path / "resumed.json").read_text())["system"] == "You are terse."
+
+    replaced = chat("--drafter", "none", "--resume", saved, "--system", "Be brief.")  # --system wins
+    assert "system prompt: 'Be brief.'" in replaced.say("/system")
+
+    running = chat("--drafter", "none")
+    running.ask("Once upon a time")  # a conversation of its own, replaced by /load
+    assert f"loaded 2 turns from {saved}" in flat(running.say(f"/load {saved}"))
+    running.ask(third)
+    turns = saved_turns(running, tmp_path / "loaded.json")
+    assert [(t["user"], t["reply"]) for t in turns] == [(t["user"], t["reply"]) for t in expected]
+    assert "error: cannot read" in flat(running.say(f"/load {tmp_path / 'missing.json'}"))
+    running.send("/exit\r")
+    assert running.wait() == 0 and "Traceback" not in running.text
+
+
+def test_resume_from_a_file_that_is_no_saved_chat_is_one_line_before_any_model_loads(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text("[1, 2, 3]")
+    for path, fragment in ((tmp_path / "missing.json", "cannot read"), (bad, "is not a conversation saved with /save")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "specllm", "chat", "-m", tmp_path / "no-such-model.gguf", "--resume", path],
+            input="", capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+        assert fragment in lines[0] and "no-such-model" not in lines[0]
