@@ -126,8 +126,14 @@ class TerminalReader(_CtrlC):
 
 
 class QuietFileHistory(FileHistory):
-    """A history file that cannot be written (a full disk, a read-only folder) costs the history
-    of this session, not the chat."""
+    """A history file that cannot be read or written (no permission, a full disk) costs the
+    history, not the chat."""
+
+    def load_history_strings(self):
+        try:
+            yield from super().load_history_strings()
+        except OSError:
+            return
 
     def store_string(self, string: str) -> None:
         try:

@@ -42,9 +42,9 @@ class ChatTerminal(Terminal):
 def chat(tiny_models):
     terminals = []
 
-    def start(*args, ctx_size=512, max_tokens=16):
+    def start(*args, ctx_size=512, max_tokens=16, env=None):
         base = ["-m", tiny_models.target, "-md", tiny_models.draft, "--threads", "1", "--temperature", "0"]
-        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args], env=CHAT_ENV)
+        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args], env={**CHAT_ENV, **(env or {})})
         terminals.append(term)
         term.expect("/help for commands")
         term.expect(PROMPT)
@@ -228,6 +228,22 @@ def test_history_survives_a_restart(chat):
     assert "gamma 3" in term.say("\x1b[A\x1b[A")  # the line just sent is history too
     term.send("\x04")
     assert term.wait() == 0
+
+
+@pytest.mark.parametrize("problem", ["folder is a file", "history unreadable"])
+def test_a_history_that_cannot_be_kept_costs_the_history_not_the_chat(chat, tmp_path, problem):
+    if problem == "folder is a file":
+        (tmp_path / "specllm").write_text("")
+    else:
+        (tmp_path / "specllm").mkdir()
+        (tmp_path / "specllm" / "history").mkdir()  # opening it as a file fails
+    term = chat(env={"XDG_STATE_HOME": str(tmp_path)})
+    if problem == "folder is a file":
+        assert "note: history is not kept: cannot create" in flat(term.text)
+    assert "temperature 0.5" in term.say("/temp 0.5")
+    assert "temperature 0.5" in term.say("\x1b[A")  # this session's history still works
+    term.send("/exit\r")
+    assert term.wait() == 0 and "Traceback" not in term.text and "exception" not in term.text.lower()
 
 
 def saved_turns(term, path):
