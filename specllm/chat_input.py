@@ -103,7 +103,8 @@ class TerminalReader(_CtrlC):
         @bindings.add("enter")
         def _enter(event):
             buffer = event.current_buffer
-            if buffer.document.text_before_cursor.endswith("\\") and buffer.document.is_cursor_at_the_end:
+            if buffer.text.endswith("\\"):  # wherever the cursor is, as Enter sends the whole line
+                buffer.cursor_position = len(buffer.text)
                 buffer.delete_before_cursor()
                 buffer.newline(copy_margin=False)
             elif any(k.key != Keys.CPRResponse for k in event.key_processor.input_queue):

@@ -230,6 +230,15 @@ def test_history_survives_a_restart(chat):
     assert term.wait() == 0
 
 
+def test_a_backslash_continues_wherever_the_cursor_is_and_alt_enter_starts_a_line(chat, tmp_path):
+    term = chat()
+    term.send("one\\\x1b[D\x1b[D\r")  # the cursor two to the left: Enter still continues the message
+    term.expect(r"\n\.")
+    assert "[max_tokens]" in term.ask("two")
+    assert "[max_tokens]" in term.ask("three\x1b\rfour")  # Alt-Enter (Esc Enter), then Enter sends
+    assert [t["user"] for t in saved_turns(term, tmp_path / "chat.json")] == ["one\ntwo", "three\nfour"]
+
+
 @pytest.mark.parametrize("problem", ["folder is a file", "history unreadable"])
 def test_a_history_that_cannot_be_kept_costs_the_history_not_the_chat(chat, tmp_path, problem):
     if problem == "folder is a file":
