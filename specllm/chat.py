@@ -417,13 +417,13 @@ def _saved_chat(path: Path, data) -> SavedChat:
     for i, t in enumerate(data["turns"], 1):
         if not isinstance(t, dict):
             raise TypeError(f"turn {i} is not an object")
-        stats = t.get("stats")
+        stats = t.get("stats") or {}
         turns.append(
             Turn(
                 text(t["user"], f"turn {i}'s user message"),
                 text(t["reply"], f"turn {i}'s reply"),
                 text(t.get("stop_reason", ""), f"turn {i}'s stop reason"),
-                Stats(**{f.name: stats[f.name] for f in dataclasses.fields(Stats) if f.name in stats}) if stats else None,
+                _stats(stats) if stats else None,
                 in_context=not t.get("dropped_from_context", False),
                 seed=t.get("seed"),
             )
@@ -437,6 +437,11 @@ def _saved_chat(path: Path, data) -> SavedChat:
         tuple(turns),
         tuple(tokens) if tokens else None,
     )
+
+
+def _stats(saved: dict) -> Stats:
+    """A turn's Stats from its to_dict() (which adds derived values: left out)."""
+    return Stats(**{f.name: saved[f.name] for f in dataclasses.fields(Stats) if f.name in saved})
 
 
 def _spelled(target, tokens: list[int]) -> str:

@@ -99,7 +99,9 @@ def _show_version(value: bool) -> None:
 def main_options(
     version: Annotated[
         Optional[bool],
-        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the versions of specllm and llama.cpp, and exit."),
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="Show the versions of specllm and llama.cpp, and exit."
+        ),
     ] = None,
 ) -> None:
     """Fast local LLM inference on llama.cpp GGUF models through speculative decoding."""

@@ -44,7 +44,8 @@ def chat(tiny_models):
 
     def start(*args, ctx_size=512, max_tokens=16, env=None):
         base = ["-m", tiny_models.target, "-md", tiny_models.draft, "--threads", "1", "--temperature", "0"]
-        term = ChatTerminal(["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args], env={**CHAT_ENV, **(env or {})})
+        args = ["chat", *base, "--ctx-size", ctx_size, "-n", max_tokens, *args]
+        term = ChatTerminal(args, env={**CHAT_ENV, **(env or {})})
         terminals.append(term)
         term.expect("/help for commands")
         term.expect(PROMPT)
