@@ -465,13 +465,18 @@ def repl(session: ChatSession, console, live: bool) -> None:
             console.print("\n[interrupted]", style="yellow", markup=False)
 
 
-def describe_session(session: ChatSession) -> str:
-    engine, c = session.engine, session.config
+def describe_models(engine: Engine) -> str:
     models = engine.target.path.name
     if engine.draft is not None:
         models += f" + {engine.draft.path.name}"
     elif engine.draft_file is not None:
         models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
+    return models
+
+
+def describe_session(session: ChatSession) -> str:
+    engine, c = session.engine, session.config
+    models = describe_models(engine)
     return (
         f"{models} · drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g}"
         f" · context {session.n_ctx} tokens"
