@@ -6,6 +6,7 @@ fields are ignored, and fields that ask for something specllm cannot do (tools, 
 penalties, ...) are refused rather than silently ignored.
 """
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ UNSUPPORTED = (
     "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",
     "response_format", "presence_penalty", "frequency_penalty", "suffix", "echo", "best_of",
 )  # fmt: skip
-HARMLESS = (None, False, 0, "", [], {}, {"type": "text"}, "none", 1)
+HARMLESS = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
 
 
 class StreamOptions(BaseModel):
@@ -72,7 +73,8 @@ class _Request(BaseModel):
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
         for name in UNSUPPORTED:
-            if (self.model_extra or {}).get(name) not in HARMLESS:
+            value = (self.model_extra or {}).get(name)
+            if value not in HARMLESS:
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property
@@ -131,11 +133,12 @@ def parse(kind: type[_Request], body: bytes) -> _Request:
     try:
         request = kind.model_validate_json(body)
     except ValidationError as e:
-        error = e.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "json_invalid":
-            raise ApiError(400, f"the body is not valid JSON: {error['msg']}") from None
-        raise ApiError(400, f"{where or 'body'}: {error['msg']}", where or None) from None
+        errors = e.errors(include_url=False)
+        if errors[0]["type"] == "json_invalid":
+            raise ApiError(400, f"the body is not valid JSON: {errors[0]['msg']}") from None
+        # A field of several types (stop: a string or a list) fails once per type: name the field.
+        where = ".".join(str(part) for part in os.path.commonprefix([error["loc"] for error in errors]))
+        raise ApiError(400, f"{where or 'body'}: {errors[0]['msg']}", where or None) from None
     request.check()
     return request
 

@@ -297,7 +297,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> JSONResponse
 
 async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]`."""
-    result, generated = None, 0
+    result, generated, failed = None, 0, False
     try:
         if reply.chat:
             yield sse(reply.chunk(first=True))
@@ -313,12 +313,13 @@ async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, reques
         if include_usage:
             yield sse(reply.usage_chunk(result))
     except Exception as e:  # the status is sent already: the error goes in the stream
+        failed = True
         log_failure(request, e)
         yield sse(ApiError(500, f"generation failed: {e}").body())
     finally:
         if result is not None:
             access(request, 200, describe(result))
-        else:
+        elif not failed:  # cancelled: Starlette saw the client go away
             access(request, 200, f"stopped after {generated} tokens: the client went away")
     yield sse("[DONE]")
 
