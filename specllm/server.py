@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from .chat import describe_models, extend_prompt
@@ -35,6 +35,7 @@ from .sampling import default_seed
 
 log = logging.getLogger("specllm.serve")
 
+CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
 MIN_BODY_BYTES = 2**20
 BODY_BYTES_PER_TOKEN = 64  # a token is ~4 characters; JSON escapes can make one character 6 bytes
 
@@ -276,21 +277,28 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def generate(worker: EngineWorker, request: Request, body) -> JSONResponse | EventStream:
+async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan, job = await worker.start(body)
     reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
     if body.stream:
         return EventStream(stream(reply, plan, job, body.include_usage, request), job)
+    result, generated = None, 0
     try:
-        result = None
         async for event in job.events():
             if isinstance(event, Finished):
                 result = event.result
+            else:
+                generated = event.stats.generated_tokens
+                if await request.is_disconnected():  # no wait: only what has arrived
+                    break
     except Exception as e:
         log_failure(request, e)
         raise ApiError(500, f"generation failed: {e}") from None
     finally:
-        job.cancel()  # a cancelled request (the server shutting down) stops its generation
+        job.cancel()  # the client went away, or the server is shutting down
+    if result is None:
+        access(request, CLIENT_CLOSED, went_away(generated))
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(result, plan.seed))
 
@@ -320,7 +328,7 @@ async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, reques
         if result is not None:
             access(request, 200, describe(result))
         elif not failed:  # cancelled: Starlette saw the client go away
-            access(request, 200, f"stopped after {generated} tokens: the client went away")
+            access(request, 200, went_away(generated))
     yield sse("[DONE]")
 
 
@@ -333,6 +341,10 @@ def describe(result: Result) -> str:
         f"prompt {s.prompt_tokens} tokens ({s.prefill_tokens} prefilled) · {s.generated_tokens} tokens "
         f"({result.stop_reason}) · {s.tokens_per_second:.1f} tok/s · acceptance {s.acceptance_rate:.0%}"
     )
+
+
+def went_away(generated: int) -> str:
+    return f"stopped after {generated} tokens: the client went away"
 
 
 def access(request: Request, status: int, detail: str) -> None:

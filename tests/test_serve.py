@@ -207,17 +207,26 @@ def test_concurrent_clients_both_get_complete_answers(srv):
     assert got == expected
 
 
-def test_a_client_that_goes_away_frees_the_server(srv, log):
-    client = srv.client()
-    chunks = client.completions.create(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0, stream=True)
-    next(iter(chunks))
-    chunks.close()
+def wait_for_line(log, fragment, count):
     deadline = time.time() + 30
-    while not any("client went away" in line for line in log) and time.time() < deadline:
+    while sum(fragment in line for line in log) < count and time.time() < deadline:
         time.sleep(0.05)
-    stopped = [line for line in log if "client went away" in line]
-    assert len(stopped) == 1
+    return [line for line in log if fragment in line]
+
+
+def test_a_client_that_goes_away_frees_the_server(srv, log):
+    client, long = srv.client(), dict(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
+    chunks = client.completions.create(stream=True, **long)
+    next(iter(chunks))
+    chunks.close()  # mid-stream
+    stopped = wait_for_line(log, "client went away", 1)
+    assert len(stopped) == 1 and " 200 · " in stopped[0]
     assert int(re.search(r"stopped after (\d+) tokens", stopped[0])[1]) < CTX - 16
+    with pytest.raises(openai.APITimeoutError):  # not streamed: gone before the answer
+        srv.client().with_options(timeout=0.3).completions.create(**long)
+    stopped = wait_for_line(log, "client went away", 2)
+    assert len(stopped) == 2 and " 499 · " in stopped[1]
+    assert int(re.search(r"stopped after (\d+) tokens", stopped[1])[1]) < CTX - 16
     again = client.completions.create(model="x", prompt=PROMPT, **GREEDY)  # served normally
     assert again.usage.completion_tokens == 24 and again.choices[0].finish_reason == "length"
 
