@@ -59,6 +59,10 @@ def body_limit(n_ctx: int) -> int:
 _END = object()
 
 
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
 @dataclass
 class Plan:
     """A request ready to generate: its prompt and the engine's event stream (not started)."""
@@ -113,6 +117,8 @@ class EngineWorker:
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-engine")
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
+        self.job: Job | None = None  # the generation under way
+        self.stopping = False  # the server is shutting down: no new generations
         # The previous generation's prompt + generated text and its tokens, for extend_prompt.
         self.last: tuple[str, list[int]] | None = None
 
@@ -126,6 +132,8 @@ class EngineWorker:
             self.waiting -= 1
         loop = asyncio.get_running_loop()
         try:
+            if self.stopping:
+                raise shutting_down()
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
@@ -133,9 +141,15 @@ class EngineWorker:
         except BaseException:
             self.lock.release()
             raise
-        job = Job(loop)
+        self.job = job = Job(loop)
         self.thread.submit(job.run, plan.events, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
+
+    def stop(self) -> None:
+        """Shutting down: stop the generation under way after its step, and start no other."""
+        self.stopping = True
+        if self.job is not None:
+            self.job.cancel()
 
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
@@ -292,20 +306,22 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
                 if await request.is_disconnected():  # no wait: only what has arrived
                     break
     except Exception as e:
-        log_failure(request, e)
-        raise ApiError(500, f"generation failed: {e}") from None
+        raise ApiError(500, f"generation failed: {type(e).__name__}: {e}") from None
     finally:
         job.cancel()  # the client went away, or the server is shutting down
+    if result is None and worker.stopping:
+        raise shutting_down()
     if result is None:
-        access(request, CLIENT_CLOSED, went_away(generated))
+        access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(result, plan.seed))
 
 
 async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation, ending with `data: [DONE]`."""
-    result, generated, failed = None, 0, False
+    """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
+    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does."""
+    result, generated, outcome = None, 0, None
     try:
         if reply.chat:
             yield sse(reply.chunk(first=True))
@@ -317,18 +333,21 @@ async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, reques
             text = event.accepted_text + event.token_text
             if text:
                 yield sse(reply.chunk(text))
-        yield sse(reply.last_chunk(result, plan.seed))
-        if include_usage:
-            yield sse(reply.usage_chunk(result))
-    except Exception as e:  # the status is sent already: the error goes in the stream
-        failed = True
-        log_failure(request, e)
-        yield sse(ApiError(500, f"generation failed: {e}").body())
-    finally:
-        if result is not None:
-            access(request, 200, describe(result))
-        elif not failed:  # cancelled: Starlette saw the client go away
-            access(request, 200, went_away(generated))
+        if result is None:  # the job was stopped, and not by this client: the server is stopping
+            error = shutting_down()
+            outcome = stopped(generated, error.message)
+            yield sse(error.body())
+        else:
+            outcome = describe(result)
+            yield sse(reply.last_chunk(result, plan.seed))
+            if include_usage:
+                yield sse(reply.usage_chunk(result))
+    except Exception as e:
+        error = ApiError(500, f"generation failed: {type(e).__name__}: {e}")
+        outcome = error.message
+        yield sse(error.body())
+    finally:  # not reached above: cancelled, as Starlette does when the client goes away
+        access(request, 200, outcome or stopped(generated, "the client went away"))
     yield sse("[DONE]")
 
 
@@ -343,18 +362,14 @@ def describe(result: Result) -> str:
     )
 
 
-def went_away(generated: int) -> str:
-    return f"stopped after {generated} tokens: the client went away"
+def stopped(generated: int, why: str) -> str:
+    return f"stopped after {generated} tokens: {why}"
 
 
 def access(request: Request, status: int, detail: str) -> None:
     """The one log line of a request."""
     client = request.client.host if request.client else "-"
     log.info("%s %s %s %d%s", client, request.method, request.url.path, status, f" · {detail}" if detail else "")
-
-
-def log_failure(request: Request, error: Exception) -> None:
-    log.error("%s %s: generation failed: %s: %s", request.method, request.url.path, type(error).__name__, error)
 
 
 # --- running the server -------------------------------------------------------------------------
@@ -395,9 +410,14 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
 def server(app: FastAPI) -> "uvicorn.Server":  # noqa: F821
     import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # Ctrl-C, SIGTERM
+            app.state.worker.stop()  # streams end now, so uvicorn need not cut them
+            super().handle_exit(sig, frame)
+
     # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off")
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:

@@ -299,7 +299,7 @@ def test_the_api_key_is_enforced(engine, log, srv):
 
 def test_the_serve_command(tiny_models):
     """The CLI: the startup line, SPECLLM_API_KEY, one access-log line per request, Ctrl-C."""
-    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256, "--port", 0]
+    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 4096, "--port", 0]
     env = {**os.environ, "SPECLLM_API_KEY": "k"}
     proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -316,9 +316,15 @@ def test_the_serve_command(tiny_models):
         assert reply.usage.completion_tokens == 4
         log_line = proc.stderr.readline()
         assert "POST /v1/chat/completions 200" in log_line and "4 tokens" in log_line and "tok/s" in log_line
-        proc.send_signal(signal.SIGINT)
+        chunks = iter(client.completions.create(model="x", prompt=PROMPT, max_tokens=4000, temperature=0, stream=True))
+        next(chunks)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C mid-stream: the stream ends with an error event
+        with pytest.raises(openai.APIError, match="the server is shutting down"):
+            for _ in chunks:
+                pass
         rest = proc.stderr.read()
-        assert proc.wait(30) == 130 and rest.strip().endswith("interrupted") and "Traceback" not in rest
+        assert proc.wait(30) == 130 and "Traceback" not in rest and "ERROR" not in rest
+        assert re.fullmatch(r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip())
     finally:
         proc.kill()
         proc.wait()
