@@ -49,6 +49,13 @@ class Server:
         conn.close()
         return status, data
 
+    def get(self, path):
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("GET", path)
+        data = json.loads(conn.getresponse().read())
+        conn.close()
+        return data
+
     def stop(self):
         self.uvicorn.should_exit = True
         self.thread.join(10)
@@ -214,6 +221,32 @@ def wait_for_line(log, fragment, count):
     return [line for line in log if fragment in line]
 
 
+def test_waiting_requests_are_served_in_arrival_order(srv, log):
+    client, before = srv.client(), len(log)
+
+    def ask(max_tokens):
+        client.completions.create(model="x", prompt=PROMPT, max_tokens=max_tokens, temperature=0)
+
+    def wait_for(**status):
+        deadline = time.time() + 10
+        while not status.items() <= srv.get("/health").items() and time.time() < deadline:
+            time.sleep(0.005)
+        assert status.items() <= srv.get("/health").items()
+
+    threads = [threading.Thread(target=ask, args=(CTX - 16,))]  # long enough for the others to queue up
+    threads[0].start()
+    wait_for(busy=True)
+    for waiting, max_tokens in ((1, 8), (2, 9)):
+        threads.append(threading.Thread(target=ask, args=(max_tokens,)))
+        threads[-1].start()
+        wait_for(waiting=waiting)
+    for t in threads:
+        t.join(60)
+    served = [re.search(r"· (\d+) tokens \(", line)[1] for line in log[before:] if "/v1/completions" in line]
+    assert served == [str(CTX - 16), "8", "9"]
+    assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0}
+
+
 def test_a_client_that_goes_away_frees_the_server(srv, log):
     client, long = srv.client(), dict(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
     chunks = client.completions.create(stream=True, **long)
@@ -278,6 +311,14 @@ def test_bad_chat_requests(srv):
     parts = [{"type": "text", "text": PROMPT}]  # content as a list of text parts
     whole = client.chat.completions.create(model="x", messages=[{"role": "user", "content": parts}], **GREEDY)
     assert whole.usage.completion_tokens == 24
+    as_text = client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPT}], **GREEDY)
+    assert whole.choices[0].message.content == as_text.choices[0].message.content
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    as_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    newer = client.chat.completions.create(model="x", messages=developer, max_completion_tokens=5, temperature=0)
+    older = client.chat.completions.create(model="x", messages=as_system, max_tokens=5, temperature=0)
+    assert newer.usage.completion_tokens == 5 and newer.choices[0].message.content == older.choices[0].message.content
+    assert newer.usage.prompt_tokens == older.usage.prompt_tokens
 
 
 def test_the_api_key_is_enforced(engine, log, srv):
