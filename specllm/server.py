@@ -407,7 +407,7 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
     )
 
 
-def server(app: FastAPI) -> "uvicorn.Server":  # noqa: F821
+def server(app: FastAPI):
     import uvicorn
 
     class Server(uvicorn.Server):
