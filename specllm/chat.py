@@ -173,19 +173,8 @@ class ChatSession:
         return msgs
 
     def _render(self, turns: list[Turn], pending: Turn) -> Prepared:
-        target = self.engine.target
-        text = target.render_chat(self.messages(turns, pending))
-        full = self.engine.prompt_tokens(text)
-        if self._last is not None:
-            last_text, last_tokens = self._last
-            if text.startswith(last_text):
-                tail = target.tokenize(text[len(last_text) :], add_special=False, parse_special=True)
-                # The tail must tokenize on its own as it does at the end of the whole text, or
-                # the split would put tokens the model never sees in a fresh run.
-                if tail and full[-len(tail) :] == tail:
-                    return Prepared(pending, text, last_tokens + tail, len(last_tokens), True)
-        # What the engine will reuse: the longest common prefix with what the KV cache holds.
-        return Prepared(pending, text, full, common_prefix(target.tokens, full), False)
+        text = self.engine.target.render_chat(self.messages(turns, pending))
+        return Prepared(pending, text, *extend_prompt(self.engine, text, self._last))
 
     def _drop_oldest(self, live: list[Turn], pending: Turn) -> Prepared:
         alone = self._render([], pending)
@@ -450,6 +439,25 @@ def _spelled(target, tokens: list[int]) -> str:
     return target.detokenize(tokens).decode("utf-8", errors="replace")
 
 
+def extend_prompt(engine: Engine, text: str, last: tuple[str, list[int]] | None) -> tuple[list[int], int, bool]:
+    """The prompt tokens of `text` given the previous generation's transcript `last` (its prompt
+    text + generated text, and the tokens its KV cache holds for them): (tokens, how many of them
+    the KV cache already holds, whether `text` extended `last` so its tokens were reused as they
+    were). See the module docstring for why a text that extends `last` reuses its tokens."""
+    target = engine.target
+    full = engine.prompt_tokens(text)
+    if last is not None:
+        last_text, last_tokens = last
+        if text.startswith(last_text):
+            tail = target.tokenize(text[len(last_text) :], add_special=False, parse_special=True)
+            # The tail must tokenize on its own as it does at the end of the whole text, or
+            # the split would put tokens the model never sees in a fresh run.
+            if tail and full[-len(tail) :] == tail:
+                return last_tokens + tail, len(last_tokens), True
+    # What the engine will reuse: the longest common prefix with what the KV cache holds.
+    return full, common_prefix(target.tokens, full), False
+
+
 def turn_seed(session_seed: int, index: int) -> int:
     """The seed of a session's index-th reply: child `index` of the session seed's SeedSequence
     (numpy's way to derive independent streams), so replaying a session with its seed replays
@@ -507,13 +515,18 @@ def repl(session: ChatSession, console, live: bool) -> None:
             console.print("\n[interrupted]", style="yellow", markup=False)
 
 
-def describe_session(session: ChatSession) -> str:
-    engine, c = session.engine, session.config
+def describe_models(engine: Engine) -> str:
     models = engine.target.path.name
     if engine.draft is not None:
         models += f" + {engine.draft.path.name}"
     elif engine.draft_file is not None:
         models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
+    return models
+
+
+def describe_session(session: ChatSession) -> str:
+    engine, c = session.engine, session.config
+    models = describe_models(engine)
     return (
         f"{models} · drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g}"
         f" · context {session.n_ctx} tokens"

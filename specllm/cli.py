@@ -396,6 +396,47 @@ def bench(
     render(results, Console())
 
 
+@app.command()
+def serve(
+    pair: PairOption = None,
+    target: Target = None,
+    draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
+    drafter: Drafter = None,
+    gamma: Gamma = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option(envvar="SPECLLM_API_KEY", show_envvar=False, help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY)."),
+    ] = None,
+):
+    """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)."""
+    from .server import ServeSettings, describe_server, listen
+    from .server import serve as serve_forever
+
+    check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    sock = listen(host, port)  # before loading the models: a port in use fails at once
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, True,
+        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+    )  # fmt: skip
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    settings = ServeSettings(model=engine.target.path.name, drafter=drafter, gamma=gamma, api_key=api_key or None)
+    print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
+    try:
+        serve_forever(engine, settings, sock)
+    finally:
+        engine.close()
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread like KeyboardInterrupt so that everything unwinds on the
     way out (Rich's live view shows the cursor again, temporary files go), but not caught where

@@ -1,0 +1,437 @@
+"""`specllm serve`: an OpenAI-compatible HTTP API on FastAPI and uvicorn. A thin layer like cli.py:
+validate a request (openai_api.py), build a generation config, run the engine, turn its events
+into OpenAI objects; no generation logic of its own.
+
+One engine serves one generation at a time (its models' KV caches are shared). The engine runs on
+a thread of its own; requests take turns through an asyncio.Lock, whose waiters are woken first
+come, first served, and a turn ends when the generation has ended on that thread: finished, failed,
+or stopped because its client went away (checked after every step). A chat request renders the
+conversation with the GGUF's chat template and reuses the previous generation's tokens as `chat`
+does (chat.extend_prompt), so a conversation that grows turn by turn prefills only its new tokens.
+"""
+
+import asyncio
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from functools import partial
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from .chat import describe_models, extend_prompt
+from .engine import Engine, Finished, Result, Step, make_config
+from .errors import SpecllmError
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, parse
+from .sampling import default_seed
+
+log = logging.getLogger("specllm.serve")
+
+CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
+MIN_BODY_BYTES = 2**20
+BODY_BYTES_PER_TOKEN = 64  # a token is ~4 characters; JSON escapes can make one character 6 bytes
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model: str  # the id /v1/models lists and responses carry (requests may name any model)
+    drafter: str = "auto"  # a request's default drafter and draft length
+    gamma: int | None = None
+    api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
+    max_body_bytes: int | None = None  # default: room for a full context (body_limit)
+
+
+def body_limit(n_ctx: int) -> int:
+    """The largest request body: enough for a prompt that fills the context, and at least 1 MiB."""
+    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * n_ctx)
+
+
+# --- running the engine, one generation at a time ---------------------------------------------
+
+_END = object()
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
+@dataclass
+class Plan:
+    """A request ready to generate: its prompt and the engine's event stream (not started)."""
+
+    tokens: list[int]
+    seed: int
+    events: Iterator[Step | Finished]
+
+
+class Job:
+    """One generation on the engine thread; its events reach the event loop through a queue.
+    `cancel()` (the client went away) stops it after the step under way."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def run(self, events: Iterator[Step | Finished], on_end: Callable[[], None]) -> None:
+        """On the engine thread: step the engine, handing each event over, until it ends."""
+        try:
+            with closing(events):  # closing ends the engine's stream: it is free for the next
+                for event in events:
+                    self._put(event)
+                    if self.cancelled.is_set():
+                        return
+        except Exception as e:  # given to the request, which reports it
+            self._put(e)
+        finally:
+            self._put(_END)
+            on_end()
+
+    def _put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            self.cancel()
+
+    async def events(self) -> AsyncIterator[Step | Finished]:
+        while (item := await self.queue.get()) is not _END:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+class EngineWorker:
+    """The engine, its thread, and the queue of requests waiting for it."""
+
+    def __init__(self, engine: Engine, settings: ServeSettings):
+        self.engine, self.settings = engine, settings
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-engine")
+        self.lock = asyncio.Lock()  # first come, first served
+        self.waiting = 0
+        self.job: Job | None = None  # the generation under way
+        self.stopping = False  # the server is shutting down: no new generations
+        # The previous generation's prompt + generated text and its tokens, for extend_prompt.
+        self.last: tuple[str, list[int]] | None = None
+
+    async def start(self, request) -> tuple[Plan, Job]:
+        """Wait for the engine, then start generating for `request` on the engine thread.
+        Bad input raises ApiError, before anything is generated."""
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        loop = asyncio.get_running_loop()
+        try:
+            if self.stopping:
+                raise shutting_down()
+            plan = await loop.run_in_executor(self.thread, self.prepare, request)
+        except SpecllmError as e:
+            self.lock.release()
+            raise ApiError(400, str(e)) from None
+        except BaseException:
+            self.lock.release()
+            raise
+        self.job = job = Job(loop)
+        self.thread.submit(job.run, plan.events, partial(loop.call_soon_threadsafe, self.lock.release))
+        return plan, job
+
+    def stop(self) -> None:
+        """Shutting down: stop the generation under way after its step, and start no other."""
+        self.stopping = True
+        if self.job is not None:
+            self.job.cancel()
+
+    def prepare(self, request) -> Plan:
+        """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
+        engine, chat = self.engine, isinstance(request, ChatRequest)
+        text = None
+        if chat:
+            text = engine.target.render_chat([m.to_template() for m in request.messages])
+        elif isinstance(request.prompt, str):
+            text = request.prompt
+        if text is not None:
+            tokens = extend_prompt(engine, text, self.last)[0]
+        else:
+            tokens = request.prompt
+            if not all(0 <= t < engine.target.n_vocab for t in tokens):
+                raise ApiError(400, f"prompt: token ids must be in 0..{engine.target.n_vocab - 1}", "prompt")
+        room = engine.target.n_ctx - len(tokens)
+        if room < 1:
+            raise ApiError(
+                400,
+                f"the prompt is {len(tokens)} tokens but the context holds {engine.target.n_ctx}",
+                "messages" if chat else "prompt",
+                "context_length_exceeded",
+            )
+        seed = default_seed(request.seed)
+        config = make_config(
+            max_tokens=min(request.requested_tokens or room, room),  # capped by the context
+            drafter=request.drafter or self.settings.drafter,
+            gamma=request.gamma if request.gamma is not None else self.settings.gamma,
+            stop=request.stops,
+            seed=seed,
+            **request.sampler,
+        )
+        self.last = None
+        events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
+        return Plan(tokens, seed, self._remember(text, tokens, events))
+
+    def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
+        """The events, keeping the finished transcript for the next request's extend_prompt (not
+        after a stop string: the text is cut there but the tokens are not)."""
+        with closing(events):
+            for event in events:
+                if isinstance(event, Finished) and text is not None and event.result.stop_reason != "stop":
+                    self.last = (text + event.result.text, tokens + event.result.tokens)
+                yield event
+
+    def status(self) -> dict:
+        return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting}
+
+
+# --- the HTTP layer -----------------------------------------------------------------------------
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose generation is stopped when the response ends for any reason: sent
+    to the end, or cut off by a client that went away (Starlette then cancels the body)."""
+
+    def __init__(self, chunks: AsyncIterator[str], job: Job):
+        super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+def sse(data) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
+    """The FastAPI app serving `engine`; run it with uvicorn (see `serve`)."""
+    worker = EngineWorker(engine, settings)
+    limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
+
+    def require_key(request: Request) -> None:
+        check_key(settings.api_key, request)
+
+    app = FastAPI(title="specllm", dependencies=[Depends(require_key)])
+    app.state.worker = worker
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError):
+        access(request, error.status, error.message)
+        return JSONResponse(error.body(), status_code=error.status, headers=_auth_header(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException):  # unknown path, wrong method
+        message = f"{error.detail}: {request.method} {request.url.path}"
+        return await api_error(request, ApiError(error.status_code, message))
+
+    @app.get("/health")
+    async def health(request: Request):
+        access(request, 200, "")
+        return worker.status()
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        access(request, 200, "")
+        model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await generate(worker, request, parse(ChatRequest, await read_body(request, limit)))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(worker, request, parse(CompletionRequest, await read_body(request, limit)))
+
+    return app
+
+
+def check_key(api_key: str | None, request: Request) -> None:
+    """With an API key set, every request needs it as a bearer token (compared in constant time)."""
+    if api_key is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
+        raise ApiError(401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key")
+
+
+def _auth_header(error: ApiError) -> dict | None:
+    return {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it is known to be longer than `limit`."""
+    too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+async def generate(worker: EngineWorker, request: Request, body) -> Response:
+    plan, job = await worker.start(body)
+    reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
+    if body.stream:
+        return EventStream(stream(reply, plan, job, body.include_usage, request), job)
+    result, generated = None, 0
+    try:
+        async for event in job.events():
+            if isinstance(event, Finished):
+                result = event.result
+            else:
+                generated = event.stats.generated_tokens
+                if await request.is_disconnected():  # no wait: only what has arrived
+                    break
+    except Exception as e:
+        raise ApiError(500, f"generation failed: {type(e).__name__}: {e}") from None
+    finally:
+        job.cancel()  # the client went away, or the server is shutting down
+    if result is None and worker.stopping:
+        raise shutting_down()
+    if result is None:
+        access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    access(request, 200, describe(result))
+    return JSONResponse(reply.complete(result, plan.seed))
+
+
+async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request) -> AsyncIterator[str]:
+    """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
+    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does."""
+    result, generated, outcome = None, 0, None
+    try:
+        if reply.chat:
+            yield sse(reply.chunk(first=True))
+        async for event in job.events():
+            if isinstance(event, Finished):
+                result = event.result
+                continue
+            generated = event.stats.generated_tokens
+            text = event.accepted_text + event.token_text
+            if text:
+                yield sse(reply.chunk(text))
+        if result is None:  # the job was stopped, and not by this client: the server is stopping
+            error = shutting_down()
+            outcome = stopped(generated, error.message)
+            yield sse(error.body())
+        else:
+            outcome = describe(result)
+            yield sse(reply.last_chunk(result, plan.seed))
+            if include_usage:
+                yield sse(reply.usage_chunk(result))
+    except Exception as e:
+        error = ApiError(500, f"generation failed: {type(e).__name__}: {e}")
+        outcome = error.message
+        yield sse(error.body())
+    finally:  # not reached above: cancelled, as Starlette does when the client goes away
+        access(request, 200, outcome or stopped(generated, "the client went away"))
+    yield sse("[DONE]")
+
+
+# --- logging ------------------------------------------------------------------------------------
+
+
+def describe(result: Result) -> str:
+    s = result.stats
+    return (
+        f"prompt {s.prompt_tokens} tokens ({s.prefill_tokens} prefilled) · {s.generated_tokens} tokens "
+        f"({result.stop_reason}) · {s.tokens_per_second:.1f} tok/s · acceptance {s.acceptance_rate:.0%}"
+    )
+
+
+def stopped(generated: int, why: str) -> str:
+    return f"stopped after {generated} tokens: {why}"
+
+
+def access(request: Request, status: int, detail: str) -> None:
+    """The one log line of a request."""
+    client = request.client.host if request.client else "-"
+    log.info("%s %s %s %d%s", client, request.method, request.url.path, status, f" · {detail}" if detail else "")
+
+
+# --- running the server -------------------------------------------------------------------------
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), or one clear error."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
+    """The startup line: where, what, how."""
+    s = settings
+    return (
+        f"specllm serve: {address(sock)}/v1 · {describe_models(engine)} · drafter {s.drafter} · "
+        f"gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
+        f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
+    )
+
+
+def server(app: FastAPI):
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # Ctrl-C, SIGTERM
+            app.state.worker.stop()  # streams end now, so uvicorn need not cut them
+            super().handle_exit(sig, frame)
+
+    # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off")
+    return Server(config)
+
+
+def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:
+    """Serve until Ctrl-C (or SIGTERM); uvicorn stops accepting, gives streams under way 5 s, then
+    cancels them, which stops their generations."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    app = create_app(engine, settings)
+    try:
+        server(app).run(sockets=[sock])
+    finally:
+        app.state.worker.thread.shutdown(wait=True)
+        sock.close()

@@ -1,0 +1,378 @@
+"""`specllm serve`: a real server on a free loopback port, the real `openai` package as the client,
+real llama.cpp on the tiny models. Greedy answers are compared with `specllm run --json`."""
+
+import http.client
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+import specllm
+from specllm.server import ServeSettings, address, create_app, listen, server
+
+CTX = 2048
+PROMPT = "def f(x):"
+GREEDY = dict(temperature=0, max_tokens=24)
+SPECLLM = [sys.executable, "-m", "specllm"]
+
+
+class Server:
+    """create_app on uvicorn in a thread, on a free loopback port; its log lines are kept."""
+
+    def __init__(self, engine, **settings):
+        self.sock = listen("127.0.0.1", 0)
+        self.url = address(self.sock)
+        self.uvicorn = server(create_app(engine, ServeSettings(model="tiny", **settings)))
+        self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        while not self.uvicorn.started:
+            time.sleep(0.01)
+
+    def client(self, api_key="-"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=60)
+
+    def post(self, path, body: bytes, headers=None):
+        """A raw request (for bodies the openai client would not send): (status, JSON body)."""
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("POST", path, body, {"Content-Type": "application/json", **(headers or {})})
+        response = conn.getresponse()
+        status, data = response.status, json.loads(response.read())
+        conn.close()
+        return status, data
+
+    def get(self, path):
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("GET", path)
+        data = json.loads(conn.getresponse().read())
+        conn.close()
+        return data
+
+    def stop(self):
+        self.uvicorn.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+class LogLines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def log():
+    logger = logging.getLogger("specllm.serve")
+    handler = LogLines()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler.lines
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(engine, log):
+    s = Server(engine)
+    yield s
+    s.stop()
+
+
+def specllm_run(tiny_models, *args):
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", CTX]
+    proc = subprocess.run(
+        SPECLLM + ["run", *map(str, [*args, *models, "--json", "--temperature", 0])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def stream_text(chunks, chat=True):
+    """The text of a stream, its finish_reason, its specllm object and its usage chunk."""
+    text, finish, stats, usage = "", None, None, None
+    for chunk in chunks:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text += (choice.delta.content if chat else choice.text) or ""
+            finish = choice.finish_reason or finish
+        stats = chunk.to_dict().get("specllm", stats)
+    return text, finish, stats, usage
+
+
+def test_chat_streamed_and_not_equals_run_json(srv, tiny_models):
+    expected = specllm_run(tiny_models, PROMPT, "-n", 24, "--drafter", "model", "--gamma", 3)
+    client, messages = srv.client(), [{"role": "user", "content": PROMPT}]
+    extensions = {"drafter": "model", "gamma": 3}
+    whole = client.chat.completions.create(model="x", messages=messages, extra_body=extensions, **GREEDY)
+    assert whole.choices[0].message.content == expected["text"] and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == len(expected["tokens"]) == 24
+    assert whole.usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 24
+    stats = whole.to_dict()["specllm"]
+    assert stats["stop_reason"] == "max_tokens" and set(stats["stats"]) == set(expected["stats"])
+    assert stats["stats"]["n_drafted"] > 0 and stats["stats"]["sources"].keys() <= {"model", "none"}
+    assert whole.model == "tiny" and whole.id.startswith("chatcmpl-")
+    chunks = client.chat.completions.create(
+        model="x", messages=messages, extra_body=extensions, stream=True, stream_options={"include_usage": True}, **GREEDY
+    )
+    text, finish, stats, usage = stream_text(chunks)
+    assert (text, finish) == (expected["text"], "length")
+    assert usage.completion_tokens == 24 and usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    assert stats["stats"]["generated_tokens"] == 24
+
+
+def test_completions_streamed_and_not_equal_run_json(srv, tiny_models):
+    expected = specllm_run(tiny_models, PROMPT, "-n", 24, "--raw", "--drafter", "ngram", "--gamma", 2)
+    client, extensions = srv.client(), {"drafter": "ngram", "gamma": 2}
+    whole = client.completions.create(model="x", prompt=PROMPT, extra_body=extensions, **GREEDY)
+    assert whole.choices[0].text == expected["text"] and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 24 and whole.usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    chunks = client.completions.create(model="x", prompt=PROMPT, extra_body=extensions, stream=True, **GREEDY)
+    text, finish, stats, usage = stream_text(chunks, chat=False)
+    assert (text, finish, usage) == (expected["text"], "length", None)  # usage only when asked for
+    assert stats["stats"]["generated_tokens"] == 24
+    ids = client.completions.create(model="x", prompt=expected["tokens"][:5], **GREEDY)  # token ids as the prompt
+    assert ids.usage.prompt_tokens == 5
+
+
+def test_stop_strings_and_finish_reasons(srv):
+    client = srv.client()
+    full = client.completions.create(model="x", prompt=PROMPT, **GREEDY).choices[0].text
+    stop = full[8:11]
+    cut = full[: full.index(stop)]
+    for stops in (stop, ["not in it", stop]):
+        whole = client.completions.create(model="x", prompt=PROMPT, stop=stops, **GREEDY)
+        assert (whole.choices[0].text, whole.choices[0].finish_reason) == (cut, "stop")
+        assert whole.to_dict()["specllm"]["stop_reason"] == "stop"
+        chunks = client.completions.create(model="x", prompt=PROMPT, stop=stops, stream=True, **GREEDY)
+        assert stream_text(chunks, chat=False)[:2] == (cut, "stop")
+    # End of text: near-uniform sampling reaches an end-of-generation token (2 of ~570 ids) soon.
+    flat = dict(temperature=5, top_p=1, seed=7, extra_body={"top_k": 0, "min_p": 0})
+    eos = client.completions.create(model="x", prompt=PROMPT, max_tokens=CTX // 2, **flat)
+    assert eos.choices[0].finish_reason == "stop" and eos.to_dict()["specllm"]["stop_reason"] == "eos"
+    assert eos.usage.completion_tokens == eos.to_dict()["specllm"]["stats"]["generated_tokens"] < CTX // 2
+    # A full context: max_tokens is capped by the room the prompt leaves.
+    full_ctx = client.completions.create(model="x", prompt=[300] * (CTX - 3), max_tokens=100, temperature=0)
+    assert (full_ctx.choices[0].finish_reason, full_ctx.usage.completion_tokens) == ("length", 3)
+
+
+def test_a_growing_chat_prefills_only_its_new_tokens(srv):
+    client = srv.client()
+    first = [{"role": "user", "content": PROMPT}]
+    one = client.chat.completions.create(model="x", messages=first, **GREEDY)
+    second = first + [
+        {"role": "assistant", "content": one.choices[0].message.content},
+        {"role": "user", "content": "and g(y)?"},
+    ]
+    two = client.chat.completions.create(model="x", messages=second, **GREEDY)
+    reused = one.usage.prompt_tokens + one.usage.completion_tokens
+    stats = two.to_dict()["specllm"]["stats"]
+    assert stats["prefill_tokens"] == two.usage.prompt_tokens - reused
+    assert two.usage.prompt_tokens_details.cached_tokens == reused - 1  # the last one is evaluated with the reply
+    client.completions.create(model="x", prompt="something else entirely", **GREEDY)
+    # Cold, the same conversation is tokenized whole (the tiny model's replies hold broken UTF-8,
+    # which tokenizes back differently: why the reply's own tokens are reused) and prefilled whole.
+    cold = client.chat.completions.create(model="x", messages=second, **GREEDY)
+    cold_stats = cold.to_dict()["specllm"]["stats"]
+    assert cold_stats["prefill_tokens"] == cold.usage.prompt_tokens - 2  # BOS was cached; the last goes with the reply
+
+
+def test_concurrent_clients_both_get_complete_answers(srv):
+    client = srv.client()
+    prompts = ["def f(x):", "class A:", "import os"]
+    expected = [client.completions.create(model="x", prompt=p, **GREEDY).choices[0].text for p in prompts]
+    got = [None] * len(prompts)
+
+    def ask(i):
+        chunks = client.completions.create(model="x", prompt=prompts[i], stream=i % 2 == 0, **GREEDY)
+        got[i] = stream_text(chunks, chat=False)[0] if i % 2 == 0 else chunks.choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == expected
+
+
+def wait_for_line(log, fragment, count):
+    deadline = time.time() + 30
+    while sum(fragment in line for line in log) < count and time.time() < deadline:
+        time.sleep(0.05)
+    return [line for line in log if fragment in line]
+
+
+def test_waiting_requests_are_served_in_arrival_order(srv, log):
+    client, before = srv.client(), len(log)
+
+    def ask(max_tokens):
+        client.completions.create(model="x", prompt=PROMPT, max_tokens=max_tokens, temperature=0)
+
+    def wait_for(**status):
+        deadline = time.time() + 10
+        while not status.items() <= srv.get("/health").items() and time.time() < deadline:
+            time.sleep(0.005)
+        assert status.items() <= srv.get("/health").items()
+
+    threads = [threading.Thread(target=ask, args=(CTX - 16,))]  # long enough for the others to queue up
+    threads[0].start()
+    wait_for(busy=True)
+    for waiting, max_tokens in ((1, 8), (2, 9)):
+        threads.append(threading.Thread(target=ask, args=(max_tokens,)))
+        threads[-1].start()
+        wait_for(waiting=waiting)
+    for t in threads:
+        t.join(60)
+    served = [re.search(r"· (\d+) tokens \(", line)[1] for line in log[before:] if "/v1/completions" in line]
+    assert served == [str(CTX - 16), "8", "9"]
+    assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0}
+
+
+def test_a_client_that_goes_away_frees_the_server(srv, log):
+    client, long = srv.client(), dict(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
+    chunks = client.completions.create(stream=True, **long)
+    next(iter(chunks))
+    chunks.close()  # mid-stream
+    stopped = wait_for_line(log, "client went away", 1)
+    assert len(stopped) == 1 and " 200 · " in stopped[0]
+    assert int(re.search(r"stopped after (\d+) tokens", stopped[0])[1]) < CTX - 16
+    with pytest.raises(openai.APITimeoutError):  # not streamed: gone before the answer
+        srv.client().with_options(timeout=0.3).completions.create(**long)
+    stopped = wait_for_line(log, "client went away", 2)
+    assert len(stopped) == 2 and " 499 · " in stopped[1]
+    assert int(re.search(r"stopped after (\d+) tokens", stopped[1])[1]) < CTX - 16
+    again = client.completions.create(model="x", prompt=PROMPT, **GREEDY)  # served normally
+    assert again.usage.completion_tokens == 24 and again.choices[0].finish_reason == "length"
+
+
+LONG_PROMPT = json.dumps({"prompt": "word " * (2 * CTX)}).encode()
+BAD_REQUESTS = [
+    (b'{"prompt": "x", ', 400, None, None),  # malformed JSON
+    (b'["prompt"]', 400, None, None),
+    (b'{"prompt": "x", "max_tokens": "8"}', 400, "max_tokens", None),  # a string, not a number
+    (b'{"prompt": "x", "temperature": -1}', 400, "temperature", None),
+    (b'{"prompt": "x", "stop": [1]}', 400, "stop", None),
+    (b'{"prompt": "x", "n": 2}', 400, "n", None),
+    (b'{"prompt": "x", "drafter": "magic"}', 400, "drafter", None),
+    (b'{"prompt": "x", "gamma": 0}', 400, "gamma", None),
+    (b'{"prompt": "x", "gamma": 5000}', 400, None, None),  # longer than a verify batch holds
+    (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
+    (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
+    (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
+    (b'{"max_tokens": 8}', 400, "prompt", None),
+    (LONG_PROMPT, 400, "prompt", "context_length_exceeded"),
+    (json.dumps({"prompt": "x" * 2**21}).encode(), 413, None, "request_too_large"),
+]
+
+
+@pytest.mark.parametrize("body,status,param,code", BAD_REQUESTS, ids=range(len(BAD_REQUESTS)))
+def test_bad_input_gets_an_openai_error_and_one_log_line(srv, log, body, status, param, code):
+    before = len(log)
+    got, data = srv.post("/v1/completions", body)
+    assert got == status, data
+    assert set(data["error"]) == {"message", "type", "param", "code"} and data["error"]["message"]
+    assert (data["error"]["param"], data["error"]["code"]) == (param, code)
+    assert len(log) == before + 1 and f"/v1/completions {status} · " in log[-1]
+    assert srv.client().completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_bad_chat_requests(srv):
+    cases = [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": "word " * (2 * CTX)}]}, "messages"),
+    ]
+    for body, param in cases:
+        status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+        assert (status, data["error"]["param"]) == (400, param), data
+    client = srv.client()
+    with pytest.raises(openai.BadRequestError, match="only n = 1"):
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+    parts = [{"type": "text", "text": PROMPT}]  # content as a list of text parts
+    whole = client.chat.completions.create(model="x", messages=[{"role": "user", "content": parts}], **GREEDY)
+    assert whole.usage.completion_tokens == 24
+    as_text = client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPT}], **GREEDY)
+    assert whole.choices[0].message.content == as_text.choices[0].message.content
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    as_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    newer = client.chat.completions.create(model="x", messages=developer, max_completion_tokens=5, temperature=0)
+    older = client.chat.completions.create(model="x", messages=as_system, max_tokens=5, temperature=0)
+    assert newer.usage.completion_tokens == 5 and newer.choices[0].message.content == older.choices[0].message.content
+    assert newer.usage.prompt_tokens == older.usage.prompt_tokens
+
+
+def test_the_api_key_is_enforced(engine, log, srv):
+    keyed = Server(engine, api_key="s3cret")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client("wrong").models.list()
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client("wrong").completions.create(model="x", prompt=PROMPT, max_tokens=2)
+        status, data = keyed.post("/v1/completions", b'{"prompt": "x"}')
+        assert (status, data["error"]["code"]) == (401, "invalid_api_key")
+        assert keyed.post("/v1/completions", b'{"prompt": "x"}', {"Authorization": "Bearer s3cret-not"})[0] == 401
+        assert [m.id for m in keyed.client("s3cret").models.list()] == ["tiny"]
+        assert keyed.client("s3cret").completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+    finally:
+        keyed.stop()
+    assert [m.id for m in srv.client("anything").models.list()] == ["tiny"]  # no key set: none needed
+
+
+def test_the_serve_command(tiny_models):
+    """The CLI: the startup line, SPECLLM_API_KEY, one access-log line per request, Ctrl-C."""
+    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 4096, "--port", 0]
+    env = {**os.environ, "SPECLLM_API_KEY": "k"}
+    proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("specllm serve:"):
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "".join(lines)
+        assert "GPU offload" in lines[0]  # the backend, as -v says it
+        startup = lines[-1]
+        assert "target.gguf + draft.gguf" in startup and "drafter auto" in startup and "API key required" in startup
+        url = re.search(r"http://127\.0\.0\.1:\d+", startup)[0]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        reply = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert reply.usage.completion_tokens == 4
+        log_line = proc.stderr.readline()
+        assert "POST /v1/chat/completions 200" in log_line and "4 tokens" in log_line and "tok/s" in log_line
+        chunks = iter(client.completions.create(model="x", prompt=PROMPT, max_tokens=4000, temperature=0, stream=True))
+        next(chunks)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C mid-stream: the stream ends with an error event
+        with pytest.raises(openai.APIError, match="the server is shutting down"):
+            for _ in chunks:
+                pass
+        rest = proc.stderr.read()
+        assert proc.wait(30) == 130 and "Traceback" not in rest and "ERROR" not in rest
+        assert re.fullmatch(r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip())
+    finally:
+        proc.kill()
+        proc.wait()
+    taken = listen("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        busy = subprocess.run(SPECLLM + list(map(str, args[:-1] + [port])), capture_output=True, text=True, timeout=60)
+        assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    finally:
+        taken.close()
