@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import SpecllmError
 from .gguf_header import read_metadata
-from .hub import _say, fetch_file
+from .hub import fetch_file
 from .local_models import LocalModel, scan
 from .registry import SPLIT_NAME, ModelFile, Pair, load_pairs
 
@@ -116,12 +116,25 @@ def find_draft(target: Path, drafter: str, *, models_file=None, source="auto", o
     chosen, line = choose(target, pairs)
     path = chosen.path if chosen else None
     curated = curated_drafts(target, pairs)
-    if path is None and drafter == "model" and curated:
+    if path is None and drafter == "model":
+        if not curated:
+            raise SpecllmError(
+                f"drafter 'model' needs a draft model, and none on disk fits {target.name} (`specllm models "
+                f"--drafts-for {target.name}` lists why): give --draft, or use --drafter auto|ngram|none"
+            )
         draft = curated[0][1]
         path = fetch_file(draft, source=source, offline=offline)
         line = f"draft for {target.name}: hf:{draft.label}, the curated draft of its family (downloaded)"
-    _say(line, True)
+    _say(line)
     return path
+
+
+def _say(line: str) -> None:
+    """One line on stderr, never wrapped (it names files)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[dim]specllm:[/] {escape(line)}")
 
 
 def _candidate(model: LocalModel, origin: str, compatible: bool | None, reason: str) -> Candidate:

@@ -72,6 +72,8 @@ def _scan_hf() -> list[LocalModel]:
         info = scan_cache_dir(hf_cache_dir())
     except CacheNotFound:
         return []
+    except ValueError as e:  # e.g. a file where the cache folder should be
+        raise SpecllmError(f"cannot read the HF cache {hf_cache_dir()}: {e}") from None
     models = []
     for repo in info.repos:
         if repo.repo_type != "model":
@@ -186,7 +188,6 @@ def remove(models: list[LocalModel]) -> int:
     """Delete these models' files; returns the bytes freed. Hub files go through huggingface_hub's
     cache-deletion strategy (a blob another revision still uses is kept); specllm's own files are
     unlinked. Every path is checked to be inside its cache first: if one is not, nothing is removed."""
-    freed = total_size(models)
     hf_files = [f for m in models if m.cache == HF for f in m.hf_files]
     strategy = _hf_strategy(hf_files) if hf_files else None
     own = [part for m in models if m.cache == SPECLLM for part in m.parts]
@@ -196,8 +197,10 @@ def remove(models: list[LocalModel]) -> int:
     for path, root in paths:
         if not _inside(path.resolve(), root):  # e.g. a symlink pointing out of the cache
             raise SpecllmError(f"refusing to remove {path}: it leads out of {root}; nothing removed")
+    freed = total_size([m for m in models if m.cache == SPECLLM])
     if strategy is not None:
         strategy.execute()
+        freed += strategy.expected_freed_size
     for part in own:
         part.unlink(missing_ok=True)
         _remove_empty_folders(part.parent, cache_dir() / "models")
