@@ -91,7 +91,9 @@ def load_engine(
     if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
         from .drafts import find_draft
 
-        draft_path = find_draft(target_path, drafter or "auto", models_file=models_file, source=source, offline=offline)
+        draft_path = find_draft(
+            target_path, drafter or "auto", models_file=models_file, source=source, offline=offline, verbose=verbose
+        )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
         raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|ngram|none")

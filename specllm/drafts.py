@@ -8,7 +8,8 @@ example applies) is chosen. A cheap look at each GGUF header (tokenizer type and
 first rules out the plainly incompatible without asking llama.cpp to load anything; llama.cpp then
 loads only the vocabularies of the rest (the target's once), never their weights.
 
-Nothing here downloads or loads a model: the caller hands the chosen path to the engine as a
+Nothing here loads a model, and only `--drafter model` downloads one (the family's curated draft,
+when nothing on disk fits): the caller hands the chosen path to the engine, with `auto` as a
 deferred draft, which the auto policy loads only if it can pay on this machine.
 """
 
@@ -89,17 +90,21 @@ def candidates(target: Path, pairs: dict[str, Pair], *, first_only: bool = False
     return found
 
 
-def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str]:
-    """The draft to use for `target` (or None), and one line saying which and why."""
-    found = [c for c in candidates(target, pairs, first_only=True) if c.compatible]
+def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str | None]:
+    """The draft to use for `target` (or None), and one line saying which and why (None when
+    there was nothing to choose from: no other GGUF on disk, no curated draft of its family)."""
+    tried = candidates(target, pairs, first_only=True)
+    found = [c for c in tried if c.compatible]
     if found:
         c = found[0]
         why = "the curated draft of its family" if "curated" in c.origin else (
-            f"the smallest GGUF in the {c.origin} whose vocabulary matches"
+            f"the smallest GGUF on disk whose vocabulary matches ({c.origin})"
         )
         return c, f"draft for {target.name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
     hint = ""
     curated = curated_drafts(target, pairs)
+    if not tried and not curated:
+        return None, None
     if curated:
         draft = curated[0][1]
         hint = f"; its family's curated draft is hf:{draft.label} (`--draft hf:{draft.label}` downloads it)"
@@ -108,10 +113,13 @@ def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str]
     )
 
 
-def find_draft(target: Path, drafter: str, *, models_file=None, source="auto", offline=False) -> Path | None:
+def find_draft(
+    target: Path, drafter: str, *, models_file=None, source="auto", offline=False, verbose=False
+) -> Path | None:
     """run/chat/bench with a target and no draft: the draft to hand the engine, saying on stderr
-    which and why. Only `--drafter model` downloads one (its family's curated draft, when nothing
-    on disk fits); auto takes what is on disk, and the engine loads it only if it can pay."""
+    which and why (or why none, when there was something to choose from or with `verbose`). Only
+    `--drafter model` downloads one (its family's curated draft, when nothing on disk fits); auto
+    takes what is on disk, and the engine loads it only if it can pay."""
     pairs = load_pairs(models_file)
     chosen, line = choose(target, pairs)
     path = chosen.path if chosen else None
@@ -125,7 +133,10 @@ def find_draft(target: Path, drafter: str, *, models_file=None, source="auto", o
         draft = curated[0][1]
         path = fetch_file(draft, source=source, offline=offline)
         line = f"draft for {target.name}: hf:{draft.label}, the curated draft of its family (downloaded)"
-    _say(line)
+    if line is None and verbose:
+        line = f"no draft for {target.name}: no other GGUF in specllm's cache or the HF cache"
+    if line is not None:
+        _say(line)
     return path
 
 

@@ -207,7 +207,7 @@ def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tin
     size = drafts_on_disk["smaller.gguf"].stat().st_size / 1e6
     assert proc.stderr.splitlines()[0] == (  # one line, unwrapped, on stderr
         f"specllm: draft for target.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf ({size:.1f} MB), the smallest GGUF "
-        "in the specllm cache whose vocabulary matches; --draft none to go without"
+        "on disk whose vocabulary matches (specllm cache); --draft none to go without"
     )
     out = json.loads(proc.stdout)  # stdout is the JSON alone
     assert out["stats"]["sources"]["model"]["drafted"] > 0
