@@ -15,7 +15,7 @@ except ImportError:
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 from .cli_basics import build_command, doctor_command, main_options
-from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command
+from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command, rm_command
 from .errors import SpecllmError
 from .sampling import default_seed
 
@@ -29,7 +29,13 @@ app.callback()(main_options)  # --version
 
 # --- options shared by run, chat and bench, declared once ----------------------------------------
 Target = Annotated[Optional[str], typer.Option("--target", "-m", help="Target GGUF: a path or hf:REPO/FILE.")]
-Draft = Annotated[Optional[str], typer.Option("--draft", "-md", help="Draft GGUF: a path or hf:REPO/FILE.")]
+Draft = Annotated[
+    Optional[str],
+    typer.Option(
+        "--draft", "-md",
+        help="Draft GGUF: a path or hf:REPO/FILE; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
+    ),
+]
 Drafter = Annotated[
     Optional[str],
     typer.Option(
@@ -78,9 +84,18 @@ def load_engine(
     from . import load
     from .hub import resolve_models
 
+    if draft == "none" and target is None:
+        raise SpecllmError("--draft none goes with --target (for a pair without its draft use --drafter ngram or none)")
     target_path, draft_path, _ = resolve_models(
-        pair, target, draft, source=source, offline=offline, models_file=models_file, check=False
+        pair, target, None if draft == "none" else draft, source=source, offline=offline, models_file=models_file, check=False
     )
+    wants_model = (default_drafter(drafter, gamma, False) or "auto") in ("auto", "model")
+    if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
+        from .drafts import find_draft
+
+        draft_path = find_draft(
+            target_path, drafter or "auto", models_file=models_file, source=source, offline=offline, verbose=verbose
+        )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
         raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|ngram|none")
@@ -327,6 +342,7 @@ def result_json(result, seed: int) -> dict:
 
 app.command("models")(models_command)
 app.command("pull")(pull_command)
+app.command("rm")(rm_command)
 
 
 app.command("doctor")(doctor_command)

@@ -1,12 +1,15 @@
-"""`specllm models` and `specllm pull`: the curated pairs, and getting them onto this machine.
+"""`specllm models`, `pull` and `rm`: the curated pairs and the models on disk, getting them onto
+this machine and removing them.
 
-The main Typer app registers these (app.command("models")(models_command), and "pull"). The
+The main Typer app registers these (app.command("models")(models_command), "pull" and "rm"). The
 option aliases are shared with run/chat/bench. Problems are raised as SpecllmError; the app's
 main() turns them into one line and exit code 1.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,8 +18,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .hub import Source, cache_dir, cached_path, hf_cache_dir, resolve_models
-from .registry import ModelFile, load_pairs
+from . import local_models
+from .errors import SpecllmError
+from .hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec, resolve_models
+from .registry import ModelFile, Pair, load_pairs
 
 PairArgument = Annotated[
     Optional[str],
@@ -37,9 +42,40 @@ ModelsFileOption = Annotated[
 ]
 
 
-def models_command(models_file: ModelsFileOption = None) -> None:
-    """List the curated target/draft pairs, and which are downloaded."""
+def models_command(
+    models_file: ModelsFileOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    drafts_for: Annotated[
+        Optional[str],
+        typer.Option(
+            "--drafts-for", metavar="TARGET",
+            help="List the GGUFs on disk that could draft for TARGET (a path or a downloaded hf:REPO/FILE), compatible or not, and why.",
+        ),
+    ] = None,
+) -> None:
+    """List the curated pairs and every GGUF model in specllm's cache and the Hugging Face cache."""
     pairs = load_pairs(models_file)
+    if drafts_for is not None:
+        _drafts_for(drafts_for, pairs, as_json)
+        return
+    on_disk = local_models.scan()
+    total = local_models.total_size(on_disk)
+    if as_json:
+        print(json.dumps({
+            "pairs": [_pair_dict(pair) for pair in pairs.values()],
+            "models": [m.to_dict() for m in on_disk],
+            "total_size": total,
+            "hf_cache": str(hf_cache_dir()),
+            "specllm_cache": str(cache_dir()),
+        }))  # fmt: skip
+        return
+    console = Console()
+    console.print(_pairs_table(pairs))
+    console.print(_files_table(on_disk, total))
+    console.print(f"HF cache: {hf_cache_dir()}\nspecllm cache: {cache_dir()}", highlight=False, soft_wrap=True)
+
+
+def _pairs_table(pairs: dict[str, Pair]) -> Table:
     table = Table(title="Model pairs (* = default)", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     table.add_column("pair", no_wrap=True)
     table.add_column("target / draft", overflow="fold")
@@ -55,9 +91,80 @@ def models_command(models_file: ModelsFileOption = None) -> None:
             str(pair.gamma),
             "\n".join(_where(p) for p in (target, draft)),
         )
-    console = Console()
-    console.print(table)
-    console.print(f"HF cache: {hf_cache_dir()}\nspecllm cache: {cache_dir()}", highlight=False, soft_wrap=True)
+    return table
+
+
+def _files_table(on_disk: list[local_models.LocalModel], total: int) -> Table:
+    title = f"GGUF models on disk: {len(on_disk)}, {_size(total)} in all"
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("model", overflow="fold")
+    table.add_column("where", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    for m in on_disk:
+        name = m.spec + (f" ({len(m.parts)} files)" if len(m.parts) > 1 else "")
+        name += "" if m.complete else " [parts missing]"
+        table.add_row(name, m.cache + (f" @{','.join(m.refs) or m.revision[:8]}" if m.cache == local_models.HF else ""),
+                      _size(m.size))  # fmt: skip
+    return table
+
+
+def _pair_dict(pair: Pair) -> dict:
+    def model(m: ModelFile) -> dict:
+        path = cached_path(m)
+        return {"repo": m.repo, "file": m.file, "size": m.total_size, "path": str(path) if path else None}
+
+    keys = ("name", "description", "default", "gamma")
+    return {**{k: getattr(pair, k) for k in keys}, "target": model(pair.target), "draft": model(pair.draft)}
+
+
+def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
+    from .drafts import candidates
+
+    target = _local_target(spec, pairs)
+    found = candidates(target, pairs)
+    if as_json:
+        print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found]}))
+        return
+    title = f"Drafts on disk for {target.name} (tried in this order)"
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for column in ("model", "where", "size", "fits", "why"):
+        table.add_column(column, overflow="fold", justify="right" if column == "size" else "left")
+    for c in found:
+        fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
+        table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
+    Console().print(table if found else f"no other GGUF in specllm's cache or the HF cache to draft for {target.name}")
+
+
+def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:
+    """A local path, or the cached copy of an hf: spec (never downloaded here)."""
+    model = parse_model_spec(spec, pairs)
+    if isinstance(model, Path):
+        return model
+    path = cached_path(model)
+    if path is None:
+        raise SpecllmError(f"{spec} is not downloaded; `specllm run --target {spec} ...` downloads it")
+    return path
+
+
+def rm_command(
+    what: Annotated[str, typer.Argument(help="A pair name, hf:REPO/FILE, or the path of a GGUF in one of the caches.", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before removing.")] = False,
+    models_file: ModelsFileOption = None,
+) -> None:
+    """Remove downloaded models from specllm's cache and the Hugging Face cache (nothing else)."""
+    found = local_models.find_for_removal(what, load_pairs(models_file))
+    console = Console(stderr=True, highlight=False)
+    for m in found:
+        console.print(f"{m.spec}  ({_size(m.size)}, {m.cache}{', ' + str(len(m.parts)) + ' files' if len(m.parts) > 1 else ''})", soft_wrap=True)
+    total = _size(local_models.total_size(found))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise SpecllmError("standard input is not a terminal: give --yes to remove without asking (nothing removed)")
+        if not typer.confirm(f"Remove {'these' if len(found) > 1 else 'this'} ({total})?", err=True):
+            console.print("nothing removed")
+            raise typer.Exit(1)
+    freed = local_models.remove(found)
+    console.print(f"removed {len(found)} model{'s' if len(found) > 1 else ''}, {_size(freed)} freed")
 
 
 def pull_command(
@@ -114,4 +221,4 @@ def _size(n: int | None) -> str:
     return f"{n / 1000:.1f} GB"
 
 
-__all__ = ["models_command", "pull_command", "PairArgument", "SourceOption", "OfflineOption", "ModelsFileOption"]
+__all__ = ["models_command", "pull_command", "rm_command", "PairArgument", "SourceOption", "OfflineOption", "ModelsFileOption"]

@@ -15,12 +15,14 @@ package-index mirror.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +43,7 @@ from .registry import (
     load_pairs,
     repo_problem,
     revision_problem,
+    split_parts,
 )
 
 
@@ -212,7 +215,7 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
     except _SourceFailed:
         raise
     except Exception as e:  # huggingface_hub raises many types, all meaning "not from the Hub"
-        reason = _hub_reason(e)
+        reason = _hub_reason(e, part)
         if reason.startswith(("cannot connect", "timed out")):
             _unreachable[endpoint] = reason
         raise _SourceFailed(f"{endpoint}: {reason}") from None
@@ -235,21 +238,52 @@ def _probe_hub(part: ModelFile, endpoint: str) -> None:
         raise _SourceFailed(f"{endpoint}: the Hub's file is {meta.size} bytes, expected {part.size}")
 
 
-def _hub_reason(e: Exception) -> str:
+def _hub_reason(e: Exception, part: ModelFile) -> str:
+    """One line saying why the Hub did not give `part`, and what to do, from huggingface_hub's own
+    error types (it reads the Hub's X-Error-Code header to tell them apart)."""
+    from huggingface_hub import errors
+
+    if isinstance(e, errors.GatedRepoError):  # (a subclass of RepositoryNotFoundError: first)
+        return (f"{part.repo} is gated: accept its conditions on its Hub page while logged in, "
+                "then set HF_TOKEN (or run `hf auth login`)")  # fmt: skip
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return f"no repository {part.repo} (or it is private: set HF_TOKEN); check its name"
+    if isinstance(e, errors.RevisionNotFoundError):
+        return f"{part.repo} has no revision {part.revision!r}; check the branch, tag or commit after '@'"
+    if isinstance(e, errors.OfflineModeIsEnabled):
+        return "offline mode is on (HF_HUB_OFFLINE): unset it to download, or use only downloaded files"
+    if isinstance(e, errors.LocalEntryNotFoundError):  # the Hub could not be reached, nothing cached
+        return "the Hub could not be reached and the file is not in the HF cache; check the connection and try again"
+    if isinstance(e, errors.EntryNotFoundError):  # (LocalEntryNotFoundError is one too: first)
+        return f"{part.repo} has no file {part.file} at {part.revision!r}; check the file name on its Hub page"
     status = getattr(getattr(e, "response", None), "status_code", None)
-    if status in (401, 403):
-        return f"access denied (HTTP {status}); a gated or private repository needs HF_TOKEN"
-    if status == 404:
-        return "not found (HTTP 404): no such repository, revision or file"
-    if status:
-        return f"HTTP {status}"
-    kind = type(e).__name__
-    if "Offline" in kind:
-        return "offline mode is on"
-    if "Timeout" in kind:
+    if isinstance(e, errors.HfHubHTTPError) and status in (401, 403):
+        return f"access denied (HTTP {status}): a private or gated repository needs HF_TOKEN with access to it"
+    if isinstance(e, errors.HfHubHTTPError) and status:
+        return f"HTTP {status} from the Hub; try again later"
+    cause = _network_cause(e)
+    if isinstance(cause, TimeoutError):
         return "timed out"
-    detail = _one_line(str(e)) or kind
-    return f"cannot connect ({detail})" if "Connect" in kind else detail
+    if cause is not None:
+        return f"cannot connect ({_one_line(str(cause)) or type(cause).__name__})"
+    return _one_line(str(e)) or type(e).__name__
+
+
+_NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN}
+
+
+def _network_cause(e: BaseException) -> OSError | None:
+    """The network error (refused, timed out, no such host, no route) behind an HTTP client's
+    exception, found along its chain of causes; None when the failure was not the network's."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, (ConnectionError, TimeoutError, socket.gaierror)) or (
+            isinstance(e, OSError) and e.errno in _NETWORK_ERRNOS
+        ):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -524,8 +558,8 @@ def _mismatch(part: ModelFile, size: int, sha256: str) -> str | None:
 
 def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile | Path:
     """"hf:OWNER/REPO/FILE.gguf" (or hf:OWNER/REPO@REVISION/FILE.gguf) -> a ModelFile (with the
-    curated size, checksum and mirror when it is a curated file); anything else is a local GGUF
-    path, checked now."""
+    curated size, checksum and mirror when it is a curated file; with every part when FILE is a
+    part NAME-0000i-of-0000N.gguf of a split model); anything else is a local GGUF path, checked now."""
     if not spec.startswith("hf:"):
         path = Path(spec).expanduser()
         check_gguf_header(path)
@@ -536,11 +570,14 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
     repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
     repo, _, revision = repo.partition("@")
     _check_names(repo, file, revision or "main", repr(spec))
+    parts = split_parts(file) or [file]  # any part of a split model names all of them; the first is loaded
     if not revision:
-        curated = find_model_file(repo, file, load_pairs() if pairs is None else pairs)
+        curated = find_model_file(repo, parts[0], load_pairs() if pairs is None else pairs)
         if curated is not None:
             return curated
-    return ModelFile(repo=repo, file=file, revision=revision or "main")
+    revision = revision or "main"
+    shards = tuple(ModelFile(repo=repo, file=part, revision=revision) for part in parts[1:])
+    return ModelFile(repo=repo, file=parts[0], revision=revision, shards=shards)
 
 
 def _check_names(repo: str, file: str, revision: str, what: str) -> None:

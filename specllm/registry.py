@@ -29,6 +29,9 @@ _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)
 _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a PEP 508 distribution name
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 
+# A part of a GGUF split by llama.cpp's gguf-split (or gguf-py's writer): NAME-0000i-of-0000N.gguf
+SPLIT_NAME = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+
 _PAIR_KEYS = {"name", "description", "gamma", "default", "target", "draft"}
 _FILE_KEYS = {"repo", "file", "revision", "size", "sha256", "mirror", "shards"}
 _SHARD_KEYS = {"file", "size", "sha256"}
@@ -155,6 +158,18 @@ def find_model_file(repo: str, file: str, pairs: dict[str, Pair]) -> ModelFile |
             if (model.repo, model.file) == (repo, file):
                 return model
     return None
+
+
+def split_parts(file: str) -> list[str] | None:
+    """All part names of a split model, given any one of them (None for a file that is not a part):
+    model-00002-of-00003.gguf -> [model-00001-of-00003.gguf, ...-00002-..., ...-00003-...]."""
+    folder, _, name = file.rpartition("/")
+    match = SPLIT_NAME.fullmatch(name)
+    count = int(match["count"]) if match else 0
+    if count < 1:
+        return None
+    prefix = f"{folder}/" if folder else ""
+    return [f"{prefix}{match['stem']}-{n:05d}-of-{match['count']}.gguf" for n in range(1, count + 1)]
 
 
 def _read(path: Path) -> str:

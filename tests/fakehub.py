@@ -41,6 +41,12 @@ class FakeHub:
     files: dict[str, bytes] = field(default_factory=dict)
     drop_after: dict[str, int] = field(default_factory=dict)
     drop_always: dict[str, int] = field(default_factory=dict)  # every GET stops after n bytes
+    # Errors answered as the real Hub answers them: a status code and the X-Error-Code header that
+    # huggingface_hub reads, keyed by "owner/repo" (every file) or "owner/repo@revision".
+    errors: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    # "owner/repo/file": (n, status): the HEAD requests of that file after the first n get `status`
+    # (a Hub that goes down between two requests)
+    heads_fail_after: dict[str, tuple[int, int]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -50,11 +56,12 @@ class FakeHub:
     def gets(self, file: str) -> list[Request]:
         return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + file)]
 
+    def fail(self, repo: str, status: int, code: str, message: str, revision: str | None = None) -> None:
+        self.errors[f"{repo}@{revision}" if revision else repo] = (status, code, message)
+
     def reset(self) -> None:
-        self.files.clear()
-        self.drop_after.clear()
-        self.drop_always.clear()
-        self.requests.clear()
+        for table in (self.files, self.drop_after, self.drop_always, self.errors, self.heads_fail_after, self.requests):
+            table.clear()
 
 
 def start_fake_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
@@ -77,6 +84,15 @@ def start_fake_hub() -> tuple[FakeHub, ThreadingHTTPServer]:
                 Request(self.command, self.path, self.headers.get("Range"), self.headers.get("Authorization"))
             )
             key = _file_key(self.path)
+            error = _error_for(hub, self.path)
+            if error is not None:
+                status, code, message = error
+                self._reply(status, b"", {"X-Error-Code": code, "X-Error-Message": message})
+                return
+            heads = sum(r.method == "HEAD" and _file_key(r.path) == key for r in hub.requests)
+            if not body and key in hub.heads_fail_after and heads > hub.heads_fail_after[key][0]:
+                self._reply(hub.heads_fail_after[key][1], b"", {})
+                return
             content = hub.files.get(key) if key else None
             if content is None:
                 self._reply(404, b"", {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"})
@@ -121,6 +137,14 @@ def _file_key(path: str) -> str | None:
     if len(parts) < 5 or parts[2] != "resolve":
         return None
     return "/".join(parts[:2] + parts[4:])  # owner/repo/file (the revision is ignored)
+
+
+def _error_for(hub: FakeHub, path: str) -> tuple[int, str, str] | None:
+    parts = path.split("?")[0].lstrip("/").split("/")
+    if len(parts) < 4:
+        return None
+    repo = "/".join(parts[:2])
+    return hub.errors.get(f"{repo}@{parts[3]}") or hub.errors.get(repo)
 
 
 def _range_start(header: str | None) -> int:

@@ -123,6 +123,29 @@ def test_split_model_parts_land_in_one_folder(fake_hub, tiny_models):
     assert hub.cached_path(model) == path
 
 
+def test_a_split_model_named_by_any_part_fetches_every_part_and_loads_as_the_whole(fake_hub, tiny_models, tmp_path):
+    """hf:REPO/NAME-0000i-of-0000N.gguf: every part lands in one folder and llama.cpp, given the
+    first, loads the rest itself: greedy output is the unsplit model's."""
+    import specllm
+    import tiny_models as tm
+
+    first = tm.write_model(tmp_path / "tiny.gguf", seed=0, split_max_tensors=8)  # the target's weights
+    parts = sorted(first.parent.glob("tiny-*.gguf"))
+    assert [p.name for p in parts] == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    for part in parts:
+        fake_hub.add(REPO, part.name, part.read_bytes())
+    path, draft, _ = hub.resolve_models(target=f"hf:{REPO}/tiny-00002-of-00003.gguf", progress=False)
+    assert path.name == "tiny-00001-of-00003.gguf" and draft is None
+    assert sorted(p.name for p in path.parent.iterdir()) == [p.name for p in parts]
+    assert [r.path.rsplit("/", 1)[-1] for r in fake_hub.requests if r.method == "GET"] == [p.name for p in parts]
+    outputs = []
+    for model in (path, tiny_models.target):
+        engine = specllm.load(str(model), n_ctx=256, n_threads=1)
+        outputs.append(engine.generate("def f(x):", max_tokens=16, temperature=0.0, drafter="none").tokens)
+        engine.close()
+    assert outputs[0] == outputs[1]
+
+
 def test_hf_token_is_sent(fake_hub, tiny_models, monkeypatch):
     content = tiny_models.target.read_bytes()
     fake_hub.add(REPO, "target.gguf", content)
@@ -159,9 +182,70 @@ def test_an_unreachable_hub_is_not_tried_again_for_the_next_file(isolated):
     assert "cannot connect" in str(err.value) and "(not tried again)" in str(err.value)
 
 
-def test_missing_file_on_the_hub(fake_hub):
-    with pytest.raises(SpecllmError, match=r"not found \(HTTP 404\)"):
-        hub.fetch_file(ModelFile(repo=REPO, file="absent.gguf"), progress=False)
+def hub_error(model: ModelFile) -> str:
+    """The one-line message of a download that the Hub refused."""
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(model, progress=False)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"could not download {model.label}. Hub: http://127.0.0.1:")
+    return message.split(": ", 2)[-1]  # after "Hub: <endpoint>: "
+
+
+# Each answer is the one the real Hub gives (its status code and X-Error-Code header, which
+# huggingface_hub turns into its typed errors).
+def test_a_missing_file_says_so(fake_hub, tiny_models):
+    fake_hub.add(REPO, "target.gguf", tiny_models.target.read_bytes())
+    assert hub_error(ModelFile(repo=REPO, file="absent.gguf")) == (
+        f"{REPO} has no file absent.gguf at 'main'; check the file name on its Hub page"
+    )
+
+
+def test_a_missing_repository_says_so(fake_hub):
+    fake_hub.fail("tiny-org/nope", 401, "RepoNotFound", "Repository not found")
+    assert hub_error(ModelFile(repo="tiny-org/nope", file="m.gguf")) == (
+        "no repository tiny-org/nope (or it is private: set HF_TOKEN); check its name"
+    )
+
+
+@pytest.mark.parametrize("status", [401, 403])  # anonymous, and logged in without access
+def test_a_gated_repository_says_how_to_get_access(fake_hub, tiny_models, status):
+    fake_hub.add("tiny-org/gated", "m.gguf", tiny_models.target.read_bytes())
+    fake_hub.fail("tiny-org/gated", status, "GatedRepo", "Access to model tiny-org/gated is restricted.")
+    assert hub_error(ModelFile(repo="tiny-org/gated", file="m.gguf")) == (
+        "tiny-org/gated is gated: accept its conditions on its Hub page while logged in, "
+        "then set HF_TOKEN (or run `hf auth login`)"
+    )
+
+
+def test_a_missing_revision_says_so(fake_hub, tiny_models):
+    fake_hub.add(REPO, "target.gguf", tiny_models.target.read_bytes())
+    fake_hub.fail(REPO, 404, "RevisionNotFound", "Invalid rev id: v9", revision="v9")
+    assert hub_error(ModelFile(repo=REPO, file="target.gguf", revision="v9")) == (
+        f"{REPO} has no revision 'v9'; check the branch, tag or commit after '@'"
+    )
+
+
+def test_a_hub_that_cannot_be_reached_after_the_first_request_says_so(fake_hub, tiny_models):
+    """specllm's own first request gets through; huggingface_hub's next ones get a proxy's error
+    (407, no X-Error-Code: not the Hub's answer), so it cannot locate the file and has none cached
+    (LocalEntryNotFoundError). (A 5xx would do the same after half a minute of retries.)"""
+    fake_hub.add(REPO, "target.gguf", tiny_models.target.read_bytes())
+    fake_hub.heads_fail_after[f"{REPO}/target.gguf"] = (1, 407)
+    assert hub_error(ModelFile(repo=REPO, file="target.gguf")) == (
+        "the Hub could not be reached and the file is not in the HF cache; check the connection and try again"
+    )
+
+
+def test_huggingface_hubs_own_offline_mode_says_so(fake_hub, monkeypatch):
+    """Offline mode set for huggingface_hub itself (its constant, read at its import) while
+    specllm's own check (HF_HUB_OFFLINE now) says online."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert hub_error(ModelFile(repo=REPO, file="x.gguf")) == (
+        "offline mode is on (HF_HUB_OFFLINE): unset it to download, or use only downloaded files"
+    )
+    assert fake_hub.requests == []
 
 
 def test_offline_without_a_cached_copy(fake_hub, monkeypatch):
@@ -208,6 +292,8 @@ def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
 def test_parse_model_spec(isolated, tiny_models):
     assert hub.parse_model_spec("hf:me/repo/sub/m.gguf", {}) == ModelFile(repo="me/repo", file="sub/m.gguf")
     assert hub.parse_model_spec("hf:me/repo@v2/m.gguf", {}).revision == "v2"
+    split = hub.parse_model_spec("hf:me/repo@v2/q/m-00003-of-00003.gguf", {})  # any part names the whole model
+    assert [(p.file, p.revision) for p in split.parts] == [(f"q/m-0000{i}-of-00003.gguf", "v2") for i in (1, 2, 3)]
     draft = default_pair().draft
     assert hub.parse_model_spec(f"hf:{draft.repo}/{draft.file}") == draft  # curated: checksum and mirror
     assert hub.parse_model_spec(str(tiny_models.target)) == tiny_models.target

@@ -213,6 +213,7 @@ def write_model(
     n_head: int = 4,
     n_ff: int = 128,
     n_ctx_train: int = 4096,
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a tiny llama GGUF model (all F32) to `path` and return the path.
 
@@ -226,6 +227,9 @@ def write_model(
                  so generated text is partial / invalid UTF-8
     extra_scale  output-row scale of the ids appended by the "extended" vocab: > 1 makes the model
                  produce them often (to exercise a pair whose vocabularies differ)
+    split_max_tensors > 0: split the model as llama.cpp's gguf-split does, at most this many
+                 tensors a file, into STEM-00001-of-0000N.gguf, ... beside `path` (split.no,
+                 split.count and split.tensors.count in each header); returns the first part
     """
     path = Path(path)
     if n_embd % n_head:
@@ -243,7 +247,7 @@ def write_model(
             rms = float(np.sqrt(np.mean(t * t)))
             weights[name] = t + rng.standard_normal(t.shape) * (noise * rms)
 
-    w = gguf.GGUFWriter(path, "llama")
+    w = gguf.GGUFWriter(path, "llama", split_max_tensors=split_max_tensors)
     w.add_name(f"specllm-tiny-seed{seed}" + (f"-noise{noise:g}" if noise > 0 else ""))
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_context_length(n_ctx_train)
@@ -278,4 +282,5 @@ def write_model(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
+    parts = w.format_shard_names(path)
+    return parts[0]
