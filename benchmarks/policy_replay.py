@@ -1,0 +1,197 @@
+"""How close does auto's n-gram drafting come to what is possible? A replay, free of timing noise.
+
+    python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
+    python benchmarks/policy_replay.py replay OUT.json [--costs FILE]     # model each policy's speed
+
+`record` decodes each prompt (the built-in suite by default) greedily with the default pair's
+target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
+output as speculative decoding would: at each step a policy proposes a copy, the accepted part is
+the longest prefix that equals the recorded output (greedy verification is exactly that), and the
+step costs T(k + 1) from a cost table (the target's entry of specllm's calibration.json: measured
+on this machine; `--costs` names another). Target-only costs T(1) per token; the ratio is the
+modeled speed-up. Policies, each over the same lookup (the longest earlier repeat of the last 2-3
+tokens):
+
+- ngram g=2, g=4: the fixed n-gram drafter (`--drafter ngram --gamma N`);
+- auto: specllm's AutoDrafter/AutoPolicy itself, learning as it goes (its costs fixed to the table);
+- known curves: drafts the length that maximises E(k)/T(k+1) given the true acceptance curve of the
+  prompt's category for the copy's repeat length, measured on these very outputs: the best any
+  policy can do that, like auto, decides from the repeat length alone;
+- n-gram oracle: drafts exactly the accepted part of the copy (cut where it pays most): the best any
+  policy can do with this lookup.
+
+Timing noise is absent, so small differences between policies are real here (in the model).
+"""
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from specllm.calibration import cache_path
+from specllm.drafters import AutoDrafter, Draft, NgramDrafter
+from specllm.policy import MATCH_EDGES, NGRAM_MAX, AutoPolicy, CostTable, bucket
+
+MAX_TOKENS = 128
+
+
+def record(out: Path, prompts_file: str | None) -> None:
+    import specllm
+    from specllm.bench import builtin_prompts, load_prompts
+    from specllm.hub import resolve_models
+
+    prompts = load_prompts(prompts_file) if prompts_file else builtin_prompts()
+    target, _, _ = resolve_models(None, None, None, check=False)
+    engine = specllm.load(str(target))
+    rows = []
+    for p in prompts:
+        tokens = engine.prompt_tokens(p.prompt, chat=True)
+        result = engine.generate(tokens, max_tokens=MAX_TOKENS, temperature=0.0, drafter="none")
+        rows.append({"category": p.category, "prompt": tokens, "output": list(result.tokens)})
+        print(f"{p.category}: {len(tokens)} prompt tokens, {len(result.tokens)} generated", file=sys.stderr)
+    out.write_text(json.dumps(rows))
+
+
+def target_costs(path: Path) -> CostTable:
+    """The target's cost table: the calibration entry with the largest one-token time."""
+    models = json.loads(path.read_text())["models"]
+    return CostTable.from_dict(max(models.values(), key=lambda d: d["step_seconds"]))
+
+
+def accepted(draft: list[int], truth: list[int]) -> int:
+    n = 0
+    for d, t in zip(draft, truth):
+        if d != t:
+            break
+        n += 1
+    return n
+
+
+def replay(drafter, prompt: list[int], output: list[int], costs: CostTable) -> float:
+    """Modeled seconds to produce `output` with `drafter` (greedy: the output is the same)."""
+    context, i, seconds = list(prompt), 0, 0.0
+    while i < len(output):
+        budget = min(NGRAM_MAX, len(output) - i - 1)
+        draft = drafter.propose(context, budget) if budget > 0 else Draft()
+        tokens = draft.tokens[:budget]
+        kept = accepted(tokens, output[i:])
+        step = costs.seconds(len(tokens) + 1)
+        seconds += step
+        context += output[i : i + kept + 1]
+        i += kept + 1
+        drafter.observe(Draft(tokens, None, 0, 0.0, draft.source if tokens else "none"), kept, step, context)
+    drafter.finish(context)
+    return seconds
+
+
+class FixedNgram(NgramDrafter):
+    def __init__(self, gamma: int):
+        super().__init__()
+        self.gamma = gamma
+
+    def propose(self, context, gamma):
+        return super().propose(context, min(gamma, self.gamma))
+
+
+class _Lookahead(NgramDrafter):
+    """Base of the two bounds: the copy auto would see, cut to the length `length()` picks."""
+
+    def __init__(self, costs: CostTable, row: dict):
+        super().__init__(min_match=0)
+        self.costs, self.truth = costs, row["prompt"] + row["output"]  # indexed like the context
+
+    def propose(self, context, gamma):
+        repeat, copy = self.lookup(context, min(gamma, NGRAM_MAX))
+        k = self.length(repeat, copy, self.truth[len(context) :]) if copy else 0
+        return Draft(copy[:k], None, 0, 0.0, "ngram")
+
+    def best(self, expected: list[float]) -> int:
+        """The k maximising expected[k] / T(k + 1) (expected[0] = 1: a plain step)."""
+        return max(range(len(expected)), key=lambda k: expected[k] / self.costs.seconds(k + 1))
+
+
+class NgramOracle(_Lookahead):
+    def length(self, repeat, copy, truth):
+        return self.best([1.0 + k for k in range(accepted(copy, truth) + 1)])
+
+
+class KnownCurves(_Lookahead):
+    """Knows P(accepted >= j | category, repeat bucket) as measured on all the outputs."""
+
+    def __init__(self, costs, row, curves: dict[int, list[int]]):
+        super().__init__(costs, row)
+        self.curves = curves
+
+    def length(self, repeat, copy, truth):
+        seen = self.curves.get(bucket(repeat, MATCH_EDGES), [])
+        if not seen:
+            return 0
+        expected = [1.0]
+        for j in range(1, len(copy) + 1):
+            expected.append(expected[-1] + sum(a >= j for a in seen) / len(seen))
+        return self.best(expected)
+
+
+def acceptance_curves(rows: list[dict]) -> dict[str, dict[int, list[int]]]:
+    """For each category and repeat bucket: the accepted length of the copy at every position."""
+    curves: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        lookup, context, output = NgramDrafter(min_match=0), list(row["prompt"]), row["output"]
+        for i, token in enumerate(output):
+            repeat, copy = lookup.lookup(context, NGRAM_MAX)
+            if copy:
+                curves[row["category"]][bucket(repeat, MATCH_EDGES)].append(accepted(copy, output[i:]))
+            context.append(token)
+    return curves
+
+
+def replay_all(rows: list[dict], costs: CostTable) -> dict[str, dict[str, float]]:
+    """Modeled speed-up over target-only, per policy and category (and "overall")."""
+    curves = acceptance_curves(rows)
+    policy = AutoPolicy(CostTable(costs.step_seconds, dict(costs.V)))  # one engine: auto learns across prompts
+    policy.observe_verify = lambda width, seconds: None  # keep the table fixed: it is the model
+    makers = {
+        "ngram g=2": lambda row: FixedNgram(2),
+        "ngram g=4": lambda row: FixedNgram(4),
+        "auto": lambda row: AutoDrafter(policy, None),
+        "known curves": lambda row: KnownCurves(costs, row, curves[row["category"]]),
+        "n-gram oracle": lambda row: NgramOracle(costs, row),
+    }
+    base: dict[str, float] = defaultdict(float)
+    spent: dict[str, dict[str, float]] = {name: defaultdict(float) for name in makers}
+    for row in rows:
+        base[row["category"]] += len(row["output"]) * costs.seconds(1)
+        for name, make in makers.items():
+            spent[name][row["category"]] += replay(make(row), row["prompt"], row["output"], costs)
+    table = {}
+    for name in makers:
+        table[name] = {c: base[c] / spent[name][c] for c in base}
+        table[name]["overall"] = sum(base.values()) / sum(spent[name].values())
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("out", type=Path)
+    rec.add_argument("--prompts", help="a prompts .jsonl (default: the built-in suite)")
+    rep = sub.add_parser("replay")
+    rep.add_argument("recorded", type=Path)
+    rep.add_argument("--costs", type=Path, default=None, help="a calibration.json (default: specllm's)")
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args.out, args.prompts)
+        return
+    costs = target_costs(args.costs or cache_path())
+    print("V(n): " + ", ".join(f"{n}: {v:.2f}" for n, v in sorted(costs.V.items())))
+    table = replay_all(json.loads(args.recorded.read_text()), costs)
+    columns = list(next(iter(table.values())))
+    print(f"{'policy':14s}" + "".join(f"{c[:15]:>16s}" for c in columns))
+    for name, row in table.items():
+        print(f"{name:14s}" + "".join(f"{row[c]:15.3f}x" for c in columns))
+
+
+if __name__ == "__main__":
+    main()
