@@ -64,11 +64,17 @@ DraftGpuLayers = Annotated[
     Optional[int], typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported).")
 ]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+Rpc = Annotated[
+    Optional[str],
+    typer.Option(help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."),
+]
+DraftRpc = Annotated[Optional[str], typer.Option(help="The same for the draft (default: the draft stays local).")]
 
 
 def load_engine(
     target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
     *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
+    rpc=None, draft_rpc=None,
 ):  # fmt: skip
     """Find the models the options name (a pair, by default the default pair, or --target
     [--draft]), download what is missing, and load them; the draft only when the drafter needs it
@@ -94,6 +100,8 @@ def load_engine(
         n_gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         defer_draft=drafter != "model",
+        rpc=rpc or (),
+        draft_rpc=draft_rpc or (),
     )
     return engine, drafter
 
@@ -111,12 +119,13 @@ def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=N
         check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
 
 
-def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers) -> None:
-    """Refuse a bad context size, thread or layer count before any model is downloaded or loaded."""
+def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None) -> None:
+    """Refuse a bad context size, thread or layer count or RPC server address before any model is
+    downloaded or loaded."""
     from .backend import ModelOptions
 
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers)
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or ())
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
 
 
 def check_utf8(text: str | None, what: str) -> None:
@@ -194,6 +203,8 @@ def run(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     chat_template: Annotated[
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
@@ -212,13 +223,14 @@ def run(
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
@@ -266,6 +278,8 @@ def chat(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     system: Annotated[Optional[str], typer.Option(help="System prompt.")] = None,
     no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
     verbose: Verbose = False,
@@ -279,10 +293,11 @@ def chat(
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
@@ -321,15 +336,22 @@ app.command("pull")(pull_command)
 
 
 @app.command()
-def doctor():
-    """Show the llama.cpp build, GPU offload support and devices."""
-    from .backend import system_info
+def doctor(
+    rpc: Annotated[Optional[str], typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
+):
+    """Show the llama.cpp build, GPU offload and RPC support and devices (and, with --rpc, whether
+    each server answers and how much memory it offers)."""
+    from .backend import parse_rpc_servers, rpc_server_memory, system_info
 
+    servers = parse_rpc_servers(rpc or ())
     info = system_info()
     for key, value in info.items():
         if isinstance(value, list):
             value = ", ".join(value) or "none"
         print(f"{key}: {value}")
+    for server in servers:  # an unusable server is the command's one-line error
+        devices = ", ".join(f"{name} {free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB" for name, free, total in rpc_server_memory(server))
+        print(f"rpc server {server}: answers · {devices}")
 
 
 @app.command()
@@ -361,6 +383,8 @@ def bench(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
@@ -375,7 +399,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
@@ -385,6 +409,7 @@ def bench(
     engine, _ = load_engine(
         target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
     drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])
