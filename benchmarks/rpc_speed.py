@@ -1,0 +1,217 @@
+"""Target-only against speculative decoding with the target over llama.cpp's RPC backend.
+
+    python benchmarks/rpc_speed.py [--delay-ms 2] [-n 128] [--prompts 6] [--rounds 1] [--json FILE]
+
+The default pair (cached, or pulled), its target on one ggml-rpc-server on this machine (built by
+benchmarks/build_llama_cpp_tools.sh --rpc from the installed llama-cpp-python's llama.cpp), the
+draft local. Two network conditions:
+
+- loopback: the server on 127.0.0.1, nothing in between;
+- +D ms: every round trip to the server D ms longer. First choice: the server in a network
+  namespace behind a veth pair with `tc qdisc add dev VETH root netem delay D ms` (needs root and
+  the kernel's netem qdisc). When the kernel refuses, the exact error is printed and a delaying TCP
+  relay stands in: a Python process between specllm and the loopback server that holds every chunk
+  of bytes D/2 ms in each direction (pure latency, no bandwidth limit; the relay itself costs some
+  CPU and ~0.1 ms per chunk, so this condition is a little slower than netem would be).
+
+In each condition, per prompt, target-only (`--drafter none`) and each speculative configuration
+run one after the other (greedy, same tokens), so machine noise hits them alike. Reported: decode
+tokens/s, each configuration's speed as a ratio of target-only (the median of per-prompt ratios),
+and the target calls per generated token.
+"""
+
+import argparse
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from statistics import median
+
+import specllm
+from specllm import bench, hub
+
+HERE = Path(__file__).resolve().parent
+NETNS, VETH_HOST, VETH_NS = "specllm-rpc", "spr-h", "spr-n"
+HOST_IP, NS_IP = "10.231.7.1", "10.231.7.2"
+
+
+def server_binary() -> Path:
+    out = subprocess.run(["bash", str(HERE / "build_llama_cpp_tools.sh"), "--rpc"], check=True, capture_output=True,
+                         text=True, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    return Path(out.stdout.strip().splitlines()[-1]) / "ggml-rpc-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def rpc_server(binary: Path, host: str, port: int, threads: int, netns: str | None = None):
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    proc = subprocess.Popen([*prefix, str(binary), "-H", host, "-p", str(port), "-t", str(threads)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    address = f"{host}:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                specllm.backend.probe_rpc_server(address, timeout=2)
+                break
+            except specllm.SpecllmError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"ggml-rpc-server did not start at {address}")
+                time.sleep(0.1)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def sh(*args: str) -> None:
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"`{' '.join(args)}` failed: {out.stderr.strip()}")
+
+
+@contextmanager
+def netns_with_delay(delay_ms: float):
+    """A network namespace joined to this one by a veth pair whose host side delays every packet
+    by delay_ms (netem): the round trip to NS_IP is delay_ms longer."""
+    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)  # left over by a killed run
+    subprocess.run(["ip", "link", "del", VETH_HOST], capture_output=True)
+    try:
+        sh("ip", "netns", "add", NETNS)
+        sh("ip", "link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NS, "netns", NETNS)
+        sh("ip", "addr", "add", f"{HOST_IP}/24", "dev", VETH_HOST)
+        sh("ip", "link", "set", VETH_HOST, "up")
+        sh("ip", "-n", NETNS, "addr", "add", f"{NS_IP}/24", "dev", VETH_NS)
+        sh("ip", "-n", NETNS, "link", "set", VETH_NS, "up")
+        sh("ip", "-n", NETNS, "link", "set", "lo", "up")
+        sh("tc", "qdisc", "add", "dev", VETH_HOST, "root", "netem", "delay", f"{delay_ms}ms")
+        yield NETNS
+    finally:
+        subprocess.run(["ip", "link", "del", VETH_HOST], capture_output=True)
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+
+
+class DelayRelay:
+    """127.0.0.1:port -> upstream, holding every chunk one_way seconds in each direction."""
+
+    def __init__(self, upstream: str, one_way: float):
+        self.upstream, self.one_way = upstream, one_way
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        host, port = self.upstream.rsplit(":", 1)
+        while True:
+            client, _ = self.listener.accept()
+            server = socket.create_connection((host, int(port)))
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._pipe(client, server)
+            self._pipe(server, client)
+
+    def _pipe(self, src, dst):
+        held: queue.Queue = queue.Queue()
+
+        def read():
+            while data := src.recv(1 << 20):
+                held.put((time.monotonic() + self.one_way, data))
+            held.put((0, b""))
+
+        def write():
+            while True:
+                due, data = held.get()
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                time.sleep(max(0.0, due - time.monotonic()))
+                dst.sendall(data)
+
+        threading.Thread(target=read, daemon=True).start()
+        threading.Thread(target=write, daemon=True).start()
+
+
+def measure(target, draft, address, prompts, configs, args) -> dict:
+    engine = specllm.load(str(target), str(draft), n_ctx=4096, n_threads=args.threads, rpc=[address])
+    try:
+        texts = [engine.prompt_tokens(p.prompt, chat=True) for p in prompts]
+        engine.generate(texts[0], max_tokens=16, temperature=0, drafter="auto")  # warm-up, calibration
+        runs = {c: [] for c in configs}
+        for _ in range(args.rounds):
+            for tokens in texts:
+                for config in configs:
+                    drafter, _, gamma = config.partition(":")
+                    r = engine.generate(tokens, max_tokens=args.max_tokens, temperature=0, drafter=drafter,
+                                        gamma=int(gamma) if gamma else None)  # fmt: skip
+                    runs[config].append(r.stats)
+    finally:
+        engine.close()
+    base = runs["none"]
+    return {
+        config: {
+            "tokens_per_second": median(s.tokens_per_second for s in stats),
+            "ratio": median(s.tokens_per_second / b.tokens_per_second for s, b in zip(stats, base)),
+            "target_calls_per_token": sum(s.target_calls for s in stats) / sum(s.generated_tokens for s in stats),
+        }
+        for config, stats in runs.items()
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--delay-ms", type=float, default=2.0, help="round-trip delay added in the second condition")
+    ap.add_argument("-n", "--max-tokens", type=int, default=128)
+    ap.add_argument("--prompts", type=int, default=6, help="prompts from the built-in suite (spread over its categories)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=specllm.backend.physical_cores(), help="local and server threads")
+    ap.add_argument("--configs", default="auto,model:2,model:4,ngram:4", help="speculative configurations, DRAFTER[:GAMMA]")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args()
+    configs = ["none", *args.configs.split(",")]
+    target, draft, _ = hub.resolve_models(check=False)
+    suite = bench.builtin_prompts()
+    prompts = (suite[:: max(1, len(suite) // args.prompts)])[: args.prompts]
+    binary = server_binary()
+    results, how = {}, {}
+    with rpc_server(binary, "127.0.0.1", free_port(), args.threads) as address:
+        results["loopback"] = measure(target, draft, address, prompts, configs, args)
+        how["loopback"] = "ggml-rpc-server on 127.0.0.1"
+        report("loopback", results["loopback"])
+    delayed = f"+{args.delay_ms:g} ms"
+    with ExitStack() as stack:
+        try:
+            netns = stack.enter_context(netns_with_delay(args.delay_ms))
+            address = stack.enter_context(rpc_server(binary, NS_IP, 50052, args.threads, netns))
+            how[delayed] = f"netns + veth, tc netem delay {args.delay_ms:g}ms"
+        except RuntimeError as e:
+            print(f"netem: {e}\n  -> falling back to a delaying TCP relay ({args.delay_ms / 2:g} ms each way)", file=sys.stderr)
+            upstream = stack.enter_context(rpc_server(binary, "127.0.0.1", free_port(), args.threads))
+            address = DelayRelay(upstream, args.delay_ms / 2000).address
+            how[delayed] = f"delaying TCP relay, {args.delay_ms / 2:g} ms each way"
+        results[delayed] = measure(target, draft, address, prompts, configs, args)
+        report(f"{delayed} ({how[delayed]})", results[delayed])
+    if args.json:
+        args.json.write_text(json.dumps({"how": how, "settings": vars(args) | {"json": str(args.json)}, "results": results}, indent=1))
+
+
+def report(name: str, result: dict) -> None:
+    print(f"\n{name}")
+    print(f"  {'config':<10} {'tok/s':>7} {'vs none':>8} {'calls/tok':>10}")
+    for config, r in result.items():
+        print(f"  {config:<10} {r['tokens_per_second']:7.1f} {r['ratio']:7.2f}x {r['target_calls_per_token']:10.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
