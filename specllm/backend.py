@@ -79,9 +79,14 @@ def build_id() -> str:
 
 
 def gpu_offload_supported() -> bool:
-    """Whether this machine has a GPU llama.cpp can offload to. Not llama_supports_gpu_offload():
-    that is true in every build with the RPC backend, GPU or not."""
-    return bool(L.llama_supports_gpu_offload()) and bool(_local_gpus())
+    """Whether this machine has a GPU llama.cpp can offload to. Not llama_supports_gpu_offload()
+    alone: that is true in every build with the RPC backend, GPU or not."""
+    if not L.llama_supports_gpu_offload():
+        return False
+    try:
+        return bool(_local_gpus())
+    except (ImportError, AttributeError, OSError):  # a llama-cpp-python without ggml's registry API
+        return True
 
 
 def default_gpu_layers() -> int:
@@ -132,6 +137,7 @@ def parse_rpc_servers(servers) -> tuple[str, ...]:
     for anything else."""
     if isinstance(servers, str):
         servers = servers.split(",")
+    servers = servers or ()
     parsed = []
     for server in servers:
         host, sep, port = str(server).strip().rpartition(":")
@@ -168,8 +174,9 @@ class Model:
         self.options = options
         self._model = self._ctx = None
         check_gguf_header(self.path)
-        self._devices = None if vocab_only else _model_devices(options.rpc)  # kept alive while loading
+        self._devices = _model_devices(options.rpc)  # kept alive while loading
         self._model = _load_model(self.path, options, vocab_only, self._devices)
+        _rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
         self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
@@ -192,6 +199,7 @@ class Model:
         if self._model is not None:
             L.llama_model_free(self._model)
             self._model = None
+            _rpc_connected.subtract(self.options.rpc)
 
     def __del__(self):
         self.close()
@@ -565,6 +573,9 @@ RPC_CAPS_SIZE = 24
 RPC_PROTO_MAJOR = 7
 
 _rpc_servers: dict[str, list[int]] = {}  # "host:port" -> its devices, registered once per process
+# Servers -> this process's loaded models on them. While one is loaded, llama.cpp keeps a connection
+# open and the server (one client at a time) would not answer a greeting on another.
+_rpc_connected: collections.Counter = collections.Counter()
 
 
 def rpc_supported() -> bool:
@@ -596,26 +607,30 @@ def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, in
     protocol version, or a SpecllmError saying why it cannot be used."""
     host, port = server.rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-            sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CAPS_SIZE) + bytes(RPC_CAPS_SIZE))
-            size, = struct.unpack("<Q", _recv_exactly(sock, 8))
-            if size != 4 + RPC_CAPS_SIZE:
-                raise ConnectionError("unexpected greeting")
-            version = tuple(_recv_exactly(sock, size)[:3])
-    except socket.timeout:
-        raise SpecllmError(
-            f"RPC server {server} did not answer within {timeout:g} s (an rpc-server serves one client "
-            "at a time: is another program using it?)"
-        ) from None
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as e:
-        why = e.strerror or str(e) or type(e).__name__
+        why = "timed out" if isinstance(e, socket.timeout) else e.strerror or str(e) or type(e).__name__
         raise SpecllmError(f"RPC server {server} does not answer ({why}): is ggml-rpc-server running there?") from None
-    if version[0] != RPC_PROTO_MAJOR:
+    with sock:
+        try:
+            sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CAPS_SIZE) + bytes(RPC_CAPS_SIZE))
+            answer = _recv_exactly(sock, 8 + 4 + RPC_CAPS_SIZE)
+        except socket.timeout:
+            raise SpecllmError(
+                f"RPC server {server} did not answer within {timeout:g} s (an rpc-server serves one client "
+                "at a time: is another program using it?)"
+            ) from None
+        except OSError:
+            answer = b""
+    size, major, minor, patch = struct.unpack("<QBBB", answer[:11]) if len(answer) >= 11 else (0, 0, 0, 0)
+    if size != 4 + RPC_CAPS_SIZE:
+        raise SpecllmError(f"RPC server {server} does not answer as a llama.cpp ggml-rpc-server of protocol {RPC_PROTO_MAJOR}.x")
+    if major != RPC_PROTO_MAJOR:
         raise SpecllmError(
-            f"RPC server {server} speaks RPC protocol {'.'.join(map(str, version))}, this llama.cpp "
+            f"RPC server {server} speaks RPC protocol {major}.{minor}.{patch}, this llama.cpp "
             f"{RPC_PROTO_MAJOR}.x: build ggml-rpc-server from the installed llama-cpp-python's llama.cpp"
         )
-    return version
+    return major, minor, patch
 
 
 def _recv_exactly(sock, n: int) -> bytes:
@@ -633,8 +648,9 @@ def add_rpc_servers(servers: tuple[str, ...]) -> list[int]:
     add_server = rpc_add_server_function()
     devices = []
     for server in servers:
-        if server not in _rpc_servers:
+        if not _rpc_connected[server]:  # checked before every load: a server can die between two
             probe_rpc_server(server)
+        if server not in _rpc_servers:
             registry = add_server(server.encode())
             if not registry:
                 raise SpecllmError(f"RPC server {server} offers no devices")

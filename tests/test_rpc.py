@@ -13,6 +13,7 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -116,10 +117,12 @@ def test_speculative_with_the_target_over_rpc_equals_local_target_only(tiny_mode
         assert stats.n_drafted > 0 and stats.n_accepted > 0  # it did speculate
 
 
-def test_the_draft_can_go_over_rpc_too(tiny_models, servers, local_outputs):
+@pytest.mark.parametrize("draft_server", [1, 0])  # another server, or the target's (one connection serves both)
+def test_the_draft_can_go_over_rpc_too(tiny_models, servers, local_outputs, draft_server):
     engine = specllm.load(
-        str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1, rpc=servers[:1], draft_rpc=servers[1:]
-    )
+        str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1,
+        rpc=servers[:1], draft_rpc=servers[draft_server:draft_server + 1],
+    )  # fmt: skip
     try:
         assert [greedy_tokens(engine, p, "model") for p in PROMPTS] == local_outputs
     finally:
@@ -180,7 +183,7 @@ def test_a_dead_server_is_one_line(tiny_models, rpc_server_binary):
         specllm.load(str(tiny_models.target), rpc=[dead])
 
 
-def test_a_server_that_accepts_but_never_answers_is_an_error_in_bounded_time(rpc_server_binary):
+def test_a_server_that_accepts_but_never_answers_is_an_error_in_bounded_time():
     with socket.socket() as silent:  # a listening socket nobody serves: an rpc-server busy with another client
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -189,6 +192,25 @@ def test_a_server_that_accepts_but_never_answers_is_an_error_in_bounded_time(rpc
         with pytest.raises(SpecllmError, match="did not answer within 0.5 s .*serves one client at a time"):
             backend.probe_rpc_server(address, timeout=0.5)
         assert time.monotonic() - start < 30  # bounded (not a timing measurement: a hang would never end)
+
+
+def test_something_else_than_an_rpc_server_is_refused_before_llama_cpp_sees_it():
+    with socket.socket() as other:  # a server of another protocol: it answers, but not the greeting
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        address = "127.0.0.1:%d" % other.getsockname()[1]
+
+        def answer_and_close():
+            client, _ = other.accept()
+            client.recv(64)
+            client.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+            client.close()
+
+        thread = threading.Thread(target=answer_and_close)
+        thread.start()
+        with pytest.raises(SpecllmError, match="does not answer as a llama.cpp ggml-rpc-server of protocol 7"):
+            backend.probe_rpc_server(address, timeout=5)
+        thread.join()
 
 
 def test_a_busy_server_is_one_line_not_a_hang(tiny_models, servers):
