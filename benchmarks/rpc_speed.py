@@ -17,7 +17,8 @@ draft local. Two network conditions:
 In each condition, per prompt, target-only (`--drafter none`) and each speculative configuration
 run one after the other (greedy, same tokens), so machine noise hits them alike. Reported: decode
 tokens/s, each configuration's speed as a ratio of target-only (the median of per-prompt ratios),
-and the target calls per generated token.
+and the target calls per generated token. Both processes run with OMP_WAIT_POLICY=passive (unless
+set otherwise): they share this machine's cores.
 """
 
 import argparse
@@ -33,8 +34,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from statistics import median
 
-import specllm
-from specllm import bench, hub
+# specllm and the server share this machine's cores: OpenMP threads that spin while waiting (its
+# default) starve the other process, and a target call took ~3 s instead of ~70 ms here. Set before
+# llama.cpp is loaded; the server inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import specllm  # noqa: E402
+from specllm import bench, hub  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NETNS, VETH_HOST, VETH_NS = "specllm-rpc", "spr-h", "spr-n"
@@ -202,6 +208,7 @@ def main():
         results[delayed] = measure(target, draft, address, prompts, configs, args)
         report(f"{delayed} ({how[delayed]})", results[delayed])
     if args.json:
+        how["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
         args.json.write_text(json.dumps({"how": how, "settings": vars(args) | {"json": str(args.json)}, "results": results}, indent=1))
 
 
