@@ -11,8 +11,9 @@ draft local. Two network conditions:
   namespace behind a veth pair with `tc qdisc add dev VETH root netem delay D ms` (needs root and
   the kernel's netem qdisc). When the kernel refuses, the exact error is printed and a delaying TCP
   relay stands in: a Python process between specllm and the loopback server that holds every chunk
-  of bytes D/2 ms in each direction (pure latency, no bandwidth limit; the relay itself costs some
-  CPU and ~0.1 ms per chunk, so this condition is a little slower than netem would be).
+  of bytes D/2 ms in each direction (pure latency, no bandwidth limit). The relay costs time of its
+  own (a Python process handing every chunk over, on the same cores), so it is measured with no
+  delay too ("relay +0 ms"): compare the delayed condition with that one.
 
 In each condition, per prompt, target-only (`--drafter none`) and each speculative configuration
 run one after the other (greedy, same tokens), so machine noise hits them alike. Reported: decode
@@ -108,44 +109,58 @@ def netns_with_delay(delay_ms: float):
         subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
 
 
-class DelayRelay:
-    """127.0.0.1:port -> upstream, holding every chunk one_way seconds in each direction."""
+def relay_main(listen_port: int, upstream: str, one_way: float) -> None:
+    """A TCP relay 127.0.0.1:listen_port -> upstream that holds every chunk of bytes `one_way`
+    seconds in each direction (pure latency: chunks in flight overlap). Run in a process of its own,
+    so that the benchmark's own Python threads do not hold it up."""
+    listener = socket.create_server(("127.0.0.1", listen_port))
+    host, port = upstream.rsplit(":", 1)
+    while True:
+        client, _ = listener.accept()
+        server = socket.create_connection((host, int(port)))
+        for s in (client, server):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for src, dst in ((client, server), (server, client)):
+            held: queue.Queue = queue.Queue()
+            threading.Thread(target=_read, args=(src, held, one_way), daemon=True).start()
+            threading.Thread(target=_write, args=(dst, held), daemon=True).start()
 
-    def __init__(self, upstream: str, one_way: float):
-        self.upstream, self.one_way = upstream, one_way
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self):
-        host, port = self.upstream.rsplit(":", 1)
+def _read(src, held, one_way):
+    while data := src.recv(1 << 20):
+        held.put((time.monotonic() + one_way, data))
+    held.put((0.0, b""))
+
+
+def _write(dst, held):
+    while True:
+        due, data = held.get()
+        if not data:
+            dst.shutdown(socket.SHUT_WR)
+            return
+        time.sleep(max(0.0, due - time.monotonic()))
+        dst.sendall(data)
+
+
+@contextmanager
+def delay_relay(upstream: str, delay_ms: float):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--relay", str(port), upstream, str(delay_ms / 2000)])
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
         while True:
-            client, _ = self.listener.accept()
-            server = socket.create_connection((host, int(port)))
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._pipe(client, server)
-            self._pipe(server, client)
-
-    def _pipe(self, src, dst):
-        held: queue.Queue = queue.Queue()
-
-        def read():
-            while data := src.recv(1 << 20):
-                held.put((time.monotonic() + self.one_way, data))
-            held.put((0, b""))
-
-        def write():
-            while True:
-                due, data = held.get()
-                if not data:
-                    dst.shutdown(socket.SHUT_WR)
-                    return
-                time.sleep(max(0.0, due - time.monotonic()))
-                dst.sendall(data)
-
-        threading.Thread(target=read, daemon=True).start()
-        threading.Thread(target=write, daemon=True).start()
+            try:
+                specllm.backend.probe_rpc_server(address, timeout=2)
+                break
+            except specllm.SpecllmError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the delaying relay did not start")
+                time.sleep(0.1)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def measure(target, draft, address, prompts, configs, args) -> dict:
@@ -199,14 +214,19 @@ def main():
         try:
             netns = stack.enter_context(netns_with_delay(args.delay_ms))
             address = stack.enter_context(rpc_server(binary, NS_IP, 50052, args.threads, netns))
-            how[delayed] = f"netns + veth, tc netem delay {args.delay_ms:g}ms"
+            conditions = {delayed: (address, f"netns + veth, tc netem delay {args.delay_ms:g}ms")}
         except RuntimeError as e:
-            print(f"netem: {e}\n  -> falling back to a delaying TCP relay ({args.delay_ms / 2:g} ms each way)", file=sys.stderr)
+            print(f"netem: {e}\n  -> falling back to a delaying TCP relay ({args.delay_ms / 2:g} ms each way), "
+                  "measured with no delay too: the relay's own cost", file=sys.stderr)  # fmt: skip
             upstream = stack.enter_context(rpc_server(binary, "127.0.0.1", free_port(), args.threads))
-            address = DelayRelay(upstream, args.delay_ms / 2000).address
-            how[delayed] = f"delaying TCP relay, {args.delay_ms / 2:g} ms each way"
-        results[delayed] = measure(target, draft, address, prompts, configs, args)
-        report(f"{delayed} ({how[delayed]})", results[delayed])
+            conditions = {
+                name: (stack.enter_context(delay_relay(upstream, ms)), f"TCP relay, {ms / 2:g} ms each way")
+                for name, ms in (("relay +0 ms", 0.0), (f"relay {delayed}", args.delay_ms))
+            }
+        for name, (address, description) in conditions.items():
+            how[name] = description
+            results[name] = measure(target, draft, address, prompts, configs, args)
+            report(f"{name} ({description})", results[name])
     if args.json:
         how["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
         args.json.write_text(json.dumps({"how": how, "settings": vars(args) | {"json": str(args.json)}, "results": results}, indent=1))
@@ -221,4 +241,7 @@ def report(name: str, result: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--relay"]:
+        relay_main(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+    else:
+        main()
