@@ -492,7 +492,7 @@ def system_info() -> dict:
         "llama_cpp_python": L.__version__,
         "gpu_offload": gpu_offload_supported(),
         "rpc": "supported" if rpc_supported() else f"not supported ({NO_RPC_HINT})",
-        "devices": [f"{_dev_name(d)} ({_dev_description(d)})" for d in _all_devices()],
+        "devices": _device_names(),
         "physical_cores": physical_cores(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
     }
@@ -533,6 +533,13 @@ def _ggml(lib=None):
 def _all_devices() -> list[int]:
     lib = _ggml()
     return [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+
+
+def _device_names() -> list[str]:
+    try:
+        return [f"{_dev_name(d)} ({_dev_description(d)})" for d in _all_devices()]
+    except (ImportError, AttributeError, OSError):  # a llama-cpp-python without ggml's registry API
+        return []
 
 
 def _dev_name(dev) -> str:
