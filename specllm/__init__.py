@@ -36,16 +36,21 @@ def load(
     n_gpu_layers: int | None = None,
     draft_gpu_layers: int | None = None,
     defer_draft: bool = False,
+    rpc: str | list[str] = (),
+    draft_rpc: str | list[str] = (),
 ) -> Engine:
     """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With
     defer_draft, only the draft's vocabulary is checked now and the model itself is loaded when a
-    generation first needs it: the `auto` drafter does not load a draft that cannot pay here."""
+    generation first needs it: the `auto` drafter does not load a draft that cannot pay here.
+    `rpc` (["host:port", ...] or "host:port,...") puts the target's offloaded layers (all, unless
+    n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's."""
     from .backend import Model, check_compatible
 
-    target_model = Model(target, ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers))
+    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc)
+    target_model = Model(target, options)
     if draft is None:
         return Engine(target_model)
-    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers)
+    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc)
     if defer_draft:
         vocabulary = Model(draft, vocab_only=True)
         try:

@@ -10,6 +10,8 @@ import ctypes
 import functools
 import io
 import os
+import socket
+import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,12 +79,27 @@ def build_id() -> str:
 
 
 def gpu_offload_supported() -> bool:
-    return bool(L.llama_supports_gpu_offload())
+    """Whether this machine has a GPU llama.cpp can offload to. Not llama_supports_gpu_offload()
+    alone: that is true in every build with the RPC backend, GPU or not."""
+    if not L.llama_supports_gpu_offload():
+        return False
+    try:
+        return bool(_local_gpus())
+    except (ImportError, AttributeError, OSError):  # a llama-cpp-python without ggml's registry API
+        return True
 
 
 def default_gpu_layers() -> int:
     """Offload every layer when this llama-cpp-python build can, none otherwise."""
     return ALL_LAYERS if gpu_offload_supported() else 0
+
+
+def gpu_layers(options: "ModelOptions") -> int:
+    """The layers a model offloads: as asked, else all of them when it has RPC servers or a
+    local GPU to put them on, else none."""
+    if options.n_gpu_layers is not None:
+        return options.n_gpu_layers
+    return ALL_LAYERS if options.rpc else default_gpu_layers()
 
 
 ALL_LAYERS = 0x7FFFFFFF
@@ -115,15 +132,33 @@ def check_context_size(n_ctx: int) -> None:
         )
 
 
+def parse_rpc_servers(servers) -> tuple[str, ...]:
+    """"host:port,host:port" (or a list of such) -> ("host:port", ...), checked; one clear line
+    for anything else."""
+    if isinstance(servers, str):
+        servers = servers.split(",")
+    servers = servers or ()
+    parsed = []
+    for server in servers:
+        host, sep, port = str(server).strip().rpartition(":")
+        ok = sep and host and ":" not in host and not any(c.isspace() for c in host)
+        if not (ok and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise SpecllmError(f"malformed RPC server address {str(server).strip()!r}: expected HOST:PORT (e.g. 192.168.1.20:50052)")
+        parsed.append(f"{host}:{int(port)}")
+    return tuple(dict.fromkeys(parsed))
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     n_ctx: int = 4096
     n_threads: int | None = None  # None: one per physical core
-    n_gpu_layers: int | None = None  # None: all when GPU offload is available, else 0
+    n_gpu_layers: int | None = None  # None: all when GPU offload or RPC servers are available, else 0
     n_batch: int = 512
+    rpc: tuple[str, ...] = ()  # llama.cpp rpc-servers ("host:port") that hold the offloaded layers
 
     def __post_init__(self):
         check_context_size(self.n_ctx)
+        object.__setattr__(self, "rpc", parse_rpc_servers(self.rpc))
         if self.n_threads is not None and self.n_threads < 1:
             raise SpecllmError(f"threads must be >= 1, got {self.n_threads}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
@@ -139,9 +174,10 @@ class Model:
         self.options = options
         self._model = self._ctx = None
         check_gguf_header(self.path)
-        self._model = _load_model(self.path, options, vocab_only)
-        layers = default_gpu_layers() if options.n_gpu_layers is None else options.n_gpu_layers
-        self.on_gpu = gpu_offload_supported() and layers > 0  # then batched calls cost about one call
+        self._devices = _model_devices(options.rpc)  # kept alive while loading
+        self._model = _load_model(self.path, options, vocab_only, self._devices)
+        _rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
+        self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
         self._pieces: dict[int, bytes] = {}
@@ -163,6 +199,7 @@ class Model:
         if self._model is not None:
             L.llama_model_free(self._model)
             self._model = None
+            _rpc_connected.subtract(self.options.rpc)
 
     def __del__(self):
         self.close()
@@ -359,14 +396,18 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def _load_model(path: Path, options: ModelOptions, vocab_only: bool):
+def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices):
     params = L.llama_model_default_params()
-    layers = options.n_gpu_layers
-    params.n_gpu_layers = default_gpu_layers() if layers is None else layers
+    params.n_gpu_layers = gpu_layers(options)
     params.vocab_only = vocab_only
+    if devices is not None:
+        params.devices = ctypes.cast(devices, ctypes.c_void_p)
     _recent_errors.clear()
     model = L.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
+        if options.rpc:
+            why = _first_error("out of memory on an RPC server?")
+            raise SpecllmError(f"cannot load {path} over RPC ({','.join(options.rpc)}): {why}")
         raise SpecllmError(f"cannot load {path}: {_first_error('truncated, corrupt or unsupported')}")
     return model
 
@@ -450,7 +491,8 @@ def system_info() -> dict:
     return {
         "llama_cpp_python": L.__version__,
         "gpu_offload": gpu_offload_supported(),
-        "devices": _devices(),
+        "rpc": "supported" if rpc_supported() else f"not supported ({NO_RPC_HINT})",
+        "devices": _device_names(),
         "physical_cores": physical_cores(),
         "llama_cpp": llama_cpp_build(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
@@ -474,22 +516,190 @@ def llama_cpp_build() -> str:
     return f"{llama}, ggml {ggml['ggml_version']} (commit {ggml['ggml_commit']})"
 
 
-def _devices() -> list[str]:
-    try:
-        from llama_cpp import _ggml
+# --- ggml's device registry, through ctypes on llama_cpp's own ggml library ----------------------
 
-        lib = _ggml.libggml
-        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-        for fn in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
-            fn.argtypes = [ctypes.c_void_p]
-            fn.restype = ctypes.c_char_p
-    except (ImportError, AttributeError, OSError):
+_DEV_GPU, _DEV_IGPU = 1, 2  # enum ggml_backend_dev_type
+
+
+def _ggml(lib=None):
+    """llama_cpp's loaded ggml library (or `lib`), its registry functions typed for ctypes."""
+    if lib is None:
+        from llama_cpp import _ggml as ggml_module
+
+        lib = ggml_module.libggml
+    p, s = ctypes.c_void_p, ctypes.c_size_t
+    for name, args, result in (
+        ("ggml_backend_dev_count", [], s),
+        ("ggml_backend_dev_get", [s], p),
+        ("ggml_backend_dev_name", [p], ctypes.c_char_p),
+        ("ggml_backend_dev_description", [p], ctypes.c_char_p),
+        ("ggml_backend_dev_type", [p], ctypes.c_int),
+        ("ggml_backend_dev_backend_reg", [p], p),
+        ("ggml_backend_dev_memory", [p, ctypes.POINTER(s), ctypes.POINTER(s)], None),
+        ("ggml_backend_reg_name", [p], ctypes.c_char_p),
+        ("ggml_backend_reg_by_name", [ctypes.c_char_p], p),
+        ("ggml_backend_reg_get_proc_address", [p, ctypes.c_char_p], p),
+        ("ggml_backend_reg_dev_count", [p], s),
+        ("ggml_backend_reg_dev_get", [p, s], p),
+        ("ggml_backend_register", [p], None),
+    ):
+        fn = getattr(lib, name)  # AttributeError: not a ggml library with a device registry
+        fn.argtypes, fn.restype = args, result
+    return lib
+
+
+def _all_devices() -> list[int]:
+    lib = _ggml()
+    return [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+
+
+def _device_names() -> list[str]:
+    try:
+        return [f"{_dev_name(d)} ({_dev_description(d)})" for d in _all_devices()]
+    except (ImportError, AttributeError, OSError):  # a llama-cpp-python without ggml's registry API
         return []
+
+
+def _dev_name(dev) -> str:
+    return _ggml().ggml_backend_dev_name(dev).decode()
+
+
+def _dev_description(dev) -> str:
+    return _ggml().ggml_backend_dev_description(dev).decode()
+
+
+def _local_gpus() -> list[int]:
+    """The GPUs llama.cpp would offload to by default, RPC servers left out (integrated GPUs only
+    when there is no discrete one, as llama_model_load does)."""
+    lib = _ggml()
+    local = [d for d in _all_devices() if lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(d)) != b"RPC"]
+    gpus = [d for d in local if lib.ggml_backend_dev_type(d) == _DEV_GPU]
+    return gpus or [d for d in local if lib.ggml_backend_dev_type(d) == _DEV_IGPU]
+
+
+# --- llama.cpp's RPC backend ---------------------------------------------------------------------
+# A model's offloaded layers can live on llama.cpp `ggml-rpc-server`s on other machines. The servers
+# are registered in llama.cpp's backend registry exactly as its `--rpc` option does (common/arg.cpp:
+# the RPC registry's ggml_backend_rpc_add_server, then ggml_backend_register), and each model is
+# given its device list explicitly: a model with servers gets theirs and the local GPUs, any other
+# model only the local GPUs (registered servers would otherwise take every model's layers).
+
+NO_RPC_HINT = (  # --no-cache-dir: pip would reuse a cached build of the same version without RPC
+    'this llama-cpp-python build has no RPC backend: reinstall it with CMAKE_ARGS="-DGGML_RPC=on" pip install '
+    f"--no-cache-dir --force-reinstall --no-deps llama-cpp-python=={L.__version__} (or run scripts/setup.sh)"
+)
+RPC_TIMEOUT = 5.0  # seconds for a server to accept a connection and answer its greeting
+# ggml-rpc.h of the vendored llama.cpp: RPC_CMD_HELLO, its request (24 bytes of transport
+# capabilities, none offered) and its answer (major, minor, patch, padding, 24 bytes). llama.cpp
+# aborts the whole process on a server that does not answer or speaks another major version, and
+# waits forever on one that accepts but never answers (a server serves one client at a time).
+RPC_CMD_HELLO = 14
+RPC_CAPS_SIZE = 24
+RPC_PROTO_MAJOR = 7
+
+_rpc_servers: dict[str, list[int]] = {}  # "host:port" -> its devices, registered once per process
+# Servers -> this process's loaded models on them. While one is loaded, llama.cpp keeps a connection
+# open and the server (one client at a time) would not answer a greeting on another.
+_rpc_connected: collections.Counter = collections.Counter()
+
+
+def rpc_supported() -> bool:
+    try:
+        rpc_add_server_function()
+        return True
+    except SpecllmError:
+        return False
+
+
+def rpc_add_server_function(lib=None):
+    """llama.cpp's ggml_backend_rpc_add_server, found as common/arg.cpp finds it: through the
+    "RPC" entry of the ggml library's backend registry. A SpecllmError saying how to get an RPC
+    build when the library (llama_cpp's own, or `lib`) has none."""
+    _init_backend()
+    try:
+        lib = _ggml(lib)
+    except AttributeError:
+        raise SpecllmError(NO_RPC_HINT) from None
+    registry = lib.ggml_backend_reg_by_name(b"RPC")
+    address = registry and lib.ggml_backend_reg_get_proc_address(registry, b"ggml_backend_rpc_add_server")
+    if not address:
+        raise SpecllmError(NO_RPC_HINT)
+    return ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+
+
+def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, int, int]:
+    """Connect to an rpc-server and exchange llama.cpp's greeting, within `timeout` seconds: its
+    protocol version, or a SpecllmError saying why it cannot be used."""
+    host, port = server.rsplit(":", 1)
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except OSError as e:
+        why = "timed out" if isinstance(e, socket.timeout) else e.strerror or str(e) or type(e).__name__
+        raise SpecllmError(f"RPC server {server} does not answer ({why}): is ggml-rpc-server running there?") from None
+    with sock:
+        try:
+            sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CAPS_SIZE) + bytes(RPC_CAPS_SIZE))
+            answer = _recv_exactly(sock, 8 + 4 + RPC_CAPS_SIZE)
+        except socket.timeout:
+            raise SpecllmError(
+                f"RPC server {server} did not answer within {timeout:g} s (an rpc-server serves one client "
+                "at a time: is another program using it?)"
+            ) from None
+        except OSError:
+            answer = b""
+    size, major, minor, patch = struct.unpack("<QBBB", answer[:11]) if len(answer) >= 11 else (0, 0, 0, 0)
+    if size != 4 + RPC_CAPS_SIZE:
+        raise SpecllmError(f"RPC server {server} does not answer as a llama.cpp ggml-rpc-server of protocol {RPC_PROTO_MAJOR}.x")
+    if major != RPC_PROTO_MAJOR:
+        raise SpecllmError(
+            f"RPC server {server} speaks RPC protocol {major}.{minor}.{patch}, this llama.cpp "
+            f"{RPC_PROTO_MAJOR}.x: build ggml-rpc-server from the installed llama-cpp-python's llama.cpp"
+        )
+    return major, minor, patch
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data
+
+
+def add_rpc_servers(servers: tuple[str, ...]) -> list[int]:
+    """Register each server's devices in llama.cpp's registry (once per process); their devices."""
+    add_server = rpc_add_server_function()
     devices = []
-    for i in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(i)
-        name = lib.ggml_backend_dev_name(dev).decode()
-        devices.append(f"{name} ({lib.ggml_backend_dev_description(dev).decode()})")
+    for server in servers:
+        if not _rpc_connected[server]:  # checked before every load: a server can die between two
+            probe_rpc_server(server)
+        if server not in _rpc_servers:
+            registry = add_server(server.encode())
+            if not registry:
+                raise SpecllmError(f"RPC server {server} offers no devices")
+            lib = _ggml()
+            lib.ggml_backend_register(registry)
+            _rpc_servers[server] = [lib.ggml_backend_reg_dev_get(registry, i) for i in range(lib.ggml_backend_reg_dev_count(registry))]
+        devices += _rpc_servers[server]
     return devices
+
+
+def rpc_server_memory(server: str) -> list[tuple[str, int, int]]:
+    """Each device a server offers: its name, free and total bytes (registering the server)."""
+    lib, free, total = _ggml(), ctypes.c_size_t(), ctypes.c_size_t()
+    result = []
+    for dev in add_rpc_servers((server,)):
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        result.append((_dev_name(dev), free.value, total.value))
+    return result
+
+
+def _model_devices(servers: tuple[str, ...]):
+    """The NULL-terminated device list for a model's params, or None (llama.cpp's own choice)
+    while no RPC server is registered in this process."""
+    if not servers and not _rpc_servers:
+        return None
+    devices = add_rpc_servers(servers) + _local_gpus()
+    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)

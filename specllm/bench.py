@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backend import ALL_LAYERS, Model, common_prefix, default_gpu_layers, physical_cores, system_info
+from .backend import ALL_LAYERS, Model, common_prefix, gpu_layers, physical_cores, system_info
 from .engine import Engine, Finished, GenerationConfig, Result, Stats, aggregate
 from .errors import SpecllmError
 from .calibration import time_calls
@@ -688,8 +688,10 @@ def machine_info(engine: Engine) -> dict:
     info = system_info()
     opts = engine.target.options
 
-    def layers(n):
-        n = default_gpu_layers() if n is None else n
+    def layers(options):
+        if not (info["gpu_offload"] or options.rpc):
+            return 0
+        n = gpu_layers(options)
         return "all" if n == ALL_LAYERS else n
 
     return {
@@ -698,10 +700,10 @@ def machine_info(engine: Engine) -> dict:
         "physical_cores": info["physical_cores"],
         "threads": opts.n_threads or physical_cores(),
         "gpu_offload": info["gpu_offload"],
-        "target_gpu_layers": layers(opts.n_gpu_layers) if info["gpu_offload"] else 0,
-        "draft_gpu_layers": (layers(engine.draft.options.n_gpu_layers) if info["gpu_offload"] else 0)
-        if engine.draft
-        else None,
+        "target_gpu_layers": layers(opts),
+        "draft_gpu_layers": layers(engine.draft.options) if engine.draft else None,
+        "target_rpc": list(opts.rpc),
+        "draft_rpc": list(engine.draft.options.rpc) if engine.draft else None,
         "devices": info["devices"],
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -82,6 +82,8 @@ def header(results: dict) -> Text:
     m, s, models = results["machine"], results["settings"], results["models"]
     draft = models["draft"]["name"] if models["draft"] else "none"
     gpu = f"GPU offload {m['target_gpu_layers']} layers" if m["gpu_offload"] else "no GPU offload (CPU build)"
+    if m.get("target_rpc"):
+        gpu += f" · target's {m['target_gpu_layers']} layers over RPC on {', '.join(m['target_rpc'])}"
     sampling = "greedy"
     if not s["greedy"]:
         sampling = f"temperature {s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}, min-p {s['min_p']}"

@@ -3,7 +3,7 @@
 A calibration times target calls of a few widths (logits at every row, as a verify call asks) and
 draft calls of a few widths (one token drafts; wider ones are catch-up calls) on top of the real
 context: about a second or two for the default pair on a small CPU. The result is cached per model
-file (path, size, modification time), threads, GPU layers and llama.cpp build, so the next run
+file (path, size, modification time), threads, GPU layers, RPC servers and llama.cpp build, so the next run
 starts calibrated; the engine keeps refining the table from its own timed calls (the machine's
 speed drifts) and writes it back after each generation.
 """
@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .backend import Model, ModelOptions, build_id, default_gpu_layers, physical_cores
+from .backend import Model, ModelOptions, build_id, gpu_layers, physical_cores
 from .files import cache_dir, write_text_atomic
 from .policy import CostTable
 
@@ -32,8 +32,9 @@ def cache_path() -> Path:
 
 
 def model_key(path: str | Path, options: ModelOptions) -> str:
-    """What a model's call costs depend on: the file, threads, GPU layers and the llama.cpp build
-    (known without loading the model)."""
+    """What a model's call costs depend on: the file, threads, GPU layers, the RPC servers that
+    hold them (a network round trip per call) and the llama.cpp build (known without loading the
+    model)."""
     path = Path(path).resolve()
     try:
         st = path.stat()
@@ -41,8 +42,8 @@ def model_key(path: str | Path, options: ModelOptions) -> str:
     except OSError:
         file_id = str(path)
     threads = options.n_threads or physical_cores()
-    layers = default_gpu_layers() if options.n_gpu_layers is None else options.n_gpu_layers
-    return f"{file_id}|threads={threads}|gpu_layers={layers}|{build_id()}"
+    rpc = f"|rpc={','.join(options.rpc)}" if options.rpc else ""
+    return f"{file_id}|threads={threads}|gpu_layers={gpu_layers(options)}{rpc}|{build_id()}"
 
 
 def load_costs(key: str) -> CostTable | None:

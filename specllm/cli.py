@@ -72,11 +72,17 @@ DraftGpuLayers = Annotated[
     Optional[int], typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported).")
 ]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+Rpc = Annotated[
+    Optional[str],
+    typer.Option(help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."),
+]
+DraftRpc = Annotated[Optional[str], typer.Option(help="The same for the draft (default: the draft stays local).")]
 
 
 def load_engine(
     target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
     *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
+    rpc=None, draft_rpc=None,
 ):  # fmt: skip
     """Find the models the options name (a pair, by default the default pair, or --target
     [--draft]), download what is missing, and load them; the draft only when the drafter needs it
@@ -111,6 +117,8 @@ def load_engine(
         n_gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         defer_draft=drafter != "model",
+        rpc=rpc or (),
+        draft_rpc=draft_rpc or (),
     )
     return engine, drafter
 
@@ -128,12 +136,13 @@ def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=N
         check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
 
 
-def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers) -> None:
-    """Refuse a bad context size, thread or layer count before any model is downloaded or loaded."""
+def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None) -> None:
+    """Refuse a bad context size, thread or layer count or RPC server address before any model is
+    downloaded or loaded."""
     from .backend import ModelOptions
 
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers)
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or ())
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
 
 
 def check_utf8(text: str | None, what: str) -> None:
@@ -211,6 +220,8 @@ def run(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     chat_template: Annotated[
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
@@ -229,13 +240,14 @@ def run(
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
@@ -283,6 +295,8 @@ def chat(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     system: Annotated[Optional[str], typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
     resume: Annotated[
         Optional[Path], typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
@@ -299,11 +313,12 @@ def chat(
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
@@ -377,6 +392,8 @@ def bench(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
@@ -391,7 +408,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
@@ -401,6 +418,7 @@ def bench(
     engine, _ = load_engine(
         target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
     drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])

@@ -112,16 +112,28 @@ def main_options(
 
 def doctor_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    rpc: Annotated[Optional[str], typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
 ) -> None:
-    """Show the versions, the llama.cpp build, GPU offload support and devices."""
+    """Show the versions, the llama.cpp build, GPU offload and RPC support and devices (and, with
+    --rpc, whether each server answers and how much memory it offers)."""
     from . import __version__
-    from .backend import system_info
+    from .backend import parse_rpc_servers, rpc_server_memory, system_info
 
+    servers = parse_rpc_servers(rpc or ())
     info = {"specllm": __version__, **system_info()}
+    # An unusable server is the command's one-line error.
+    memory = {server: rpc_server_memory(server) for server in servers}
     if as_json:
+        info["rpc_servers"] = {
+            server: [{"device": name, "free": free, "total": total} for name, free, total in devices]
+            for server, devices in memory.items()
+        }
         print(json.dumps(info))
         return
     for key, value in info.items():
         if isinstance(value, list):
             value = ", ".join(value) or "none"
         print(f"{key}: {value}")
+    for server, devices in memory.items():
+        listed = ", ".join(f"{name} {free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB" for name, free, total in devices)
+        print(f"rpc server {server}: answers · {listed}")
