@@ -1,14 +1,16 @@
 """How close does auto's n-gram drafting come to what is possible? A replay, free of timing noise.
 
     python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
-    python benchmarks/policy_replay.py replay OUT.json [--costs FILE]     # model each policy's speed
+    python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
+    python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json]  # model each policy's speed
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
 target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
 output as speculative decoding would: at each step a policy proposes a copy, the accepted part is
 the longest prefix that equals the recorded output (greedy verification is exactly that), and the
-step costs T(k + 1) from a cost table (the target's entry of specllm's calibration.json: measured
-on this machine; `--costs` names another). Target-only costs T(1) per token; the ratio is the
+step costs T(k + 1) from a cost table: by default the target's entry of specllm's calibration.json
+(auto's own calibration: widths 1-5, 8, 12, 16 and those it used since), or one written by `costs`,
+which times every width from 1 to 20 and some up to 64, five times each (median). Target-only costs T(1) per token; the ratio is the
 modeled speed-up. Policies, each over the same lookup (the longest earlier repeat of the last 2-3
 tokens):
 
@@ -51,6 +53,22 @@ def record(out: Path, prompts_file: str | None) -> None:
         rows.append({"category": p.category, "prompt": tokens, "output": list(result.tokens)})
         print(f"{p.category}: {len(tokens)} prompt tokens, {len(result.tokens)} generated", file=sys.stderr)
     out.write_text(json.dumps(rows))
+
+
+COST_WIDTHS = (*range(1, 21), 24, 28, 32, 40, 48, 64)
+
+
+def measure_costs(out: Path) -> None:
+    import specllm
+    from specllm.calibration import time_calls
+    from specllm.hub import resolve_models
+
+    target, _, _ = resolve_models(None, None, None, check=False)
+    engine = specllm.load(str(target))
+    context = engine.prompt_tokens("Rename the variable x to y in this code and return it whole. " * 6, chat=True)
+    times = time_calls([(engine.target, w) for w in COST_WIDTHS], context, reps=5)
+    table = CostTable(times[0], {w: t / times[0] for w, t in zip(COST_WIDTHS[1:], times[1:])})
+    out.write_text(json.dumps({"version": 1, "models": {str(target): table.to_dict()}}))
 
 
 def target_costs(path: Path) -> CostTable:
@@ -177,12 +195,17 @@ def main() -> None:
     rec = sub.add_parser("record")
     rec.add_argument("out", type=Path)
     rec.add_argument("--prompts", help="a prompts .jsonl (default: the built-in suite)")
+    costs = sub.add_parser("costs")
+    costs.add_argument("out", type=Path)
     rep = sub.add_parser("replay")
     rep.add_argument("recorded", type=Path)
     rep.add_argument("--costs", type=Path, default=None, help="a calibration.json (default: specllm's)")
     args = parser.parse_args()
     if args.command == "record":
         record(args.out, args.prompts)
+        return
+    if args.command == "costs":
+        measure_costs(args.out)
         return
     costs = target_costs(args.costs or cache_path())
     print("V(n): " + ", ".join(f"{n}: {v:.2f}" for n, v in sorted(costs.V.items())))
