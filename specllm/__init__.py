@@ -45,6 +45,7 @@ def load(
     `rpc` (["host:port", ...] or "host:port,...") puts the target's offloaded layers (all, unless
     n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's."""
     from .backend import Model, check_compatible
+    from .verdicts import check_once
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc)
     target_model = Model(target, options)
@@ -52,10 +53,14 @@ def load(
         return Engine(target_model)
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc)
     if defer_draft:
-        vocabulary = Model(draft, vocab_only=True)
-        try:
-            check_compatible(target_model, vocabulary)  # refuse a bad pair now, not mid-chat
-        finally:
-            vocabulary.close()
+
+        def check() -> None:  # refuse a bad pair now, not mid-chat
+            vocabulary = Model(draft, vocab_only=True)
+            try:
+                check_compatible(target_model, vocabulary)
+            finally:
+                vocabulary.close()
+
+        check_once(target, draft, check)
         return Engine(target_model, draft_file=(draft, options))
     return Engine(target_model, Model(draft, options))

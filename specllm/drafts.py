@@ -187,7 +187,10 @@ class _Checker:
         if problem:
             return problem
         from .backend import Model, check_compatible  # llama.cpp, only for files that got this far
+        from .verdicts import check_once, known_compatible
 
+        if known_compatible(self.target_path, draft):
+            return None
         if self.vocabulary is None:
             self.vocabulary = Model(self.target_path, vocab_only=True)
         try:
@@ -195,7 +198,7 @@ class _Checker:
         except SpecllmError as e:
             return str(e)
         try:
-            check_compatible(self.vocabulary, vocabulary)
+            check_once(self.target_path, draft, lambda: check_compatible(self.vocabulary, vocabulary))
         except SpecllmError as e:
             return str(e).split(": ", 1)[-1]  # without "D cannot draft for T"
         finally:

@@ -20,6 +20,7 @@ from .policy import NGRAM_MAX, AutoPolicy
 from .sampling import SamplerSettings, distribution
 from .speculative import verify_greedy, verify_sampled
 from .text import TextStream
+from .verdicts import check_once
 
 DRAFTERS = ("auto", "model", "ngram", "none")
 FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
@@ -181,7 +182,7 @@ class Engine:
 
     def __init__(self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None):
         if draft is not None:
-            check_compatible(target, draft)
+            check_once(target.path, draft.path, lambda: check_compatible(target, draft))
         self.target = target
         self.draft = draft
         self.draft_file = draft_file if draft is None else None
@@ -199,7 +200,7 @@ class Engine:
             path, options = self.draft_file
             draft = Model(path, options)
             try:
-                check_compatible(self.target, draft)
+                check_once(self.target.path, draft.path, lambda: check_compatible(self.target, draft))
             except SpecllmError:
                 draft.close()
                 raise

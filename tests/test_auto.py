@@ -232,3 +232,24 @@ def test_the_policy_report_says_where_the_costs_came_from(engine):
     second = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
     assert second.stats.calibration_seconds == 0  # the engine keeps its policy
     assert greedy(engine, PROMPTS[1], "ngram", max_tokens=4).stats.policy is None
+
+
+def test_a_passed_vocabulary_check_is_remembered_until_a_file_changes(tiny_models, tmp_path):
+    """The deferred draft's vocabulary check (1-2 s for a real pair) runs once per pair of files;
+    a changed file is checked again, so a draft replaced by an incompatible one is still refused."""
+    import shutil
+
+    from specllm.verdicts import known_compatible
+
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    shutil.copy(tiny_models.target, target)
+    shutil.copy(tiny_models.draft, draft)
+    assert not known_compatible(target, draft)
+    specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True).close()
+    assert known_compatible(target, draft)
+    specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True).close()  # from the cache
+
+    shutil.copy(tiny_models.incompatible, draft)
+    assert not known_compatible(target, draft)
+    with pytest.raises(specllm.SpecllmError, match="cannot draft for"):
+        specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True)
