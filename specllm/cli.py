@@ -444,6 +444,8 @@ def serve(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
@@ -456,11 +458,12 @@ def serve(
     from .server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, True,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     settings = ServeSettings(model=engine.target.path.name, drafter=drafter, gamma=gamma, api_key=api_key or None)

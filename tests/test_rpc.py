@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -141,12 +142,48 @@ def test_the_cli_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
     assert json.loads(proc.stdout)["tokens"] == local_outputs[0]
 
 
+def test_serve_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
+    """`serve --rpc`: the server's greedy completion equals the local target's."""
+    args = ["serve", "--target", tiny_models.target, "--draft", "none", "--rpc", ",".join(servers),
+            "--threads", 1, "--ctx-size", 512, "--port", 0]  # fmt: skip
+    proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("specllm serve:"):
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "".join(lines)
+        url = re.search(r"http://127\.0\.0\.1:\d+", lines[-1])[0]
+        body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 32, "temperature": 0}).encode()
+        request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            reply = json.loads(response.read())
+        engine = specllm.load(str(tiny_models.target), n_ctx=512, n_threads=1)
+        try:
+            local = engine.generate(PROMPTS[0], max_tokens=32, temperature=0.0, drafter="none")
+        finally:
+            engine.close()
+        assert local.tokens == local_outputs[0][:32]  # the same greedy run as the other tests' reference
+        assert reply["choices"][0]["text"] == local.text and reply["usage"]["completion_tokens"] == 32
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_doctor_says_rpc_is_supported_and_what_each_server_offers(servers):
     proc = subprocess.run(SPECLLM + ["doctor", "--rpc", ",".join(servers)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "rpc: supported" in proc.stdout
     for address in servers:
         assert re.search(rf"rpc server {re.escape(address)}: answers · RPC\d+ \d+ MiB free of [1-9]\d* MiB", proc.stdout), proc.stdout
+
+
+def test_doctor_json_lists_each_servers_memory(servers):
+    proc = subprocess.run(SPECLLM + ["doctor", "--json", "--rpc", ",".join(servers)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["rpc"] == "supported" and sorted(info["rpc_servers"]) == sorted(servers)
+    for devices in info["rpc_servers"].values():
+        assert devices and all(d["total"] > 0 and 0 <= d["free"] <= d["total"] for d in devices)
 
 
 def test_the_calibration_cache_tells_remote_costs_apart():
