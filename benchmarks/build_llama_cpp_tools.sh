@@ -18,6 +18,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$work" >&2
 tar xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+if ! command -v cmake >/dev/null; then  # no system CMake: the one from the package index (as pip's build uses)
+  "$python" -m pip install -q --disable-pip-version-check cmake >&2
+  cmake_dir=$("$python" -c 'import cmake; print(cmake.CMAKE_BIN_DIR)')
+  PATH="$cmake_dir:$PATH"
+fi
 cmake -S "$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${flags[@]}" \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN' >&2
