@@ -61,6 +61,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_it_answers(proc: subprocess.Popen, address: str, failure: str) -> None:
+    """Until the RPC server (or relay) `proc` started answers llama.cpp's greeting at `address`;
+    SystemExit(failure) if it exits or 30 s pass first."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            specllm.backend.probe_rpc_server(address, timeout=2)
+            return
+        except specllm.SpecllmError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(failure)
+            time.sleep(0.1)
+
+
 @contextmanager
 def rpc_server(binary: Path, host: str, port: int, threads: int, netns: str | None = None):
     prefix = ["ip", "netns", "exec", netns] if netns else []
@@ -68,15 +82,7 @@ def rpc_server(binary: Path, host: str, port: int, threads: int, netns: str | No
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     address = f"{host}:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                specllm.backend.probe_rpc_server(address, timeout=2)
-                break
-            except specllm.SpecllmError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"ggml-rpc-server did not start at {address}")
-                time.sleep(0.1)
+        wait_until_it_answers(proc, address, f"ggml-rpc-server did not start at {address}")
         yield address
     finally:
         proc.terminate()
@@ -155,15 +161,7 @@ def delay_relay(upstream: str, delay_ms: float):
     proc = subprocess.Popen([sys.executable, __file__, "--relay", str(port), upstream, str(delay_ms / 2000)])
     try:
         address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                specllm.backend.probe_rpc_server(address, timeout=2)
-                break
-            except specllm.SpecllmError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the delaying relay did not start")
-                time.sleep(0.1)
+        wait_until_it_answers(proc, address, "the delaying relay did not start")
         yield address
     finally:
         proc.terminate()

@@ -187,7 +187,7 @@ class _Checker:
         if problem:
             return problem
         from .backend import Model, check_compatible  # llama.cpp, only for files that got this far
-        from .verdicts import check_once, known_compatible
+        from .verdicts import known_compatible, remember_compatible
 
         if known_compatible(self.target_path, draft):
             return None
@@ -198,11 +198,12 @@ class _Checker:
         except SpecllmError as e:
             return str(e)
         try:
-            check_once(self.target_path, draft, lambda: check_compatible(self.vocabulary, vocabulary))
+            check_compatible(self.vocabulary, vocabulary)
         except SpecllmError as e:
             return str(e).split(": ", 1)[-1]  # without "D cannot draft for T"
         finally:
             vocabulary.close()
+        remember_compatible(self.target_path, draft)
         return None
 
     def close(self) -> None:

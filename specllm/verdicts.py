@@ -17,12 +17,9 @@ FILE_NAME = "compatible.json"
 def check_once(target: str | Path, draft: str | Path, check: Callable[[], None]) -> None:
     """Run `check` (it raises SpecllmError for an incompatible pair) unless this pair passed it
     before; remember a pass."""
-    key = _pair_key(target, draft)
-    if key is not None and key in _read():
-        return
-    check()
-    if key is not None:
-        _remember(key)
+    if not known_compatible(target, draft):
+        check()
+        remember_compatible(target, draft)
 
 
 def known_compatible(target: str | Path, draft: str | Path) -> bool:
@@ -55,7 +52,10 @@ def _read() -> set[str]:
         return set()  # no cache yet, or one that cannot be read: check again
 
 
-def _remember(key: str) -> None:
+def remember_compatible(target: str | Path, draft: str | Path) -> None:
+    key = _pair_key(target, draft)
+    if key is None:
+        return
     pairs = _read() | {key}
     try:
         _path().parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from one_line import assert_one_line_error
+
 import specllm
 
 from fakehub import isolated  # noqa: F401 (a fixture)
@@ -32,15 +34,6 @@ def specllm_run(*args, stdin=None, env=None):
 def run_in_pty(args, env=None, rows=30, cols=100):
     """Run `specllm ARGS` on a pseudo-terminal; return everything it wrote, escape codes kept."""
     return Terminal(args, rows=rows, cols=cols, env=env).output()
-
-
-def assert_one_line_error(proc, *fragments):
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

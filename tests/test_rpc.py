@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from one_line import assert_one_line_error
+
 import specllm
 from specllm import backend
 from specllm.calibration import model_key
@@ -198,15 +200,6 @@ def test_the_calibration_cache_tells_remote_costs_apart():
 # --- errors: one line each, never a hang ---------------------------------------------------------
 
 
-def assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
 def run_with_rpc(target, rpc, *more):
     return subprocess.run(
         SPECLLM + ["run", "hi", "--target", str(target), "--rpc", rpc, "-n", "4", "--no-live", *more],
@@ -216,7 +209,7 @@ def run_with_rpc(target, rpc, *more):
 
 def test_a_dead_server_is_one_line(tiny_models, rpc_server_binary):
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    assert_one_line_error(run_with_rpc(tiny_models.target, dead), f"RPC server {dead} does not answer")
+    assert_one_line_error(run_with_rpc(tiny_models.target, dead), f"RPC server {dead} does not answer", exit_code=1)
     with pytest.raises(SpecllmError, match="does not answer"):
         specllm.load(str(tiny_models.target), rpc=[dead])
 
@@ -257,13 +250,13 @@ def test_a_busy_server_is_one_line_not_a_hang(tiny_models, servers):
         proc = run_with_rpc(tiny_models.target, servers[0])
     finally:
         engine.close()
-    assert_one_line_error(proc, f"RPC server {servers[0]} did not answer within 5 s")
+    assert_one_line_error(proc, f"RPC server {servers[0]} did not answer within 5 s", exit_code=1)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"])
 def test_a_malformed_address_is_one_line_before_anything_is_loaded(tmp_path, address):
     proc = run_with_rpc(tmp_path / "missing.gguf", address)  # the address is refused before the file is looked at
-    assert_one_line_error(proc, "malformed RPC server address", "expected HOST:PORT")
+    assert_one_line_error(proc, "malformed RPC server address", "expected HOST:PORT", exit_code=1)
     with pytest.raises(SpecllmError, match="malformed RPC server address"):
         specllm.ModelOptions(rpc=[address])
 
@@ -289,7 +282,7 @@ def test_a_server_out_of_memory_is_one_line(tiny_models, rpc_server_binary, tmp_
         limit = (vm_kib + 64) * 1024  # no room for the tiny model's weights (~0.6 MB)
         resource.prlimit(proc.pid, resource.RLIMIT_AS, (limit, limit))
         result = run_with_rpc(tiny_models.target, address)
-        assert_one_line_error(result, f"cannot load {tiny_models.target} over RPC ({address})")
+        assert_one_line_error(result, f"cannot load {tiny_models.target} over RPC ({address})", exit_code=1)
         assert proc.poll() is None  # the server itself lives on
     finally:
         proc.terminate()
