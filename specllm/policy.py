@@ -20,6 +20,7 @@ with growing gaps; and a source that cannot pay even at an optimistic acceptance
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +31,8 @@ MODEL_MAX = 16  # longest draft-model proposal
 OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
 GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
+TEXT_SHIFT_STEP = 0.05  # how far one judged draft token moves its text's logit shift
+TEXT_SHIFT_MAX = 2.0  # a text is at most this far (in logits) from what earlier texts taught
 
 # Buckets: a repeat of 20 tokens behaves like one of 17 more than like one of 2.
 MATCH_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # n-gram repeat length
@@ -101,36 +104,58 @@ class CostTable:
 class Acceptance:
     """Beta-smoothed chance that a draft token is accepted once the tokens before it were, by
     (context bucket, draft position bucket). The prior is `prior(bucket)` with `weight`
-    pseudo-observations, so a bucket never seen falls back on it. A `child` table starts from
-    this one's estimates as its prior and passes every record up: what one text teaches (this
-    answer copies rows, not whole functions) then counts more than what earlier texts did."""
+    pseudo-observations, so a bucket never seen falls back on it.
+
+    A `child` table serves one text: it starts from this one's estimates as its prior and passes
+    every record up. Texts differ as a whole (an edit that returns a function copies much more
+    than a chat reply, whatever the repeat length), so a child also learns one number for its
+    text, a shift of all the parent's estimates on the logit scale, fitted online from every
+    judged token (one gradient step of a logistic regression each). Its cells are sparse; the
+    shift learns from all of them at once, so the first copies of a text that copies a lot
+    already raise every estimate, and a text that does not copy lowers them."""
 
     def __init__(self, prior: Callable[[int], float], weight: float = 2.0, parent: Acceptance | None = None):
         self.prior, self.weight, self.parent = prior, weight, parent
         self.counts: dict[tuple[int, int], list[float]] = {}  # -> [accepted, judged]
+        self.shift = 0.0  # this text's logit offset from the parent's estimates (a child's only)
 
     def child(self, weight: float) -> Acceptance:
         return Acceptance(self.prior, weight, parent=self)
 
     def rate(self, context_bucket: int, position: int) -> float:
         accepted, judged = self.counts.get((context_bucket, bucket(position, POSITION_EDGES)), (0.0, 0.0))
-        prior = self.parent.rate(context_bucket, position) if self.parent else self.prior(context_bucket)
-        return (accepted + self.weight * prior) / (judged + self.weight)
+        return (accepted + self.weight * self._prior_rate(context_bucket, position)) / (judged + self.weight)
+
+    def _prior_rate(self, context_bucket: int, position: int) -> float:
+        if self.parent is None:
+            return self.prior(context_bucket)
+        return _sigmoid(_logit(self.parent.rate(context_bucket, position)) + self.shift)
 
     def rates(self, context_bucket: int, k: int) -> list[float]:
         return [self.rate(context_bucket, j) for j in range(1, k + 1)]
 
     def record(self, context_bucket: int, position: int, accepted: bool) -> None:
+        if self.parent is not None:
+            surprise = accepted - self._prior_rate(context_bucket, position)
+            self.shift = min(max(self.shift + TEXT_SHIFT_STEP * surprise, -TEXT_SHIFT_MAX), TEXT_SHIFT_MAX)
+            self.parent.record(context_bucket, position, accepted)
         c = self.counts.setdefault((context_bucket, bucket(position, POSITION_EDGES)), [0.0, 0.0])
         c[0] += accepted
         c[1] += 1
-        if self.parent is not None:
-            self.parent.record(context_bucket, position, accepted)
 
     def record_run(self, context_bucket: int, judged: int, accepted: int) -> None:
         """Positions 1..judged were judged and the first `accepted` of them accepted."""
         for j in range(1, judged + 1):
             self.record(context_bucket, j, j <= accepted)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
 
 
 def ngram_prior(match_bucket: int) -> float:

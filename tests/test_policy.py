@@ -11,6 +11,7 @@ from specllm.policy import (
     AutoPolicy,
     CostTable,
     Guard,
+    TEXT_SHIFT_MAX,
     NgramScorer,
     best_length,
     bucket,
@@ -199,6 +200,27 @@ def test_each_generation_learns_on_top_of_what_earlier_ones_taught():
         policy.ngram.record_run(bucket(24, MATCH_EDGES), 5, 4)
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 5) < 0.5  # this text's own evidence wins fast
     assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 5) > 0.9  # the long run moves less
+
+
+def test_a_text_that_copies_raises_estimates_it_has_no_evidence_for_yet():
+    """One text's outcomes in one cell shift its estimates in every cell (its logit shift); the
+    table of all texts learns only the outcomes themselves, and the next text starts unshifted."""
+    policy = AutoPolicy(CPU_TARGET)
+    short, long = bucket(6, MATCH_EDGES), bucket(24, MATCH_EDGES)
+    before = policy.ngram.rate(long, 10)
+    for _ in range(30):  # this text's short repeats keep holding
+        policy.ngram.record_run(short, 4, 4)
+    assert policy.ngram.shift > 0.3
+    assert policy.ngram.rate(long, 10) > before + 0.03  # never judged in this text, raised anyway
+    assert policy.learned["ngram"].rate(long, 10) == pytest.approx(before)  # nothing recorded there
+    policy.start_generation()
+    assert policy.ngram.shift == 0.0 and policy.ngram.rate(long, 10) == pytest.approx(before)
+    for _ in range(30):  # a text whose copies break at once lowers every estimate
+        policy.ngram.record_run(short, 1, 0)
+    assert policy.ngram.shift < -0.5 and policy.ngram.rate(long, 10) < before - 0.1
+    for _ in range(2000):
+        policy.ngram.record_run(short, 1, 0)
+    assert policy.ngram.shift == -TEXT_SHIFT_MAX  # bounded: earlier texts are never forgotten
 
 
 def test_a_copy_drafts_no_longer_than_the_repeat_it_continues():
