@@ -212,6 +212,7 @@ class BenchSettings:
     chat: bool = True
     warmup_tokens: int = WARMUP_TOKENS
     calibration_reps: int = CALIBRATION_REPS
+    rounds: int = 1  # times the whole suite is run; every round's runs are added up
 
     @property
     def max_gamma(self) -> int:
@@ -234,6 +235,7 @@ class PromptRun:
     emitted: list[int]  # result.tokens plus the end-of-generation token when it stopped on one
     # (drafted tokens, accepted) per target call: enough to replay the run's target calls
     calls: list[tuple[list[int], int]] = field(default_factory=list)
+    round: int = 1
 
     @property
     def steps(self) -> list[tuple[int, int]]:
@@ -395,7 +397,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
         raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
-    total = 2 + len(configs) * len(prompts)
+    total = 2 + len(configs) * len(prompts) * settings.rounds
     done = 0
 
     progress("warm-up", done, total)
@@ -409,18 +411,24 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     calibration = calibrate(engine, settings.max_gamma + 1, context, settings.calibration_reps)
     done += 1
 
-    # Prompt by prompt, target-only first and then each configuration: a machine whose load
-    # drifts during the bench then slows every configuration alike, not the last ones only.
     runs: dict[Configuration, list[PromptRun]] = {config: [] for config in configs}
-    per_cat = Counter(p.category for p in prompts)
-    seen: Counter[str] = Counter()
-    for i, prompt in enumerate(prompts):
-        seen[prompt.category] += 1
-        for config in configs:
-            where = f"{prompt.category} {seen[prompt.category]}/{per_cat[prompt.category]}"
-            progress(f"{where} · {config.name}", done, total)
-            runs[config].append(run_one(engine, i, prompt, config, settings))
-            done += 1
+    for round_ in range(1, settings.rounds + 1):
+        # auto starts every round knowing only its costs, as a new engine would: each round
+        # measures the same thing, and the warm-up teaches it nothing about the first prompt.
+        if engine.policy is not None:
+            engine.policy.forget_acceptance()
+        # Prompt by prompt, every configuration in turn: a machine whose load drifts during the
+        # bench slows every configuration alike. Odd rounds go backwards, so no configuration
+        # always runs first after a prompt change.
+        order = configs if round_ % 2 else configs[::-1]
+        where = f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""
+        for i, prompt in enumerate(prompts):
+            for config in order:
+                progress(f"{_position(prompts, i)}{where} · {config.name}", done, total)
+                run = run_one(engine, i, prompt, config, settings)
+                run.round = round_
+                runs[config].append(run)
+                done += 1
     progress("fidelity", done, total)
 
     baseline = runs[BASELINE]
@@ -449,6 +457,13 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
         "results": results,
         "best": best,
     }
+
+
+def _position(prompts: list[BenchPrompt], i: int) -> str:
+    """'chat 2/4': prompt i's category and its place among that category's prompts."""
+    category = prompts[i].category
+    same = [j for j, p in enumerate(prompts) if p.category == category]
+    return f"{category} {same.index(i) + 1}/{len(same)}"
 
 
 def timing_check(baseline: list[PromptRun], calibration: dict) -> dict:
@@ -483,6 +498,7 @@ def _config_results(config, runs, baseline, calibration, divergences, greedy) ->
         s = run.result.stats
         out["prompts"].append({
             "index": run.index,
+            "round": run.round,
             "category": run.prompt.category,
             "prompt": run.prompt.prompt,
             "max_tokens": run.prompt.max_tokens,
@@ -538,9 +554,11 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
     base = aggregate(r.result.stats for r in baseline)
     steps = [s for r in runs for s in r.steps]
     out = {
-        "prompts": len(runs),
+        "prompts": len({r.index for r in runs}),
+        "runs": len(runs),
         "stats": stats.to_dict(),
         "speedup": _ratio(stats.tokens_per_second, base.tokens_per_second),
+        "round_speedups": _round_speedups(runs, baseline),
         "per_position_acceptance": [
             a / d if d else 0.0 for a, d in zip(stats.accepted_per_position, stats.drafted_per_position)
         ],
@@ -558,6 +576,16 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
     if config != BASELINE:
         if greedy and divergences is not None:
             out["fidelity"] = _fidelity_summary(runs, divergences)
+    return out
+
+
+def _round_speedups(runs: list[PromptRun], baseline: list[PromptRun]) -> list[float | None]:
+    """The speedup of each round on its own: how far they differ is the noise of one round."""
+    out = []
+    for round_ in sorted({r.round for r in runs}):
+        mine = aggregate(r.result.stats for r in runs if r.round == round_)
+        base = aggregate(r.result.stats for r in baseline if r.round == round_)
+        out.append(_ratio(mine.tokens_per_second, base.tokens_per_second))
     return out
 
 
@@ -754,6 +782,7 @@ def _settings_json(settings: BenchSettings, prompts: list[BenchPrompt]) -> dict:
         "warmup_tokens": settings.warmup_tokens,
         "calibration_reps": settings.calibration_reps,
         "prompts": len(prompts),
+        "rounds": settings.rounds,
         "categories": {cat: sum(p.category == cat for p in prompts) for cat in categories_of(prompts)},
     }
 

@@ -90,10 +90,15 @@ def header(results: dict) -> Text:
     lines = [
         f"target {models['target']['name']} ({models['target']['description']}) · draft {draft}",
         f"{m['cpu']} · {m['threads']} thread{'s' * (m['threads'] != 1)} · {gpu}",
-        f"{s['prompts']} prompts in {len(s['categories'])} categories · {sampling} · seed {s['seed']}"
+        f"{s['prompts']} prompts in {len(s['categories'])} categories{_rounds(s)} · {sampling} · seed {s['seed']}"
         f" · up to {s['max_tokens']} tokens · speeds are decode tokens/s",
     ]
     return Text("\n".join(lines), style="dim")
+
+
+def _rounds(settings: dict) -> str:
+    rounds = settings.get("rounds", 1)
+    return f", {rounds} rounds" if rounds > 1 else ""
 
 
 def calibration_table(results: dict) -> Table:
@@ -259,8 +264,26 @@ def explanation(results: dict) -> list[str]:
     if best.get("auto"):
         lines.append(_auto_sentence(best["auto"]))
     lines += _what_would_win(results)
+    lines += _round_noise(results)
     lines += _fidelity_sentences(results)
     return lines
+
+
+def _round_noise(results: dict) -> list[str]:
+    """With several rounds: how far one round's overall speedups strayed, the noise of a round."""
+    spreads = []
+    for r in results["results"][1:]:
+        speedups = [x for x in r["overall"]["round_speedups"] if x]
+        if len(speedups) > 1:
+            spreads.append((max(speedups) - min(speedups), r["configuration"], min(speedups), max(speedups)))
+    if not spreads:
+        return []
+    spread, name, low, high = max(spreads)
+    rounds = results["settings"]["rounds"]
+    return [
+        f"Noise: from round to round a configuration's overall speedup moved by up to {spread:.2f} ({name}: "
+        f"{low:.2f}-{high:.2f}x); the figures above add up all {rounds} rounds."
+    ]
 
 
 def _why(drafter: str, d: dict) -> str:

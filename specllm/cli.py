@@ -382,6 +382,9 @@ def bench(
     ] = None,
     categories: Annotated[Optional[str], typer.Option(help="Only these categories, comma-separated.")] = None,
     per_category: Annotated[Optional[int], typer.Option(help="At most this many prompts of each category.")] = None,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Run the whole suite this many times and add the rounds up (a noisy machine averages out).")
+    ] = 1,
     max_tokens: MaxTokens = 128,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
@@ -422,7 +425,7 @@ def bench(
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
     drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])
-    settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler)
+    settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds)
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
     if json_file is not None:

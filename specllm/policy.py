@@ -305,13 +305,20 @@ class AutoPolicy:
 
     def __init__(self, target: CostTable, draft: CostTable | None = None):
         self.target, self.draft = target, draft
+        self._learn_from_scratch()
+
+    def forget_acceptance(self) -> None:
+        """Back to the priors: forget what texts taught about acceptance, and the guard's
+        verdicts. The measured costs stay."""
+        self._learn_from_scratch()
+
+    def _learn_from_scratch(self) -> None:
         # What all generations taught; each generation learns on top of it (start_generation).
         self.learned = {
             "ngram": Acceptance(ngram_prior),
             "model": Acceptance(confidence_prior),  # by the draft's confidence
             "model_marginal": Acceptance(lambda _: 0.7),  # by position only: before drafting
         }
-        self.scorer = NgramScorer(self.learned["ngram"])
         self.start_generation()
         self.guard = Guard()
 

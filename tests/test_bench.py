@@ -18,6 +18,7 @@ from specllm import engine as engine_module
 from specllm.bench_view import explanation, render
 from specllm.engine import Stats
 from specllm.errors import SpecllmError
+from specllm.policy import AutoPolicy
 
 SMALL_SUITE = [
     b.BenchPrompt("Write a Python function that adds two numbers.", "code"),
@@ -516,3 +517,40 @@ def test_bench_compares_auto_with_the_fixed_configurations(engine):
     sentence = next(line for line in explanation(out) if line.startswith("auto: "))
     assert "drafting with n-gram copies on" in sentence and "ngram g=2" in sentence
     assert render_text(out).count("auto drafted with n-gram copies on") == 4  # each category and overall
+
+
+def test_rounds_run_the_suite_again_and_add_up(engine, monkeypatch):
+    forgets = []
+    forget = AutoPolicy.forget_acceptance
+    monkeypatch.setattr(AutoPolicy, "forget_acceptance", lambda self: forgets.append(1) or forget(self))
+    events = []
+    config = settings(configurations=tuple(b.configurations(["auto", "ngram"], [2])), rounds=2)
+    out = b.run_bench(engine, SMALL_SUITE, config, lambda *e: events.append(e))
+    assert out["settings"]["rounds"] == 2 and len(forgets) == 2  # auto starts each round afresh
+    for r in out["results"]:
+        assert [(p["round"], p["index"]) for p in r["prompts"]] == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+        o = r["overall"]
+        assert o["prompts"] == 3 and o["runs"] == 6 and len(o["round_speedups"]) == 2
+        assert o["stats"]["generated_tokens"] == sum(p["stats"]["generated_tokens"] for p in r["prompts"])
+        assert r["categories"]["chat"]["runs"] == 2
+    target_only = out["results"][0]["prompts"]
+    assert [p["tokens"] for p in target_only[:3]] == [p["tokens"] for p in target_only[3:]]  # greedy: same text
+    # Each prompt runs every configuration in turn, backwards in the second round.
+    first = [e[0] for e in events if e[0].startswith("code 1/1")]
+    assert first == [
+        "code 1/1 · round 1/2 · target-only", "code 1/1 · round 1/2 · auto", "code 1/1 · round 1/2 · ngram g=2",
+        "code 1/1 · round 2/2 · ngram g=2", "code 1/1 · round 2/2 · auto", "code 1/1 · round 2/2 · target-only",
+    ]  # fmt: skip
+    assert events[-1][1] == events[-1][2] == 2 + 3 * 3 * 2
+    assert "3 prompts in 3 categories, 2 rounds" in render_text(out)
+    assert any(line.startswith("Noise: from round to round") for line in explanation(out))
+
+
+def test_cli_bench_refuses_zero_rounds(tiny_models, monkeypatch, capsys):
+    from specllm import cli
+
+    argv = ["specllm", "bench", "--target", str(tiny_models.target), "--rounds", "0"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2 and "--rounds" in capsys.readouterr().err

@@ -231,3 +231,17 @@ def test_a_copy_drafts_no_longer_than_the_repeat_it_continues():
     assert policy.choose(ngram_match=8, ngram_available=64, model_ready=False, cap=64).k == 8
     assert policy.choose(ngram_match=24, ngram_available=64, model_ready=False, cap=64).k == 24
     assert policy.choose(ngram_match=64, ngram_available=64, model_ready=False, cap=64).k == 64
+
+
+def test_forgetting_acceptance_keeps_the_costs():
+    policy = AutoPolicy(CostTable(0.04, {2: 1.6}), CostTable(0.02, {2: 1.9}))
+    fresh = policy.ngram.rate(bucket(24, MATCH_EDGES), 20)
+    copies_well(policy, repeat=24, rate=0.2)
+    for _ in range(GUARD_WINDOW):
+        policy.record_step("ngram", tokens=1, seconds=1.0)  # far below the target-only rate
+    policy.observe_verify(2, 0.08)
+    assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 20) < 0.3 and not policy.guard.allowed("ngram")
+    policy.forget_acceptance()
+    assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh)
+    assert policy.ngram.rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh) and policy.guard.allowed("ngram")
+    assert policy.target.V == {2: pytest.approx(1.68)} and policy.draft.step_seconds == pytest.approx(0.02)
