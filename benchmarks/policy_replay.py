@@ -2,7 +2,7 @@
 
     python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
     python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
-    python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json]  # model each policy's speed
+    python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N]  # each policy's speed
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
 target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
@@ -27,6 +27,7 @@ Timing noise is absent, so small differences between policies are real here (in 
 
 import argparse
 import json
+import random
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -200,6 +201,8 @@ def main() -> None:
     rep = sub.add_parser("replay")
     rep.add_argument("recorded", type=Path)
     rep.add_argument("--costs", type=Path, default=None, help="a calibration.json (default: specllm's)")
+    rep.add_argument("--order-seed", type=int, default=None, help="replay the prompts shuffled with this seed "
+                     "(auto learns as it goes: the order matters to it)")  # fmt: skip
     args = parser.parse_args()
     if args.command == "record":
         record(args.out, args.prompts)
@@ -209,7 +212,10 @@ def main() -> None:
         return
     costs = target_costs(args.costs or cache_path())
     print("V(n): " + ", ".join(f"{n}: {v:.2f}" for n, v in sorted(costs.V.items())))
-    table = replay_all(json.loads(args.recorded.read_text()), costs)
+    rows = json.loads(args.recorded.read_text())
+    if args.order_seed is not None:
+        random.Random(args.order_seed).shuffle(rows)
+    table = replay_all(rows, costs)
     columns = list(next(iter(table.values())))
     print(f"{'policy':14s}" + "".join(f"{c[:15]:>16s}" for c in columns))
     for name, row in table.items():
