@@ -21,7 +21,8 @@ from .policy import CostTable
 
 TARGET_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16)  # wider verify calls are learned when first used
 DRAFT_WIDTHS = (1, 2, 5)  # one-token drafting steps; wider calls are catch-ups
-NARROW = 5  # widths up to this are timed twice
+NARROW = 5  # widths up to this are timed in rounds, against the one-token call of each round
+NARROW_ROUNDS = 3
 DRAFT_CONTEXT = 32  # the draft is timed on a short prefix: a draft that cannot pay costs no prefill
 CACHE_FILE = "calibration.json"
 CACHE_VERSION = 1
@@ -78,20 +79,22 @@ def _read(path: Path) -> dict:
 
 
 def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTable:
-    """Time calls of each width on top of `context` (its KV cache is left holding `context`), the
-    fastest of a few tries: one-token calls, which every other width is measured against, three
-    times; narrow calls (the first call of a width also sets up llama.cpp's graph for it) twice;
-    wide ones, which cost the most, once: the engine refines them as it uses them."""
+    """Time calls of each width on top of `context` (its KV cache is left holding `context`).
+
+    One-token and narrow calls, which decide short drafts, in NARROW_ROUNDS rounds of back-to-back
+    calls: a narrow width costs the median of its ratios to the one-token call of the same round,
+    so a slow spell of a busy machine, which slows both, cancels out, and so does the first call
+    of a width (it sets up llama.cpp's graph for it). A ratio of unpaired fastest timings once read
+    V(4) = 3.2 where it is 2.7, and a width believed that dear is never used, so never corrected.
+    Wide calls, which cost the most, once: the engine refines them as it uses them."""
     usable = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
-    tries = [1, 1, 1] + [w for w in usable if w <= NARROW] * 2 + [w for w in usable if w > NARROW]
-    times = time_calls([(model, w) for w in tries], context, reps=1)
-    fastest: dict[int, float] = {}
-    for w, t in zip(tries, times):
-        fastest[w] = min(t, fastest.get(w, t))
-    table = CostTable(fastest.pop(1))
-    for w, t in sorted(fastest.items()):
-        table.observe(w, t)
-    return table
+    narrow, wide = [w for w in usable if w <= NARROW], [w for w in usable if w > NARROW]
+    rounds = [time_calls([(model, w) for w in (1, *narrow)], context, reps=1) for _ in range(NARROW_ROUNDS)]
+    step = statistics.median(r[0] for r in rounds)
+    V = {w: statistics.median(r[i] / r[0] for r in rounds) for i, w in enumerate(narrow, start=1)}
+    if wide:
+        V.update((w, t / step) for w, t in zip(wide, time_calls([(model, w) for w in wide], context, reps=1)))
+    return CostTable(step, {w: min(max(v, 1.0), float(w)) for w, v in V.items()})
 
 
 def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> list[float]:
