@@ -155,6 +155,36 @@ def run_auto(tiny_models, **options) -> specllm.Engine:
     return e
 
 
+def test_calibration_times_every_width_and_leaves_the_context(engine):
+    context = engine.prompt_tokens(PROMPTS[0], chat=False)
+    table = calibration.measure(engine.target, calibration.TARGET_WIDTHS, context)
+    assert table.step_seconds > 0 and sorted(table.V) == [w for w in calibration.TARGET_WIDTHS if w > 1]
+    assert all(1.0 <= v <= w for w, v in table.V.items())
+    assert engine.target.tokens == context  # its KV cache holds the context, as before
+
+
+def test_calibration_pairs_narrow_calls_with_the_one_token_call_of_their_round(engine, monkeypatch):
+    """The machine runs at a different speed in each round, and in one round it slows down
+    between the one-token call and the narrow ones: the medians of paired ratios still read the
+    true costs, where the fastest timings of each width (the one-token call's from one round, the
+    others' from another) would read them 30% too high."""
+    true_v = {1: 1.0, 2: 1.6, 3: 2.1, 4: 2.7, 5: 3.2, 8: 6.0, 12: 7.4, 16: 7.1}
+    rounds = iter([(2.0, 2.0), (1.0, 1.3), (1.5, 1.5)])  # (one-token call, narrow calls) speed
+
+    def timings(jobs, context, reps):
+        if any(n > calibration.NARROW for _, n in jobs):
+            return [0.01 * true_v[n] for _, n in jobs]  # wide calls: timed once
+        one, narrow = next(rounds)
+        return [0.01 * true_v[n] * (one if n == 1 else narrow) for _, n in jobs]
+
+    monkeypatch.setattr(calibration, "time_calls", timings)
+    table = calibration.measure(engine.target, calibration.TARGET_WIDTHS, [1, 2, 3])
+    assert table.step_seconds == pytest.approx(0.015)  # the median round's one-token call
+    for w in (2, 3, 4, 5):
+        assert table.V[w] == pytest.approx(true_v[w])
+    assert table.V[8] == pytest.approx(6.0 / 1.5)  # against the median one-token call
+
+
 def test_calibration_is_cached_and_reused(tiny_models):
     first = run_auto(tiny_models, n_threads=1)
     assert first.calibration["measured"] == ["target", "draft"]
