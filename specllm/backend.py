@@ -523,10 +523,18 @@ _DEV_GPU, _DEV_IGPU = 1, 2  # enum ggml_backend_dev_type
 
 def _ggml(lib=None):
     """llama_cpp's loaded ggml library (or `lib`), its registry functions typed for ctypes."""
-    if lib is None:
-        from llama_cpp import _ggml as ggml_module
+    return _llama_cpp_ggml() if lib is None else _typed(lib)
 
-        lib = ggml_module.libggml
+
+@functools.cache
+def _llama_cpp_ggml():
+    """llama_cpp's own ggml library, typed once (an error is not cached: it is raised each time)."""
+    from llama_cpp import _ggml as ggml_module
+
+    return _typed(ggml_module.libggml)
+
+
+def _typed(lib):
     p, s = ctypes.c_void_p, ctypes.c_size_t
     for name, args, result in (
         ("ggml_backend_dev_count", [], s),
