@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .backend import Model, ModelOptions, build_id, gpu_layers, physical_cores
-from .files import cache_dir, write_text_atomic
+from .files import cache_dir, file_identity, write_text_atomic
 from .policy import CostTable
 
 TARGET_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16)  # wider verify calls are learned when first used
@@ -36,12 +36,7 @@ def model_key(path: str | Path, options: ModelOptions) -> str:
     """What a model's call costs depend on: the file, threads, GPU layers, the RPC servers that
     hold them (a network round trip per call) and the llama.cpp build (known without loading the
     model)."""
-    path = Path(path).resolve()
-    try:
-        st = path.stat()
-        file_id = f"{path}:{st.st_size}:{st.st_mtime_ns}"
-    except OSError:
-        file_id = str(path)
+    file_id = file_identity(path) or str(Path(path).resolve())
     threads = options.n_threads or physical_cores()
     rpc = f"|rpc={','.join(options.rpc)}" if options.rpc else ""
     return f"{file_id}|threads={threads}|gpu_layers={gpu_layers(options)}{rpc}|{build_id()}"

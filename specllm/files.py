@@ -37,6 +37,17 @@ def write_text_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
 
 
+def file_identity(path: str | Path) -> str | None:
+    """"PATH:SIZE:MTIME" of a file, symlinks resolved: while it stays the same, so does the file's
+    content (as caches keyed by it assume); None when the file cannot be read."""
+    try:
+        path = Path(path).resolve()
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def cache_dir() -> Path:
     """specllm's own cache: SPECLLM_CACHE, else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm."""
     if os.environ.get("SPECLLM_CACHE"):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .backend import build_id
-from .files import cache_dir, write_text_atomic
+from .files import cache_dir, file_identity, write_text_atomic
 
 FILE_NAME = "compatible.json"
 
@@ -28,17 +28,8 @@ def known_compatible(target: str | Path, draft: str | Path) -> bool:
 
 
 def _pair_key(target: str | Path, draft: str | Path) -> str | None:
-    ids = [_file_id(target), _file_id(draft)]
+    ids = [file_identity(target), file_identity(draft)]
     return None if None in ids else f"{ids[0]}|{ids[1]}|{build_id()}"
-
-
-def _file_id(path: str | Path) -> str | None:
-    try:
-        path = Path(path).resolve()
-        st = path.stat()
-    except OSError:
-        return None
-    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _path() -> Path:
