@@ -197,16 +197,8 @@ def _where(path: Path | None) -> str:
 
 
 def _bytes(path: Path) -> str:
-    size = _total_size(path)
+    size = local_models.size_on_disk(path)
     return f"{size:,} bytes, {_size(size)}"
-
-
-def _total_size(path: Path) -> int:
-    """A split model's size is the size of all its parts (*-0000N-of-0000M.gguf beside it)."""
-    stem, marker, _ = path.name.rpartition("-00001-of-")
-    if not marker:
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.parent.glob(f"{stem}-*-of-*.gguf"))
 
 
 def _size(n: int | None) -> str:

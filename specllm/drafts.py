@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import SpecllmError
 from .gguf_header import read_metadata
 from .hub import fetch_file
-from .local_models import LocalModel, scan
+from .local_models import LocalModel, scan, size_on_disk
 from .registry import SPLIT_NAME, ModelFile, Pair, load_pairs
 
 _SIZE = re.compile(r"(?<=[-_])\d+(?:\.\d+)?[bm](?=[-_]|$)")  # "-1.5b-", "-500m"
@@ -68,7 +68,7 @@ def candidates(target: Path, pairs: dict[str, Pair], *, first_only: bool = False
     """Every model on disk that might draft for `target`, in the order they are tried (curated
     drafts of its family first, then by size), each checked unless it is not smaller than the
     target. With first_only, checking stops at the first compatible one."""
-    target_size = _size_on_disk(target)
+    target_size = size_on_disk(target)
     curated = {m.label: pair for pair, m in curated_drafts(target, pairs)}
     on_disk = [m for m in scan() if m.complete and not _same_file(m.path, target)]
     ranked = sorted(on_disk, key=lambda m: (f"{m.repo}/{m.file}" not in curated, m.size, m.spec))
@@ -154,15 +154,6 @@ def _candidate(model: LocalModel, origin: str, compatible: bool | None, reason: 
 
 def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
-
-
-def _size_on_disk(path: Path) -> int:
-    """A split model's size is all its parts'."""
-    split = SPLIT_NAME.fullmatch(path.name)
-    if split is None:
-        return path.stat().st_size
-    parts = path.parent.glob(f"{split['stem']}-*-of-{split['count']}.gguf")
-    return sum(p.stat().st_size for p in parts)
 
 
 def _mb(n: int) -> str:

@@ -58,6 +58,16 @@ def scan() -> list[LocalModel]:
     return sorted(found, key=lambda m: (m.spec, m.cache))
 
 
+def size_on_disk(path: Path) -> int:
+    """A model file's bytes; for a part NAME-0000i-of-0000N.gguf of a split model, all the parts
+    beside it."""
+    split = SPLIT_NAME.fullmatch(path.name)
+    if split is None:
+        return path.stat().st_size
+    parts = path.parent.glob(f"{split['stem']}-*-of-{split['count']}.gguf")
+    return sum(p.stat().st_size for p in parts)
+
+
 def total_size(models: list[LocalModel]) -> int:
     """Bytes on disk, a file shared by two entries (two revisions of one blob) counted once."""
     sizes = {part.resolve(): part.stat().st_size for m in models for part in m.parts if part.exists()}
