@@ -412,6 +412,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     done += 1
 
     runs: dict[Configuration, list[PromptRun]] = {config: [] for config in configs}
+    labels = _positions(prompts)
     for round_ in range(1, settings.rounds + 1):
         # auto starts every round knowing only its costs, as a new engine would: each round
         # measures the same thing, and the warm-up teaches it nothing about the first prompt.
@@ -424,7 +425,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
         where = f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""
         for i, prompt in enumerate(prompts):
             for config in order:
-                progress(f"{_position(prompts, i)}{where} · {config.name}", done, total)
+                progress(f"{labels[i]}{where} · {config.name}", done, total)
                 run = run_one(engine, i, prompt, config, settings)
                 run.round = round_
                 runs[config].append(run)
@@ -459,11 +460,15 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     }
 
 
-def _position(prompts: list[BenchPrompt], i: int) -> str:
-    """'chat 2/4': prompt i's category and its place among that category's prompts."""
-    category = prompts[i].category
-    same = [j for j, p in enumerate(prompts) if p.category == category]
-    return f"{category} {same.index(i) + 1}/{len(same)}"
+def _positions(prompts: list[BenchPrompt]) -> list[str]:
+    """'chat 2/4' for each prompt: its category and its place among that category's prompts."""
+    per_category = Counter(p.category for p in prompts)
+    seen: Counter[str] = Counter()
+    labels = []
+    for p in prompts:
+        seen[p.category] += 1
+        labels.append(f"{p.category} {seen[p.category]}/{per_category[p.category]}")
+    return labels
 
 
 def timing_check(baseline: list[PromptRun], calibration: dict) -> dict:

@@ -97,7 +97,7 @@ def header(results: dict) -> Text:
 
 
 def _rounds(settings: dict) -> str:
-    rounds = settings.get("rounds", 1)
+    rounds = settings["rounds"]
     return f", {rounds} rounds" if rounds > 1 else ""
 
 
