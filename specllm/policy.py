@@ -33,7 +33,6 @@ EWMA = 0.2  # weight of a new timing in the running cost estimates
 GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
 TEXT_SHIFT_STEP = 0.05  # how far one judged draft token moves its text's logit shift
 TEXT_SHIFT_MAX = 2.0  # a text is at most this far (in logits) from what earlier texts taught
-SHIFT_EVIDENCE = 20.0  # a text's shift moves a cell judged n times by n / (n + this) of itself
 
 # Buckets: a repeat of 20 tokens behaves like one of 17 more than like one of 2.
 MATCH_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # n-gram repeat length
@@ -113,9 +112,7 @@ class Acceptance:
     text, a shift of all the parent's estimates on the logit scale, fitted online from every
     judged token (one gradient step of a logistic regression each). Its cells are sparse; the
     shift learns from all of them at once, so the first copies of a text that copies a lot
-    already raise every estimate, and a text that does not copy lowers them: each estimate in
-    proportion to the evidence behind it (SHIFT_EVIDENCE), since what short copies teach says
-    little about the deep positions of long copies that no text has shown yet."""
+    already raise every estimate, and a text that does not copy lowers them."""
 
     def __init__(self, prior: Callable[[int], float], weight: float = 2.0, parent: Acceptance | None = None):
         self.prior, self.weight, self.parent = prior, weight, parent
@@ -132,16 +129,7 @@ class Acceptance:
     def _prior_rate(self, context_bucket: int, position: int) -> float:
         if self.parent is None:
             return self.prior(context_bucket)
-        # The shift scales evidence, not guesses: learned from the cells this text has judged
-        # (mostly short copies), it says little about a cell the texts so far have barely seen
-        # (a copy's 12th token after a 20-token repeat), whose estimate is still the prior's.
-        # Shifted in full, such cells let a chatty text's first long repeat draft 15 tokens.
-        judged = self.parent.judged(context_bucket, position)
-        shift = self.shift * judged / (judged + SHIFT_EVIDENCE)
-        return _sigmoid(_logit(self.parent.rate(context_bucket, position)) + shift)
-
-    def judged(self, context_bucket: int, position: int) -> float:
-        return self.counts.get((context_bucket, bucket(position, POSITION_EDGES)), (0.0, 0.0))[1]
+        return _sigmoid(_logit(self.parent.rate(context_bucket, position)) + self.shift)
 
     def rates(self, context_bucket: int, k: int) -> list[float]:
         return [self.rate(context_bucket, j) for j in range(1, k + 1)]
