@@ -89,7 +89,7 @@ def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTa
     V = {w: statistics.median(r[i] / r[0] for r in rounds) for i, w in enumerate(narrow, start=1)}
     if wide:
         V.update((w, t / step) for w, t in zip(wide, time_calls([(model, w) for w in wide], context, reps=1)))
-    return CostTable(step, {w: min(max(v, 1.0), float(w)) for w, v in V.items()})
+    return CostTable.from_ratios(step, V)
 
 
 def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> list[float]:

@@ -83,12 +83,17 @@ class CostTable:
             seconds = min(max(seconds, self.step_seconds / 2), self.step_seconds * 2)
             self.step_seconds += EWMA * (seconds - self.step_seconds)
             return
-        ratio = min(max(seconds / self.step_seconds, 1.0), float(n))
+        ratio = _within_width(n, seconds / self.step_seconds)
         if n not in self.V:
             self.V[n] = ratio
         else:
             ratio = min(max(ratio, self.V[n] / 2), self.V[n] * 2)
             self.V[n] += EWMA * (ratio - self.V[n])
+
+    @classmethod
+    def from_ratios(cls, step_seconds: float, ratios: dict[int, float]) -> CostTable:
+        """A table of measured V(n), each held within [1, n] as `observe` holds them."""
+        return cls(step_seconds, {n: _within_width(n, v) for n, v in ratios.items()})
 
     def to_dict(self) -> dict:
         return {"step_seconds": self.step_seconds, "V": {str(n): v for n, v in sorted(self.V.items())}}
@@ -96,6 +101,11 @@ class CostTable:
     @classmethod
     def from_dict(cls, d: dict) -> CostTable:
         return cls(float(d["step_seconds"]), {int(n): float(v) for n, v in d["V"].items()})
+
+
+def _within_width(n: int, ratio: float) -> float:
+    """A call on n tokens costs at least one call on one token and at most n of them."""
+    return min(max(ratio, 1.0), float(n))
 
 
 # --- acceptance --------------------------------------------------------------------------------
