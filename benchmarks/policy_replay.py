@@ -72,6 +72,14 @@ def measure_costs(out: Path) -> None:
     out.write_text(json.dumps({"version": 1, "models": {str(target): table.to_dict()}}))
 
 
+def target_markup() -> frozenset[int]:
+    from specllm.backend import Model
+    from specllm.hub import resolve_models
+
+    target, _, _ = resolve_models(None, None, None, check=False)
+    return Model(target, vocab_only=True).markup_tokens
+
+
 def target_costs(path: Path) -> CostTable:
     """The target's cost table: the calibration entry with the largest one-token time."""
     models = json.loads(path.read_text())["models"]
@@ -105,8 +113,8 @@ def replay(drafter, prompt: list[int], output: list[int], costs: CostTable) -> f
 
 
 class FixedNgram(NgramDrafter):
-    def __init__(self, gamma: int):
-        super().__init__()
+    def __init__(self, gamma: int, markup: frozenset[int]):
+        super().__init__(markup=markup)
         self.gamma = gamma
 
     def propose(self, context, gamma):
@@ -116,8 +124,8 @@ class FixedNgram(NgramDrafter):
 class _Lookahead(NgramDrafter):
     """Base of the two bounds: the copy auto would see, cut to the length `length()` picks."""
 
-    def __init__(self, costs: CostTable, row: dict):
-        super().__init__(min_match=0)
+    def __init__(self, costs: CostTable, row: dict, markup: frozenset[int]):
+        super().__init__(min_match=0, markup=markup)
         self.costs, self.truth = costs, row["prompt"] + row["output"]  # indexed like the context
 
     def propose(self, context, gamma):
@@ -138,8 +146,8 @@ class NgramOracle(_Lookahead):
 class KnownCurves(_Lookahead):
     """Knows P(accepted >= j | category, repeat bucket) as measured on all the outputs."""
 
-    def __init__(self, costs, row, curves: dict[int, list[int]]):
-        super().__init__(costs, row)
+    def __init__(self, costs, row, markup, curves: dict[int, list[int]]):
+        super().__init__(costs, row, markup)
         self.curves = curves
 
     def length(self, repeat, copy, truth):
@@ -152,11 +160,11 @@ class KnownCurves(_Lookahead):
         return self.best(expected)
 
 
-def acceptance_curves(rows: list[dict]) -> dict[str, dict[int, list[int]]]:
+def acceptance_curves(rows: list[dict], markup: frozenset[int]) -> dict[str, dict[int, list[int]]]:
     """For each category and repeat bucket: the accepted length of the copy at every position."""
     curves: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        lookup, context, output = NgramDrafter(min_match=0), list(row["prompt"]), row["output"]
+        lookup, context, output = NgramDrafter(min_match=0, markup=markup), list(row["prompt"]), row["output"]
         for i, token in enumerate(output):
             repeat, copy = lookup.lookup(context, NGRAM_MAX)
             if copy:
@@ -165,17 +173,18 @@ def acceptance_curves(rows: list[dict]) -> dict[str, dict[int, list[int]]]:
     return curves
 
 
-def replay_all(rows: list[dict], costs: CostTable) -> dict[str, dict[str, float]]:
-    """Modeled speed-up over target-only, per policy and category (and "overall")."""
-    curves = acceptance_curves(rows)
+def replay_all(rows: list[dict], costs: CostTable, markup: frozenset[int]) -> dict[str, dict[str, float]]:
+    """Modeled speed-up over target-only, per policy and category (and "overall"). `markup`: the
+    target's control tokens, where every copy stops (as in the engine)."""
+    curves = acceptance_curves(rows, markup)
     policy = AutoPolicy(CostTable(costs.step_seconds, dict(costs.V)))  # one engine: auto learns across prompts
     policy.observe_verify = lambda width, seconds: None  # keep the table fixed: it is the model
     makers = {
-        "ngram g=2": lambda row: FixedNgram(2),
-        "ngram g=4": lambda row: FixedNgram(4),
-        "auto": lambda row: AutoDrafter(policy, None),
-        "known curves": lambda row: KnownCurves(costs, row, curves[row["category"]]),
-        "n-gram oracle": lambda row: NgramOracle(costs, row),
+        "ngram g=2": lambda row: FixedNgram(2, markup),
+        "ngram g=4": lambda row: FixedNgram(4, markup),
+        "auto": lambda row: AutoDrafter(policy, None, markup),
+        "known curves": lambda row: KnownCurves(costs, row, markup, curves[row["category"]]),
+        "n-gram oracle": lambda row: NgramOracle(costs, row, markup),
     }
     base: dict[str, float] = defaultdict(float)
     spent: dict[str, dict[str, float]] = {name: defaultdict(float) for name in makers}
@@ -215,7 +224,7 @@ def main() -> None:
     rows = json.loads(args.recorded.read_text())
     if args.order_seed is not None:
         random.Random(args.order_seed).shuffle(rows)
-    table = replay_all(rows, costs)
+    table = replay_all(rows, costs, target_markup())
     columns = list(next(iter(table.values())))
     print(f"{'policy':14s}" + "".join(f"{c[:15]:>16s}" for c in columns))
     for name, row in table.items():

@@ -229,6 +229,14 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self._vocab, token))
 
+    @functools.cached_property
+    def markup_tokens(self) -> frozenset[int]:
+        """Control and end-of-generation tokens: the chat template's markup (end of turn, role
+        headers), never text that an answer repeats. Read once (a pass over the vocabulary takes
+        ~50 ms for 150k tokens)."""
+        v = self._vocab
+        return frozenset(t for t in range(self.n_vocab) if L.llama_vocab_is_control(v, t) or L.llama_vocab_is_eog(v, t))
+
     def token_text(self, token: int) -> bytes:
         return L.llama_vocab_get_text(self._vocab, token) or b""
 

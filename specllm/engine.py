@@ -401,7 +401,8 @@ class _Run:
         if name == "auto":
             return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
         if name == "ngram":
-            return NgramDrafter(min_match=GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH)
+            min_match = GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH
+            return NgramDrafter(min_match=min_match, markup=self.target.markup_tokens)
         return NoDrafter()
 
     def steps(self) -> Iterator[Step | Finished]:
@@ -449,7 +450,7 @@ class _Run:
         model = None
         if policy.model_could_pay() and engine.load_draft() is not None:
             model = ModelDrafter(engine.draft, self.sampler, self.rng)
-        return AutoDrafter(policy, model)
+        return AutoDrafter(policy, model, self.target.markup_tokens)
 
     def _step(self, gamma: int) -> tuple[Step, str | None]:
         draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()

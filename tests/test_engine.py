@@ -632,6 +632,33 @@ def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
     assert d.propose([7, 1, 2, 7, 1], 2).tokens == [2, 7]  # a new context resets the index
 
 
+def test_an_ngram_copy_stops_before_chat_markup():
+    text = [5, 1, 2, 3, 4, 6, 7, 99, 98, 8, 1, 2, 3, 4]  # the repeat was followed by 6 7, then markup
+    assert NgramDrafter(min_match=4).propose(text, 4).tokens == [6, 7, 99, 98]
+    assert NgramDrafter(min_match=4, markup=frozenset({98, 99})).propose(text, 4).tokens == [6, 7]
+    assert NgramDrafter(min_match=4, markup=frozenset({6})).propose(text, 4).tokens == []
+
+
+def test_the_markup_tokens_are_the_control_and_end_of_generation_ones(engine):
+    assert engine.target.markup_tokens == {1, 2, 3, 4}  # <s>, </s>, <|im_start|>, <|im_end|> (tiny_models)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "auto"])
+def test_no_drafter_copies_the_chat_markup_that_ends_a_message(engine, drafter):
+    """A prompt that ends by repeating the end of an earlier user message: the copy would go on
+    with the template's end-of-turn and role header, which an answer never writes."""
+    message = engine.target.tokenize("the cat is in the house and the dog", add_special=False)
+    header = engine.target.tokenize("assistant", add_special=False)
+    prompt = [engine.target.bos, 3, *message, 4, 3, *header, *message[:-1]]
+    steps = [s for s in engine.stream(prompt, max_tokens=16, temperature=0, drafter=drafter, gamma=8)
+             if isinstance(s, Step)]  # fmt: skip
+    drafted = [t for s in steps for t in s.drafted]
+    assert not set(drafted) & engine.target.markup_tokens
+    if drafter == "ngram":  # the first step copies the last token of the message, and stops there
+        assert steps[0].drafted == message[-1:]
+    assert [t for s in steps for t in s.drafted[: s.accepted] + [s.token]] == greedy(engine, prompt, "none", max_tokens=16).tokens
+
+
 def test_model_drafter_needs_a_draft_model(tiny_models):
     e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     with pytest.raises(SpecllmError, match="draft model"):
