@@ -6,6 +6,7 @@ for only at the rows that need them; there is never an n_ctx x n_vocab buffer.
 """
 
 import collections
+import copy
 import ctypes
 import functools
 import io
@@ -173,6 +174,7 @@ class Model:
         self.path = Path(path)
         self.options = options
         self._model = self._ctx = None
+        self._weights_of: Model | None = None  # a sibling's: the model whose weights it uses
         check_gguf_header(self.path)
         self._devices = _model_devices(options.rpc)  # kept alive while loading
         self._model = _load_model(self.path, options, vocab_only, self._devices)
@@ -183,23 +185,34 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         if not vocab_only:
-            self._ctx = _new_context(self._model, options, self.path)
-            self.n_ctx = L.llama_n_ctx(self._ctx)
-            self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
-            self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
-            for i in range(self.n_batch):
-                self._batch.n_seq_id[i] = 1
-                self._batch.seq_id[i][0] = 0
+            self._open_context()
+
+    def _open_context(self) -> None:
+        self._ctx = _new_context(self._model, self.options, self.path)
+        self.n_ctx = L.llama_n_ctx(self._ctx)
+        self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
+        for i in range(self.n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+
+    def sibling(self) -> "Model":
+        """The same loaded weights with a KV cache of its own, so that two generations can run
+        side by side (bench interleaves its configurations step by step). Close it before this."""
+        twin = copy.copy(self)  # shares the weights, the vocabulary and its caches
+        twin._weights_of, twin.tokens, twin._ctx = self, [], None  # a failed open frees nothing of ours
+        twin._open_context()
+        return twin
 
     def close(self) -> None:
         if self._ctx is not None:
             L.llama_batch_free(self._batch)
             L.llama_free(self._ctx)
             self._ctx = None
-        if self._model is not None:
+        if self._model is not None and self._weights_of is None:
             L.llama_model_free(self._model)
-            self._model = None
             _rpc_connected.subtract(self.options.rpc)
+        self._model = None
 
     def __del__(self):
         self.close()

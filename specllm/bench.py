@@ -246,28 +246,64 @@ class PromptRun:
 def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configuration, settings: BenchSettings,
             max_tokens: int | None = None) -> PromptRun:  # fmt: skip
     """One generation from empty KV caches, collecting each step's draft and acceptance."""
-    gen = GenerationConfig(
-        max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
-        sampler=settings.sampler,
-        drafter=config.drafter,
-        gamma=None if config.drafter == "auto" else max(config.gamma, 1),
-    )
-    tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
-    for model in (engine.target, engine.draft):
-        if model is not None:
-            model.truncate(0)
-    calls, emitted, result = [], [], None
-    for event in engine.stream(tokens, gen):
+    run = _Running(engine, index, prompt, config, settings, max_tokens)
+    while run.advance():
+        pass
+    return run.done()
+
+
+def run_side_by_side(lanes: dict[Configuration, Engine], index: int, prompt: BenchPrompt,
+                     order: list[Configuration], settings: BenchSettings) -> dict[Configuration, PromptRun]:  # fmt: skip
+    """One generation per configuration, each on its own lane (same weights, own KV caches),
+    interleaved step by step: a step of each in `order`, then again. Each generation times only
+    its own steps, so a slow spell of a shared machine (tens of milliseconds to seconds) falls on
+    every configuration alike, rather than on whichever ran the prompt at that moment."""
+    running = [_Running(lanes[c], index, prompt, c, settings) for c in order]
+    active = list(running)
+    while active:
+        active = [run for run in active if run.advance()]
+    return {run.config: run.done() for run in running}
+
+
+class _Running:
+    """A generation under way, taken one engine step at a time."""
+
+    def __init__(self, engine: Engine, index: int, prompt: BenchPrompt, config: Configuration,
+                 settings: BenchSettings, max_tokens: int | None = None):  # fmt: skip
+        self.index, self.prompt, self.config = index, prompt, config
+        gen = GenerationConfig(
+            max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
+            sampler=settings.sampler,
+            drafter=config.drafter,
+            gamma=None if config.drafter == "auto" else max(config.gamma, 1),
+        )
+        self.tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
+        for model in (engine.target, engine.draft):
+            if model is not None:
+                model.truncate(0)
+        self.events = engine.stream(self.tokens, gen)
+        self.calls: list[tuple[list[int], int]] = []
+        self.emitted: list[int] = []
+        self.result: Result | None = None
+
+    def advance(self) -> bool:
+        """Take the next step; False once the generation has finished."""
+        event = next(self.events)
         if isinstance(event, Finished):
-            result = event.result
-        elif event.drafted or event.token != -1:
-            calls.append((list(event.drafted), event.accepted))
-            emitted += event.drafted[: event.accepted] + ([event.token] if event.token != -1 else [])
-    # The engine stops at the first end-of-generation token and never lists it in result.tokens;
-    # keep it here, so an output that stops early is told apart from one that goes on.
-    n = len(result.tokens)
-    emitted = emitted[: n + 1] if result.stop_reason == "eos" else result.tokens
-    return PromptRun(index, prompt, tokens, result, list(emitted), calls)
+            self.result = event.result
+            return False
+        if event.drafted or event.token != -1:
+            self.calls.append((list(event.drafted), event.accepted))
+            self.emitted += event.drafted[: event.accepted] + ([event.token] if event.token != -1 else [])
+        return True
+
+    def done(self) -> PromptRun:
+        result = self.result
+        # The engine stops at the first end-of-generation token and never lists it in result.tokens;
+        # keep it here, so an output that stops early is told apart from one that goes on.
+        n = len(result.tokens)
+        emitted = self.emitted[: n + 1] if result.stop_reason == "eos" else result.tokens
+        return PromptRun(self.index, self.prompt, self.tokens, result, list(emitted), self.calls)
 
 
 # --- calibration -----------------------------------------------------------------------------
@@ -413,23 +449,27 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
 
     runs: dict[Configuration, list[PromptRun]] = {config: [] for config in configs}
     labels = _positions(prompts)
-    for round_ in range(1, settings.rounds + 1):
-        # auto starts every round knowing only its costs, as a new engine would: each round
-        # measures the same thing, and the warm-up teaches it nothing about the first prompt.
-        if engine.policy is not None:
-            engine.policy.forget_acceptance()
-        # Prompt by prompt, every configuration in turn: a machine whose load drifts during the
-        # bench slows every configuration alike. Odd rounds go backwards, so no configuration
-        # always runs first after a prompt change.
-        order = configs if round_ % 2 else configs[::-1]
-        where = f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""
-        for i, prompt in enumerate(prompts):
-            for config in order:
-                progress(f"{labels[i]}{where} · {config.name}", done, total)
-                run = run_one(engine, i, prompt, config, settings)
-                run.round = round_
-                runs[config].append(run)
-                done += 1
+    lanes = {config: engine if config == BASELINE else engine.lane() for config in configs}
+    try:
+        for round_ in range(1, settings.rounds + 1):
+            # auto starts every round knowing only its costs, as a new engine would: each round
+            # measures the same thing, and the warm-up teaches it nothing about the first prompt.
+            for policy in {id(e.policy): e.policy for e in lanes.values() if e.policy is not None}.values():
+                policy.forget_acceptance()
+            # Prompt by prompt, every configuration side by side, step by step. Odd rounds go
+            # backwards, so no configuration always steps first.
+            order = configs if round_ % 2 else configs[::-1]
+            where = f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""
+            for i, prompt in enumerate(prompts):
+                progress(f"{labels[i]}{where}", done, total)
+                for config, run in run_side_by_side(lanes, i, prompt, order, settings).items():
+                    run.round = round_
+                    runs[config].append(run)
+                done += len(configs)
+    finally:
+        for lane in lanes.values():
+            if lane is not engine:
+                lane.close()
     progress("fidelity", done, total)
 
     baseline = runs[BASELINE]

@@ -212,6 +212,15 @@ class Engine:
             if model is not None:
                 model.close()
 
+    def lane(self) -> "Engine":
+        """An engine on this one's loaded models (the same weights) with KV caches of its own,
+        sharing the auto policy: generations on two lanes can be interleaved step by step. Close
+        it before this engine."""
+        draft = self.draft.sibling() if self.draft is not None else None
+        twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
+        twin.policy, twin.calibration = self.policy, self.calibration
+        return twin
+
     # --- the auto policy's costs ------------------------------------------------------------
 
     def auto_policy(self, context: list[int]) -> AutoPolicy:

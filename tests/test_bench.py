@@ -378,16 +378,17 @@ def test_early_end_of_generation_is_a_divergence(engine, reference):
 def test_bench_reports_a_planted_divergence(engine, monkeypatch):
     """End to end: corrupt one speculative output the way a broken verify step would; the bench
     finds it, classifies it as a bug, and the explanation and the divergence table say so."""
-    real_run_one = b.run_one
+    real_side_by_side = b.run_side_by_side
 
-    def corrupted(engine, index, prompt, config, settings, max_tokens=None):
-        run = real_run_one(engine, index, prompt, config, settings, max_tokens)
-        if config == b.Configuration("ngram", 1) and index == 1 and max_tokens is None:
+    def corrupted(lanes, index, prompt, order, settings):
+        runs = real_side_by_side(lanes, index, prompt, order, settings)
+        run = runs[b.Configuration("ngram", 1)]
+        if index == 1:
             logits = b.reference_logits(engine.target, run.prompt_tokens, run.emitted[:3])
             run.emitted[3] = int(np.argmin(logits))
-        return run
+        return runs
 
-    monkeypatch.setattr(b, "run_one", corrupted)
+    monkeypatch.setattr(b, "run_side_by_side", corrupted)
     out = b.run_bench(engine, SMALL_SUITE, settings(configurations=(b.Configuration("ngram", 1),)))
     fid = out["results"][1]["overall"]["fidelity"]
     assert fid["matched"] == 2 and fid["bugs"] == 1 and fid["fraction"] == pytest.approx(2 / 3)
@@ -535,12 +536,7 @@ def test_rounds_run_the_suite_again_and_add_up(engine, monkeypatch):
         assert r["categories"]["chat"]["runs"] == 2
     target_only = out["results"][0]["prompts"]
     assert [p["tokens"] for p in target_only[:3]] == [p["tokens"] for p in target_only[3:]]  # greedy: same text
-    # Each prompt runs every configuration in turn, backwards in the second round.
-    first = [e[0] for e in events if e[0].startswith("code 1/1")]
-    assert first == [
-        "code 1/1 · round 1/2 · target-only", "code 1/1 · round 1/2 · auto", "code 1/1 · round 1/2 · ngram g=2",
-        "code 1/1 · round 2/2 · ngram g=2", "code 1/1 · round 2/2 · auto", "code 1/1 · round 2/2 · target-only",
-    ]  # fmt: skip
+    assert [e[0] for e in events if e[0].startswith("code 1/1")] == ["code 1/1 · round 1/2", "code 1/1 · round 2/2"]
     assert events[-1][1] == events[-1][2] == 2 + 3 * 3 * 2
     assert "3 prompts in 3 categories, 2 rounds" in render_text(out)
     assert any(line.startswith("Noise: from round to round") for line in explanation(out))
@@ -554,3 +550,25 @@ def test_cli_bench_refuses_zero_rounds(tiny_models, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 2 and "--rounds" in capsys.readouterr().err
+
+
+def test_configurations_run_side_by_side_as_they_run_alone(engine):
+    """Lanes share the weights and keep their own KV caches: interleaved step by step, every
+    configuration makes the text (and a fixed one exactly the calls) it makes on its own."""
+    configs = [b.BASELINE, *b.configurations(["auto", "model", "ngram"], [3])]
+    s = settings(configurations=tuple(configs[1:]))
+    alone = {c: b.run_one(engine, 1, SMALL_SUITE[1], c, s) for c in configs}
+    lanes = {c: engine if c == b.BASELINE else engine.lane() for c in configs}
+    for lane in lanes.values():
+        assert lane.target._model == engine.target._model and lane.target._ctx != engine.target._ctx or lane is engine
+    together = b.run_side_by_side(lanes, 1, SMALL_SUITE[1], configs[::-1], s)
+    for lane in lanes.values():
+        if lane is not engine:
+            lane.close()
+    for c in configs:
+        assert together[c].emitted == alone[c].emitted, c.name
+        if c.drafter != "auto":  # auto's choices also depend on its timings
+            assert together[c].calls == alone[c].calls, c.name
+    assert any(drafted for drafted, _ in together[b.Configuration("model", 3)].calls)
+    # Closing the lanes left the engine's weights alone.
+    assert b.run_one(engine, 1, SMALL_SUITE[1], b.BASELINE, s).emitted == alone[b.BASELINE].emitted
