@@ -291,6 +291,7 @@ class _Running:
         event = next(self.events)
         if isinstance(event, Finished):
             self.result = event.result
+            self.events.close()  # releases the engine for its next generation at once
             return False
         if event.drafted or event.token != -1:
             self.calls.append((list(event.drafted), event.accepted))

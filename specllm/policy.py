@@ -13,8 +13,8 @@ never measured cost as much as the next measured width (or, past the widest, as 
 so V(n) is never guessed from a smooth curve: it is not smooth on a CPU.
 
 Two safety nets on top of the estimates: a `Guard` compares what each source really delivered over
-a window of its steps with the target-only rate and backs a losing source off, re-probing it later
-with growing gaps; and a source that cannot pay even at an optimistic acceptance is never tried.
+a window of its steps with the target-only rate and backs a losing source off for the rest of the
+text, or until a later re-probe (gaps grow with each loss); and a source that cannot pay even at an optimistic acceptance is never tried.
 """
 
 from __future__ import annotations
@@ -253,6 +253,15 @@ class Guard:
             r.gap = GUARD_FIRST_GAP
         r.tokens, r.seconds, r.steps = 0, 0.0, 0
 
+    def new_text(self) -> None:
+        """A new text is judged on its own: what a source lost on the last one (a reply whose
+        copies broke) says little about this one (a function returned whole, where copies pay
+        most), so a backed-off source may draft again at once, and no window spans two texts.
+        The gaps keep their length: a source that loses again sits out longer."""
+        for r in self.records.values():
+            r.resume_at = min(r.resume_at, self.step)
+            r.tokens, r.seconds, r.steps = 0, 0.0, 0
+
 
 # --- scoring n-gram proposals after the fact ---------------------------------------------------
 
@@ -329,8 +338,8 @@ class AutoPolicy:
             "model": Acceptance(confidence_prior),  # by the draft's confidence
             "model_marginal": Acceptance(lambda _: 0.7),  # by position only: before drafting
         }
-        self.start_generation()
         self.guard = Guard()
+        self.start_generation()
 
     def start_generation(self) -> None:
         """A new text: its own acceptance tables, starting from everything learned so far with
@@ -339,6 +348,7 @@ class AutoPolicy:
         self.model = self.learned["model"].child(GENERATION_WEIGHT)
         self.model_marginal = self.learned["model_marginal"].child(GENERATION_WEIGHT)
         self.scorer = NgramScorer(self.ngram)
+        self.guard.new_text()
 
     @property
     def baseline(self) -> float:

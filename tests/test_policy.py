@@ -153,6 +153,27 @@ def test_the_guard_backs_off_a_losing_source_with_growing_gaps():
     assert guard.allowed("model")  # other sources are not affected
 
 
+def test_a_new_text_gets_a_fresh_judgement_but_repeat_losers_sit_out_longer():
+    policy = AutoPolicy(CostTable(0.04, {2: 1.6}))
+    for _ in range(GUARD_WINDOW):
+        policy.record_step("ngram", tokens=1, seconds=1.0)  # far below the target-only rate
+    assert not policy.guard.allowed("ngram")
+    policy.start_generation()  # the next text: what lost on the last one may draft again
+    assert policy.guard.allowed("ngram")
+    for _ in range(GUARD_WINDOW - 1):
+        policy.record_step("ngram", tokens=1, seconds=1.0)
+    policy.start_generation()  # an unfinished window does not carry over either
+    for _ in range(GUARD_WINDOW - 1):
+        policy.record_step("ngram", tokens=1, seconds=1.0)
+    assert policy.guard.allowed("ngram") and policy.guard.backoffs == 1
+    policy.record_step("ngram", tokens=1, seconds=1.0)
+    steps_out = 0
+    while not policy.guard.allowed("ngram"):
+        policy.record_step("none", tokens=1, seconds=0.04)
+        steps_out += 1
+    assert steps_out == 2 * GUARD_FIRST_GAP  # the second loss still doubles the gap
+
+
 def test_the_guard_keeps_a_winning_source():
     guard = Guard()
     for _ in range(10 * GUARD_WINDOW):
