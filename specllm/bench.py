@@ -450,7 +450,9 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
 
     runs: dict[Configuration, list[PromptRun]] = {config: [] for config in configs}
     labels = _positions(prompts)
-    lanes = {config: engine if config == BASELINE else engine.lane() for config in configs}
+    # Every configuration on a fresh lane, target-only too: no context carries the warm-up's or
+    # the calibration's history into the comparison.
+    lanes = {config: engine.lane() for config in configs}
     try:
         for round_ in range(1, settings.rounds + 1):
             # auto starts every round knowing only its costs, as a new engine would: each round
@@ -469,8 +471,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
                 done += len(configs)
     finally:
         for lane in lanes.values():
-            if lane is not engine:
-                lane.close()
+            lane.close()
     progress("fidelity", done, total)
 
     baseline = runs[BASELINE]
