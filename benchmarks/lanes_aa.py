@@ -30,12 +30,9 @@ def main() -> None:
     for r in range(args.rounds):
         for i, prompt in enumerate(prompts):
             order = list(lanes) if (r + i) % 2 == 0 else list(lanes)[::-1]
-            running = {name: b._Running(lanes[name], i, prompt, b.BASELINE, settings) for name in order}
-            active = list(running.values())
-            while active:
-                active = [run for run in active if run.advance()]
-            for name, run in running.items():
-                seconds[name] += run.done().result.stats.decode_seconds
+            runs = b.run_interleaved([b._Running(lanes[name], i, prompt, b.BASELINE, settings) for name in order])
+            for name, run in zip(order, runs):
+                seconds[name] += run.result.stats.decode_seconds
     for name, s in seconds.items():
         print(f"{name:14s} {s:7.2f} s decoding, {seconds['first context'] / s:.3f}x the first context")
 

@@ -246,10 +246,7 @@ class PromptRun:
 def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configuration, settings: BenchSettings,
             max_tokens: int | None = None) -> PromptRun:  # fmt: skip
     """One generation from empty KV caches, collecting each step's draft and acceptance."""
-    run = _Running(engine, index, prompt, config, settings, max_tokens)
-    while run.advance():
-        pass
-    return run.done()
+    return run_interleaved([_Running(engine, index, prompt, config, settings, max_tokens)])[0]
 
 
 def run_side_by_side(lanes: dict[Configuration, Engine], index: int, prompt: BenchPrompt,
@@ -258,11 +255,16 @@ def run_side_by_side(lanes: dict[Configuration, Engine], index: int, prompt: Ben
     interleaved step by step: a step of each in `order`, then again. Each generation times only
     its own steps, so a slow spell of a shared machine (tens of milliseconds to seconds) falls on
     every configuration alike, rather than on whichever ran the prompt at that moment."""
-    running = [_Running(lanes[c], index, prompt, c, settings) for c in order]
+    runs = run_interleaved([_Running(lanes[c], index, prompt, c, settings) for c in order])
+    return dict(zip(order, runs))
+
+
+def run_interleaved(running: list["_Running"]) -> list[PromptRun]:
+    """Take a step of each generation in turn until all have finished (each on its own engine)."""
     active = list(running)
     while active:
         active = [run for run in active if run.advance()]
-    return {run.config: run.done() for run in running}
+    return [run.done() for run in running]
 
 
 class _Running:

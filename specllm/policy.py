@@ -13,8 +13,9 @@ never measured cost as much as the next measured width (or, past the widest, as 
 so V(n) is never guessed from a smooth curve: it is not smooth on a CPU.
 
 Two safety nets on top of the estimates: a `Guard` compares what each source really delivered over
-a window of its steps with the target-only rate and backs a losing source off for the rest of the
-text, or until a later re-probe (gaps grow with each loss); and a source that cannot pay even at an optimistic acceptance is never tried.
+a window of its steps with the target-only rate and backs a losing source off until a re-probe
+(gaps grow with each loss) or the next text; and a source that cannot pay even at an optimistic
+acceptance is never tried.
 """
 
 from __future__ import annotations
