@@ -9,7 +9,7 @@ target, 128 tokens, and saves the prompt and output token ids. `replay` then ste
 output as speculative decoding would: at each step a policy proposes a copy, the accepted part is
 the longest prefix that equals the recorded output (greedy verification is exactly that), and the
 step costs T(k + 1) from a cost table: by default the target's entry of specllm's calibration.json
-(auto's own calibration: widths 1-5, 8, 12, 16 and those it used since), or one written by `costs`,
+(auto's own calibration: widths 1-5, 8, 12, 16, 32 and those it used since), or one written by `costs`,
 which times every width from 1 to 20 and some up to 64, five times each (median). Target-only costs T(1) per token; the ratio is the
 modeled speed-up. Policies, each over the same lookup (the longest earlier repeat of the last 2-3
 tokens):

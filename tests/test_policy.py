@@ -108,9 +108,17 @@ def test_unmeasured_widths_cost_as_much_as_the_next_measured_one():
     assert table.ratio(1) == 1.0 and table.ratio(2) == 1.5
     assert table.ratio(5) == 6.0  # not interpolated down between 2 and 8
     assert table.ratio(10) == 5.0
-    past = table.ratio(24)  # extrapolated at no less than half the widest's cost per token
-    assert past >= 5.0 + 12 * (5.0 / 12 / 2)
+    assert table.ratio(24) == pytest.approx(5.0 + 12 * (5.0 / 12 / 2))  # half the widest's cost per token
     assert table.seconds(8) == pytest.approx(0.06)
+
+
+def test_a_steep_pair_of_widest_widths_does_not_price_long_copies_out():
+    """V(16) = 7.0 then V(17) = 9.2 (V is bumpy on a CPU): on the slope of those two a 48-token
+    copy would cost as much as 44 one-token calls and would never be drafted, so never measured.
+    Priced at half V(17)'s cost per token it is drafted where copies hold."""
+    table = CostTable(0.05, {2: 1.8, 3: 2.2, 4: 2.7, 5: 3.3, 8: 6.7, 12: 8.1, 16: 7.0, 17: 9.2})
+    assert table.ratio(49) == pytest.approx(9.2 + 32 * 9.2 / 17 / 2)
+    assert best_length([0.99] * 48, lambda k: table.seconds(k + 1)).k == 48
 
 
 def test_one_outlier_moves_an_estimate_at_most_twofold():
