@@ -7,7 +7,10 @@ With --ngram: specllm's default (auto) drafting and target-only decoding against
 n-gram speculation (llama-speculative-simple --spec-type ngram-simple | ngram-map-k | ngram-mod,
 their default settings: a 12-token key, drafts of up to 48 or 64 tokens) on the grounded prompts of
 benchmarks/prompts/grounded.jsonl (edit a given function and return it whole, reorder given rows),
-rendered with the target's chat template and given to both as the same text.
+rendered with the target's chat template and given to both as the same text. Also reported: how
+many tokens each llama.cpp mode drafted, and llama.cpp's plain decoding (CPP_PLAIN) next to
+specllm's target-only: where a mode drafted nothing, its speed is that of llama.cpp's plain loop.
+At the end, per prompt: medians over the rounds, auto against the mode fastest by its median.
 
 DIR holds llama-speculative-simple, as built by benchmarks/build_llama_cpp_tools.sh from the
 llama.cpp sources of the installed llama-cpp-python (default: ~/.cache/specllm-anchor/VERSION/bin).
@@ -145,20 +148,28 @@ class DecodeTimer:
 
 
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+# llama.cpp's plain decoding through the same binary (`--spec-type none` is refused by the tool):
+# ngram-simple with its largest key, 1024 tokens, looks nothing up before the context holds 1073
+# tokens (key + 48-token draft + 1), far more than these prompts and answers, so every step is a
+# one-token target call. The run reports 0 tokens drafted, which is checked.
+CPP_PLAIN = ("cpp-plain", ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024"])
 GROUNDED = HERE / "prompts" / "grounded.jsonl"
+DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 
 
-def cpp_ngram(binary: Path, target, prompt_file: Path, spec_type: str, n: int, threads: int) -> float:
-    """Decode tokens/s of llama.cpp's n-gram speculation (default settings of that type)."""
+def cpp_ngram(binary: Path, target, prompt_file: Path, spec_args: list[str], n: int, threads: int) -> tuple[float, int]:
+    """Decode tokens/s of llama.cpp's n-gram speculation (default settings of the type that
+    `spec_args` names) and how many tokens it drafted."""
     out = subprocess.run(
-        [str(binary), "-m", str(target), "--spec-type", spec_type, "-t", str(threads),
+        [str(binary), "-m", str(target), *spec_args, "-t", str(threads),
          "--temp", "0", "-n", str(n), "-f", str(prompt_file)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    match = DECODED.search(out.stdout + out.stderr)
+    text = out.stdout + out.stderr
+    match, drafted = DECODED.search(text), DRAFTED.search(text)
     if not match:
-        raise SystemExit(f"no speed line in the output of {binary.name} --spec-type {spec_type}")
-    return float(match.group(3))
+        raise SystemExit(f"no speed line in the output of {binary.name} {' '.join(spec_args)}")
+    return float(match.group(3)), int(drafted.group(1)) if drafted else -1
 
 
 def ngram_comparison(args, binary: Path, threads: int) -> None:
@@ -168,7 +179,8 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
     engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads, defer_draft=True)
     engine.generate("warm up", max_tokens=8, temperature=0)  # and the auto policy's calibration
     prompts = [json.loads(line) for line in GROUNDED.read_text().splitlines() if line.strip()]
-    rows = []  # (category, {name: tok/s})
+    cpp_runs = {t: ["--spec-type", t] for t in NGRAM_TYPES} | dict([CPP_PLAIN])
+    rows = []  # (prompt number, category, {name: tok/s}, {llama.cpp mode: tokens drafted})
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for i, p in enumerate(prompts, 1):
@@ -176,25 +188,28 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                 prompt_file = Path(tmp) / f"prompt{i}.txt"
                 prompt_file.write_text(text)
                 ids = engine.prompt_tokens(text)
-                speeds = {}
-                order = [*NGRAM_TYPES, "auto", "none"]
+                speeds, drafted = {}, {}
+                order = [*cpp_runs, "auto", "none"]
                 for name in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
-                    if name in NGRAM_TYPES:
-                        speeds[name] = cpp_ngram(binary, target, prompt_file, name, args.n, threads)
+                    if name in cpp_runs:
+                        speeds[name], drafted[name] = cpp_ngram(binary, target, prompt_file, cpp_runs[name], args.n, threads)
+                        if name == CPP_PLAIN[0] and drafted[name] != 0:
+                            raise SystemExit(f"llama.cpp's plain decoding drafted {drafted[name]} tokens")
                     else:
                         result = engine.generate(ids, max_tokens=args.n, temperature=0, drafter=name)
                         speeds[name] = result.stats.tokens_per_second
-                rows.append((i, p["category"], speeds))
+                rows.append((i, p["category"], speeds, drafted))
                 best = max(NGRAM_TYPES, key=speeds.get)
                 print(f"round {r + 1} prompt {i} ({p['category']}): specllm auto {speeds['auto']:.2f}, "
                       f"target-only {speeds['none']:.2f} tok/s ({speeds['auto'] / speeds['none']:.2f}x); "
-                      + ", ".join(f"{t} {speeds[t]:.2f}" for t in NGRAM_TYPES)
+                      + ", ".join(f"{t} {speeds[t]:.2f} ({drafted[t]} drafted)" for t in NGRAM_TYPES)
+                      + f", llama.cpp plain {speeds['cpp-plain']:.2f}"
                       + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x", flush=True)  # fmt: skip
     print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy):")
-    for cat in [None, *dict.fromkeys(c for _, c, _ in rows)]:
-        picked = [s for _, c, s in rows if cat is None or c == cat]
+    for cat in [None, *dict.fromkeys(c for _, c, _, _ in rows)]:
+        picked = [s for _, c, s, _ in rows if cat is None or c == cat]
         line = "  " + (cat or "all").ljust(14)
-        for name in ("none", "auto", *NGRAM_TYPES):
+        for name in ("none", "auto", *NGRAM_TYPES, "cpp-plain"):
             line += f" {name} {median(s[name] for s in picked):6.2f}"
         auto_x = median(s["auto"] / s["none"] for s in picked)
         vs_best = median(s["auto"] / max(s[t] for t in NGRAM_TYPES) for s in picked)
@@ -206,15 +221,18 @@ def per_prompt_summary(rows) -> None:
     """Each prompt's median speed over the rounds, per configuration, and auto against the
     llama.cpp mode that is fastest on that prompt by that median. (The best of three single runs
     would favour llama.cpp: on a noisy machine the maximum of three samples sits above their
-    typical value.)"""
+    typical value.) Where that mode drafted nothing, it is llama.cpp's plain decoding: then the
+    two loops' plain decoding speeds (specllm target-only, llama.cpp plain) say how much of the
+    difference is the loop rather than drafting."""
     print("\nper prompt, median tok/s over rounds:")
-    for i in sorted({i for i, _, _ in rows}):
-        runs = [s for j, _, s in rows if j == i]
-        med = {name: median(s[name] for s in runs) for name in runs[0]}
+    for i in sorted({i for i, _, _, _ in rows}):
+        runs = [(s, d) for j, _, s, d in rows if j == i]
+        med = {name: median(s[name] for s, _ in runs) for name in runs[0][0]}
         best = max(NGRAM_TYPES, key=med.get)
+        drafted = median(d[best] for _, d in runs)
         print(f"  prompt {i}: auto {med['auto']:6.2f}, target-only {med['none']:6.2f} ({med['auto'] / med['none']:.2f}x), "
-              f"best llama.cpp {best} {med[best]:6.2f}: auto {med['auto'] / med[best]:.2f}x")  # fmt: skip
-
+              f"best llama.cpp {best} {med[best]:6.2f} ({drafted:.0f} drafted): auto {med['auto'] / med[best]:.2f}x; "
+              f"plain decoding: llama.cpp {med['cpp-plain']:6.2f}, specllm/llama.cpp {med['none'] / med['cpp-plain']:.2f}x")  # fmt: skip
 
 def main():
     ap = argparse.ArgumentParser()
