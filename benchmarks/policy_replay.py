@@ -2,7 +2,7 @@
 
     python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
     python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
-    python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N]  # each policy's speed
+    python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N] [--learn-costs]
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
 target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
@@ -23,6 +23,9 @@ tokens):
   policy can do with this lookup.
 
 Timing noise is absent, so small differences between policies are real here (in the model).
+With --learn-costs, auto starts from the widths its calibration times (calibration.TARGET_WIDTHS)
+and learns each other width when it first uses it, as the engine does: widths it never tried are
+priced by CostTable's rule for unmeasured widths, which decides whether long copies are tried.
 """
 
 import argparse
@@ -32,7 +35,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from specllm.calibration import cache_path
+from specllm.calibration import TARGET_WIDTHS, cache_path
 from specllm.drafters import AutoDrafter, Draft, NgramDrafter
 from specllm.policy import MATCH_EDGES, NGRAM_MAX, AutoPolicy, CostTable, bucket
 
@@ -173,12 +176,19 @@ def acceptance_curves(rows: list[dict], markup: frozenset[int]) -> dict[str, dic
     return curves
 
 
-def replay_all(rows: list[dict], costs: CostTable, markup: frozenset[int]) -> dict[str, dict[str, float]]:
+def replay_all(
+    rows: list[dict], costs: CostTable, markup: frozenset[int], learn_costs: bool = False
+) -> dict[str, dict[str, float]]:
     """Modeled speed-up over target-only, per policy and category (and "overall"). `markup`: the
-    target's control tokens, where every copy stops (as in the engine)."""
+    target's control tokens, where every copy stops (as in the engine). With `learn_costs`, auto
+    starts from the widths its calibration times and learns every other width when it first uses
+    it, as in the engine (the step still costs what the table says); otherwise it knows them all."""
     curves = acceptance_curves(rows, markup)
-    policy = AutoPolicy(CostTable(costs.step_seconds, dict(costs.V)))  # one engine: auto learns across prompts
-    policy.observe_verify = lambda width, seconds: None  # keep the table fixed: it is the model
+    if learn_costs:
+        policy = AutoPolicy(CostTable(costs.step_seconds, {w: costs.V[w] for w in TARGET_WIDTHS if w in costs.V}))
+    else:
+        policy = AutoPolicy(CostTable(costs.step_seconds, dict(costs.V)))
+        policy.observe_verify = lambda width, seconds: None  # keep the table fixed: it is the model
     makers = {
         "ngram g=2": lambda row: FixedNgram(2, markup),
         "ngram g=4": lambda row: FixedNgram(4, markup),
@@ -212,6 +222,8 @@ def main() -> None:
     rep.add_argument("--costs", type=Path, default=None, help="a calibration.json (default: specllm's)")
     rep.add_argument("--order-seed", type=int, default=None, help="replay the prompts shuffled with this seed "
                      "(auto learns as it goes: the order matters to it)")  # fmt: skip
+    rep.add_argument("--learn-costs", action="store_true", help="auto knows only the widths its calibration "
+                     "times and learns the others when it first uses them, as in the engine")  # fmt: skip
     args = parser.parse_args()
     if args.command == "record":
         record(args.out, args.prompts)
@@ -224,7 +236,7 @@ def main() -> None:
     rows = json.loads(args.recorded.read_text())
     if args.order_seed is not None:
         random.Random(args.order_seed).shuffle(rows)
-    table = replay_all(rows, costs, target_markup())
+    table = replay_all(rows, costs, target_markup(), args.learn_costs)
     columns = list(next(iter(table.values())))
     print(f"{'policy':14s}" + "".join(f"{c[:15]:>16s}" for c in columns))
     for name, row in table.items():
