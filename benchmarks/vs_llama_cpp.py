@@ -152,7 +152,10 @@ NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 # ngram-simple with its largest key, 1024 tokens, looks nothing up before the context holds 1073
 # tokens (key + 48-token draft + 1), far more than these prompts and answers, so every step is a
 # one-token target call. The run reports 0 tokens drafted, which is checked.
-CPP_PLAIN = ("cpp-plain", ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024"])
+CPP_PLAIN = "cpp-plain"
+CPP_RUNS = {t: ["--spec-type", t] for t in NGRAM_TYPES} | {
+    CPP_PLAIN: ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024"]
+}
 GROUNDED = HERE / "prompts" / "grounded.jsonl"
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 
@@ -167,9 +170,9 @@ def cpp_ngram(binary: Path, target, prompt_file: Path, spec_args: list[str], n: 
     )  # fmt: skip
     text = out.stdout + out.stderr
     match, drafted = DECODED.search(text), DRAFTED.search(text)
-    if not match:
-        raise SystemExit(f"no speed line in the output of {binary.name} {' '.join(spec_args)}")
-    return float(match.group(3)), int(drafted.group(1)) if drafted else -1
+    if not match or not drafted:
+        raise SystemExit(f"no speed or n_drafted line in the output of {binary.name} {' '.join(spec_args)}")
+    return float(match.group(3)), int(drafted.group(1))
 
 
 def ngram_comparison(args, binary: Path, threads: int) -> None:
@@ -179,7 +182,6 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
     engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads, defer_draft=True)
     engine.generate("warm up", max_tokens=8, temperature=0)  # and the auto policy's calibration
     prompts = [json.loads(line) for line in GROUNDED.read_text().splitlines() if line.strip()]
-    cpp_runs = {t: ["--spec-type", t] for t in NGRAM_TYPES} | dict([CPP_PLAIN])
     rows = []  # (prompt number, category, {name: tok/s}, {llama.cpp mode: tokens drafted})
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -189,11 +191,11 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                 prompt_file.write_text(text)
                 ids = engine.prompt_tokens(text)
                 speeds, drafted = {}, {}
-                order = [*cpp_runs, "auto", "none"]
+                order = [*CPP_RUNS, "auto", "none"]
                 for name in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
-                    if name in cpp_runs:
-                        speeds[name], drafted[name] = cpp_ngram(binary, target, prompt_file, cpp_runs[name], args.n, threads)
-                        if name == CPP_PLAIN[0] and drafted[name] != 0:
+                    if name in CPP_RUNS:
+                        speeds[name], drafted[name] = cpp_ngram(binary, target, prompt_file, CPP_RUNS[name], args.n, threads)
+                        if name == CPP_PLAIN and drafted[name] != 0:
                             raise SystemExit(f"llama.cpp's plain decoding drafted {drafted[name]} tokens")
                     else:
                         result = engine.generate(ids, max_tokens=args.n, temperature=0, drafter=name)
@@ -203,13 +205,13 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                 print(f"round {r + 1} prompt {i} ({p['category']}): specllm auto {speeds['auto']:.2f}, "
                       f"target-only {speeds['none']:.2f} tok/s ({speeds['auto'] / speeds['none']:.2f}x); "
                       + ", ".join(f"{t} {speeds[t]:.2f} ({drafted[t]} drafted)" for t in NGRAM_TYPES)
-                      + f", llama.cpp plain {speeds['cpp-plain']:.2f}"
+                      + f", llama.cpp plain {speeds[CPP_PLAIN]:.2f}"
                       + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x", flush=True)  # fmt: skip
     print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy):")
     for cat in [None, *dict.fromkeys(c for _, c, _, _ in rows)]:
         picked = [s for _, c, s, _ in rows if cat is None or c == cat]
         line = "  " + (cat or "all").ljust(14)
-        for name in ("none", "auto", *NGRAM_TYPES, "cpp-plain"):
+        for name in ("none", "auto", *NGRAM_TYPES, CPP_PLAIN):
             line += f" {name} {median(s[name] for s in picked):6.2f}"
         auto_x = median(s["auto"] / s["none"] for s in picked)
         vs_best = median(s["auto"] / max(s[t] for t in NGRAM_TYPES) for s in picked)
@@ -232,7 +234,7 @@ def per_prompt_summary(rows) -> None:
         drafted = median(d[best] for _, d in runs)
         print(f"  prompt {i}: auto {med['auto']:6.2f}, target-only {med['none']:6.2f} ({med['auto'] / med['none']:.2f}x), "
               f"best llama.cpp {best} {med[best]:6.2f} ({drafted:.0f} drafted): auto {med['auto'] / med[best]:.2f}x; "
-              f"plain decoding: llama.cpp {med['cpp-plain']:6.2f}, specllm/llama.cpp {med['none'] / med['cpp-plain']:.2f}x")  # fmt: skip
+              f"plain decoding: llama.cpp {med[CPP_PLAIN]:6.2f}, specllm/llama.cpp {med['none'] / med[CPP_PLAIN]:.2f}x")  # fmt: skip
 
 def main():
     ap = argparse.ArgumentParser()
