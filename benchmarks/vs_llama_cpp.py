@@ -186,13 +186,13 @@ def tokens_per_second_as_llama_cpp(result) -> float:
 def ngram_comparison(args, binary: Path, threads: int) -> None:
     import json
 
+    prompts = [json.loads(line) for line in GROUNDED.read_text().splitlines() if line.strip()]
+    chosen = args.prompts or range(1, len(prompts) + 1)
+    if not set(chosen) <= set(range(1, len(prompts) + 1)):  # before loading anything
+        raise SystemExit(f"--prompts: numbers from 1 to {len(prompts)}")
     target, draft, _ = resolve_models()
     engine = specllm.load(str(target), str(draft), n_ctx=2048, n_threads=threads, defer_draft=True)
     engine.generate("warm up", max_tokens=8, temperature=0)  # and the auto policy's calibration
-    prompts = [json.loads(line) for line in GROUNDED.read_text().splitlines() if line.strip()]
-    chosen = args.prompts or range(1, len(prompts) + 1)
-    if not set(chosen) <= set(range(1, len(prompts) + 1)):
-        raise SystemExit(f"--prompts: numbers from 1 to {len(prompts)}")
     rows = []  # (prompt number, category, {name: tok/s}, {llama.cpp mode: tokens drafted})
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
