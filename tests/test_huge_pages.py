@@ -1,0 +1,81 @@
+"""Weights read into huge-page memory (backend.weights_on_huge_pages): when it applies, that the
+advice reaches the kernel, and that the model computes exactly what the memory-mapped one does."""
+
+import mmap
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specllm import backend
+from specllm.backend import Model, ModelOptions
+
+linux_with_thp = pytest.mark.skipif(
+    sys.platform != "linux" or backend._thp_mode() in (None, "never"),
+    reason="transparent huge pages are a Linux feature, switched on here",
+)
+
+MAPS = """\
+55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1234   /usr/bin/python3.11
+55d0c1e00000-55d0c5e00000 rw-p 00000000 00:00 0      [heap]
+7f0000000000-7f0040000000 rw-p 00000000 00:00 0
+7f0040000000-7f0041000000 r--p 00000000 00:00 0
+7f0041000000-7f0042000000 rw-s 00000000 00:05 77     /dev/shm/x
+7f0042000000-7f0043000000 rw-p 00001000 08:01 999    /models/target.gguf
+"""
+
+
+def test_only_private_writable_anonymous_mappings_are_listed():
+    # the heap has a name, the r--p one is read-only, rw-s is shared, the last one is a file
+    assert backend._anonymous_mappings(MAPS) == [(0x7F0000000000, 0x7F0040000000)]
+
+
+@linux_with_thp
+def test_a_cpu_model_that_fits_goes_on_huge_pages(tiny_models, monkeypatch):
+    assert backend.weights_on_huge_pages(tiny_models.target, n_gpu_layers=0)
+    assert not backend.weights_on_huge_pages(tiny_models.target, n_gpu_layers=1)  # its weights are the GPU's
+    size = tiny_models.target.stat().st_size
+    monkeypatch.setattr(backend, "_available_memory", lambda: int(size / backend.HUGE_PAGE_RAM_SHARE) - 1)
+    assert not backend.weights_on_huge_pages(tiny_models.target, n_gpu_layers=0)  # a copy would not fit
+    monkeypatch.setattr(backend, "_available_memory", lambda: None)
+    assert not backend.weights_on_huge_pages(tiny_models.target, n_gpu_layers=0)
+
+
+@linux_with_thp
+def test_advice_marks_large_anonymous_mappings_and_keeps_their_content():
+    size = 2 * backend.HUGE_PAGE_REGION_MIN
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region[:5] = b"hello"
+    start = np.frombuffer(region, dtype=np.uint8).ctypes.data
+    assert backend.advise_huge_pages() >= size
+    assert region[:5] == b"hello"
+    assert "hg" in _vm_flags(start)  # VM_HUGEPAGE: the kernel took the advice
+    region.close()
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping that holds `address`, from /proc/self/smaps."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split()[0]
+        if "-" in first and ":" not in first:
+            lo, hi = (int(x, 16) for x in first.split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_weights_read_into_memory_compute_what_mapped_weights_do(tiny_models, monkeypatch):
+    prompt = "def add(a, b): return a + b"
+    read = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    expected_read = sys.platform == "linux" and backend._thp_mode() not in (None, "never")
+    assert backend.weights_on_huge_pages(tiny_models.target, 0) == expected_read
+    logits_read = read.eval(read.tokenize(prompt), 4).copy()
+    read.close()
+    monkeypatch.setattr(backend, "weights_on_huge_pages", lambda path, n_gpu_layers: False)
+    mapped = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    logits_mapped = mapped.eval(mapped.tokenize(prompt), 4).copy()
+    mapped.close()
+    np.testing.assert_array_equal(logits_read, logits_mapped)
