@@ -177,7 +177,8 @@ class Model:
         self._weights_of: Model | None = None  # a sibling's: the model whose weights it uses
         check_gguf_header(self.path)
         self._devices = _model_devices(options.rpc)  # kept alive while loading
-        self._model = _load_model(self.path, options, vocab_only, self._devices)
+        self.on_huge_pages = not vocab_only and weights_on_huge_pages(self.path, gpu_layers(options))
+        self._model = _load_model(self.path, options, vocab_only, self._devices, self.on_huge_pages)
         _rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
         self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
@@ -417,14 +418,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices):
+def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, huge_pages: bool):
     params = L.llama_model_default_params()
     params.n_gpu_layers = gpu_layers(options)
     params.vocab_only = vocab_only
     if devices is not None:
         params.devices = ctypes.cast(devices, ctypes.c_void_p)
-    on_huge_pages = not vocab_only and weights_on_huge_pages(path, params.n_gpu_layers)
-    if on_huge_pages:
+    if huge_pages:
         params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
         params.progress_callback = _ADVISE_HUGE_PAGES_ONCE  # called once the buffers exist, before they are filled
     _recent_errors.clear()

@@ -3,7 +3,7 @@
 A calibration times target calls of a few widths (logits at every row, as a verify call asks) and
 draft calls of a few widths (one token drafts; wider ones are catch-up calls) on top of the real
 context: about a second or two for the default pair on a small CPU. The result is cached per model
-file (path, size, modification time), threads, GPU layers, RPC servers and llama.cpp build, so the next run
+file (path, size, modification time), threads, GPU layers, RPC servers, huge pages and llama.cpp build, so the next run
 starts calibrated; the engine keeps refining the table from its own timed calls (the machine's
 speed drifts) and writes it back after each generation.
 """
@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .backend import Model, ModelOptions, build_id, gpu_layers, physical_cores
+from .backend import Model, ModelOptions, build_id, gpu_layers, physical_cores, weights_on_huge_pages
 from .files import cache_dir, file_identity, write_text_atomic
 from .policy import CostTable
 
@@ -34,14 +34,19 @@ def cache_path() -> Path:
     return cache_dir() / CACHE_FILE
 
 
-def model_key(path: str | Path, options: ModelOptions) -> str:
+def model_key(path: str | Path, options: ModelOptions, huge_pages: bool | None = None) -> str:
     """What a model's call costs depend on: the file, threads, GPU layers, the RPC servers that
-    hold them (a network round trip per call) and the llama.cpp build (known without loading the
-    model)."""
+    hold them (a network round trip per call), whether its weights are on huge pages (a loaded
+    model knows; otherwise it is decided as loading will) and the llama.cpp build (known without
+    loading the model)."""
     file_id = file_identity(path) or str(Path(path).resolve())
     threads = options.n_threads or physical_cores()
+    layers = gpu_layers(options)
     rpc = f"|rpc={','.join(options.rpc)}" if options.rpc else ""
-    return f"{file_id}|threads={threads}|gpu_layers={gpu_layers(options)}{rpc}|{build_id()}"
+    if huge_pages is None:
+        huge_pages = weights_on_huge_pages(Path(path), layers)
+    memory = "|huge_pages" if huge_pages else ""
+    return f"{file_id}|threads={threads}|gpu_layers={layers}{rpc}{memory}|{build_id()}"
 
 
 def load_costs(key: str) -> CostTable | None:

@@ -270,7 +270,7 @@ class Engine:
 
     @staticmethod
     def _key(model: Model) -> str:
-        return calibration.model_key(model.path, model.options)
+        return calibration.model_key(model.path, model.options, model.on_huge_pages)
 
     def _draft_key(self) -> str:
         if self.draft is not None:

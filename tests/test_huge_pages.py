@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specllm import backend
+from specllm import backend, calibration
 from specllm.backend import Model, ModelOptions
 
 linux_with_thp = pytest.mark.skipif(
@@ -79,3 +79,14 @@ def test_weights_read_into_memory_compute_what_mapped_weights_do(tiny_models, mo
     logits_mapped = mapped.eval(mapped.tokenize(prompt), 4).copy()
     mapped.close()
     np.testing.assert_array_equal(logits_read, logits_mapped)
+
+
+def test_calibration_is_cached_apart_for_weights_on_huge_pages(tiny_models):
+    # the same file, threads and GPU layers cost less per call on huge pages: a cached table of
+    # mapped weights must not price a model whose weights are read in, or the other way round
+    options = ModelOptions(n_threads=1)
+    on, off = (calibration.model_key(tiny_models.target, options, huge) for huge in (True, False))
+    assert on != off
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    assert calibration.model_key(tiny_models.target, options) == (on if model.on_huge_pages else off)
+    model.close()
