@@ -1,7 +1,7 @@
 """specllm against llama.cpp's own speculative loop, side by side in one run.
 
     python benchmarks/vs_llama_cpp.py [--bin DIR] [--gamma 4] [-n 128] [--rounds 2]
-    python benchmarks/vs_llama_cpp.py --ngram [--bin DIR] [-n 128] [--rounds 2] [--prompts 4,5]
+    python benchmarks/vs_llama_cpp.py --ngram [--bin DIR] [-n 128] [--rounds 2] [--prompts 4,5] [--cpp-huge-pages]
 
 With --ngram: specllm's default (auto) drafting and target-only decoding against llama.cpp's
 n-gram speculation (llama-speculative-simple --spec-type ngram-simple | ngram-map-k | ngram-mod,
@@ -12,6 +12,9 @@ many tokens each llama.cpp mode drafted, and llama.cpp's plain decoding (CPP_PLA
 specllm's target-only: where a mode drafted nothing, its speed is that of llama.cpp's plain loop.
 At the end, per prompt: medians over the rounds, auto against llama.cpp's fastest way through
 the prompt (the best drafting mode, or plain decoding pooled over every run that drafted nothing).
+specllm reads a CPU model's weights into memory on transparent huge pages (backend.py says why);
+llama.cpp memory-maps them by default. --cpp-huge-pages runs llama.cpp with the same memory, so
+that what is left between the two is the drafting.
 
 DIR holds llama-speculative-simple, as built by benchmarks/build_llama_cpp_tools.sh from the
 llama.cpp sources of the installed llama-cpp-python (default: ~/.cache/specllm-anchor/VERSION/bin).
@@ -161,13 +164,24 @@ GROUNDED = HERE / "prompts" / "grounded.jsonl"
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 
 
-def cpp_ngram(binary: Path, target, prompt_file: Path, spec_args: list[str], n: int, threads: int) -> tuple[float, int]:
+# llama.cpp with the memory specllm gives its weights (backend.weights_on_huge_pages): read into the
+# process's memory rather than mapped, and glibc's malloc asked to put its large blocks on
+# transparent huge pages. llama.cpp has no option of its own for huge pages.
+CPP_HUGE_PAGES_ARGS = ["--load-mode", "none"]
+CPP_HUGE_PAGES_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+
+
+def cpp_ngram(
+    binary: Path, target, prompt_file: Path, spec_args: list[str], n: int, threads: int, huge_pages: bool = False
+) -> tuple[float, int]:
     """Decode tokens/s of llama.cpp's n-gram speculation (default settings of the type that
-    `spec_args` names) and how many tokens it drafted."""
+    `spec_args` names) and how many tokens it drafted; with `huge_pages`, its weights are in memory
+    as specllm's are."""
+    memory = CPP_HUGE_PAGES_ARGS if huge_pages else []
     out = subprocess.run(
-        [str(binary), "-m", str(target), *spec_args, "-t", str(threads),
+        [str(binary), "-m", str(target), *spec_args, *memory, "-t", str(threads),
          "--temp", "0", "-n", str(n), "-f", str(prompt_file)],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env=os.environ | CPP_HUGE_PAGES_ENV if huge_pages else None,
     )  # fmt: skip
     text = out.stdout + out.stderr
     match, drafted = DECODED.search(text), DRAFTED.search(text)
@@ -206,7 +220,9 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                 order = [*CPP_RUNS, "auto", "none"]
                 for name in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
                     if name in CPP_RUNS:
-                        speeds[name], drafted[name] = cpp_ngram(binary, target, prompt_file, CPP_RUNS[name], args.n, threads)
+                        speeds[name], drafted[name] = cpp_ngram(
+                            binary, target, prompt_file, CPP_RUNS[name], args.n, threads, args.cpp_huge_pages
+                        )
                         if name == CPP_PLAIN and drafted[name] != 0:
                             raise SystemExit(f"llama.cpp's plain decoding drafted {drafted[name]} tokens")
                     else:
@@ -219,7 +235,8 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                       + ", ".join(f"{t} {speeds[t]:.2f} ({drafted[t]} drafted)" for t in NGRAM_TYPES)
                       + f", llama.cpp plain {speeds[CPP_PLAIN]:.2f}"
                       + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x", flush=True)  # fmt: skip
-    print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy):")
+    memory = "in memory on huge pages, as specllm's" if args.cpp_huge_pages else "memory-mapped, its default"
+    print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy; llama.cpp's weights {memory}):")
     for cat in [None, *dict.fromkeys(c for _, c, _, _ in rows)]:
         picked = [s for _, c, s, _ in rows if cat is None or c == cat]
         line = "  " + (cat or "all").ljust(14)
@@ -269,6 +286,9 @@ def main():
     ap.add_argument("--ngram", action="store_true", help="auto against llama.cpp's n-gram speculation")
     ap.add_argument("--prompts", type=lambda v: [int(x) for x in v.split(",")], default=None,
                     help="with --ngram: which grounded prompts, e.g. 4,5 (default: all)")  # fmt: skip
+    ap.add_argument("--cpp-huge-pages", action="store_true",
+                    help="with --ngram: give llama.cpp's weights the memory specllm gives its own "
+                    "(read in, not mapped, on transparent huge pages)")  # fmt: skip
     args = ap.parse_args()
     threads = physical_cores()
     if args.ngram:
