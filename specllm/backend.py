@@ -428,7 +428,7 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, hu
         params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
         params.progress_callback = _ADVISE_HUGE_PAGES_ONCE  # called once the buffers exist, before they are filled
     _recent_errors.clear()
-    model = L.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    model = _load_passing_signals_through(str(path).encode("utf-8"), params)
     if not model:
         if options.rpc:
             why = _first_error("out of memory on an RPC server?")
@@ -507,6 +507,32 @@ def _anonymous_mappings(maps: str) -> list[tuple[int, int]]:
             start, end = (int(x, 16) for x in fields[0].split("-"))
             out.append((start, end))
     return out
+
+
+def _load_passing_signals_through(path: bytes, params):
+    """llama_model_load_from_file, but a Ctrl-C (or SIGTERM) that lands while the progress
+    callback runs Python code is not lost: ctypes cannot pass an exception out of a callback (it
+    reports it as unraisable and the callback answers False, which aborts the load), so it is
+    caught there and raised again here, as it would be without a callback."""
+    signals: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def keep_signals(unraisable):
+        if isinstance(unraisable.exc_value, BaseException) and not isinstance(unraisable.exc_value, Exception):
+            signals.append(unraisable.exc_value)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = keep_signals
+    try:
+        model = L.llama_model_load_from_file(path, params)
+    finally:
+        sys.unraisablehook = previous
+    if signals:
+        if model:
+            L.llama_model_free(model)
+        raise signals[0]
+    return model
 
 
 @L.llama_progress_callback
@@ -601,6 +627,7 @@ def system_info() -> dict:
         "rpc": "supported" if rpc_supported() else f"not supported ({NO_RPC_HINT})",
         "devices": _device_names(),
         "physical_cores": physical_cores(),
+        "transparent_huge_pages": _thp_mode() or "unavailable",  # "never": CPU weights stay memory-mapped
         "llama_cpp": llama_cpp_build(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
     }

@@ -43,6 +43,7 @@ def test_doctor_json_is_one_object():
     assert info["specllm"] == specllm.__version__ and info["llama_cpp_python"] == llama_cpp.__version__
     assert isinstance(info["gpu_offload"], bool) and isinstance(info["devices"], list)
     assert info["physical_cores"] >= 1 and info["llama_cpp"].startswith(llama_cpp.llama_version().decode())
+    assert info["transparent_huge_pages"] in ("always", "madvise", "never", "unavailable")
 
 
 def test_shell_completion_completes_commands_and_options():

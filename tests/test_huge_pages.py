@@ -90,3 +90,15 @@ def test_calibration_is_cached_apart_for_weights_on_huge_pages(tiny_models):
     model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     assert calibration.model_key(tiny_models.target, options) == (on if model.on_huge_pages else off)
     model.close()
+
+
+@linux_with_thp
+def test_ctrl_c_while_loading_is_an_interrupt_not_a_bad_file(tiny_models, monkeypatch):
+    # Ctrl-C lands while the load callback runs Python code: ctypes would only report it and
+    # abort the load, which would read as "cannot load ...: truncated, corrupt or unsupported"
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "advise_huge_pages", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
