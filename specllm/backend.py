@@ -462,7 +462,11 @@ def weights_on_huge_pages(path: Path, n_gpu_layers: int) -> bool:
     if sys.platform != "linux" or n_gpu_layers > 0 or _thp_mode() in (None, "never"):
         return False
     available = _available_memory()
-    return available is not None and path.stat().st_size <= HUGE_PAGE_RAM_SHARE * available
+    try:
+        size = path.stat().st_size
+    except OSError:  # loading will say what is wrong with the file
+        return False
+    return available is not None and size <= HUGE_PAGE_RAM_SHARE * available
 
 
 def _thp_mode() -> str | None:
