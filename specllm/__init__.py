@@ -8,7 +8,7 @@
 
 __version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)
 
-from .backend import ModelOptions
+from .backend import DEFAULT_SNAPSHOTS, ModelOptions
 from .engine import Engine, Finished, GenerationConfig, Result, Stats, Step
 from .errors import SpecllmError
 from .sampling import SamplerSettings
@@ -38,20 +38,24 @@ def load(
     defer_draft: bool = False,
     rpc: str | list[str] = (),
     draft_rpc: str | list[str] = (),
+    snapshots: int = DEFAULT_SNAPSHOTS,
 ) -> Engine:
     """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With
     defer_draft, only the draft's vocabulary is checked now and the model itself is loaded when a
     generation first needs it: the `auto` drafter does not load a draft that cannot pay here.
     `rpc` (["host:port", ...] or "host:port,...") puts the target's offloaded layers (all, unless
-    n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's."""
+    n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's.
+    `snapshots`: how many rejected draft tokens a hybrid or recurrent target can take back after a
+    verify call (the longest draft on such a target; each costs a copy of its recurrent state)."""
     from .backend import Model, check_compatible
     from .verdicts import check_once
 
-    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc)
+    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
     target_model = Model(target, options)
     if draft is None:
         return Engine(target_model)
-    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc)
+    # A draft never uses snapshots: its one-token steps leave none to go back to (see ModelDrafter).
+    options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc, snapshots=0)
     if defer_draft:
 
         def check() -> None:  # refuse a bad pair now, not mid-chat

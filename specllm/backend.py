@@ -149,6 +149,14 @@ def parse_rpc_servers(servers) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parsed))
 
 
+# Recurrent-state snapshots a hybrid or recurrent model keeps per sequence, so that the last few
+# tokens of a verify call can be rejected (llama.cpp's n_rs_seq): each costs one more copy of the
+# recurrent state, and the longest draft such a model may verify is this long.
+DEFAULT_SNAPSHOTS = 8
+MAX_SNAPSHOTS = 64
+MAX_THREADS = 1024  # llama.cpp starts a thread per count: a typo must not ask for 100000
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     n_ctx: int = 4096
@@ -156,12 +164,15 @@ class ModelOptions:
     n_gpu_layers: int | None = None  # None: all when GPU offload or RPC servers are available, else 0
     n_batch: int = 512
     rpc: tuple[str, ...] = ()  # llama.cpp rpc-servers ("host:port") that hold the offloaded layers
+    snapshots: int = DEFAULT_SNAPSHOTS  # hybrid and recurrent models only (see DEFAULT_SNAPSHOTS)
 
     def __post_init__(self):
         check_context_size(self.n_ctx)
         object.__setattr__(self, "rpc", parse_rpc_servers(self.rpc))
-        if self.n_threads is not None and self.n_threads < 1:
-            raise SpecllmError(f"threads must be >= 1, got {self.n_threads}")
+        if self.n_threads is not None and not 1 <= self.n_threads <= MAX_THREADS:
+            raise SpecllmError(f"threads must be between 1 and {MAX_THREADS}, got {self.n_threads}")
+        if not 0 <= self.snapshots <= MAX_SNAPSHOTS:
+            raise SpecllmError(f"snapshots must be between 0 and {MAX_SNAPSHOTS}, got {self.snapshots}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
             raise SpecllmError(f"GPU layers must be >= 0, got {self.n_gpu_layers}")
 
@@ -183,19 +194,28 @@ class Model:
         self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
+        # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
+        # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
+        self.recurrent = bool(L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
         self._pieces: dict[int, bytes] = {}
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         if not vocab_only:
             self._open_context()
 
     def _open_context(self) -> None:
-        self._ctx = _new_context(self._model, self.options, self.path)
+        self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
         self.n_ctx = L.llama_n_ctx(self._ctx)
         self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
+        # Snapshots llama.cpp really keeps: it turns them off for architectures whose kernels
+        # write none (Mamba, RWKV, Jamba, ...).
+        self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent else 0
+        self._rollback_room = 0  # trailing tokens the snapshots can take back right now
+        self._checkpoint: _Checkpoint | None = None
+        self._unsure = False  # a state change was interrupted: the state must be rebuilt
 
     def sibling(self) -> "Model":
         """The same loaded weights with a KV cache of its own, so that two generations can run
@@ -205,12 +225,19 @@ class Model:
         twin._open_context()
         return twin
 
+    @property
+    def max_draft(self) -> int | None:
+        """The longest draft whose rejected tokens this model can take back after a verify call
+        without restoring a checkpoint: None (no limit) for attention models, the snapshots for
+        hybrid and recurrent ones (0 where llama.cpp keeps none)."""
+        return self.snapshots if self.recurrent else None
+
     def close(self) -> None:
-        if self._ctx is not None:
+        if getattr(self, "_ctx", None) is not None:
             L.llama_batch_free(self._batch)
             L.llama_free(self._ctx)
             self._ctx = None
-        if self._model is not None and self._weights_of is None:
+        if getattr(self, "_model", None) is not None and self._weights_of is None:
             L.llama_model_free(self._model)
             _rpc_connected.subtract(self.options.rpc)
         self._model = None
@@ -328,29 +355,110 @@ class Model:
             batch.token[i] = token
             batch.pos[i] = pos0 + i
             batch.logits[i] = i >= n - n_out
+        self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
         status = L.llama_decode(self._ctx, batch)
         if status != 0:
             raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
         self.tokens.extend(chunk)
+        # llama.cpp's recurrent kernels write a snapshot for each token of this batch but the last
+        # (and keeps the last n_rs_seq + 1 tokens in one micro-batch): so a call of n tokens can
+        # take back at most n - 1 of them. Taking back more answers True and leaves a wrong state.
+        self._rollback_room = min(self.snapshots, n - 1)
+        self._unsure = False
 
     def truncate(self, n: int) -> None:
         """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
         record says there is nothing to cut, and forgets the tokens first: an interrupt (Ctrl-C)
         landing mid-way then leaves the cache holding extra tokens (removed by the next call),
-        never fewer than `tokens` says."""
-        del self.tokens[n:]
-        if not L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1):
-            raise SpecllmError(
-                f"{self.path.name}: this model's KV cache cannot be cut back to a position "
-                "(recurrent or hybrid architecture), so it cannot be used for speculative decoding"
-            )
+        never fewer than `tokens` says. A recurrent state is rewound (see _rewind) and the tokens
+        between the point it could go back to and n are evaluated again."""
+        if not self.recurrent:
+            del self.tokens[n:]
+            L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)  # always True without recurrence
+            return
+        replay = self.tokens[:n]
+        self.eval(replay[self._rewind(n) :], 0)
 
     def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
         """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the
         logits of the last `n_logits` tokens (re-evaluating them if they were already cached)."""
         keep = min(common_prefix(self.tokens, tokens), len(tokens) - n_logits)
-        self.truncate(keep)
+        if self.recurrent:
+            keep = self._rewind(keep)
+        else:
+            self.truncate(keep)
         return self.eval(tokens[keep:], n_logits)
+
+    # --- recurrent state ----------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Remember the recurrent state here, so that a later rewind to any position from here
+        on restores it and evaluates only the tokens after it again, instead of starting over.
+        Only the recurrent part is copied (a hybrid's attention cache is cut back as usual); one
+        checkpoint is kept. Nothing to do for attention models."""
+        if not self.recurrent or self._unsure:
+            return
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = L.llama_state_seq_get_size_ext(self._ctx, 0, flags)
+        old = self._checkpoint
+        data = old.data if old is not None and len(old.data) >= size else (ctypes.c_uint8 * size)()
+        self._checkpoint = None  # until it is whole
+        written = L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, flags)
+        if written:
+            self._checkpoint = _Checkpoint(len(self.tokens), data, written)
+
+    @functools.cached_property
+    def state_bytes(self) -> int:
+        """Bytes of one copy of this model's recurrent state (0 for attention models): what a
+        checkpoint holds and what each snapshot costs. llama.cpp only says once a sequence holds a
+        token: before that, it is measured on a small scratch context."""
+        if not self.recurrent:
+            return 0
+        if self.tokens and not self._unsure:
+            return L.llama_state_seq_get_size_ext(self._ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        ctx = _new_context(self._model, ModelOptions(n_ctx=CTX_STEP, n_threads=1, snapshots=0), self.path, True)
+        try:
+            batch = L.llama_batch_get_one((L.llama_token * 1)(self.bos if self.bos >= 0 else 0), 1)
+            if L.llama_decode(ctx, batch) != 0:
+                return 0
+            return L.llama_state_seq_get_size_ext(ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        finally:
+            L.llama_free(ctx)
+
+    def _rewind(self, n: int) -> int:
+        """Bring a recurrent state back to at most its first n tokens, as cheaply as it can: by
+        llama.cpp's snapshots when the last call wrote enough of them, else from the checkpoint,
+        else from nothing. Returns how many tokens it holds now (those after it are to be
+        evaluated again)."""
+        if self._unsure:
+            self._clear_state()
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        memory = L.llama_get_memory(self._ctx)
+        back = len(self.tokens) - n
+        self._unsure = True
+        if n > 0 and back <= self._rollback_room and L.llama_memory_seq_rm(memory, 0, n, -1):
+            del self.tokens[n:]
+            self._rollback_room = 0  # llama.cpp takes one partial removal per decode
+        elif self._checkpoint is not None and 0 < self._checkpoint.n_tokens <= n:
+            cp = self._checkpoint
+            flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            if not L.llama_state_seq_set_data_ext(self._ctx, cp.data, cp.size, 0, flags):
+                raise SpecllmError(f"{self.path.name}: llama.cpp could not restore the recurrent state")
+            L.llama_memory_seq_rm(memory, 0, cp.n_tokens, -1)  # the attention cache after it
+            del self.tokens[cp.n_tokens :]
+            self._rollback_room = 0
+        else:
+            self._clear_state()
+        self._unsure = False
+        if self._checkpoint is not None and self._checkpoint.n_tokens > len(self.tokens):
+            self._checkpoint = None  # it holds tokens that are gone
+        return len(self.tokens)
+
+    def _clear_state(self) -> None:
+        L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
+        self.tokens.clear()
+        self._rollback_room, self._checkpoint, self._unsure = 0, None, False
 
 
 # --- chat templates -----------------------------------------------------------------------------
@@ -549,11 +657,19 @@ def _ADVISE_HUGE_PAGES_ONCE(progress: float, _user_data) -> bool:
     return True  # go on loading
 
 
-def _new_context(model, options: ModelOptions, path: Path):
+@dataclass
+class _Checkpoint:
+    n_tokens: int  # the state after this many tokens
+    data: ctypes.Array  # llama.cpp's serialised recurrent state (reused by the next checkpoint)
+    size: int
+
+
+def _new_context(model, options: ModelOptions, path: Path, recurrent: bool):
     params = L.llama_context_default_params()
     params.n_ctx = options.n_ctx
     params.n_batch = params.n_ubatch = options.n_batch
     params.n_seq_max = 1
+    params.n_rs_seq = options.snapshots if recurrent else 0
     params.n_threads = params.n_threads_batch = options.n_threads or physical_cores()
     params.swa_full = True  # sliding-window caches must keep every position to allow rollback
     params.no_perf = True

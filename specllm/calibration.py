@@ -107,6 +107,7 @@ def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> 
     feed = (context * (feed_len // max(1, len(context)) + 1))[-feed_len:]  # real token ids
     for model in dict.fromkeys(m for m, _ in jobs):
         model.sync(context)
+        model.checkpoint()  # a recurrent state goes back to `context` from it after each call
     samples: list[list[float]] = [[] for _ in jobs]
     for _ in range(reps):
         for (model, n), ts in zip(jobs, samples):

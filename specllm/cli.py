@@ -71,6 +71,14 @@ GpuLayers = Annotated[
 DraftGpuLayers = Annotated[
     Optional[int], typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported).")
 ]
+Snapshots = Annotated[
+    int,
+    typer.Option(
+        help="Hybrid and recurrent targets (Qwen3.5, Granite 4, LFM2, ...): recurrent-state snapshots kept "
+        "to take back rejected draft tokens, so the longest draft (each costs one more copy of the state).",
+    ),
+]
+DEFAULT_SNAPSHOTS = 8  # backend.DEFAULT_SNAPSHOTS, without importing llama_cpp for --help
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
 Rpc = Annotated[
     Optional[str],
@@ -82,7 +90,7 @@ DraftRpc = Annotated[Optional[str], typer.Option(help="The same for the draft (d
 def load_engine(
     target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
     *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
-    rpc=None, draft_rpc=None,
+    rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS,
 ):  # fmt: skip
     """Find the models the options name (a pair, by default the default pair, or --target
     [--draft]), download what is missing, and load them; the draft only when the drafter needs it
@@ -119,6 +127,7 @@ def load_engine(
         defer_draft=drafter != "model",
         rpc=rpc or (),
         draft_rpc=draft_rpc or (),
+        snapshots=snapshots,
     )
     return engine, drafter
 
@@ -136,12 +145,14 @@ def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=N
         check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
 
 
-def check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None) -> None:
-    """Refuse a bad context size, thread or layer count or RPC server address before any model is
-    downloaded or loaded."""
+def check_model_options(
+    ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS
+) -> None:
+    """Refuse a bad context size, thread, layer or snapshot count or RPC server address before any
+    model is downloaded or loaded."""
     from .backend import ModelOptions
 
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or ())
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or (), snapshots=snapshots)
     ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
 
 
@@ -222,6 +233,7 @@ def run(
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
     chat_template: Annotated[
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
@@ -240,14 +252,14 @@ def run(
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
@@ -297,6 +309,7 @@ def chat(
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
     system: Annotated[Optional[str], typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
     resume: Annotated[
         Optional[Path], typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
@@ -313,12 +326,12 @@ def chat(
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
@@ -342,6 +355,8 @@ def describe_policy(policy: dict) -> str:
     if draft:
         verdict = "can pay here" if policy["model_could_pay"] else "cannot pay here: not used"
         line += f"; draft step {draft['step_seconds'] * 1000:.1f} ms (c = {policy['c']:.2f}): the draft model {verdict}"
+    if policy.get("draft_limit"):
+        line += f"\nauto: {policy['draft_limit']}"
     return line
 
 
@@ -397,6 +412,7 @@ def bench(
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
@@ -411,7 +427,7 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
@@ -421,7 +437,7 @@ def bench(
     engine, _ = load_engine(
         target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
         pair=pair, source=source, offline=offline, models_file=models_file,
-        rpc=rpc, draft_rpc=draft_rpc,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
     drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])
@@ -449,6 +465,7 @@ def serve(
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
@@ -461,12 +478,12 @@ def serve(
     from .server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     engine, drafter = load_engine(
         target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, True,
         pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     settings = ServeSettings(model=engine.target.path.name, drafter=drafter, gamma=gamma, api_key=api_key or None)

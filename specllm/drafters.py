@@ -106,6 +106,10 @@ class ModelDrafter(NoDrafter):
         width = self.catch_up(context)
         logits = self.model.sync(context, n_logits=1)[0]
         first_call = (width, time.perf_counter() - start)
+        if gamma > 1:
+            # A recurrent draft cannot take back its one-token steps: the next proposal starts
+            # again from here, after the tokens the target kept.
+            self.model.checkpoint()
         tokens, rows, confidences, calls = [], [], [], 1
         while True:
             ids, p = candidates(logits, self.sampler)  # greedy: the argmax alone

@@ -230,7 +230,9 @@ class Engine:
             start, measured = time.perf_counter(), []
             target = calibration.load_costs(self._key(self.target))
             if target is None:
-                target = calibration.measure(self.target, calibration.TARGET_WIDTHS, context)
+                longest, _ = draft_limit(self.target, "auto")
+                widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
+                target = calibration.measure(self.target, tuple(widths), context)
                 measured.append("target")
             draft = None
             if self.has_draft:
@@ -369,6 +371,42 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
+def check_snapshots(gamma: int, target: Model) -> None:
+    """A hybrid target takes back rejected draft tokens with its recurrent-state snapshots: a fixed
+    draft must fit in them."""
+    if target.max_draft and gamma > target.max_draft:
+        raise SpecllmError(
+            f"gamma (draft length) {gamma} is longer than the {target.max_draft} recurrent-state snapshots "
+            f"{target.path.name} keeps to take back rejected tokens: use --gamma {target.max_draft} or less, "
+            f"or --snapshots {gamma} (each snapshot costs {_mib(target.state_bytes)} of memory)"
+        )
+
+
+def draft_limit(target: Model, drafter: str) -> tuple[int | None, str | None]:
+    """The longest draft a generation may verify on this target, and why it is limited (None, None:
+    no limit). A hybrid keeps its snapshots; a recurrent model without them (Mamba, RWKV) takes a
+    rejection back from a checkpoint and evaluates the kept tokens again, a second target call
+    that auto does not pay for, so auto drafts nothing there."""
+    limit, name = target.max_draft, target.path.name
+    if limit is None:
+        return None, None
+    if limit > 0:
+        return limit, (
+            f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "
+            f"taken back with its {limit} recurrent-state snapshots ({_mib(target.state_bytes)} each; --snapshots)"
+        )
+    if drafter == "auto":
+        return 0, (
+            f"no drafts: {name} is recurrent and llama.cpp keeps no snapshots of its state, so a rejected "
+            "draft would cost a state restore and a second target call"
+        )
+    return None, None
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
 def check_gamma(gamma: int, n_batch: int) -> None:
     """A verify call evaluates gamma + 1 tokens and reads a logit row for each: they must fit in
     one batch of the target's context (n_batch: 512, or the context size if smaller)."""
@@ -393,7 +431,10 @@ class _Run:
             )
         if config.gamma is not None:  # auto's own lengths stay within the batch (see steps)
             check_gamma(config.gamma, target.n_batch)
+            if config.drafter not in ("auto", "none"):
+                check_snapshots(config.gamma, target)
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
+        self.longest_draft, self.limit_note = draft_limit(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
@@ -427,7 +468,10 @@ class _Run:
                 reason = "context_full"
                 break
             budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
-            step, reason = self._step(min(self.config.draft_length, room, budget, self.target.n_batch - 1))
+            longest = min(self.config.draft_length, room, budget, self.target.n_batch - 1)
+            if self.longest_draft is not None:
+                longest = min(longest, self.longest_draft)
+            step, reason = self._step(longest)
             self.stats.decode_seconds += time.perf_counter() - start
             yield step
             start = time.perf_counter()
@@ -435,6 +479,8 @@ class _Run:
         if self.config.drafter == "auto":
             self.engine.save_costs()
             self.stats.policy = self.engine.policy_report()
+            if self.stats.policy is not None:
+                self.stats.policy["draft_limit"] = self.limit_note
         tail = self.text.finish()
         self.stats.decode_seconds += time.perf_counter() - start
         if tail:
@@ -446,6 +492,7 @@ class _Run:
         # Whatever the KV cache already holds of this prompt (an earlier turn) is reused.
         self.stats.prefill_tokens = len(self.context) - 1 - common_prefix(self.target.tokens, self.context[:-1])
         self.target.sync(self.context[:-1])
+        self.target.checkpoint()  # a recurrent state: the next prompt (a chat's next turn) resumes here
         if self.config.drafter == "auto":
             self.drafter = self._auto_drafter()
         self.drafter.prefill(self.context)
@@ -465,6 +512,8 @@ class _Run:
         draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()
         draft.tokens = draft.tokens[:gamma]
         t0 = time.perf_counter()
+        if draft.tokens and self.target.recurrent and len(draft.tokens) > self.target.snapshots:
+            self.target.checkpoint()  # more than its snapshots can take back
         verdict = self._verify(draft)
         verify_seconds = time.perf_counter() - t0
         self.stats.verify_seconds += verify_seconds
