@@ -1,10 +1,29 @@
-"""Tiny, real llama-architecture GGUF models for the test-suite, written with the `gguf` package.
+"""Tiny, real GGUF models for the test-suite, written with the `gguf` package.
 
 No downloads and no mocks: `write_model` produces a file that llama.cpp loads and runs like any other
-llama model, only with random weights (2 layers, 64-dim, ~570 tokens, ~0.5 MB, all F32). This module
-is pure `gguf` + `numpy`; it never imports llama_cpp.
+model of its architecture, only with random weights (64-dim, ~570 tokens, 0.6-1.2 MB, all F32). This
+module is pure `gguf` + `numpy`; it never imports llama_cpp.
 
-Tokenizer: SentencePiece style (`tokenizer.ggml.model = "llama"`, llama.cpp's SPM tokenizer):
+Architectures (`write_model(..., arch=...)`, see ARCHS):
+
+    "llama"   (default) 2 layers, 4 heads, SwiGLU FFN.
+    "qwen35"  Qwen3.5 hybrid (llama.cpp `qwen35`, llm_arch_is_hybrid and
+              llm_arch_supports_rs_rollback): 4 layers, every full_attention_interval-th (default
+              2nd) one gated full attention (4 Q heads, 2 KV heads, head_dim 16, Q/K RMS norm,
+              sigmoid output gate, interleaved M-RoPE), the others gated delta net "linear
+              attention" (2 K heads, 4 V heads of 16, conv kernel 4); post-attention norm + SwiGLU
+              FFN in every layer. Keys and tensor names follow llama.cpp's loader
+              (src/models/qwen35.cpp); the new keys are written as plain strings, so any `gguf`
+              release works. n_nextn=1 appends one MTP ("nextn") block (blk.N.nextn.eh_proj,
+              enorm, hnorm, shared_head_norm plus a full-attention block; qwen35.nextn_predict_layers
+              = 1): llama_model_n_layer_nextn() is 1, and a model loaded with params.load_mtp = True
+              opens a context with ctx_type = LLAMA_CONTEXT_TYPE_MTP. (Loading without load_mtp and
+              then opening an MTP context aborts the process in llama.cpp.) The trunk weights do not
+              depend on n_nextn, so with and without MTP the main model's logits are identical.
+    "mamba"   Mamba 1, fully recurrent (llm_arch_is_recurrent): 2 layers, d_inner 128, d_state 16,
+              dt_rank 4, conv kernel 4. llama.cpp clamps its n_rs_seq to 0: no partial rollback.
+
+Tokenizer (every arch): SentencePiece style (`tokenizer.ggml.model = "llama"`, llama.cpp's SPM tokenizer):
 
     0 <unk> (UNKNOWN)   1 <s> (CONTROL, BOS)   2 </s> (CONTROL, EOS by default)
     3 <|im_start|> (CONTROL)   4 <|im_end|> (CONTROL, written as the EOT token)
@@ -19,13 +38,19 @@ it also recognises the text "<|im_end|>" on its own) as end-of-generation.
 Weights are drawn from `numpy.random.default_rng` keyed by (seed, tensor), so a model is a pure
 function of its arguments, and the vocab-sized tensors of the "extended" vocabulary agree with the
 standard one on the shared ids. `noise > 0` adds gaussian noise of that relative size (to every
-tensor, from `noise_seed`): that is how a draft model that mostly agrees with its target is made.
+tensor, from `noise_seed`): that is how a draft model that mostly agrees with its target is made
+(DRAFT_NOISE suits every arch; DRAFT_NOISES[arch] names it per arch).
 The scales below were tuned against llama.cpp 0.3.36 (20 prompts x 32 greedy tokens, seeds 0-3):
 greedy output has ~29 distinct tokens in 32 and never emitted EOS/EOT; at temperature 1 the median
 top-1 probability is ~0.4 and top-5 ~0.8; the top-2 logit gap is < 1e-3 at ~0.1% of positions and
 < 1e-2 at ~0.3-1%; the draft (noise=DRAFT_NOISE) agrees with the target's greedy token 81-87% of
 the time. One-token vs multi-token decode calls differ by up to ~7e-3 in a logit with llama.cpp's
 default F16 KV cache (median ~3e-6), and by < 2e-5 with an F32 KV cache (type_k = type_v = 0).
+The same measurement for qwen35: >= 27 distinct tokens in 32 (median 30-31), no EOS/EOT, top-1 ~0.4,
+top-5 ~0.8, draft agreement 78-81%, one-token vs 40-token decode calls differ by up to ~2e-3
+(median ~8e-6); for mamba: >= 23 distinct (median 30-31), no EOS/EOT, top-1 ~0.42, top-5 ~0.8,
+draft agreement 78-83% (it is more sensitive to noise: 0.05 gives 27-47%), one-token vs batched
+decode calls differ by < 2e-5.
 tests/test_tiny_models.py checks these properties.
 """
 
@@ -49,6 +74,8 @@ __all__ = [
     "FIRST_NORMAL_ID",
     "N_EXTRA_TOKENS",
     "DRAFT_NOISE",
+    "DRAFT_NOISES",
+    "ARCHS",
     "VOCABS",
     "byte_token_id",
     "vocab_pieces",
@@ -72,6 +99,10 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 # Relative noise that makes a draft agree with its target's greedy choice ~80% of the time
 # (agreement falls fast with noise: 0.02 -> ~0.82, 0.05 -> ~0.6, 0.1 -> ~0.4).
 DRAFT_NOISE = 0.02
+
+ARCHS = ("llama", "qwen35", "mamba")
+# Per-arch draft noise (target agreement ~80% for each; see the module docstring).
+DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
 VOCABS = ("standard", "incompatible", "extended")
 
@@ -160,20 +191,37 @@ _LOGIT_STD = 4.0  # std of the output logits (output rows ~N(0, (LOGIT_STD^2 / n
 _SPECIAL_ROW_SCALE = 0.4  # ids 0..4: rarely the argmax, so EOS / EOT are rare
 
 
-def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, n_ff: int,
-             byte_bias: bool, extra_scale: float = 1.0) -> dict[str, np.ndarray]:
-    # head_count_kv == head_count, so Q, K, V and the attention output are all n_embd x n_embd.
+def _rng(seed: int):
     def normal(key: int, shape: tuple[int, ...], std: float) -> np.ndarray:
         return np.random.default_rng([seed, key]).standard_normal(shape) * std
 
-    def vocab_rows(key: int, std: float) -> np.ndarray:
-        rows = normal(key, (n_vocab_std, n_embd), std)
-        if n_vocab > n_vocab_std:  # extra ids from their own stream: shared ids stay identical
-            rows = np.concatenate([rows, normal(key + 1, (n_vocab - n_vocab_std, n_embd), std)])
-        return rows[:n_vocab]
+    return normal
 
+
+def _vocab_rows(normal, key: int, n_vocab_std: int, n_vocab: int, n_embd: int, std: float) -> np.ndarray:
+    rows = normal(key, (n_vocab_std, n_embd), std)
+    if n_vocab > n_vocab_std:  # extra ids from their own stream: shared ids stay identical
+        rows = np.concatenate([rows, normal(key + 1, (n_vocab - n_vocab_std, n_embd), std)])
+    return rows[:n_vocab]
+
+
+def _output_rows(normal, n_vocab_std: int, n_vocab: int, n_embd: int, byte_bias: bool,
+                 extra_scale: float, logit_std: float = 4.0) -> np.ndarray:
+    out = _vocab_rows(normal, 3, n_vocab_std, n_vocab, n_embd, logit_std / np.sqrt(n_embd))
+    out[:FIRST_BYTE_ID] *= _SPECIAL_ROW_SCALE
+    if byte_bias:
+        for b, scale in _BYTE_BIAS.items():
+            out[byte_token_id(b)] *= scale
+    out[n_vocab_std:] *= extra_scale
+    return out
+
+
+def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, n_ff: int,
+             byte_bias: bool, extra_scale: float = 1.0) -> dict[str, np.ndarray]:
+    # head_count_kv == head_count, so Q, K, V and the attention output are all n_embd x n_embd.
+    normal = _rng(seed)
     w: dict[str, np.ndarray] = {}
-    w["token_embd.weight"] = vocab_rows(1, 1.0)
+    w["token_embd.weight"] = _vocab_rows(normal, 1, n_vocab_std, n_vocab, n_embd, 1.0)
     for il in range(n_layer):
         k = 100 * (il + 1)
         p = f"blk.{il}."
@@ -187,19 +235,121 @@ def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: in
         w[p + "ffn_up.weight"] = normal(k + 6, (n_ff, n_embd), _FFN_GAIN / np.sqrt(n_embd))
         w[p + "ffn_down.weight"] = normal(k + 7, (n_embd, n_ff), 1.0 / np.sqrt(n_ff))
     w["output_norm.weight"] = np.ones(n_embd)
-    out = vocab_rows(3, _LOGIT_STD / np.sqrt(n_embd))
-    out[:FIRST_BYTE_ID] *= _SPECIAL_ROW_SCALE
-    if byte_bias:
-        for b, scale in _BYTE_BIAS.items():
-            out[byte_token_id(b)] *= scale
-    out[n_vocab_std:] *= extra_scale
-    w["output.weight"] = out
+    w["output.weight"] = _output_rows(normal, n_vocab_std, n_vocab, n_embd, byte_bias, extra_scale, _LOGIT_STD)
+    return w
+
+
+# qwen35 scales (tuned like the llama ones; see module docstring).
+_Q35_Q_NORM = 2.0  # attn_q_norm weight: Q and K are RMS-normalised per head, this sharpens attention
+_Q35_DT_BIAS = -2.0  # gated delta net: decay = exp(softplus(alpha + dt_bias) * ssm_a) ~ 0.6 .. 0.95
+_Q35_A = (0.5, 4.0)  # -ssm_a, spread over the value heads
+_Q35_CONV_STD = 0.5
+# mamba scales
+_MAMBA_DT = (0.05, 1.0)  # softplus(dt_bias) log-uniform in this range (Mamba itself uses 0.001 .. 0.1)
+_MAMBA_CONV_STD = 0.5
+_MAMBA_X_GAIN = 2.0  # ssm_x (dt, B, C projection) gain: a stronger scan, so output is not a loop
+_MAMBA_D = 1.0  # ssm_d: the skip connection around the scan
+
+
+def _qwen35_dims(n_embd: int, n_head: int, n_head_kv: int) -> dict[str, int]:
+    head_dim = n_embd // n_head
+    return dict(head_dim=head_dim, n_head=n_head, n_head_kv=n_head_kv,
+                d_state=head_dim,  # head_k_dim == head_v_dim == ssm.state_size
+                n_k_heads=2, n_v_heads=4,  # ssm.group_count, ssm.time_step_rank
+                d_inner=head_dim * 4, d_conv=4)
+
+
+def _qwen35_attn_block(normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n_ff: int,
+                       d: dict[str, int]) -> None:
+    hd, nh, nkv = d["head_dim"], d["n_head"], d["n_head_kv"]
+    w[p + "attn_norm.weight"] = np.ones(n_embd)
+    # attn_q holds, per head, head_dim query rows then head_dim output-gate rows
+    w[p + "attn_q.weight"] = normal(k + 1, (2 * hd * nh, n_embd), 1.0 / np.sqrt(n_embd))
+    w[p + "attn_k.weight"] = normal(k + 2, (hd * nkv, n_embd), 1.0 / np.sqrt(n_embd))
+    w[p + "attn_v.weight"] = normal(k + 3, (hd * nkv, n_embd), 1.0 / np.sqrt(n_embd))
+    w[p + "attn_q_norm.weight"] = np.full(hd, _Q35_Q_NORM)
+    w[p + "attn_k_norm.weight"] = np.ones(hd)
+    w[p + "attn_output.weight"] = normal(k + 4, (n_embd, hd * nh), 1.0 / np.sqrt(hd * nh))
+    _qwen35_ffn(normal, w, p, k, n_embd, n_ff)
+
+
+def _qwen35_ffn(normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n_ff: int) -> None:
+    w[p + "post_attention_norm.weight"] = np.ones(n_embd)
+    w[p + "ffn_gate.weight"] = normal(k + 5, (n_ff, n_embd), _FFN_GAIN / np.sqrt(n_embd))
+    w[p + "ffn_up.weight"] = normal(k + 6, (n_ff, n_embd), _FFN_GAIN / np.sqrt(n_embd))
+    w[p + "ffn_down.weight"] = normal(k + 7, (n_embd, n_ff), 1.0 / np.sqrt(n_ff))
+
+
+def _qwen35_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_nextn: int, n_embd: int,
+                    n_ff: int, d: dict[str, int], recurrent: list[bool], byte_bias: bool,
+                    extra_scale: float) -> dict[str, np.ndarray]:
+    normal = _rng(seed)
+    hd, nv = d["d_state"], d["n_v_heads"]
+    conv_dim = 2 * d["d_state"] * d["n_k_heads"] + d["d_inner"]  # q, k (n_k_heads each), v (n_v_heads)
+    w: dict[str, np.ndarray] = {}
+    w["token_embd.weight"] = _vocab_rows(normal, 1, n_vocab_std, n_vocab, n_embd, 1.0)
+    for il in range(n_layer):
+        k = 100 * (il + 1)
+        p = f"blk.{il}."
+        if not recurrent[il]:
+            _qwen35_attn_block(normal, w, p, k, n_embd, n_ff, d)
+            continue
+        # gated delta net ("linear attention") block
+        w[p + "attn_norm.weight"] = np.ones(n_embd)
+        w[p + "attn_qkv.weight"] = normal(k + 11, (conv_dim, n_embd), 1.0 / np.sqrt(n_embd))  # q, k, v
+        w[p + "attn_gate.weight"] = normal(k + 12, (d["d_inner"], n_embd), 1.0 / np.sqrt(n_embd))  # z
+        w[p + "ssm_conv1d.weight"] = normal(k + 13, (conv_dim, d["d_conv"]), _Q35_CONV_STD)
+        w[p + "ssm_dt.bias"] = np.full(nv, _Q35_DT_BIAS)
+        w[p + "ssm_a"] = -np.geomspace(_Q35_A[0], _Q35_A[1], nv)  # -exp(A_log)
+        w[p + "ssm_beta.weight"] = normal(k + 14, (nv, n_embd), 1.0 / np.sqrt(n_embd))
+        w[p + "ssm_alpha.weight"] = normal(k + 15, (nv, n_embd), 1.0 / np.sqrt(n_embd))
+        w[p + "ssm_norm.weight"] = np.ones(hd)
+        w[p + "ssm_out.weight"] = normal(k + 16, (n_embd, d["d_inner"]), 1.0 / np.sqrt(d["d_inner"]))
+        _qwen35_ffn(normal, w, p, k, n_embd, n_ff)
+    w["output_norm.weight"] = np.ones(n_embd)
+    w["output.weight"] = _output_rows(normal, n_vocab_std, n_vocab, n_embd, byte_bias, extra_scale, _LOGIT_STD)
+    # MTP ("nextn") blocks last: a model with them has the same trunk (even with noise) as one without
+    for il in range(n_layer, n_layer + n_nextn):
+        k = 100 * (il + 1)
+        p = f"blk.{il}."
+        _qwen35_attn_block(normal, w, p, k, n_embd, n_ff, d)
+        w[p + "nextn.eh_proj.weight"] = normal(k + 21, (n_embd, 2 * n_embd), 1.0 / np.sqrt(2 * n_embd))
+        w[p + "nextn.enorm.weight"] = np.ones(n_embd)
+        w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
+        w[p + "nextn.shared_head_norm.weight"] = np.ones(n_embd)
+    return w
+
+
+def _mamba_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, d: dict[str, int],
+                   byte_bias: bool, extra_scale: float) -> dict[str, np.ndarray]:
+    normal = _rng(seed)
+    d_inner, d_state, dt_rank, d_conv = d["d_inner"], d["d_state"], d["dt_rank"], d["d_conv"]
+    w: dict[str, np.ndarray] = {}
+    w["token_embd.weight"] = _vocab_rows(normal, 1, n_vocab_std, n_vocab, n_embd, 1.0)
+    for il in range(n_layer):
+        k = 100 * (il + 1)
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = np.ones(n_embd)
+        w[p + "ssm_in.weight"] = normal(k + 1, (2 * d_inner, n_embd), 1.0 / np.sqrt(n_embd))  # x, z
+        w[p + "ssm_conv1d.weight"] = normal(k + 2, (d_inner, d_conv), _MAMBA_CONV_STD)
+        w[p + "ssm_conv1d.bias"] = normal(k + 3, (d_inner,), 0.1)
+        w[p + "ssm_x.weight"] = normal(k + 4, (dt_rank + 2 * d_state, d_inner), _MAMBA_X_GAIN / np.sqrt(d_inner))
+        w[p + "ssm_dt.weight"] = normal(k + 5, (d_inner, dt_rank), 1.0 / np.sqrt(dt_rank))
+        u = np.random.default_rng([seed, k + 6]).random(d_inner)
+        dt = np.exp(np.log(_MAMBA_DT[0]) + u * (np.log(_MAMBA_DT[1]) - np.log(_MAMBA_DT[0])))
+        w[p + "ssm_dt.bias"] = dt + np.log(-np.expm1(-dt))  # softplus^-1(dt)
+        w[p + "ssm_a"] = -np.tile(np.arange(1, d_state + 1, dtype=np.float64), (d_inner, 1))  # -exp(A_log)
+        w[p + "ssm_d"] = np.full(d_inner, _MAMBA_D)
+        w[p + "ssm_out.weight"] = normal(k + 7, (n_embd, d_inner), 1.0 / np.sqrt(d_inner))
+    w["output_norm.weight"] = np.ones(n_embd)
+    w["output.weight"] = _output_rows(normal, n_vocab_std, n_vocab, n_embd, byte_bias, extra_scale, _LOGIT_STD)
     return w
 
 
 def write_model(
     path: str | Path,
     *,
+    arch: str = "llama",
     seed: int = 0,
     noise: float = 0.0,
     noise_seed: int = 1,
@@ -208,15 +358,20 @@ def write_model(
     chat_template: str | None = CHATML_TEMPLATE,
     byte_bias: bool = False,
     extra_scale: float = 1.0,
-    n_layer: int = 2,
+    n_layer: int | None = None,
     n_embd: int = 64,
     n_head: int = 4,
+    n_head_kv: int | None = None,
     n_ff: int = 128,
+    n_nextn: int = 0,
+    full_attention_interval: int = 2,
     n_ctx_train: int = 4096,
     split_max_tensors: int = 0,
 ) -> Path:
-    """Write a tiny llama GGUF model (all F32) to `path` and return the path.
+    """Write a tiny GGUF model (all F32) to `path` and return the path.
 
+    arch         "llama" (default), "qwen35" (hybrid: gated delta net + gated full attention) or
+                 "mamba" (fully recurrent Mamba 1); see the module docstring
     seed         weights (deterministic; the same seed gives the same model)
     noise        > 0: the seed's weights plus N(0, (noise * rms(tensor))^2) noise from noise_seed
     vocab        "standard", "incompatible" (same size, other texts from id 261 on) or
@@ -227,11 +382,25 @@ def write_model(
                  so generated text is partial / invalid UTF-8
     extra_scale  output-row scale of the ids appended by the "extended" vocab: > 1 makes the model
                  produce them often (to exercise a pair whose vocabularies differ)
+    n_layer      trunk layers; default 2 (llama, mamba) or 4 (qwen35)
+    n_head_kv    qwen35 only: KV heads of the attention layers (default 2; llama always uses n_head)
+    n_nextn      qwen35 only: MTP ("nextn") blocks appended after the trunk (llama.cpp supports 1);
+                 the trunk weights do not depend on it
+    full_attention_interval qwen35 only: every this-many-th layer is full attention, the others
+                 gated delta net (default 2: layers 0, 2 recurrent, 1, 3 attention)
     split_max_tensors > 0: split the model as llama.cpp's gguf-split does, at most this many
                  tensors a file, into STEM-00001-of-0000N.gguf, ... beside `path` (split.no,
                  split.count and split.tensors.count in each header); returns the first part
     """
     path = Path(path)
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+    if n_nextn and arch != "qwen35":
+        raise ValueError("n_nextn (MTP blocks) is only supported for arch='qwen35'")
+    if not 0 <= n_nextn <= 1:
+        raise ValueError("llama.cpp's qwen35 supports exactly one MTP block (n_nextn 0 or 1)")
+    if n_layer is None:
+        n_layer = 4 if arch == "qwen35" else 2
     if n_embd % n_head:
         raise ValueError("n_embd must be a multiple of n_head")
     pieces = vocab_pieces(vocab)
@@ -239,26 +408,71 @@ def write_model(
     if not 0 <= eos_token_id < n_vocab:
         raise ValueError(f"eos_token_id {eos_token_id} outside the vocab (0..{n_vocab - 1})")
     scores, types = _scores_and_types(pieces)
+    n_vocab_std = vocab_size("standard")
 
-    weights = _weights(seed, vocab_size("standard"), n_vocab, n_layer, n_embd, n_ff, byte_bias, extra_scale)
+    if arch == "llama":
+        weights = _weights(seed, n_vocab_std, n_vocab, n_layer, n_embd, n_ff, byte_bias, extra_scale)
+    elif arch == "qwen35":
+        q35 = _qwen35_dims(n_embd, n_head, 2 if n_head_kv is None else n_head_kv)
+        if n_head % q35["n_head_kv"]:
+            raise ValueError("n_head must be a multiple of n_head_kv")
+        recurrent = [(il + 1) % full_attention_interval != 0 for il in range(n_layer)]
+        if all(recurrent) or not any(recurrent):
+            raise ValueError("qwen35 needs at least one recurrent and one attention layer "
+                             "(n_layer >= full_attention_interval >= 2)")
+        weights = _qwen35_weights(seed, n_vocab_std, n_vocab, n_layer, n_nextn, n_embd, n_ff, q35, recurrent,
+                                  byte_bias, extra_scale)
+    else:
+        mamba = dict(d_inner=2 * n_embd, d_state=16, dt_rank=-(n_embd // -16), d_conv=4)
+        weights = _mamba_weights(seed, n_vocab_std, n_vocab, n_layer, n_embd, mamba, byte_bias, extra_scale)
     if noise > 0:
         rng = np.random.default_rng(noise_seed)
         for name, t in weights.items():
             rms = float(np.sqrt(np.mean(t * t)))
             weights[name] = t + rng.standard_normal(t.shape) * (noise * rms)
 
-    w = gguf.GGUFWriter(path, "llama", split_max_tensors=split_max_tensors)
-    w.add_name(f"specllm-tiny-seed{seed}" + (f"-noise{noise:g}" if noise > 0 else ""))
+    w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+    name = f"specllm-tiny-seed{seed}" + (f"-noise{noise:g}" if noise > 0 else "")
+    w.add_name(name if arch == "llama" else f"specllm-tiny-{arch}-seed{seed}" + name[len(f"specllm-tiny-seed{seed}"):])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
-    w.add_rope_dimension_count(n_embd // n_head)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    if arch == "llama":
+        w.add_block_count(n_layer)
+        w.add_feed_forward_length(n_ff)
+        w.add_head_count(n_head)
+        w.add_head_count_kv(n_head)
+        w.add_rope_dimension_count(n_embd // n_head)
+        w.add_rope_freq_base(10000.0)
+    elif arch == "qwen35":
+        # keys as plain strings: older `gguf` releases lack the writer helpers for some of them
+        w.add_block_count(n_layer + n_nextn)
+        w.add_feed_forward_length(n_ff)
+        w.add_head_count(n_head)
+        w.add_head_count_kv(q35["n_head_kv"])
+        w.add_uint32(f"{arch}.attention.key_length", q35["head_dim"])
+        w.add_uint32(f"{arch}.attention.value_length", q35["head_dim"])
+        w.add_rope_dimension_count(q35["head_dim"])
+        w.add_array(f"{arch}.rope.dimension_sections", _rope_sections(q35["head_dim"]))
+        w.add_rope_freq_base(10000.0)
+        w.add_uint32(f"{arch}.ssm.conv_kernel", q35["d_conv"])
+        w.add_uint32(f"{arch}.ssm.state_size", q35["d_state"])
+        w.add_uint32(f"{arch}.ssm.group_count", q35["n_k_heads"])
+        w.add_uint32(f"{arch}.ssm.time_step_rank", q35["n_v_heads"])
+        w.add_uint32(f"{arch}.ssm.inner_size", q35["d_inner"])
+        w.add_uint32(f"{arch}.full_attention_interval", full_attention_interval)
+        if n_nextn:
+            w.add_uint32(f"{arch}.nextn_predict_layers", n_nextn)
+    else:
+        w.add_block_count(n_layer)
+        w.add_feed_forward_length(0)
+        w.add_head_count(0)
+        w.add_uint32(f"{arch}.ssm.conv_kernel", mamba["d_conv"])
+        w.add_uint32(f"{arch}.ssm.inner_size", mamba["d_inner"])
+        w.add_uint32(f"{arch}.ssm.state_size", mamba["d_state"])
+        w.add_uint32(f"{arch}.ssm.time_step_rank", mamba["dt_rank"])
+        w.add_bool(f"{arch}.ssm.dt_b_c_rms", False)
+    w.add_layer_norm_rms_eps(1e-5 if arch != "qwen35" else 1e-6)
     w.add_vocab_size(n_vocab)
 
     w.add_tokenizer_model("llama")
@@ -284,3 +498,11 @@ def write_model(
     w.close()
     parts = w.format_shard_names(path)
     return parts[0]
+
+
+def _rope_sections(head_dim: int) -> list[int]:
+    """qwen35's interleaved M-RoPE sections (t, h, w, e) over the head_dim / 2 rotated pairs: for
+    text all four positions are equal, so they only need to be non-zero and add up."""
+    half = head_dim // 2
+    t = half - 2 * (half // 3)
+    return [t, half // 3, half // 3, 0]

@@ -1,0 +1,169 @@
+"""Hybrid (Qwen3.5: gated delta net + attention) and recurrent (Mamba) models, as target and
+draft, on tiny generated models: rollback, speculative output, the limits on drafts."""
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from stats import chi_square_pvalue
+
+import specllm
+from specllm.backend import Model, ModelOptions
+from specllm.engine import Engine
+from specllm.errors import SpecllmError
+from specllm.sampling import SamplerSettings, distribution
+
+PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
+ARCHS = ("qwen35", "mamba")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("recurrent")
+    out = {}
+    for arch in ARCHS:
+        noise = tm.DRAFT_NOISES[arch]
+        out[arch] = (
+            tm.write_model(d / f"{arch}.gguf", arch=arch, seed=0),
+            tm.write_model(d / f"{arch}-draft.gguf", arch=arch, seed=0, noise=noise, noise_seed=1),
+        )
+    return out
+
+
+def fresh_logits(path, tokens):
+    """The logits after `tokens`, from a model that has seen nothing else."""
+    m = Model(path, ModelOptions(n_ctx=256, n_threads=1))
+    try:
+        return np.array(m.sync(tokens, n_logits=1)[0])
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cutting_back_gives_the_logits_of_a_fresh_decode(models, arch):
+    """Calls of random widths, each cut back by a random depth (past the snapshots, past what
+    the last call could take back, one-token calls then a deeper cut: llama.cpp's trap), then
+    the next token's logits against a fresh model's."""
+    path = models[arch][0]
+    m = Model(path, ModelOptions(n_ctx=256, n_threads=1, snapshots=4))
+    rng = np.random.default_rng(0)
+    tokens = m.tokenize("the cat is in the house", add_special=True) + [int(t) for t in rng.integers(261, 500, 60)]
+    m.sync(tokens[:8])
+    worst, depths = 0.0, set()
+    for _ in range(24):
+        width = int(rng.integers(1, 7))
+        for _ in range(int(rng.integers(1, 3))):  # one call or two in a row
+            m.eval(tokens[len(m.tokens) : len(m.tokens) + width], 0)
+        back = int(rng.integers(0, 2 * width + 2))
+        n = max(1, len(m.tokens) - back)
+        depths.add(len(m.tokens) - n)
+        m.truncate(n)
+        got = np.array(m.eval([tokens[n]], 1)[0])
+        worst = max(worst, float(np.abs(got - fresh_logits(path, tokens[: n + 1])).max()))
+        m.truncate(n)
+        if len(m.tokens) > 40:
+            m.truncate(8)
+    m.close()
+    assert len(depths) >= 8  # cuts of many depths were taken
+    assert worst < 1e-2  # batch shapes move llama.cpp's logits by ~1e-4; a wrong state by ~10
+
+
+def test_the_snapshots_take_back_only_what_the_last_call_wrote(models):
+    """One-token calls write no snapshot: taking back two tokens after them must not use them."""
+    path = models["qwen35"][0]
+    m = Model(path, ModelOptions(n_ctx=256, n_threads=1, snapshots=4))
+    assert m.recurrent and m.max_draft == 4
+    tokens = m.tokenize("the cat is in the house and the", add_special=True)
+    m.sync(tokens[:5])
+    for t in tokens[5:9]:
+        m.eval([t], 1)
+    m.truncate(7)
+    got = np.array(m.eval([tokens[7]], 1)[0])
+    assert np.abs(got - fresh_logits(path, tokens[:8])).max() < 1e-2
+    m.close()
+
+
+def test_llama_cpp_keeps_no_snapshots_for_mamba(models):
+    m = Model(models["mamba"][0], ModelOptions(n_ctx=256, n_threads=1, snapshots=8))
+    assert m.recurrent and m.snapshots == 0 and m.max_draft == 0
+    assert m.state_bytes > 0
+    m.close()
+
+
+def greedy(engine, prompt, drafter, gamma, max_tokens=40):
+    return engine.generate(prompt, max_tokens=max_tokens, temperature=0, drafter=drafter, gamma=gamma)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_speculative_equals_target_only(models, arch):
+    """Every drafter, drafts of 1 to 16 tokens, on a hybrid or recurrent target with a draft of
+    its kind: rejections at every depth, the same tokens as the target alone."""
+    target, draft = models[arch]
+    engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1, snapshots=16)
+    drafted = rejected = 0
+    for prompt in PROMPTS:
+        expected = greedy(engine, prompt, "none", None).tokens
+        for drafter in ("model", "ngram", "auto"):
+            for gamma in (1, 2, 3, 5, 8, 16):
+                stats = greedy(engine, prompt, drafter, gamma).stats
+                assert greedy(engine, prompt, drafter, gamma).tokens == expected, (prompt, drafter, gamma)
+                drafted += stats.n_drafted
+                rejected += stats.n_drafted - stats.n_accepted
+    engine.close()
+    assert drafted > 500 and rejected > 100  # really speculated, and often wrong
+
+
+SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sampled_tokens_follow_the_target_distribution(models, arch):
+    """The joint distribution of the first three tokens with three-token model drafts."""
+    target, draft = models[arch]
+    engine = specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, snapshots=4)
+    ids = engine.prompt_tokens("the cat")
+    model = Model(target, ModelOptions(n_ctx=256, n_threads=1))
+    joint = {(): 1.0}
+    for _ in range(3):
+        grown = {}
+        for prefix, prob in joint.items():
+            row = distribution(model.sync(ids + list(prefix), n_logits=1)[0], SAMPLER)
+            grown.update({prefix + (int(t),): prob * row[t] for t in np.flatnonzero(row)})
+        joint = grown
+    model.close()
+    counts = dict.fromkeys(joint, 0)
+    n, rejected = 3000, 0
+    for seed in range(n):
+        r = engine.generate(ids, max_tokens=4, gamma=3, drafter="model", **SAMPLER.__dict__ | {"seed": seed})
+        counts[tuple(r.tokens[:3])] += 1
+        rejected += r.stats.n_accepted < r.stats.n_drafted
+    engine.close()
+    assert rejected > n / 10
+    cells = sorted(joint)
+    assert chi_square_pvalue(np.array([counts[c] for c in cells]), np.array([joint[c] for c in cells])) > 0.01
+
+
+def test_a_fixed_draft_longer_than_the_snapshots_is_one_clear_error(models):
+    engine = specllm.load(str(models["qwen35"][0]), n_ctx=256, n_threads=1, snapshots=4)
+    with pytest.raises(SpecllmError, match=r"gamma \(draft length\) 5 is longer than the 4 recurrent-state snapshots"):
+        engine.generate("Hello", max_tokens=4, drafter="ngram", gamma=5)
+    engine.generate("Hello", max_tokens=4, drafter="auto", gamma=5)  # auto's gamma is a cap: kept within
+    engine.close()
+
+
+def test_auto_on_a_hybrid_drafts_within_the_snapshots_and_says_so(models):
+    target, draft = models["qwen35"]
+    engine = Engine(Model(target, ModelOptions(n_ctx=512, n_threads=1, snapshots=3)), Model(draft, ModelOptions(n_ctx=512, n_threads=1, snapshots=0)))
+    r = engine.generate("the cat is in the house and the cat is in the house and the cat", max_tokens=40, temperature=0)
+    assert len(r.stats.drafted_per_position) <= 3
+    assert "at most 3 tokens" in r.stats.policy["draft_limit"]
+    engine.close()
+
+
+def test_auto_on_mamba_drafts_nothing_and_says_why(models):
+    target, draft = models["mamba"]
+    engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1)
+    expected = greedy(engine, PROMPTS[2], "none", None).tokens
+    r = greedy(engine, PROMPTS[2], "auto", None)
+    assert r.tokens == expected and r.stats.n_drafted == 0
+    assert "no drafts" in r.stats.policy["draft_limit"] and "recurrent" in r.stats.policy["draft_limit"]
+    engine.close()
