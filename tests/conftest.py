@@ -13,6 +13,14 @@ without downloading anything. Its attributes are paths:
     bytes         target whose output layer favours byte tokens (partial / invalid UTF-8 output)
     not_gguf      a small text file
     truncated     the target file cut to half its length
+
+`tiny_recurrent_models` (written only when a test asks for it) holds the other architectures:
+
+    qwen35        Qwen3.5 hybrid (gated delta net + full attention), seed 0, standard vocab
+    qwen35_draft  qwen35 plus noise (DRAFT_NOISES["qwen35"]): agrees with it ~80%
+    qwen35_mtp    qwen35 with one MTP ("nextn") block; its trunk is qwen35's, weight for weight
+    mamba         Mamba 1 (fully recurrent), seed 0, standard vocab
+    mamba_draft   mamba plus noise (DRAFT_NOISES["mamba"]): agrees with it ~80%
 """
 
 from __future__ import annotations
@@ -79,3 +87,26 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     data = target.read_bytes()
     models.truncated.write_bytes(data[: len(data) // 2])
     return models
+
+
+@dataclass(frozen=True)
+class TinyRecurrentModels:
+    qwen35: Path
+    qwen35_draft: Path
+    qwen35_mtp: Path
+    mamba: Path
+    mamba_draft: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_recurrent_models(tmp_path_factory: pytest.TempPathFactory) -> TinyRecurrentModels:
+    d = tmp_path_factory.mktemp("tiny_recurrent_models")
+    write = tm.write_model
+    return TinyRecurrentModels(
+        qwen35=write(d / "qwen35.gguf", arch="qwen35", seed=0),
+        qwen35_draft=write(d / "qwen35_draft.gguf", arch="qwen35", seed=0, noise=tm.DRAFT_NOISES["qwen35"],
+                           noise_seed=1),
+        qwen35_mtp=write(d / "qwen35_mtp.gguf", arch="qwen35", seed=0, n_nextn=1),
+        mamba=write(d / "mamba.gguf", arch="mamba", seed=0),
+        mamba_draft=write(d / "mamba_draft.gguf", arch="mamba", seed=0, noise=tm.DRAFT_NOISES["mamba"], noise_seed=1),
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import llama_cpp
 import numpy as np
 import pytest
@@ -190,3 +192,191 @@ def test_custom_eos_and_determinism(tmp_path, tiny_models):
     again = tm.write_model(tmp_path / "again.gguf")
     assert again.read_bytes() == tiny_models.target.read_bytes()
     assert tm.write_model(tmp_path / "other.gguf", seed=1).read_bytes() != again.read_bytes()
+
+
+# --- Other architectures: qwen35 (hybrid, with and without MTP) and mamba (recurrent) ---
+
+ARCH_KIND = {"qwen35": (True, False), "mamba": (False, True)}  # (is_hybrid, is_recurrent)
+
+
+def low_level_model(path, load_mtp: bool = False):
+    params = llama_cpp.llama_model_default_params()
+    params.load_mtp = load_mtp
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    assert model, path
+    return model
+
+
+def low_level_ctx(model, **kw):
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_threads, params.n_threads_batch = 256, 1, 1
+    params.type_k = params.type_v = 0  # F32 KV cache: exact comparisons
+    for k, v in kw.items():
+        setattr(params, k, v)
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    assert ctx
+    return ctx
+
+
+def decode(ctx, tokens, pos0: int, n_vocab: int) -> np.ndarray:
+    """Decode `tokens` at positions pos0.. in one batch; the logits of the last one."""
+    batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, pos0 + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i == len(tokens) - 1
+        batch.n_tokens = len(tokens)
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+    finally:
+        llama_cpp.llama_batch_free(batch)
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def arch_runs(tiny_recurrent_models):
+    """arch -> (target Llama, {prompt: greedy run}) for the first 8 prompts."""
+    out = {}
+    for arch in ARCH_KIND:
+        llm = load(getattr(tiny_recurrent_models, arch))
+        out[arch] = (llm, {p: greedy(llm, p) for p in PROMPTS[:8]})
+    return out
+
+
+@pytest.mark.parametrize("arch", list(ARCH_KIND))
+def test_arch_loads_as_its_kind_with_the_same_tokenizer(tiny_recurrent_models, target, arch):
+    llm = load(getattr(tiny_recurrent_models, arch))
+    assert llm.metadata["general.architecture"] == arch
+    assert (llama_cpp.llama_model_is_hybrid(llm.model), llama_cpp.llama_model_is_recurrent(llm.model)) == ARCH_KIND[arch]
+    assert llama_cpp.llama_model_n_layer_nextn(llm.model) == 0
+    assert llm.n_vocab() == tm.vocab_size("standard")
+    assert spec_vocab_compatible(target, llm)
+    for text in (b"Hello world", b"def f(x):\n    return x == 1"):
+        assert llm.tokenize(text) == target.tokenize(text)
+
+
+@pytest.mark.parametrize("arch", list(ARCH_KIND))
+def test_arch_greedy_output_varies_rarely_ends_and_is_deterministic(tmp_path, tiny_recurrent_models, arch_runs,
+                                                                      arch):
+    llm, runs = arch_runs[arch]
+    eog = 0
+    for prompt, (_, gen, _) in runs.items():
+        assert len(set(gen)) > 10, (prompt, gen)
+        eog += sum(t in (tm.EOS_ID, tm.EOT_ID) for t in gen)
+    assert eog <= 2
+    rows = np.array([row for _, _, logits in runs.values() for row in logits])
+    p = np.exp(rows - rows.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    assert 0.15 < np.median(p.max(1)) < 0.75
+    # same weights, same output: rewriting the file gives the same bytes, reloading the same tokens
+    path = getattr(tiny_recurrent_models, arch)
+    assert tm.write_model(tmp_path / "again.gguf", arch=arch).read_bytes() == path.read_bytes()
+    assert tm.write_model(tmp_path / "other.gguf", arch=arch, seed=1).read_bytes() != path.read_bytes()
+    again = load(path)
+    for prompt in PROMPTS[:2]:
+        assert greedy(again, prompt)[1] == runs[prompt][1]
+
+
+@pytest.mark.parametrize("arch", list(ARCH_KIND))
+def test_arch_draft_agrees_with_target_mostly(tiny_recurrent_models, arch_runs, arch):
+    draft = load(getattr(tiny_recurrent_models, arch + "_draft"))
+    agree = total = 0
+    for toks, gen, _ in arch_runs[arch][1].values():
+        draft.reset()
+        draft.eval(toks)
+        for t in gen:  # teacher-forced on the target's greedy path
+            agree += int(last_logits(draft).argmax()) == t
+            total += 1
+            draft.eval([t])
+    assert 0.6 <= agree / total <= 0.92
+
+
+def test_qwen35_mtp_layer_and_context(tiny_recurrent_models):
+    n_vocab = tm.vocab_size("standard")
+    toks = [tm.BOS_ID] + list(range(300, 306))
+    plain = low_level_model(tiny_recurrent_models.qwen35)
+    model = low_level_model(tiny_recurrent_models.qwen35_mtp, load_mtp=True)
+    ctxs = []
+    try:
+        assert llama_cpp.llama_model_n_layer_nextn(model) == 1
+        assert llama_cpp.llama_model_n_layer_nextn(plain) == 0
+        assert llama_cpp.llama_model_is_hybrid(model)
+        n_embd = llama_cpp.llama_model_n_embd(model)
+        # the main model ignores the MTP block: same logits as the model without it
+        ctxs.append(low_level_ctx(plain))
+        ref = decode(ctxs[-1], toks, 0, n_vocab)
+        ctxs.append(tgt := low_level_ctx(model, embeddings=True))
+        batch = llama_cpp.llama_batch_init(len(toks), 0, 1)
+        for i, t in enumerate(toks):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, True
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(toks)
+        assert llama_cpp.llama_decode(tgt, batch) == 0
+        llama_cpp.llama_batch_free(batch)
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(tgt, -1), shape=(n_vocab,))
+        np.testing.assert_array_equal(logits, ref)
+        # the target's final hidden states (output_norm'd: what the MTP head takes as h)
+        h = np.array([np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(tgt, i), shape=(n_embd,))
+                      for i in range(len(toks))], dtype=np.float32)
+        # the MTP context decodes token x_i paired with h_{i-1} (as common/speculative.cpp's draft-mtp does)
+        ctxs.append(mtp := low_level_ctx(model, ctx_type=llama_cpp.LLAMA_CONTEXT_TYPE_MTP))
+        rows = [np.zeros(n_embd, np.float32)] + [h[i - 1].copy() for i in range(1, len(toks))]
+        bext = llama_cpp.llama_batch_ext_init(mtp)
+        try:
+            for i, t in enumerate(toks):
+                idx = llama_cpp.llama_batch_ext_add_token(bext, 0, t)
+                assert idx == i
+                assert llama_cpp.llama_batch_ext_set_pos(bext, idx, ctypes.byref(llama_cpp.llama_pos(i)))
+                embd = llama_cpp.llama_embd(rows[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, n_embd)
+                # llama_batch_ext_set_embd_state is still a stub (returns False) in 0.3.36
+                assert llama_cpp.llama_batch_ext_set_embd_token(bext, idx, embd)
+                llama_cpp.llama_batch_ext_set_output_logits(bext, idx, i == len(toks) - 1)
+            assert llama_cpp.llama_process(mtp, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, bext) == 0
+        finally:
+            llama_cpp.llama_batch_ext_free(bext)
+        draft_logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(mtp, -1), shape=(n_vocab,))
+        assert np.isfinite(draft_logits).all() and draft_logits.std() > 1.0
+    finally:
+        for c in ctxs:
+            llama_cpp.llama_free(c)
+        llama_cpp.llama_model_free(model)
+        llama_cpp.llama_model_free(plain)
+
+
+@pytest.mark.parametrize("arch", list(ARCH_KIND))
+def test_arch_rollback_and_state_restore(tiny_recurrent_models, arch):
+    """What speculative decoding relies on: qwen35 rolls back up to n_rs_seq tokens of the last
+    decode call exactly (if that call held more tokens than the rollback); mamba cannot roll back
+    at all. A saved sequence state restores exactly for both."""
+    n_vocab = tm.vocab_size("standard")
+    toks = [tm.BOS_ID] + list(range(300, 315))
+    model = low_level_model(getattr(tiny_recurrent_models, arch))
+    ctxs = []
+    try:
+        ctxs.append(ctx := low_level_ctx(model, n_rs_seq=4))
+        mem = llama_cpp.llama_get_memory(ctx)
+        decode(ctx, toks[:10], 0, n_vocab)
+        state = (ctypes.c_uint8 * llama_cpp.llama_state_seq_get_size(ctx, 0))()
+        assert llama_cpp.llama_state_seq_get_data(ctx, state, len(state), 0) == len(state)
+        after10 = decode(ctx, toks[10:11], 10, n_vocab).copy()
+        decode(ctx, toks[11:15], 11, n_vocab)  # positions 10..14: 10 + 1 + 4
+        if arch == "qwen35":
+            assert llama_cpp.llama_n_rs_seq(ctx) == 4
+            assert llama_cpp.llama_memory_seq_rm(mem, 0, 13, -1)  # drop 13, 14 (within the last call)
+            assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == 12
+            got = decode(ctx, toks[13:14], 13, n_vocab).copy()
+            ctxs.append(fresh := low_level_ctx(model))
+            decode(fresh, toks[:13], 0, n_vocab)
+            np.testing.assert_allclose(got, decode(fresh, toks[13:14], 13, n_vocab), atol=1e-4)
+            assert not llama_cpp.llama_memory_seq_rm(mem, 0, 8, -1)  # 6 > n_rs_seq: refused, unchanged
+        else:
+            assert llama_cpp.llama_n_rs_seq(ctx) == 0  # clamped: Mamba has no partial rollback
+            assert not llama_cpp.llama_memory_seq_rm(mem, 0, 14, -1)
+        assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == (13 if arch == "qwen35" else 14)
+        assert llama_cpp.llama_state_seq_set_data(ctx, state, len(state), 0) == len(state)
+        assert llama_cpp.llama_memory_seq_pos_max(mem, 0) == 9
+        np.testing.assert_array_equal(decode(ctx, toks[10:11], 10, n_vocab), after10)
+    finally:
+        for c in ctxs:
+            llama_cpp.llama_free(c)
+        llama_cpp.llama_model_free(model)
