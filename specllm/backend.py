@@ -197,6 +197,8 @@ class Model:
         # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
         # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
         self.recurrent = bool(L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
+        self.n_nextn = _nextn_layers(self._model)  # MTP layers: the model can draft for itself
+        self._hidden: np.ndarray | None = None  # per position, the hidden state its MTP layers read
         self._pieces: dict[int, bytes] = {}
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         if not vocab_only:
@@ -223,7 +225,25 @@ class Model:
         twin = copy.copy(self)  # shares the weights, the vocabulary and its caches
         twin._weights_of, twin.tokens, twin._ctx = self, [], None  # a failed open frees nothing of ours
         twin._open_context()
+        if self._hidden is not None:
+            twin._hidden = None
+            twin.keep_hidden_states()
         return twin
+
+    def keep_hidden_states(self) -> None:
+        """From now on keep, for every position evaluated, the hidden state that the model's MTP
+        layers take as input (llama.cpp's "nextn" embeddings, one row per token)."""
+        if self._hidden is None:
+            from llama_cpp import llama_cpp_ext
+
+            llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # a row for every token
+            self._hidden = np.zeros((0, L.llama_model_n_embd_out(self._model)), dtype=np.float32)
+
+    def hidden_state(self, position: int) -> np.ndarray:
+        """The hidden state kept for a position the model holds (see keep_hidden_states)."""
+        if self._hidden is None or not 0 <= position < len(self.tokens):
+            raise ValueError(f"no hidden state kept for position {position}")
+        return self._hidden[position]
 
     @property
     def max_draft(self) -> int | None:
@@ -359,12 +379,25 @@ class Model:
         status = L.llama_decode(self._ctx, batch)
         if status != 0:
             raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
+        if self._hidden is not None:
+            self._keep_rows(pos0, n)
         self.tokens.extend(chunk)
         # llama.cpp's recurrent kernels write a snapshot for each token of this batch but the last
         # (and keeps the last n_rs_seq + 1 tokens in one micro-batch): so a call of n tokens can
         # take back at most n - 1 of them. Taking back more answers True and leaves a wrong state.
         self._rollback_room = min(self.snapshots, n - 1)
         self._unsure = False
+
+    def _keep_rows(self, pos0: int, n: int) -> None:
+        from llama_cpp import llama_cpp_ext
+
+        hidden = self._hidden
+        if pos0 + n > len(hidden):  # grow by doubling, up to the context
+            grown = np.zeros((min(self.n_ctx, max(2 * len(hidden), pos0 + n, 64)), hidden.shape[1]), np.float32)
+            grown[: len(hidden)] = hidden
+            self._hidden = hidden = grown
+        rows = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
+        hidden[pos0 : pos0 + n] = np.ctypeslib.as_array(rows, shape=(n, hidden.shape[1]))
 
     def truncate(self, n: int) -> None:
         """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
@@ -378,6 +411,10 @@ class Model:
             return
         replay = self.tokens[:n]
         self.eval(replay[self._rewind(n) :], 0)
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """How many leading `tokens` the KV cache holds already."""
+        return common_prefix(self.tokens, tokens)
 
     def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
         """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the
@@ -461,6 +498,103 @@ class Model:
         self._rollback_room, self._checkpoint, self._unsure = 0, None, False
 
 
+class MtpHead:
+    """A target's own MTP ("nextn") layers as a draft model, with the interface ModelDrafter uses
+    (tokens, n_ctx, n_vocab, sync, eval, truncate, checkpoint, cached_prefix).
+
+    As llama.cpp's draft-mtp: a context of type MTP over the target's loaded weights. Its position p
+    holds token p together with the target's hidden state at p - 1, so what it predicts there is
+    token p + 1. The first draft step pairs the last context token with the target's hidden
+    state before it; each further step pairs the drafted token with the MTP layer's own hidden
+    state. Only the entries built from the target's hidden states are kept from one proposal to
+    the next (`_exact`): a drafted token that the target then accepts is entered again with the
+    target's state for it."""
+
+    def __init__(self, target: Model):
+        from llama_cpp import llama_cpp_ext
+
+        if not target.n_nextn:
+            raise SpecllmError(f"{target.path.name} has no MTP layers (nextn): drafter 'mtp' needs a model that carries them")
+        self.target, self.path, self.options = target, target.path, target.options
+        self.n_vocab, self.n_ctx, self.n_batch = target.n_vocab, target.n_ctx, target.n_batch
+        self.recurrent, self.snapshots, self.max_draft = False, 0, None
+        target.keep_hidden_states()
+        self._ctx = _new_context(target._model, target.options, target.path, False, mtp_of=target._ctx)
+        llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # the MTP layer's own rows, where asked
+        self._batch = L.llama_batch_ext_init(self._ctx)
+        self._n_embd = L.llama_model_n_embd_out(target._model)
+        self._zeros = np.zeros(self._n_embd, dtype=np.float32)
+        self._own = self._zeros  # the MTP layer's hidden state at its last output
+        self.tokens: list[int] = []
+        self._exact = 0  # leading entries made with the target's hidden states
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            L.llama_batch_ext_free(self._batch)
+            L.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        return min(common_prefix(self.tokens, tokens), self._exact)
+
+    def checkpoint(self) -> None:
+        pass  # attention only: cut back like any KV cache
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+        self._exact = min(self._exact, n)
+        L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)
+
+    def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
+        """Hold `tokens` (all but the last one already evaluated by the target, whose hidden
+        states go with them); the logits of the last `n_logits` (0 or 1) of them."""
+        keep = min(self.cached_prefix(tokens), len(tokens) - n_logits)
+        if len(tokens) - 1 > len(self.target.tokens):
+            raise ValueError("the MTP layers run one token behind the target at most")
+        self.truncate(keep)
+        states = [self.target.hidden_state(p - 1) if p else self._zeros for p in range(keep, len(tokens))]
+        logits = self._process(tokens[keep:], states, n_logits)
+        self._exact = len(self.tokens)
+        return logits
+
+    def eval(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Draft steps: each token with the MTP layer's own hidden state at the last output."""
+        return self._process(tokens, [self._own] * len(tokens), n_logits)
+
+    def _process(self, tokens: list[int], states: list[np.ndarray], n_logits: int) -> np.ndarray:
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
+        batch, pos0, n = self._batch, len(self.tokens), len(tokens)
+        L.llama_batch_ext_clear(batch)
+        rows = np.ascontiguousarray(np.stack(states), dtype=np.float32) if n else self._zeros[:0]
+        pointer = ctypes.POINTER(ctypes.c_float)
+        outputs = []
+        for i, token in enumerate(tokens):
+            index = L.llama_batch_ext_add_token(batch, 0, token)
+            position = ctypes.c_int32(pos0 + i)
+            L.llama_batch_ext_set_pos(batch, index, ctypes.byref(position))
+            row = rows[i].ctypes.data_as(pointer)
+            L.llama_batch_ext_set_embd_token(batch, index, L.llama_embd(row, 1, self._n_embd))
+            if i >= n - n_logits:
+                L.llama_batch_ext_set_output_logits(batch, index, True)
+                outputs.append(index)
+        if n:
+            status = L.llama_process(self._ctx, L.LLAMA_PROCESS_TYPE_DECODE, batch)
+            if status != 0:
+                raise SpecllmError(f"llama.cpp could not evaluate the MTP batch (llama_process returned {status})")
+        self.tokens.extend(tokens)
+        if not outputs:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        from llama_cpp import llama_cpp_ext
+
+        last = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, outputs[-1])
+        self._own = np.ctypeslib.as_array(last, shape=(self._n_embd,)).copy()
+        return np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)) for i in outputs])
+
+
 # --- chat templates -----------------------------------------------------------------------------
 
 # A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
@@ -526,10 +660,19 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def _nextn_layers(model) -> int:
+    """MTP ("nextn") layers a model carries; llama.cpp also counts a router layer there."""
+    try:
+        return max(0, int(L.llama_model_n_layer_nextn(model)))
+    except AttributeError:  # a llama-cpp-python without MTP support
+        return 0
+
+
 def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, huge_pages: bool):
     params = L.llama_model_default_params()
     params.n_gpu_layers = gpu_layers(options)
     params.vocab_only = vocab_only
+    params.load_mtp = not vocab_only  # the MTP layers of a model that has them (a few % of its weights)
     if devices is not None:
         params.devices = ctypes.cast(devices, ctypes.c_void_p)
     if huge_pages:
@@ -664,8 +807,11 @@ class _Checkpoint:
     size: int
 
 
-def _new_context(model, options: ModelOptions, path: Path, recurrent: bool):
+def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_of=None):
     params = L.llama_context_default_params()
+    if mtp_of is not None:  # the MTP layers of the model whose context this is
+        params.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+        params.ctx_other = mtp_of
     params.n_ctx = options.n_ctx
     params.n_batch = params.n_ubatch = options.n_batch
     params.n_seq_max = 1

@@ -270,6 +270,8 @@ class ChatSession:
             if not self.engine.has_draft:
                 raise SpecllmError("no draft model: start the chat with --draft PATH or --pair NAME")
             self.engine.load_draft()  # now, so that a problem shows here and not mid-reply
+        if arg == "mtp" and self.engine.mtp is None:
+            raise SpecllmError(f"{self.engine.target.path.name} has no MTP layers: /drafter auto, ngram or model")
         self.config = dataclasses.replace(self.config, drafter=arg)
         return CommandResult(f"drafter {arg}")
 

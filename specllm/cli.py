@@ -39,9 +39,9 @@ Draft = Annotated[
 Drafter = Annotated[
     Optional[str],
     typer.Option(
-        help="auto | model | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
-        "the draft model or nothing each step, by measured costs; with --gamma alone: model when a "
-        "draft is given, else ngram."
+        help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
+        "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
+        "--gamma alone: model when a draft is given, else ngram."
     ),
 ]
 Gamma = Annotated[
@@ -355,6 +355,9 @@ def describe_policy(policy: dict) -> str:
     if draft:
         verdict = "can pay here" if policy["model_could_pay"] else "cannot pay here: not used"
         line += f"; draft step {draft['step_seconds'] * 1000:.1f} ms (c = {policy['c']:.2f}): the draft model {verdict}"
+    if policy.get("mtp"):
+        verdict = "can pay here" if policy["mtp_could_pay"] else "cannot pay here: not used"
+        line += f"; MTP step {policy['mtp']['step_seconds'] * 1000:.1f} ms (c = {policy['c_mtp']:.2f}): the MTP layers {verdict}"
     if policy.get("draft_limit"):
         line += f"\nauto: {policy['draft_limit']}"
     return line

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backend import Model, common_prefix
-from .policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, NGRAM_MAX, AutoPolicy, bucket
+from .backend import Model
+from .policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
 from .sampling import SamplerSettings, candidates, dense, sample
 
 
@@ -69,8 +69,8 @@ class ModelDrafter(NoDrafter):
 
     name = "model"
 
-    def __init__(self, model: Model, sampler: SamplerSettings, rng: np.random.Generator):
-        self.model = model
+    def __init__(self, model: Model, sampler: SamplerSettings, rng: np.random.Generator, name: str = "model"):
+        self.model, self.name = model, name  # or the target's MTP head (backend.MtpHead): name "mtp"
         self.sampler = sampler
         self.rng = rng
         self._checked = 0  # context tokens already checked against the draft's vocabulary
@@ -94,7 +94,7 @@ class ModelDrafter(NoDrafter):
 
     def catch_up(self, context: list[int]) -> int:
         """How many context tokens the first call of a proposal has to evaluate."""
-        return max(1, len(context) - common_prefix(self.model.tokens, context))
+        return max(1, len(context) - self.model.cached_prefix(context))
 
     def propose(self, context: list[int], gamma: int, keep_going: KeepGoing | None = None) -> Draft:
         """Up to `gamma` tokens. `keep_going(confidences so far, next confidence, seconds spent)`,
@@ -230,27 +230,31 @@ def _repeat_length(context: list[int], end: int) -> int:
 
 
 class AutoDrafter(NoDrafter):
-    """The `auto` policy's drafter: each step, an n-gram copy, the draft model or nothing,
-    whichever promises the most tokens per second (policy.AutoPolicy decides; this class only
-    gathers what it needs, runs the chosen drafter and reports back).
+    """The `auto` policy's drafter: each step, an n-gram copy, the draft model, the target's MTP
+    layers or nothing, whichever promises the most tokens per second (policy.AutoPolicy decides;
+    this class only gathers what it needs, runs the chosen drafter and reports back).
 
-    `model` is None when there is no draft model or the policy found that it cannot pay on this
-    machine: then it costs nothing at all (no prefill, no catch-up calls)."""
+    `model` (`mtp`) is None when there is no draft model (MTP layers) or the policy found that it
+    cannot pay on this machine: then it costs nothing at all (no prefill, no catch-up calls)."""
 
     name = "auto"
 
-    def __init__(self, policy: AutoPolicy, model: ModelDrafter | None, markup: frozenset[int] = frozenset()):
+    def __init__(
+        self, policy: AutoPolicy, model: ModelDrafter | None, markup: frozenset[int] = frozenset(),
+        mtp: ModelDrafter | None = None,
+    ):  # fmt: skip
         self.policy = policy
         policy.start_generation()
-        self.model = model
+        self.drafters = {name: d for name, d in (("model", model), ("mtp", mtp)) if d is not None}
         self.ngram = NgramDrafter(min_match=0, markup=markup)  # the policy judges every match, however short
 
     def prefill(self, prompt: list[int]) -> None:
-        if self._model_ready(prompt):
-            self.model.prefill(prompt)
+        for name, drafter in self.drafters.items():
+            if self._ready(name, prompt):
+                drafter.prefill(prompt)
 
-    def _model_ready(self, context: list[int]) -> bool:
-        return self.model is not None and self.model.can_read(context) and self.policy.model_could_pay()
+    def _ready(self, name: str, context: list[int]) -> bool:
+        return self.drafters[name].can_read(context) and self.policy.model_could_pay(name)
 
     def propose(self, context: list[int], gamma: int) -> Draft:
         start = time.perf_counter()
@@ -258,29 +262,32 @@ class AutoDrafter(NoDrafter):
         policy.scorer.resolve(context)
         repeat, copy = self.ngram.lookup(context, min(gamma, NGRAM_MAX))
         policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
-        ready = self._model_ready(context)
-        plan = policy.choose(repeat, len(copy), ready, gamma, self.model.catch_up(context) if ready else 1)
-        if plan.source == "model":
-            decided = time.perf_counter()
-            draft = self.model.propose(context, min(gamma, MODEL_MAX), self._keep_going)
+        ready = {name: d.catch_up(context) for name, d in self.drafters.items() if self._ready(name, context)}
+        plan = policy.choose(repeat, len(copy), False, gamma, ready=ready)
+        if plan.source in self.drafters:
+            decided, source = time.perf_counter(), plan.source
+            keep_going = lambda *args: self._keep_going(source, *args)  # noqa: E731
+            draft = self.drafters[source].propose(context, min(gamma, MODEL_MAX), keep_going)
             draft.seconds += decided - start  # the lookup and the decision are drafting time too
             return draft
         tokens = copy[: plan.k] if plan.source == "ngram" else []
         return Draft(tokens, None, 0, time.perf_counter() - start, plan.source)
 
-    def _keep_going(self, confidences: list[float], confidence: float, spent: float) -> bool:
-        rates = [self.policy.model.rate(bucket(c, CONFIDENCE_EDGES), j) for j, c in enumerate(confidences, 1)]
-        return self.policy.model_keep_going(rates, confidence, spent, MODEL_MAX)
+    def _keep_going(self, source: str, confidences: list[float], confidence: float, spent: float) -> bool:
+        table = self.policy.by_confidence[source]
+        rates = [table.rate(bucket(c, CONFIDENCE_EDGES), j) for j, c in enumerate(confidences, 1)]
+        return self.policy.model_keep_going(rates, confidence, spent, MODEL_MAX, source)
 
     def observe(self, draft: Draft, accepted: int, verify_seconds: float, context: list[int]) -> None:
         policy = self.policy
         policy.observe_verify(len(draft.tokens) + 1, verify_seconds)
-        if draft.source == "model" and policy.draft is not None:
+        costs = policy.costs.get(draft.source) if draft.source in MODEL_SOURCES else None
+        if costs is not None:
             width, first = draft.first_call
-            policy.draft.observe(width, first)
+            costs.observe(width, first)
             if draft.calls > 1:
-                policy.draft.observe(1, (draft.seconds - first) / (draft.calls - 1))
-            policy.record_model(draft.confidences, accepted)
+                costs.observe(1, (draft.seconds - first) / (draft.calls - 1))
+            policy.record_model(draft.confidences, accepted, draft.source)
         emitted = min(accepted, len(draft.tokens)) + 1
         policy.record_step(draft.source, emitted, draft.seconds + verify_seconds)
 

@@ -13,7 +13,7 @@ from itertools import zip_longest
 import numpy as np
 
 from . import calibration
-from .backend import Model, ModelOptions, check_compatible, common_prefix
+from .backend import Model, ModelOptions, MtpHead, check_compatible, common_prefix
 from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .policy import NGRAM_MAX, AutoPolicy
@@ -22,14 +22,15 @@ from .speculative import verify_greedy, verify_sampled
 from .text import TextStream
 from .verdicts import check_once
 
-DRAFTERS = ("auto", "model", "ngram", "none")
+DRAFTERS = ("auto", "model", "mtp", "ngram", "none")
 FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
     """`drafter="auto"` chooses the source and length of every draft (up to `gamma` tokens when
-    given); a fixed drafter ("model", "ngram", "none") drafts `gamma` tokens (default 4) each step."""
+    given); a fixed drafter ("model", "mtp", "ngram", "none") drafts `gamma` tokens (default 4)
+    each step."""
 
     max_tokens: int = 256
     sampler: SamplerSettings = SamplerSettings()
@@ -186,6 +187,7 @@ class Engine:
         self.target = target
         self.draft = draft
         self.draft_file = draft_file if draft is None else None
+        self.mtp = MtpHead(target) if target.n_nextn else None  # the target's own MTP layers
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._live = False  # a stream is under way: it owns both KV caches until it ends
@@ -208,7 +210,7 @@ class Engine:
         return self.draft
 
     def close(self) -> None:
-        for model in (self.target, self.draft):
+        for model in (self.mtp, self.target, self.draft):
             if model is not None:
                 model.close()
 
@@ -234,14 +236,19 @@ class Engine:
                 widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
                 target = calibration.measure(self.target, tuple(widths), context)
                 measured.append("target")
-            draft = None
+            draft = mtp = None
             if self.has_draft:
                 draft = calibration.load_costs(self._draft_key())
                 if draft is None:
                     model = self.load_draft()
                     draft = calibration.measure(model, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
                     measured.append("draft")
-            self.policy = AutoPolicy(target, draft)
+            if self.mtp is not None:
+                mtp = calibration.load_costs(self._mtp_key())
+                if mtp is None:  # its inputs are the target's hidden states: timed on the target's context
+                    mtp = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
+                    measured.append("mtp")
+            self.policy = AutoPolicy(target, draft, mtp)
             self.calibration = {
                 "measured": measured,  # [] when both came from the cache
                 "seconds": time.perf_counter() - start,
@@ -254,6 +261,8 @@ class Engine:
             tables = {self._key(self.target): self.policy.target}
             if self.policy.draft is not None and self.has_draft:
                 tables[self._draft_key()] = self.policy.draft
+            if "mtp" in self.policy.costs and self.mtp is not None:
+                tables[self._mtp_key()] = self.policy.costs["mtp"]
             calibration.save_costs(tables)
 
     def policy_report(self) -> dict | None:
@@ -267,12 +276,18 @@ class Engine:
             "draft": p.draft.to_dict() if p.draft else None,
             "c": p.draft.step_seconds / p.target.step_seconds if p.draft else None,
             "model_could_pay": p.model_could_pay(),
+            "mtp": p.costs["mtp"].to_dict() if "mtp" in p.costs else None,
+            "c_mtp": p.costs["mtp"].step_seconds / p.target.step_seconds if "mtp" in p.costs else None,
+            "mtp_could_pay": p.model_could_pay("mtp"),
             "guard_backoffs": p.guard.backoffs,
         }
 
     @staticmethod
     def _key(model: Model) -> str:
         return calibration.model_key(model.path, model.options, model.on_huge_pages)
+
+    def _mtp_key(self) -> str:
+        return self._key(self.target) + "|mtp"
 
     def _draft_key(self) -> str:
         if self.draft is not None:
@@ -448,6 +463,13 @@ class _Run:
             if not engine.has_draft:
                 raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
             return ModelDrafter(engine.load_draft(), self.sampler, self.rng)
+        if name == "mtp":
+            if engine.mtp is None:
+                raise SpecllmError(
+                    f"drafter 'mtp' needs a target with MTP layers (nextn), and {self.target.path.name} has none: "
+                    "use --drafter auto, ngram or model"
+                )
+            return ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
         if name == "auto":
             return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
         if name == "ngram":
@@ -503,10 +525,12 @@ class _Run:
         policy = engine.auto_policy(self.context[:-1])
         if first and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
-        model = None
+        model = mtp = None
         if policy.model_could_pay() and engine.load_draft() is not None:
             model = ModelDrafter(engine.draft, self.sampler, self.rng)
-        return AutoDrafter(policy, model, self.target.markup_tokens)
+        if policy.model_could_pay("mtp") and engine.mtp is not None:
+            mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
+        return AutoDrafter(policy, model, self.target.markup_tokens, mtp)
 
     def _step(self, gamma: int) -> tuple[Step, str | None]:
         draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()

@@ -61,7 +61,7 @@ class _Request(BaseModel):
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    drafter: str | None = None  # extension: auto | model | ngram | none
+    drafter: str | None = None  # extension: auto | model | mtp | ngram | none
     gamma: int | None = Field(None, ge=1)  # extension: draft length
 
     def check(self) -> None:

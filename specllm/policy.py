@@ -314,9 +314,14 @@ class NgramScorer:
 # --- the decision ------------------------------------------------------------------------------
 
 
+# Sources that draft by running a model, each with its own call costs and learned acceptance: a
+# separate draft model, and the target's own MTP ("nextn") layers.
+MODEL_SOURCES = ("model", "mtp")
+
+
 @dataclass(frozen=True)
 class Plan:
-    source: str  # "none", "ngram" or "model"
+    source: str  # "none", "ngram", "model" or "mtp"
     k: int  # draft length (for the model: at most; it may stop earlier)
     rate: float  # expected tokens per second
     baseline: float  # tokens per second of a plain target step
@@ -325,9 +330,23 @@ class Plan:
 class AutoPolicy:
     """What the auto drafter knows and decides: costs, acceptance per source, the guard."""
 
-    def __init__(self, target: CostTable, draft: CostTable | None = None):
-        self.target, self.draft = target, draft
+    def __init__(self, target: CostTable, draft: CostTable | None = None, mtp: CostTable | None = None):
+        self.target = target
+        self.costs = {name: table for name, table in (("model", draft), ("mtp", mtp)) if table is not None}
         self._learn_from_scratch()
+
+    @property
+    def draft(self) -> CostTable | None:
+        """The draft model's call costs."""
+        return self.costs.get("model")
+
+    @property
+    def model(self) -> Acceptance:
+        return self.by_confidence["model"]
+
+    @property
+    def model_marginal(self) -> Acceptance:
+        return self.marginal["model"]
 
     def forget_acceptance(self) -> None:
         """Back to the priors: forget what texts taught about acceptance, and the guard's
@@ -336,11 +355,10 @@ class AutoPolicy:
 
     def _learn_from_scratch(self) -> None:
         # What all generations taught; each generation learns on top of it (start_generation).
-        self.learned = {
-            "ngram": Acceptance(ngram_prior),
-            "model": Acceptance(confidence_prior),  # by the draft's confidence
-            "model_marginal": Acceptance(lambda _: 0.7),  # by position only: before drafting
-        }
+        self.learned = {"ngram": Acceptance(ngram_prior)}
+        for name in MODEL_SOURCES:
+            self.learned[name] = Acceptance(confidence_prior)  # by the draft's confidence
+            self.learned[name + "_marginal"] = Acceptance(lambda _: 0.7)  # by position only: before drafting
         self.guard = Guard()
         self.start_generation()
 
@@ -348,8 +366,8 @@ class AutoPolicy:
         """A new text: its own acceptance tables, starting from everything learned so far with
         the weight of GENERATION_WEIGHT observations."""
         self.ngram = self.learned["ngram"].child(GENERATION_WEIGHT)
-        self.model = self.learned["model"].child(GENERATION_WEIGHT)
-        self.model_marginal = self.learned["model_marginal"].child(GENERATION_WEIGHT)
+        self.by_confidence = {name: self.learned[name].child(GENERATION_WEIGHT) for name in MODEL_SOURCES}
+        self.marginal = {name: self.learned[name + "_marginal"].child(GENERATION_WEIGHT) for name in MODEL_SOURCES}
         self.scorer = NgramScorer(self.ngram)
         self.guard.new_text()
 
@@ -370,47 +388,56 @@ class AutoPolicy:
         rates = self.ngram.rates(bucket(match_length, MATCH_EDGES), k_max)
         return best_length(rates, self.step_seconds)
 
-    def model_choice(self, cap: int, catch_up: int) -> Choice:
-        """Expected value of drafting with the model (before seeing its confidence), including
-        the catch-up call for the `catch_up` context tokens it has not evaluated yet."""
-        rates = self.model_marginal.rates(0, min(cap, MODEL_MAX))
-        return best_length(rates, lambda k: self._model_step_seconds(k, catch_up))
+    def model_choice(self, cap: int, catch_up: int, source: str = "model") -> Choice:
+        """Expected value of drafting with a model source (before seeing its confidence),
+        including the catch-up call for the `catch_up` context tokens it has not evaluated yet."""
+        rates = self.marginal[source].rates(0, min(cap, MODEL_MAX))
+        return best_length(rates, lambda k: self._model_step_seconds(k, catch_up, source))
 
-    def _model_step_seconds(self, k: int, catch_up: int) -> float:
-        """A step drafting k tokens with the model, then verifying them. The first draft call
-        evaluates the tokens the draft has not seen (at least the last one); each further draft
-        token costs one one-token call; the last token is never evaluated. k = 0 calls nothing."""
+    def _model_step_seconds(self, k: int, catch_up: int, source: str = "model") -> float:
+        """A step drafting k tokens with a model source, then verifying them. The first draft
+        call evaluates the tokens the draft has not seen (at least the last one); each further
+        draft token costs one one-token call; the last token is never evaluated. k = 0 calls
+        nothing."""
         if k == 0:
             return self.step_seconds(0)
-        return self.step_seconds(k, self.draft.seconds(max(1, catch_up)) + (k - 1) * self.draft.seconds(1))
+        costs = self.costs[source]
+        return self.step_seconds(k, costs.seconds(max(1, catch_up)) + (k - 1) * costs.seconds(1))
 
-    def model_could_pay(self) -> bool:
-        """Could the draft model beat a plain target step even at OPTIMISTIC_MODEL_ACCEPTANCE, or
+    def model_could_pay(self, source: str = "model") -> bool:
+        """Could a model source beat a plain target step even at OPTIMISTIC_MODEL_ACCEPTANCE, or
         at what it has shown when that is better? If not, it is not worth a single call here."""
-        if self.draft is None:
+        if source not in self.costs:
             return False
-        learned = self.model_marginal.rates(0, MODEL_MAX)
+        learned = self.marginal[source].rates(0, MODEL_MAX)
         rates = [max(OPTIMISTIC_MODEL_ACCEPTANCE, a) for a in learned]
-        best = best_length(rates, lambda k: self._model_step_seconds(k, 1))
+        best = best_length(rates, lambda k: self._model_step_seconds(k, 1, source))
         return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
 
-    def choose(self, ngram_match: int, ngram_available: int, model_ready: bool, cap: int, catch_up: int = 1) -> Plan:
+    def choose(
+        self, ngram_match: int, ngram_available: int, model_ready: bool, cap: int, catch_up: int = 1,
+        ready: dict[str, int] | None = None,
+    ) -> Plan:  # fmt: skip
         """The plan for one step: n-gram copy (match of `ngram_match` tokens, `ngram_available`
-        tokens to copy), the draft model (when `model_ready`), or nothing."""
+        tokens to copy), a model source, or nothing. `ready` maps each model source that can
+        draft now to its catch-up width; without it, the draft model when `model_ready`."""
+        if ready is None:
+            ready = {"model": catch_up} if model_ready else {}
         base = self.baseline
         plans = [Plan("none", 0, base, base)]
         if ngram_available and self.guard.allowed("ngram"):
             c = self.ngram_choice(ngram_match, min(ngram_available, cap))
             plans.append(Plan("ngram", c.k, c.rate, base))
-        if model_ready and self.draft is not None and self.guard.allowed("model"):
-            c = self.model_choice(cap, catch_up)
-            plans.append(Plan("model", c.k, c.rate, base))
+        for source, width in ready.items():
+            if source in self.costs and self.guard.allowed(source):
+                c = self.model_choice(cap, width, source)
+                plans.append(Plan(source, c.k, c.rate, base))
         best = max(plans, key=lambda p: p.rate)
         if best.k == 0 or best.rate < base * (1 + MARGIN):
             return plans[0]
         return best
 
-    def model_keep_going(self, drafted: list[float], confidence: float, spent: float, cap: int) -> bool:
+    def model_keep_going(self, drafted: list[float], confidence: float, spent: float, cap: int, source: str = "model") -> bool:
         """While the draft model drafts: take one more token, whose draft confidence is
         `confidence`, after `drafted` (the acceptance estimates of the tokens taken so far) in
         `spent` seconds of drafting? Yes when the best expected rate of a step that includes it
@@ -418,11 +445,11 @@ class AutoPolicy:
         drafter stops early once its confidence says the next token is likely rejected."""
         k = len(drafted)
         stop_rate = expected_tokens(drafted)[-1] / self.step_seconds(k, spent)
-        a = self.model.rate(bucket(confidence, CONFIDENCE_EDGES), k + 1)
-        future = self.model_marginal.rates(0, min(cap, MODEL_MAX))[k + 1 :]
+        a = self.by_confidence[source].rate(bucket(confidence, CONFIDENCE_EDGES), k + 1)
+        future = self.marginal[source].rates(0, min(cap, MODEL_MAX))[k + 1 :]
         rates = [*drafted, a, *future]
         e = expected_tokens(rates)
-        one_call = self.draft.seconds(1)
+        one_call = self.costs[source].seconds(1)
         for extra in range(0, len(future) + 1):
             n = k + 1 + extra
             if e[n] / self.step_seconds(n, spent + extra * one_call) > stop_rate:
@@ -433,20 +460,20 @@ class AutoPolicy:
 
     def observe_verify(self, width: int, seconds: float) -> None:
         """A timed target call. When the machine speeds up or slows down (another process, a
-        thermal limit), both models do: the draft's one-token time follows the target's drift, so
-        a draft that is not being used does not look cheaper (or dearer) than it is."""
+        thermal limit), all models do: a model source's one-token time follows the target's drift,
+        so a source that is not being used does not look cheaper (or dearer) than it is."""
         before = self.target.step_seconds
         self.target.observe(width, seconds)
-        if self.draft is not None:
-            self.draft.step_seconds *= self.target.step_seconds / before
+        for costs in self.costs.values():
+            costs.step_seconds *= self.target.step_seconds / before
 
-    def record_model(self, confidences: Sequence[float], accepted: int) -> None:
-        """The draft model proposed tokens with these confidences; the first `accepted` were
+    def record_model(self, confidences: Sequence[float], accepted: int, source: str = "model") -> None:
+        """A model source proposed tokens with these confidences; the first `accepted` were
         accepted, and the one after them (if any) rejected. Later ones were never judged."""
         for j, conf in enumerate(confidences[: accepted + 1], start=1):
             ok = j <= accepted
-            self.model.record(bucket(conf, CONFIDENCE_EDGES), j, ok)
-            self.model_marginal.record(0, j, ok)
+            self.by_confidence[source].record(bucket(conf, CONFIDENCE_EDGES), j, ok)
+            self.marginal[source].record(0, j, ok)
 
     def record_step(self, source: str, tokens: int, seconds: float) -> None:
         self.guard.observe(source, tokens, seconds, self.baseline)

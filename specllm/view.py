@@ -27,7 +27,7 @@ def use_live(no_live: bool, console: Console) -> bool:
     return not no_live and console.is_terminal and "NO_COLOR" not in os.environ
 
 
-SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "none": "none"}
+SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "mtp": "MTP", "none": "none"}
 
 
 def status_line(stats: Stats, drafter: str) -> str:
@@ -43,7 +43,8 @@ def status_line(stats: Stats, drafter: str) -> str:
 def source_mix(stats: Stats) -> str:
     """What auto drafted with, e.g. "auto: n-gram 31%, model 0%, none 69% of steps"."""
     shares = stats.source_shares()
-    return "auto: " + ", ".join(f"{label} {shares.get(name, 0.0):.0%}" for name, label in SOURCE_NAMES.items()) + " of steps"
+    names = [n for n in SOURCE_NAMES if n != "mtp" or n in shares]  # MTP only for a model that has it
+    return "auto: " + ", ".join(f"{SOURCE_NAMES[n]} {shares.get(n, 0.0):.0%}" for n in names) + " of steps"
 
 
 def summary(result: Result, drafter: str) -> str:

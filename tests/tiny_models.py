@@ -282,7 +282,7 @@ def _qwen35_ffn(normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n
 
 def _qwen35_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_nextn: int, n_embd: int,
                     n_ff: int, d: dict[str, int], recurrent: list[bool], byte_bias: bool,
-                    extra_scale: float) -> dict[str, np.ndarray]:
+                    extra_scale: float, mtp_mimic: bool = False) -> dict[str, np.ndarray]:
     normal = _rng(seed)
     hd, nv = d["d_state"], d["n_v_heads"]
     conv_dim = 2 * d["d_state"] * d["n_k_heads"] + d["d_inner"]  # q, k (n_k_heads each), v (n_v_heads)
@@ -317,7 +317,23 @@ def _qwen35_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_n
         w[p + "nextn.enorm.weight"] = np.ones(n_embd)
         w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
         w[p + "nextn.shared_head_norm.weight"] = np.ones(n_embd)
+    if mtp_mimic:
+        _make_mtp_mimic(w, n_layer, n_embd)
     return w
+
+
+_MIMIC_BLOCK_GAIN = 0.3  # mtp_mimic: every block's output scaled down, so a model is mostly a bigram
+
+
+def _make_mtp_mimic(w: dict[str, np.ndarray], n_layer: int, n_embd: int) -> None:
+    """An MTP head that predicts well: the blocks add little to the token's own embedding (the
+    model is close to a bigram of its last token), and the MTP block's input projection passes the
+    token's embedding through, so from token t+1 it predicts what the model will predict there."""
+    for name in w:
+        if name.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+            w[name] = w[name] * _MIMIC_BLOCK_GAIN
+    eh = w[f"blk.{n_layer}.nextn.eh_proj.weight"]  # (n_embd, 2 n_embd): the embedding, then the hidden state
+    w[f"blk.{n_layer}.nextn.eh_proj.weight"] = np.concatenate([np.eye(n_embd), 0.1 * eh[:, n_embd:]], axis=1)
 
 
 def _mamba_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, d: dict[str, int],
@@ -364,6 +380,7 @@ def write_model(
     n_head_kv: int | None = None,
     n_ff: int = 128,
     n_nextn: int = 0,
+    mtp_mimic: bool = False,
     full_attention_interval: int = 2,
     n_ctx_train: int = 4096,
     split_max_tensors: int = 0,
@@ -386,6 +403,8 @@ def write_model(
     n_head_kv    qwen35 only: KV heads of the attention layers (default 2; llama always uses n_head)
     n_nextn      qwen35 only: MTP ("nextn") blocks appended after the trunk (llama.cpp supports 1);
                  the trunk weights do not depend on it
+    mtp_mimic    qwen35 with n_nextn=1: an MTP head that often predicts what the model will (see
+                 _make_mtp_mimic), so MTP drafts are accepted often and rejected often
     full_attention_interval qwen35 only: every this-many-th layer is full attention, the others
                  gated delta net (default 2: layers 0, 2 recurrent, 1, 3 attention)
     split_max_tensors > 0: split the model as llama.cpp's gguf-split does, at most this many
@@ -420,8 +439,10 @@ def write_model(
         if all(recurrent) or not any(recurrent):
             raise ValueError("qwen35 needs at least one recurrent and one attention layer "
                              "(n_layer >= full_attention_interval >= 2)")
+        if mtp_mimic and not n_nextn:
+            raise ValueError("mtp_mimic needs n_nextn=1")
         weights = _qwen35_weights(seed, n_vocab_std, n_vocab, n_layer, n_nextn, n_embd, n_ff, q35, recurrent,
-                                  byte_bias, extra_scale)
+                                  byte_bias, extra_scale, mtp_mimic)
     else:
         mamba = dict(d_inner=2 * n_embd, d_state=16, dt_rank=-(n_embd // -16), d_conv=4)
         weights = _mamba_weights(seed, n_vocab_std, n_vocab, n_layer, n_embd, mamba, byte_bias, extra_scale)

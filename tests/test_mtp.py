@@ -1,0 +1,137 @@
+"""Drafting with the target's own MTP ("nextn") layers, on a tiny qwen35 with an MTP block whose
+predictions often hold (tiny_models: mtp_mimic) and one with random MTP weights."""
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from stats import chi_square_pvalue
+from test_auto import FixedCosts
+
+import specllm
+from specllm.backend import Model, ModelOptions
+from specllm.errors import SpecllmError
+from specllm.policy import AutoPolicy
+from specllm.sampling import SamplerSettings, distribution
+
+PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory):
+    return tm.write_model(tmp_path_factory.mktemp("mtp") / "q35-mtp.gguf", arch="qwen35", n_nextn=1, mtp_mimic=True)
+
+
+@pytest.fixture(scope="module")
+def engine(mtp_model):
+    e = specllm.load(str(mtp_model), n_ctx=512, n_threads=1, snapshots=16)
+    yield e
+    e.close()
+
+
+def greedy(engine, prompt, drafter, gamma, max_tokens=40):
+    return engine.generate(prompt, max_tokens=max_tokens, temperature=0, drafter=drafter, gamma=gamma)
+
+
+def test_greedy_mtp_drafting_equals_target_only(engine):
+    drafted = accepted = 0
+    depths = set()
+    for prompt in PROMPTS:
+        expected = greedy(engine, prompt, "none", None).tokens
+        for gamma in (1, 2, 3, 5, 8, 16):
+            stats = greedy(engine, prompt, "mtp", gamma).stats
+            assert greedy(engine, prompt, "mtp", gamma).tokens == expected, (prompt, gamma)
+            assert set(stats.sources) <= {"mtp", "none"}
+            drafted, accepted = drafted + stats.n_drafted, accepted + stats.n_accepted
+            depths.update(i for i, n in enumerate(stats.accepted_per_position) if n)
+    assert 0.1 < accepted / drafted < 0.9  # accepted often, rejected often
+    assert len(depths) >= 3  # whole drafts of several tokens were accepted, others cut short
+
+
+def test_auto_drafts_with_mtp_where_it_pays(engine):
+    """With GPU-like costs, where an MTP step costs a twentieth of a target step, auto chooses the
+    MTP layers, and its output is the target's."""
+    target = FixedCosts(0.020, {n: 1.0 + 0.01 * n for n in (2, 3, 4, 5, 8, 9, 12, 16, 17)})
+    engine.policy = AutoPolicy(target, None, FixedCosts(0.001, {n: 1.0 + 0.05 * n for n in (2, 3, 5, 9)}))
+    try:
+        for prompt in PROMPTS:
+            expected = greedy(engine, prompt, "none", None).tokens
+            result = greedy(engine, prompt, "auto", None)
+            assert result.tokens == expected
+        assert result.stats.sources["mtp"]["drafted"] > 0
+        assert result.stats.policy["mtp"] is not None and result.stats.policy["mtp_could_pay"]
+    finally:
+        engine.policy = None
+
+
+SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+
+
+def test_sampled_mtp_drafts_keep_the_target_distribution(engine, mtp_model):
+    """Three-token MTP drafts, sampled from the MTP layers' processed distribution (q) and
+    accepted with min(1, p/q): the first three tokens are distributed as the target's."""
+    ids = engine.prompt_tokens("the cat")
+    model = Model(mtp_model, ModelOptions(n_ctx=256, n_threads=1))
+    joint = {(): 1.0}
+    for _ in range(3):
+        grown = {}
+        for prefix, prob in joint.items():
+            row = distribution(model.sync(ids + list(prefix), n_logits=1)[0], SAMPLER)
+            grown.update({prefix + (int(t),): prob * row[t] for t in np.flatnonzero(row)})
+        joint = grown
+    model.close()
+    counts = dict.fromkeys(joint, 0)
+    n, accepted = 3000, 0
+    for seed in range(n):
+        r = engine.generate(ids, max_tokens=4, gamma=3, drafter="mtp", **SAMPLER.__dict__ | {"seed": seed})
+        counts[tuple(r.tokens[:3])] += 1
+        accepted += r.stats.n_accepted
+    assert accepted > n / 5
+    cells = sorted(joint)
+    assert chi_square_pvalue(np.array([counts[c] for c in cells]), np.array([joint[c] for c in cells])) > 0.01
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_one_clear_error(tiny_models):
+    engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    assert engine.mtp is None
+    with pytest.raises(SpecllmError, match=r"drafter 'mtp' needs a target with MTP layers \(nextn\), and target.gguf has none"):
+        engine.generate("Hello", max_tokens=4, drafter="mtp")
+    engine.close()
+
+
+def test_random_mtp_weights_are_exact_too(tmp_path):
+    """MTP layers that predict nothing useful: every draft is rejected, the output is the target's."""
+    path = tm.write_model(tmp_path / "q35-mtp-random.gguf", arch="qwen35", n_nextn=1)
+    engine = specllm.load(str(path), n_ctx=512, n_threads=1)
+    expected = greedy(engine, PROMPTS[0], "none", None).tokens
+    result = greedy(engine, PROMPTS[0], "mtp", 4)
+    assert result.tokens == expected and result.stats.n_drafted > 50
+    engine.close()
+
+
+def test_the_mtp_layers_kept_in_step_predict_what_fresh_ones_do(tmp_path):
+    """The MTP context is kept in step incrementally (entries made with the target's hidden states
+    kept, drafted ones entered again with the target's, rejections cut back). After every step,
+    its prediction for the next token must be what a fresh target and MTP context predict from the
+    same tokens."""
+    from specllm.backend import MtpHead
+    from specllm.engine import Finished
+
+    path = tm.write_model(tmp_path / "q35-mtp.gguf", arch="qwen35", n_nextn=1, mtp_mimic=True)
+    engine = specllm.load(str(path), n_ctx=512, n_threads=1)
+    context = engine.prompt_tokens("the cat is in the house")
+    worst, accepted = 0.0, 0
+    for event in engine.stream(context, max_tokens=32, temperature=0, drafter="mtp", gamma=3):
+        if isinstance(event, Finished) or event.token < 0:
+            continue
+        context = context + event.drafted[: event.accepted] + [event.token]
+        accepted += event.accepted
+        kept = np.array(engine.mtp.sync(context, 1)[0])  # what the next proposal starts from
+        target = Model(path, ModelOptions(n_ctx=512, n_threads=1))
+        head = MtpHead(target)
+        target.sync(context[:-1])
+        worst = max(worst, float(np.abs(kept - head.sync(context, 1)[0]).max()))
+        head.close()
+        target.close()
+    engine.close()
+    assert accepted >= 5  # drafted tokens were kept, so their entries had to be made again
+    assert worst < 1e-3  # measured 3e-6 (batch shapes); an entry with the wrong hidden state: 3e-2
