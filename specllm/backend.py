@@ -196,7 +196,8 @@ class Model:
         self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
         # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
         # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
-        self.recurrent = bool(L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
+        self.hybrid = bool(L.llama_model_is_hybrid(self._model))
+        self.recurrent = self.hybrid or bool(L.llama_model_is_recurrent(self._model))
         self.n_nextn = _nextn_layers(self._model)  # MTP layers: the model can draft for itself
         self._hidden: np.ndarray | None = None  # per position, the hidden state its MTP layers read
         self._pieces: dict[int, bytes] = {}

@@ -129,7 +129,33 @@ def load_engine(
         draft_rpc=draft_rpc or (),
         snapshots=snapshots,
     )
+    if verbose:
+        for line in describe_models(engine):
+            print(line, file=sys.stderr)
     return engine, drafter
+
+
+def describe_models(engine) -> list[str]:
+    """-v: what kind of target this is, what its recurrent state and snapshots cost, its MTP layers."""
+    target, lines = engine.target, []
+    if target.recurrent:
+        from .files import human_size
+
+        state = target.state_bytes
+        kind = "hybrid" if target.hybrid else "recurrent"
+        line = f"target: {kind} ({target.path.name}): recurrent state {human_size(state)}"
+        if target.snapshots:
+            line += f", {target.snapshots} snapshots for rejected draft tokens {human_size(state * target.snapshots)} more (--snapshots)"
+        else:
+            line += "; llama.cpp keeps no snapshots of it: a rejected draft is taken back from a checkpoint"
+        lines.append(line)
+        lines.append(
+            "target: a new prompt that extends the last one goes on from its state; one that changes it resumes "
+            "from a checkpoint of the state after the last prompt, or is evaluated again from its start"
+        )
+    if engine.mtp is not None:
+        lines.append(f"target: {target.n_nextn} MTP layer(s): it drafts for itself (drafter mtp, and auto where it pays)")
+    return lines
 
 
 def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None, system=None) -> None:

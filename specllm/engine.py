@@ -16,6 +16,7 @@ from . import calibration
 from .backend import Model, ModelOptions, MtpHead, check_compatible, common_prefix
 from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
+from .files import human_size
 from .policy import NGRAM_MAX, AutoPolicy
 from .sampling import SamplerSettings, distribution
 from .speculative import verify_greedy, verify_sampled
@@ -249,6 +250,7 @@ class Engine:
                     mtp = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
                     measured.append("mtp")
             self.policy = AutoPolicy(target, draft, mtp)
+            self.policy.replays = self.target.max_draft == 0  # no snapshots: a rejection is evaluated again
             self.calibration = {
                 "measured": measured,  # [] when both came from the cache
                 "seconds": time.perf_counter() - start,
@@ -393,33 +395,28 @@ def check_snapshots(gamma: int, target: Model) -> None:
         raise SpecllmError(
             f"gamma (draft length) {gamma} is longer than the {target.max_draft} recurrent-state snapshots "
             f"{target.path.name} keeps to take back rejected tokens: use --gamma {target.max_draft} or less, "
-            f"or --snapshots {gamma} (each snapshot costs {_mib(target.state_bytes)} of memory)"
+            f"or --snapshots {gamma} (each snapshot costs {human_size(target.state_bytes)} of memory)"
         )
 
 
 def draft_limit(target: Model, drafter: str) -> tuple[int | None, str | None]:
     """The longest draft a generation may verify on this target, and why it is limited (None, None:
-    no limit). A hybrid keeps its snapshots; a recurrent model without them (Mamba, RWKV) takes a
-    rejection back from a checkpoint and evaluates the kept tokens again, a second target call
-    that auto does not pay for, so auto drafts nothing there."""
+    no limit). A hybrid keeps its snapshots; a model whose recurrent layers llama.cpp keeps none of
+    (Mamba, RWKV, Granite 4, Jamba) takes a rejection back from a checkpoint and evaluates the kept
+    tokens again: no limit, but a second target call, which auto counts in its costs."""
     limit, name = target.max_draft, target.path.name
-    if limit is None:
+    if limit is None or drafter == "none":
         return None, None
     if limit > 0:
         return limit, (
             f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "
-            f"taken back with its {limit} recurrent-state snapshots ({_mib(target.state_bytes)} each; --snapshots)"
+            f"taken back with its {limit} recurrent-state snapshots ({human_size(target.state_bytes)} each; --snapshots)"
         )
-    if drafter == "auto":
-        return 0, (
-            f"no drafts: {name} is recurrent and llama.cpp keeps no snapshots of its state, so a rejected "
-            "draft would cost a state restore and a second target call"
-        )
-    return None, None
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    return None, (
+        f"{name} has recurrent layers and llama.cpp keeps no snapshots of their state: a rejected draft is "
+        "taken back from a checkpoint and the kept tokens are evaluated again, a second target call that auto "
+        "counts in each draft's cost"
+    )
 
 
 def check_gamma(gamma: int, n_batch: int) -> None:

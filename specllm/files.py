@@ -66,3 +66,14 @@ def state_dir() -> Path:
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Application Support" / "specllm"
     return Path.home() / ".local" / "state" / "specllm"
+
+
+def human_size(n: float) -> str:
+    """Bytes as people read them: 812 B, 3.4 KB, 1.6 GB."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB"):
+        n /= 1000
+        if n < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} GB"

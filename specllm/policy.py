@@ -198,6 +198,17 @@ class Choice:
     rate: float  # expected tokens per second
 
 
+def replay_seconds(rates: Sequence[float], k: int, seconds: Callable[[int], float]) -> float:
+    """Expected cost, for a target that cannot take rejected tokens back (a recurrent state with no
+    snapshots), of evaluating the kept ones again after a rejection in a draft of k: a call on the
+    a accepted tokens and the target's own, weighed by the chance that exactly a are accepted."""
+    alive, total = 1.0, 0.0
+    for a in range(k):
+        total += alive * (1 - rates[a]) * seconds(a + 1)
+        alive *= rates[a]
+    return total
+
+
 def best_length(rates: Sequence[float], step_seconds: Callable[[int], float]) -> Choice:
     """The draft length k (0..len(rates)) that maximises E(k) / step_seconds(k)."""
     best = Choice(0, 0.0)
@@ -333,6 +344,7 @@ class AutoPolicy:
     def __init__(self, target: CostTable, draft: CostTable | None = None, mtp: CostTable | None = None):
         self.target = target
         self.costs = {name: table for name, table in (("model", draft), ("mtp", mtp)) if table is not None}
+        self.replays = False  # a rejection costs a second target call on the kept tokens (see replay_seconds)
         self._learn_from_scratch()
 
     @property
@@ -386,13 +398,16 @@ class AutoPolicy:
         held for 30 tokens may draft 30, so a long draft is risked only where long copies hold."""
         k_max = min(available, NGRAM_MAX, max(match_length, NGRAM_MIN_BUDGET))
         rates = self.ngram.rates(bucket(match_length, MATCH_EDGES), k_max)
-        return best_length(rates, self.step_seconds)
+        return best_length(rates, lambda k: self.step_seconds(k) + self._replay(rates, k))
+
+    def _replay(self, rates: Sequence[float], k: int) -> float:
+        return replay_seconds(rates, k, self.target.seconds) if self.replays else 0.0
 
     def model_choice(self, cap: int, catch_up: int, source: str = "model") -> Choice:
         """Expected value of drafting with a model source (before seeing its confidence),
         including the catch-up call for the `catch_up` context tokens it has not evaluated yet."""
         rates = self.marginal[source].rates(0, min(cap, MODEL_MAX))
-        return best_length(rates, lambda k: self._model_step_seconds(k, catch_up, source))
+        return best_length(rates, lambda k: self._model_step_seconds(k, catch_up, source) + self._replay(rates, k))
 
     def _model_step_seconds(self, k: int, catch_up: int, source: str = "model") -> float:
         """A step drafting k tokens with a model source, then verifying them. The first draft
@@ -411,7 +426,7 @@ class AutoPolicy:
             return False
         learned = self.marginal[source].rates(0, MODEL_MAX)
         rates = [max(OPTIMISTIC_MODEL_ACCEPTANCE, a) for a in learned]
-        best = best_length(rates, lambda k: self._model_step_seconds(k, 1, source))
+        best = best_length(rates, lambda k: self._model_step_seconds(k, 1, source) + self._replay(rates, k))
         return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
 
     def choose(

@@ -159,11 +159,18 @@ def test_auto_on_a_hybrid_drafts_within_the_snapshots_and_says_so(models):
     engine.close()
 
 
-def test_auto_on_mamba_drafts_nothing_and_says_why(models):
+def test_auto_on_mamba_counts_the_second_call_a_rejection_costs(models):
+    """No snapshots: auto drafts where a copy pays even with the kept tokens evaluated again."""
+    from test_auto import gpu_like_policy
+
     target, draft = models["mamba"]
     engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1)
-    expected = greedy(engine, PROMPTS[2], "none", None).tokens
-    r = greedy(engine, PROMPTS[2], "auto", None)
-    assert r.tokens == expected and r.stats.n_drafted == 0
-    assert "no drafts" in r.stats.policy["draft_limit"] and "recurrent" in r.stats.policy["draft_limit"]
+    engine.policy = gpu_like_policy()
+    engine.policy.replays = True
+    for prompt in PROMPTS:
+        expected = greedy(engine, prompt, "none", None).tokens
+        r = greedy(engine, prompt, "auto", None)
+        assert r.tokens == expected
+    assert r.stats.n_drafted > 0 and r.stats.n_accepted < r.stats.n_drafted
+    assert "evaluated again" in r.stats.policy["draft_limit"]
     engine.close()

@@ -274,3 +274,22 @@ def test_forgetting_acceptance_keeps_the_costs():
     assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh)
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh) and policy.guard.allowed("ngram")
     assert policy.target.V == {2: pytest.approx(1.68)} and policy.draft.step_seconds == pytest.approx(0.02)
+
+
+def test_a_target_without_snapshots_pays_for_evaluating_the_kept_tokens_again():
+    """replay_seconds: after a rejection at draft position a + 1, a call on the a kept tokens and
+    the target's own; the chance of each a from the rates. A policy that replays drafts shorter."""
+    from specllm.policy import replay_seconds
+
+    seconds = {1: 1.0, 2: 1.5, 3: 2.0}.__getitem__
+    assert replay_seconds([1.0, 1.0], 2, seconds) == 0.0  # nothing is ever rejected
+    assert replay_seconds([0.0, 1.0], 2, seconds) == 1.0  # always rejected first: the target's token again
+    assert replay_seconds([0.5, 0.5], 2, seconds) == pytest.approx(0.5 * 1.0 + 0.5 * 0.5 * 1.5)
+    table = CostTable(0.01, {n: 1.0 + 0.02 * n for n in range(2, 20)})
+    plain, replaying = AutoPolicy(table), AutoPolicy(table)
+    replaying.replays = True
+    for policy in (plain, replaying):
+        policy.learned["ngram"] = Acceptance(lambda _: 0.6)
+        policy.start_generation()
+    assert replaying.ngram_choice(8, 8).k < plain.ngram_choice(8, 8).k
+    assert replaying.ngram_choice(8, 8).rate < plain.ngram_choice(8, 8).rate
