@@ -217,7 +217,8 @@ class Model:
         # write none (Mamba, RWKV, Jamba, ...).
         self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent else 0
         self._rollback_room = 0  # trailing tokens the snapshots can take back right now
-        self._checkpoint: _Checkpoint | None = None
+        self._checkpoints: dict[str, _Checkpoint] = {}  # by slot: "prompt", "step"
+        self.n_evaluated = 0  # tokens llama.cpp has evaluated, all calls together
         self._unsure = False  # a state change was interrupted: the state must be rebuilt
 
     def sibling(self) -> "Model":
@@ -383,6 +384,7 @@ class Model:
         if self._hidden is not None:
             self._keep_rows(pos0, n)
         self.tokens.extend(chunk)
+        self.n_evaluated += n
         # llama.cpp's recurrent kernels write a snapshot for each token of this batch but the last
         # (and keeps the last n_rs_seq + 1 tokens in one micro-batch): so a call of n tokens can
         # take back at most n - 1 of them. Taking back more answers True and leaves a wrong state.
@@ -429,21 +431,21 @@ class Model:
 
     # --- recurrent state ----------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, slot: str = "step") -> None:
         """Remember the recurrent state here, so that a later rewind to any position from here
         on restores it and evaluates only the tokens after it again, instead of starting over.
-        Only the recurrent part is copied (a hybrid's attention cache is cut back as usual); one
-        checkpoint is kept. Nothing to do for attention models."""
+        Only the recurrent part is copied (a hybrid's attention cache is cut back as usual). One
+        checkpoint is kept per slot: "prompt" (after a prompt: the next one resumes there) and
+        "step" (before a draft or verify call). Nothing to do for attention models."""
         if not self.recurrent or self._unsure:
             return
         flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = L.llama_state_seq_get_size_ext(self._ctx, 0, flags)
-        old = self._checkpoint
+        old = self._checkpoints.pop(slot, None)  # until the new one is whole
         data = old.data if old is not None and len(old.data) >= size else (ctypes.c_uint8 * size)()
-        self._checkpoint = None  # until it is whole
         written = L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, flags)
         if written:
-            self._checkpoint = _Checkpoint(len(self.tokens), data, written)
+            self._checkpoints[slot] = _Checkpoint(len(self.tokens), data, written)
 
     @functools.cached_property
     def state_bytes(self) -> int:
@@ -478,8 +480,7 @@ class Model:
         if n > 0 and back <= self._rollback_room and L.llama_memory_seq_rm(memory, 0, n, -1):
             del self.tokens[n:]
             self._rollback_room = 0  # llama.cpp takes one partial removal per decode
-        elif self._checkpoint is not None and 0 < self._checkpoint.n_tokens <= n:
-            cp = self._checkpoint
+        elif cp := self._latest_checkpoint(n):
             flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
             if not L.llama_state_seq_set_data_ext(self._ctx, cp.data, cp.size, 0, flags):
                 raise SpecllmError(f"{self.path.name}: llama.cpp could not restore the recurrent state")
@@ -489,14 +490,21 @@ class Model:
         else:
             self._clear_state()
         self._unsure = False
-        if self._checkpoint is not None and self._checkpoint.n_tokens > len(self.tokens):
-            self._checkpoint = None  # it holds tokens that are gone
+        for slot, cp in list(self._checkpoints.items()):
+            if cp.n_tokens > len(self.tokens):
+                del self._checkpoints[slot]  # it holds tokens that are gone
         return len(self.tokens)
+
+    def _latest_checkpoint(self, n: int) -> "_Checkpoint | None":
+        """The checkpoint closest to n tokens without going past them."""
+        usable = [cp for cp in self._checkpoints.values() if 0 < cp.n_tokens <= n]
+        return max(usable, key=lambda cp: cp.n_tokens, default=None)
 
     def _clear_state(self) -> None:
         L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
         self.tokens.clear()
-        self._rollback_room, self._checkpoint, self._unsure = 0, None, False
+        self._checkpoints.clear()
+        self._rollback_room, self._unsure = 0, False
 
 
 class MtpHead:

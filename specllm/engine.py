@@ -507,11 +507,12 @@ class _Run:
         yield Finished(Result(self.text.text, self.generated, reason, self.stats))
 
     def _prefill(self) -> None:
-        start = time.perf_counter()
-        # Whatever the KV cache already holds of this prompt (an earlier turn) is reused.
-        self.stats.prefill_tokens = len(self.context) - 1 - common_prefix(self.target.tokens, self.context[:-1])
+        start, evaluated = time.perf_counter(), self.target.n_evaluated
+        # Whatever the KV cache already holds of this prompt (an earlier turn) is reused; a
+        # recurrent state may have to evaluate more than the tokens after the common prefix again.
         self.target.sync(self.context[:-1])
-        self.target.checkpoint()  # a recurrent state: the next prompt (a chat's next turn) resumes here
+        self.stats.prefill_tokens = self.target.n_evaluated - evaluated
+        self.target.checkpoint("prompt")  # a recurrent state: the next prompt (a chat's next turn) resumes here
         if self.config.drafter == "auto":
             self.drafter = self._auto_drafter()
         self.drafter.prefill(self.context)
