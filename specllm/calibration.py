@@ -10,13 +10,12 @@ speed drifts) and writes it back after each generation.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
 from .backend import Model, ModelOptions, build_id, gpu_layers, physical_cores, weights_on_huge_pages
-from .files import cache_dir, file_identity, write_text_atomic
+from .files import cache_dir, file_identity, is_current, read_json, update_json
 from .policy import CostTable
 
 # Wider verify calls are learned when first used; 32 anchors the estimate of the widest copies
@@ -53,28 +52,27 @@ def load_costs(key: str) -> CostTable | None:
     entry = _read(cache_path()).get(key)
     try:
         return CostTable.from_dict(entry) if entry else None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None  # an entry this version cannot read: calibrate again
 
 
 def save_costs(tables: dict[str, CostTable]) -> None:
-    """Write the tables back. A cache that cannot be written only costs the next run a
-    calibration, so errors are ignored."""
-    path = cache_path()
-    data = _read(path)
-    data.update((key, table.to_dict()) for key, table in tables.items())
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"version": CACHE_VERSION, "models": data}, indent=1))
-    except OSError:
-        pass
+    """Write the tables back, with the other entries of models whose files are still there as they
+    were. A cache that cannot be written only costs the next run a calibration."""
+
+    def update(data) -> dict:
+        models = {key: entry for key, entry in _models(data).items() if is_current(key)}
+        models.update((key, table.to_dict()) for key, table in tables.items())
+        return {"version": CACHE_VERSION, "models": models}
+
+    update_json(cache_path(), update)
 
 
 def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    return _models(read_json(path))
+
+
+def _models(data) -> dict:
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("models"), dict):
         return {}
     return data["models"]

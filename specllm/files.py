@@ -1,10 +1,11 @@
 """Writing files so that nothing half-written is ever left behind, under either name."""
 
 import glob
+import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +36,43 @@ def write_text_atomic(path: Path, text: str) -> None:
     with temp_beside(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    """A cache file's JSON, or None where there is none or it cannot be read (damaged, cut short,
+    nested too deeply to parse): a cache is then rebuilt, never a reason to fail."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+CACHE_LOCK_SECONDS = 10.0
+
+
+def update_json(path: Path, update: Callable[[object], object]) -> None:
+    """Replace a cache file's JSON with update(its JSON or None), holding a lock beside it, so two
+    processes that write at once both keep their entries (without it, a read-modify-write of one
+    lost the other's). Temporary files of writers that were killed are removed under the lock. A
+    cache that cannot be written (a read-only folder, a lock held too long) only costs a later run
+    some work, so nothing is raised."""
+    from filelock import FileLock, Timeout
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=CACHE_LOCK_SECONDS):
+            remove_stale_temps(path)
+            write_text_atomic(path, json.dumps(update(read_json(path)), indent=1, allow_nan=False))
+    except (OSError, Timeout, ValueError):
+        pass
+
+
+def is_current(key: str) -> bool:
+    """Does a cache key that starts with a file_identity ("PATH:SIZE:MTIME|...") still name the file
+    as it is? Entries of removed or changed files are dropped, so caches do not grow for ever."""
+    identity = key.split("|", 1)[0]
+    path = identity.rsplit(":", 2)[0]
+    return file_identity(path) == identity
 
 
 def file_identity(path: str | Path) -> str | None:

@@ -80,7 +80,7 @@ class CostTable:
     def observe(self, n: int, seconds: float) -> None:
         """Fold in one timed call of width n. One observation moves an estimate by at most 2x
         (a call that waited for the CPU must not wreck the table), and V(n) stays within [1, n]."""
-        if seconds <= 0:
+        if not (seconds > 0 and math.isfinite(seconds)):
             return
         if n <= 1:
             seconds = min(max(seconds, self.step_seconds / 2), self.step_seconds * 2)
@@ -103,7 +103,13 @@ class CostTable:
 
     @classmethod
     def from_dict(cls, d: dict) -> CostTable:
-        return cls(float(d["step_seconds"]), {int(n): float(v) for n, v in d["V"].items()})
+        """A table as to_dict wrote it; ValueError for one that cannot be (a damaged cache): a step
+        that takes no time or a width below 2 would divide by zero, NaN would decide everything."""
+        step = float(d["step_seconds"])
+        V = {int(n): float(v) for n, v in d["V"].items()}
+        if not (math.isfinite(step) and step > 0) or any(n < 2 or not math.isfinite(v) for n, v in V.items()):
+            raise ValueError(f"not a cost table: {d!r}")
+        return cls.from_ratios(step, V)
 
 
 def _within_width(n: int, ratio: float) -> float:

@@ -4,12 +4,11 @@ once passes again while neither file changed (path, size, modification time) and
 build is the same, so a pass is kept in specllm's cache (compatible.json) and not redone. A failure
 is not kept: it is rare, and its message is worth saying again."""
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from .backend import build_id
-from .files import cache_dir, file_identity, write_text_atomic
+from .files import cache_dir, file_identity, is_current, read_json, update_json
 
 FILE_NAME = "compatible.json"
 
@@ -37,19 +36,23 @@ def _path() -> Path:
 
 
 def _read() -> set[str]:
-    try:
-        return set(json.loads(_path().read_text(encoding="utf-8"))["compatible"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()  # no cache yet, or one that cannot be read: check again
+    return _pairs(read_json(_path()))
+
+
+def _pairs(data) -> set[str]:
+    """The pairs a cache holds; none from one that cannot be read (check again)."""
+    pairs = data.get("compatible") if isinstance(data, dict) else None
+    return {p for p in pairs if isinstance(p, str)} if isinstance(pairs, list) else set()
 
 
 def remember_compatible(target: str | Path, draft: str | Path) -> None:
+    """Keep a pass, with the others whose files are still as they were (a cache that cannot be
+    written costs the next run a check, not this run)."""
     key = _pair_key(target, draft)
-    if key is None:
-        return
-    pairs = _read() | {key}
-    try:
-        _path().parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(_path(), json.dumps({"compatible": sorted(pairs)}, indent=1))
-    except OSError:
-        pass  # a cache that cannot be written costs the next run a check, not this run
+    if key is not None:
+        update_json(_path(), lambda data: {"compatible": sorted({p for p in _pairs(data) if _still_current(p)} | {key})})
+
+
+def _still_current(pair_key: str) -> bool:
+    target, draft = pair_key.split("|", 2)[:2]
+    return is_current(target) and is_current(draft)
