@@ -165,8 +165,13 @@ def usage(result: Result) -> dict:
 
 
 def specllm_stats(result: Result, seed: int) -> dict:
-    """The `specllm` object: `run --json`'s fields but the text and tokens."""
-    return {"stop_reason": result.stop_reason, "seed": seed, "stats": result.stats.to_dict()}
+    """The `specllm` object: `run --json`'s fields but the text and tokens, and but where the
+    server's files are (a client has no business knowing the server's paths)."""
+    stats = result.stats.to_dict()
+    if stats.get("policy"):
+        stats["policy"] = dict(stats["policy"], calibration=dict(stats["policy"]["calibration"]))
+        stats["policy"]["calibration"].pop("cache", None)
+    return {"stop_reason": result.stop_reason, "seed": seed, "stats": stats}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 import time
+from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
@@ -137,13 +138,22 @@ class EngineWorker:
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
-            raise ApiError(400, str(e)) from None
+            raise ApiError(400, self.without_paths(str(e))) from None
         except BaseException:
             self.lock.release()
             raise
         self.job = job = Job(loop)
         self.thread.submit(job.run, plan.events, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
+
+    def without_paths(self, message: str) -> str:
+        """An error for a client: the server's model files named by their file names only."""
+        engine = self.engine
+        paths = [engine.target.path, engine.draft.path if engine.draft else None, engine.draft_file and engine.draft_file[0]]
+        for path in filter(None, paths):
+            for form in {str(path), str(Path(path).resolve())}:
+                message = message.replace(form, Path(path).name)
+        return message
 
     def stop(self) -> None:
         """Shutting down: stop the generation under way after its step, and start no other."""
@@ -295,7 +305,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan, job = await worker.start(body)
     reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
     if body.stream:
-        return EventStream(stream(reply, plan, job, body.include_usage, request), job)
+        return EventStream(stream(reply, plan, job, body.include_usage, request, worker.without_paths), job)
     result, generated = None, 0
     try:
         async for event in job.events():
@@ -306,7 +316,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
                 if await request.is_disconnected():  # no wait: only what has arrived
                     break
     except Exception as e:
-        raise ApiError(500, f"generation failed: {type(e).__name__}: {e}") from None
+        raise ApiError(500, worker.without_paths(f"generation failed: {type(e).__name__}: {e}")) from None
     finally:
         job.cancel()  # the client went away, or the server is shutting down
     if result is None and worker.stopping:
@@ -318,7 +328,9 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     return JSONResponse(reply.complete(result, plan.seed))
 
 
-async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request) -> AsyncIterator[str]:
+async def stream(
+    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str]
+) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
     is sent already when something goes wrong: the error goes in the stream, as OpenAI's does."""
     result, generated, outcome = None, 0, None
@@ -343,7 +355,7 @@ async def stream(reply: Reply, plan: Plan, job: Job, include_usage: bool, reques
             if include_usage:
                 yield sse(reply.usage_chunk(result))
     except Exception as e:
-        error = ApiError(500, f"generation failed: {type(e).__name__}: {e}")
+        error = ApiError(500, without_paths(f"generation failed: {type(e).__name__}: {e}"))
         outcome = error.message
         yield sse(error.body())
     finally:  # not reached above: cancelled, as Starlette does when the client goes away

@@ -376,3 +376,32 @@ def test_the_serve_command(tiny_models):
         assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
     finally:
         taken.close()
+
+
+def test_no_answer_tells_a_client_where_the_servers_files_are(tiny_models, tmp_path):
+    """Neither the calibration cache's path in auto's stats, nor a model's path in an error (a
+    draft file removed after the server started, then wanted by drafter "model")."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(tiny_models.draft.read_bytes())
+    engine = specllm.load(str(tiny_models.target), str(draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    srv = Server(engine)
+    try:
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+        draft.unlink()  # before the draft was ever loaded
+        status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "model"}).encode())
+        assert status == 400 and "draft.gguf" in data["error"]["message"]
+        assert str(tmp_path) not in data["error"]["message"]
+        status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "ngram"}).encode())
+        assert status == 200
+    finally:
+        srv.stop()
+        engine.close()
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    try:
+        status, data = srv.post("/v1/completions", json.dumps(body).encode())
+        assert status == 200 and data["specllm"]["stats"]["policy"]["calibration"]["measured"]
+        assert os.environ["SPECLLM_CACHE"] not in json.dumps(data)
+    finally:
+        srv.stop()
+        engine.close()
