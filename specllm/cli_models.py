@@ -20,6 +20,7 @@ from rich.table import Table
 
 from . import local_models
 from .errors import SpecllmError
+from .files import human_size
 from .hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec, resolve_models
 from .registry import ModelFile, Pair, load_pairs
 
@@ -83,15 +84,17 @@ def _pairs_table(pairs: dict[str, Pair]) -> Table:
     table.add_column("γ", justify="right")
     table.add_column("downloaded")
     for pair in pairs.values():
-        target, draft = cached_path(pair.target), cached_path(pair.draft)
-        table.add_row(
-            f"{pair.name} *" if pair.default else pair.name,
-            f"{_short(pair.target)}\n{_short(pair.draft)}",
-            f"{_size(pair.target.total_size)}\n{_size(pair.draft.total_size)}",
-            str(pair.gamma),
-            "\n".join(_where(p) for p in (target, draft)),
-        )
+        names, sizes, where = zip(*(_model_cells(m) for m in (pair.target, pair.draft)))
+        name = f"{pair.name} *" if pair.default else pair.name
+        table.add_row(name, "\n".join(names), "\n".join(sizes), str(pair.gamma), "\n".join(where))
     return table
+
+
+def _model_cells(model: ModelFile | None) -> tuple[str, str, str]:
+    """A model's name, size and whether it is downloaded; "none" for the draft of a single-file entry."""
+    if model is None:
+        return "none", "-", "-"
+    return _short(model), _size(model.total_size), _where(cached_path(model))
 
 
 def _files_table(on_disk: list[local_models.LocalModel], total: int) -> Table:
@@ -109,7 +112,9 @@ def _files_table(on_disk: list[local_models.LocalModel], total: int) -> Table:
 
 
 def _pair_dict(pair: Pair) -> dict:
-    def model(m: ModelFile) -> dict:
+    def model(m: ModelFile | None) -> dict | None:
+        if m is None:  # the draft of a single-file entry
+            return None
         path = cached_path(m)
         return {"repo": m.repo, "file": m.file, "size": m.total_size, "path": str(path) if path else None}
 
@@ -173,12 +178,18 @@ def pull_command(
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
 ) -> None:
-    """Download a pair's target and draft (if needed), check them, and say where they are."""
+    """Download a pair's target and draft (if needed; a single-file entry has no draft), check them,
+    and say where they are."""
     target, draft, chosen = resolve_models(pair=pair, source=source, offline=offline, models_file=models_file)
     console = Console(highlight=False)
     for role, path in (("target", target), ("draft", draft)):
-        console.print(f"{role:6}  {path}  ({_bytes(path)})", soft_wrap=True)  # never break a path
-    console.print(f"[green]ready:[/] pair {chosen.name}, vocabularies match, recommended gamma {chosen.gamma}")
+        if path is not None:
+            console.print(f"{role:6}  {path}  ({_bytes(path)})", soft_wrap=True)  # never break a path
+    checked = "vocabularies match" if draft else _SINGLE_FILE
+    console.print(f"[green]ready:[/] pair {chosen.name}, {checked}, recommended gamma {chosen.gamma}")
+
+
+_SINGLE_FILE = "one file that drafts for itself (its MTP layers, if it has them, or n-gram copies)"
 
 
 def _short(model: ModelFile) -> str:
@@ -202,15 +213,7 @@ def _bytes(path: Path) -> str:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    if n < 1000:
-        return f"{n} B"
-    for unit in ("KB", "MB"):
-        n /= 1000
-        if n < 1000:
-            return f"{n:.1f} {unit}"
-    return f"{n / 1000:.1f} GB"
+    return "?" if n is None else human_size(n)
 
 
 __all__ = ["models_command", "pull_command", "rm_command", "PairArgument", "SourceOption", "OfflineOption", "ModelsFileOption"]

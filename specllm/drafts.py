@@ -1,12 +1,13 @@
 """A draft model for a target that came without one.
 
 In order: the curated draft of the target's family (a curated pair whose target differs from this
-one only in size and quantisation, e.g. Qwen2.5-Coder 3B -> the 0.5B draft), then every other GGUF
-on disk (specllm's cache and the HF cache), smallest first; the first whose vocabulary passes the
-engine's own compatibility check (backend.check_compatible, the rule llama.cpp's speculative
-example applies) is chosen. A cheap look at each GGUF header (tokenizer type and vocabulary size)
-first rules out the plainly incompatible without asking llama.cpp to load anything; llama.cpp then
-loads only the vocabularies of the rest (the target's once), never their weights.
+one only in size and quantisation, e.g. Qwen2.5-Coder 3B -> the 0.5B draft; a single-file entry
+offers none), then every other GGUF on disk (specllm's cache and the HF cache), smallest first;
+the first whose vocabulary passes the engine's own compatibility check (backend.check_compatible,
+the rule llama.cpp's speculative example applies) is chosen. A cheap look at each GGUF header
+(tokenizer type and vocabulary size) first rules out the plainly incompatible without asking
+llama.cpp to load anything; llama.cpp then loads only the vocabularies of the rest (the target's
+once), never their weights.
 
 Nothing here loads a model, and only `--drafter model` downloads one (the family's curated draft,
 when nothing on disk fits): the caller hands the chosen path to the engine, with `auto` as a
@@ -55,12 +56,14 @@ def family(file_name: str) -> str:
 
 
 def curated_drafts(target: Path, pairs: dict[str, Pair]) -> list[tuple[Pair, ModelFile]]:
-    """The curated drafts of the target's family (a pair's draft, once per file)."""
+    """The curated drafts of the target's family (a pair's draft, once per file; an entry without
+    a draft offers none)."""
     key, seen, found = family(target.name), set(), []
     for pair in pairs.values():
-        if family(pair.target.file) == key and "*" in key and pair.draft.label not in seen:
-            seen.add(pair.draft.label)
-            found.append((pair, pair.draft))
+        draft = pair.draft
+        if draft is not None and family(pair.target.file) == key and "*" in key and draft.label not in seen:
+            seen.add(draft.label)
+            found.append((pair, draft))
     return found
 
 

@@ -604,8 +604,9 @@ def resolve_models(
     """What run/chat/bench load: (target path, draft path or None, the pair or None).
 
     Either a pair (by name; None = the default pair) or --target [--draft], each a local path or
-    hf:REPO/FILE. Files not downloaded yet are fetched (see fetch_file). With `check`, a pair's two
-    files are checked for compatible vocabularies."""
+    hf:REPO/FILE. Files not downloaded yet are fetched (see fetch_file). A single-file entry (a
+    pair without a draft) gives no draft path. With `check`, a pair's two files are checked for
+    compatible vocabularies."""
     if pair is not None and (target is not None or draft is not None):
         raise SpecllmError("give either --pair or --target/--draft, not both")
     if draft is not None and target is None:
@@ -624,8 +625,9 @@ def resolve_models(
         return local(target), (local(draft) if draft is not None else None), None
 
     chosen = get_pair(pair, load_pairs(models_file))
-    target_path, draft_path = fetch(chosen.target), fetch(chosen.draft)
-    if check:  # (the engine checks again when it loads both, so loading passes check=False)
+    target_path = fetch(chosen.target)
+    draft_path = fetch(chosen.draft) if chosen.draft is not None else None
+    if check and draft_path is not None:  # (the engine checks again when it loads both: loading passes check=False)
         check_pair_files(target_path, draft_path)
     return target_path, draft_path, chosen
 

@@ -148,13 +148,14 @@ def _group_splits(names: list[str]) -> list[_Group]:
 
 
 def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
-    """The models on disk that `what` names: a pair (both its files), hf:REPO/FILE (every cached
-    copy: both caches, every revision unless one is given), or a path inside one of the caches.
-    Raises SpecllmError when it names nothing on disk, or a path outside the caches."""
+    """The models on disk that `what` names: a pair (its files: target and draft, or the one file of
+    a single-file entry), hf:REPO/FILE (every cached copy: both caches, every revision unless one
+    is given), or a path inside one of the caches. Raises SpecllmError when it names nothing on
+    disk, or a path outside the caches."""
     models = scan()
     if what in pairs:
         pair = pairs[what]
-        found = [m for m in models if _is(m, pair.target) or _is(m, pair.draft)]
+        found = [m for m in models if any(_is(m, wanted) for wanted in pair.models)]
         if not found:
             raise SpecllmError(f"pair {what!r} is not downloaded: nothing to remove")
         return found

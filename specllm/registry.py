@@ -1,4 +1,5 @@
-"""Curated target/draft pairs: the built-in models.toml, extended by the user's own pairs files.
+"""Curated target/draft pairs (and single models that draft for themselves): the built-in
+models.toml, extended by the user's own pairs files.
 
 The format is described at the top of specllm/models.toml. Every problem in a pairs file is a
 SpecllmError that names the file, the line where it can be told, the pair and the field.
@@ -91,13 +92,21 @@ class ModelFile:
 
 @dataclass(frozen=True)
 class Pair:
+    """A curated entry: a target and its draft, or (draft None) a single model that drafts for
+    itself, with its own MTP layers or n-gram copies."""
+
     name: str
     description: str
     target: ModelFile
-    draft: ModelFile
+    draft: ModelFile | None  # None: a single-file entry
     gamma: int  # recommended draft length
     default: bool = False
     origin: str = ""  # the pairs file that defined it
+
+    @property
+    def models(self) -> tuple[ModelFile, ...]:
+        """The entry's model files: the target, then the draft where there is one."""
+        return (self.target,) if self.draft is None else (self.target, self.draft)
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -154,7 +163,7 @@ def find_model_file(repo: str, file: str, pairs: dict[str, Pair]) -> ModelFile |
     """A curated model file with this repo and file name, so that an hf:REPO/FILE spec gets its
     size, checksum and mirror."""
     for pair in pairs.values():
-        for model in (pair.target, pair.draft):
+        for model in pair.models:
             if (model.repo, model.file) == (repo, file):
                 return model
     return None
@@ -270,11 +279,12 @@ def _pair(entry, index: int, text: str, origin: str) -> Pair:
     gamma = f.get("gamma", int, required=True)
     if not 1 <= gamma <= 64:
         f.fail(f"field 'gamma' must be between 1 and 64, not {gamma}")
+    draft = f.get("draft", dict)  # optional: without it, the target drafts for itself
     return Pair(
         name=name,
         description=f.get("description", str, required=True),
         target=_model_file(f.get("target", dict, required=True), f"{where}: target"),
-        draft=_model_file(f.get("draft", dict, required=True), f"{where}: draft"),
+        draft=None if draft is None else _model_file(draft, f"{where}: draft"),
         gamma=gamma,
         default=f.get("default", bool, False),
         origin=origin,

@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from fakehub import COMMIT, fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
-from specllm import hub
+from specllm import cli_models, hub
 from specllm.cli_models import models_command, pull_command
 from specllm.errors import SpecllmError
 from specllm.registry import ModelFile, default_pair
@@ -358,6 +358,23 @@ gamma = 3
     return path
 
 
+def single_file(path: Path, repo: str, content: bytes, name: str = "tiny-one", file: str = "target.gguf") -> Path:
+    """A pairs file whose entry `name` is one file, without a draft."""
+    path.write_text(f"""
+[[pair]]
+name = "{name}"
+description = "one tiny model that drafts for itself"
+gamma = 2
+
+  [pair.target]
+  repo = "{repo}"
+  file = "{file}"
+  size = {len(content)}
+  sha256 = "{hashlib.sha256(content).hexdigest()}"
+""")
+    return path
+
+
 @pytest.fixture
 def tiny_pair(fake_hub, isolated, tiny_models):
     """A --models file with pairs 'tiny' (compatible) and 'bad' (incompatible vocabularies)."""
@@ -406,6 +423,38 @@ def test_pull_command_prints_both_paths_and_sizes(tiny_pair, tiny_models):
     assert f"{tiny_models.target.stat().st_size:,} bytes" in flat
 
 
+def test_pull_of_a_single_file_entry_downloads_and_checks_the_one_file(fake_hub, isolated, tiny_models, monkeypatch):
+    def no_vocabulary_check(*paths):
+        raise AssertionError(f"a vocabulary check without a draft: {paths}")
+
+    monkeypatch.setattr(hub, "check_pair_files", no_vocabulary_check)
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    fake_hub.add(REPO, "draft.gguf", tiny_models.draft.read_bytes())  # served, never asked for
+    models = single_file(isolated / "one.toml", REPO, content)
+    result = CliRunner().invoke(cli(), ["pull", "tiny-one", "--models", str(models)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("specllm: ")]  # progress, on stderr
+    assert [line.split()[0] for line in lines] == ["target", "ready:"]
+    assert lines[0].endswith(f"target.gguf ({len(content):,} bytes, {cli_models._size(len(content))})")
+    assert lines[1].startswith("ready: pair tiny-one, one file that drafts for itself") and lines[1].endswith("gamma 2")
+    assert len(fake_hub.gets("target.gguf")) == 1 and fake_hub.gets("draft.gguf") == []
+    assert hub.cached_path(models_target(models)).read_bytes() == content
+    # the one file is checked as a pair's are: a wrong checksum is refused, and nothing is kept
+    fake_hub.add("tiny-org/tampered-GGUF", "target.gguf", content[:-1] + bytes([content[-1] ^ 1]))
+    single_file(models, "tiny-org/tampered-GGUF", content)
+    tampered = CliRunner().invoke(cli(), ["pull", "tiny-one", "--models", str(models)])
+    assert isinstance(tampered.exception, SpecllmError) and "SHA-256" in str(tampered.exception)
+    assert hub.cached_path(models_target(models)) is None
+
+
+def models_target(models: Path):
+    from specllm.registry import load_pairs
+
+    return load_pairs(models)["tiny-one"].target
+
+
 def test_pull_command_errors_are_specllm_errors(tiny_pair):
     result = CliRunner().invoke(cli(), ["pull", "nope", "--models", str(tiny_pair)])
     assert isinstance(result.exception, SpecllmError)
@@ -423,6 +472,23 @@ def test_models_command_lists_pairs_and_what_is_downloaded(tiny_pair):
     after = runner.invoke(cli(), ["models", "--models", str(tiny_pair)], env={"COLUMNS": "200"})
     row = next(line for line in after.output.splitlines() if " tiny " in line)
     assert "yes, HF cache" in row
+
+
+def test_models_shows_the_missing_draft_of_a_single_file_entry_as_none(fake_hub, isolated, tiny_models):
+    content = tiny_models.target.read_bytes()
+    models = single_file(isolated / "one.toml", REPO, content)
+    listing = CliRunner().invoke(cli(), ["models", "--json", "--models", str(models)])
+    assert listing.exit_code == 0, listing.output
+    pairs = {p["name"]: p for p in json.loads(listing.output)["pairs"]}
+    assert pairs["tiny-one"]["draft"] is None and pairs["granite-4.0-h-1b"]["draft"] is None
+    assert pairs["tiny-one"]["target"] == {"repo": REPO, "file": "target.gguf", "size": len(content), "path": None}
+    assert pairs["qwen3.5-4b"]["draft"]["file"] == "Qwen3.5-0.8B-Q4_0.gguf"  # the pairs keep theirs
+    table = CliRunner().invoke(cli(), ["models", "--models", str(models)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if " tiny-one " in line)
+    assert lines[at].split()[1:] == ["target", *cli_models._size(len(content)).split(), "2", "no"]
+    assert lines[at + 1].split() == ["none", "-", "-"]
 
 
 # --- run / chat / bench with --pair, as a user runs them ------------------------------------------
@@ -447,6 +513,30 @@ def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
     offline = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
                       "--temperature", 0, "-n", 12, "--json", "--offline")  # fmt: skip (auto: the same text)
     assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
+
+
+def test_run_a_single_file_entry_loads_the_target_alone(fake_hub, isolated, tiny_recurrent_models):
+    """A qwen35 with an MTP layer as a single-file entry: auto and mtp draft with its own layers;
+    no draft model is looked for, downloaded or loaded."""
+    content = tiny_recurrent_models.qwen35_mtp.read_bytes()
+    fake_hub.add(REPO, "q35-mtp.gguf", content)
+    models = single_file(isolated / "one.toml", REPO, content, name="tiny-mtp", file="q35-mtp.gguf")
+    args = ("run", "def f(x):", "--pair", "tiny-mtp", "--models", models, "--threads", 1, "--temperature", 0,
+            "-n", 12, "--json")  # fmt: skip
+    auto = specllm(*args, "-v")
+    assert auto.returncode == 0, auto.stderr
+    assert "1 MTP layer(s): it drafts for itself" in auto.stderr and "draft for" not in auto.stderr
+    stats = json.loads(auto.stdout)["stats"]
+    assert stats["policy"]["draft"] is None and "model" not in stats["sources"]
+    assert stats["policy"]["calibration"]["measured"] == ["target", "mtp"]  # no draft model measured
+    mtp = specllm(*args, "--drafter", "mtp", "--offline")
+    assert mtp.returncode == 0, mtp.stderr
+    out = json.loads(mtp.stdout)
+    assert out["stats"]["sources"]["mtp"]["drafted"] > 0 and set(out["stats"]["sources"]) <= {"mtp", "none"}
+    assert len(out["stats"]["drafted_per_position"]) == 2  # the entry's recommended gamma
+    assert out["tokens"] == json.loads(auto.stdout)["tokens"]  # greedy: the target's own text either way
+    gets = [r.path for r in fake_hub.requests if r.method == "GET" and r.path.endswith(".gguf")]
+    assert [path.rsplit("/", 1)[-1] for path in gets] == ["q35-mtp.gguf"]  # one file, downloaded once
 
 
 def test_chat_and_bench_take_a_pair(tiny_pair, tmp_path):

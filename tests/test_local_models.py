@@ -16,8 +16,9 @@ import tiny_models as tm
 from fakehub import fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
 from specllm import hub, local_models
 from specllm.cli_models import models_command, rm_command
-from specllm.drafts import candidates, family
+from specllm.drafts import candidates, curated_drafts, family
 from specllm.errors import SpecllmError
+from specllm.registry import load_pairs
 from terminal import Terminal
 
 REPO = "tiny-org/drafts-GGUF"
@@ -135,6 +136,20 @@ def test_rm_a_pair_removes_both_files_from_either_cache(fake_hub, isolated, tiny
     assert str(again.exception) == "pair 'tiny' is not downloaded: nothing to remove"
 
 
+def test_rm_a_single_file_entry_removes_its_one_file(fake_hub, isolated, tiny_models, small_models):
+    from test_hub import single_file
+
+    pairs = single_file(isolated / "one.toml", REPO, tiny_models.target.read_bytes())
+    target = download(fake_hub, REPO, tiny_models.target, "target.gguf")
+    kept = download(fake_hub, REPO, small_models["small.gguf"])
+    result = invoke("rm", "tiny-one", "--models", pairs, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "removed 1 model," in result.output and not target.exists()
+    assert [m.spec for m in local_models.scan()] == [f"hf:{REPO}/small.gguf"] and kept.is_file()
+    again = invoke("rm", "tiny-one", "--models", pairs, "--yes")
+    assert str(again.exception) == "pair 'tiny-one' is not downloaded: nothing to remove"
+
+
 def test_rm_never_touches_a_file_outside_the_caches(isolated, tiny_models, tmp_path):
     outside = tmp_path / "mine.gguf"
     outside.write_bytes(tiny_models.target.read_bytes())
@@ -187,6 +202,14 @@ def drafts_on_disk(fake_hub, small_models):
     download(fake_hub, REPO, small_models["big.gguf"])
     into_specllm_cache(small_models["smaller.gguf"], "tiny-org/mirror-GGUF")
     return small_models
+
+
+def test_an_entry_without_a_draft_offers_no_curated_draft(isolated):
+    pairs = load_pairs()  # qwen3.5-4b-mtp (no draft) comes before the qwen3.5-4b pair of the same family
+    assert family(pairs["qwen3.5-4b-mtp"].target.file) == family("Qwen3.5-9B-Q8_0.gguf") == "qwen3.5-*"
+    assert curated_drafts(Path("Qwen3.5-9B-Q8_0.gguf"), pairs) == [(pairs["qwen3.5-4b"], pairs["qwen3.5-4b"].draft)]
+    assert curated_drafts(Path("granite-4.0-h-3b-Q8_0.gguf"), pairs) == []  # its family's only entry is one file
+    assert curated_drafts(Path("LFM2.5-350M-Instruct-Q8_0.gguf"), pairs) == []
 
 
 def test_candidates_are_tried_smallest_first_and_checked(drafts_on_disk, tiny_models):

@@ -58,7 +58,8 @@ def test_root_models_toml_is_the_packaged_file():
 def test_builtin_pairs_cover_the_curated_families():
     pairs = load_pairs()
     for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-7b", "qwen2.5-coder-14b", "qwen2.5-coder-32b",
-                 "llama-3.2-3b", "llama-3.1-8b", "gemma-3-12b"):  # fmt: skip
+                 "llama-3.2-3b", "llama-3.1-8b", "gemma-3-12b", "qwen3.5-4b-mtp", "granite-4.0-h-1b",
+                 "lfm2.5-1.2b", "qwen3.5-4b"):  # fmt: skip
         assert name in pairs
     assert default_pair(pairs).name == "qwen2.5-coder-1.5b"
     assert sum(p.default for p in pairs.values()) == 1
@@ -66,11 +67,23 @@ def test_builtin_pairs_cover_the_curated_families():
 
 def test_every_builtin_file_has_size_and_checksum():
     for pair in load_pairs().values():
-        for model in (pair.target, pair.draft):
+        assert pair.models == tuple(m for m in (pair.target, pair.draft) if m is not None)
+        for model in pair.models:
             for part in model.parts:
                 assert part.size and part.size > 0, part.label
                 assert re.fullmatch(r"[0-9a-f]{64}", part.sha256), part.label
                 assert part.file.endswith(".gguf")
+
+
+def test_builtin_single_file_entries_have_no_draft():
+    pairs = load_pairs()
+    singles = [name for name, pair in pairs.items() if pair.draft is None]
+    assert singles == ["qwen3.5-4b-mtp", "granite-4.0-h-1b", "lfm2.5-1.2b"]
+    assert all(pairs[name].models == (pairs[name].target,) for name in singles)
+    mtp, pair = pairs["qwen3.5-4b-mtp"], pairs["qwen3.5-4b"]
+    assert pair.target == mtp.target and pair.draft.file == "Qwen3.5-0.8B-Q4_0.gguf"
+    assert mtp.target.revision == "86835bf9949e4d14d6860f7910b1340ad4f271a9" and mtp.target.size == 2_834_975_040
+    assert pairs["granite-4.0-h-1b"].target.revision == "main"
 
 
 def test_split_targets_list_every_shard_in_order():
@@ -200,6 +213,40 @@ def test_a_mirror_needs_size_and_checksum_and_a_part_number():
         parse_pairs(pinned.replace('package = "p-part{n}"', 'package = "--dest=/tmp/evil{n}"'))
     with pytest.raises(SpecllmError, match="line 3: pair 'mine': target: mirror: field 'version' must be a version"):
         parse_pairs(pinned.replace('version = "1"', 'version = "1 --dest=/tmp/evil"'))
+
+
+SINGLE = MINIMAL[: MINIMAL.index("  [pair.draft]")]  # the target alone
+
+
+def test_a_pair_without_a_draft_is_a_single_file_entry():
+    (pair,) = parse_pairs(SINGLE, "mine.toml")
+    assert pair.draft is None and pair.models == (pair.target,)
+    assert (pair.target.repo, pair.target.file, pair.gamma) == ("me/target-GGUF", "target.gguf", 3)
+    pairs = {pair.name: pair}
+    assert find_model_file("me/target-GGUF", "target.gguf", pairs) == pair.target
+    assert find_model_file("me/draft-GGUF", "draft.gguf", pairs) is None
+    (both,) = parse_pairs(MINIMAL)
+    assert both.models == (both.target, both.draft) and both.draft.file == "draft.gguf"
+
+
+@pytest.mark.parametrize(
+    "draft, expected",
+    [
+        ('draft = "me/draft-GGUF/draft.gguf"\n', "field 'draft' must be a table, not 'me/draft-GGUF/draft.gguf'"),
+        ("[[pair.draft]]\n", "field 'draft' must be a table"),
+        ("[pair.draft]\n", "draft: missing field 'repo'"),
+        ('[pair.draft]\nrepo = "me/draft-GGUF"\n', "draft: missing field 'file'"),
+        ('[pair.draft]\nrepo = "me/draft-GGUF"\nfile = "draft.gguf"\ncolour = 1\n', "draft: unknown field 'colour'"),
+        ('[pair.draft]\nrepo = "me/draft-GGUF"\nfile = "draft.gguf"\nsize = 0\n', "draft: field 'size' must be a positive"),
+    ],
+)
+def test_a_malformed_draft_table_is_still_refused_in_one_line(draft, expected):
+    text = SINGLE.replace("gamma = 3\n", "gamma = 3\n" + draft) if draft.startswith("draft =") else SINGLE + draft
+    with pytest.raises(SpecllmError) as err:
+        parse_pairs(text, "mine.toml")
+    message = str(err.value)
+    assert message.startswith("mine.toml line 3: pair 'mine'") and expected in message
+    assert "\n" not in message
 
 
 def test_two_defaults_in_one_file_or_a_repeated_name_are_refused():
