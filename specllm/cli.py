@@ -112,7 +112,9 @@ def load_engine(
         )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
-        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|ngram|none")
+        if pair is not None:
+            raise SpecllmError(f"pair {pair} has no draft model: use --drafter auto|mtp|ngram|none")
+        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none")
     if verbose:
         report_backend(threads, gpu_layers)
     # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
