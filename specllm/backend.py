@@ -256,7 +256,9 @@ class Model:
 
     def close(self) -> None:
         if getattr(self, "_ctx", None) is not None:
-            L.llama_batch_free(self._batch)
+            if getattr(self, "_batch", None) is not None:  # an __init__ interrupted before it: none
+                L.llama_batch_free(self._batch)
+                self._batch = None
             L.llama_free(self._ctx)
             self._ctx = None
         if getattr(self, "_model", None) is not None and self._weights_of is None:
@@ -688,7 +690,7 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, hu
         params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
         params.progress_callback = _ADVISE_HUGE_PAGES_ONCE  # called once the buffers exist, before they are filled
     _recent_errors.clear()
-    model = _load_passing_signals_through(str(path).encode("utf-8"), params)
+    model = _passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params)
     if not model:
         if options.rpc:
             why = _first_error("out of memory on an RPC server?")
@@ -773,11 +775,12 @@ def _anonymous_mappings(maps: str) -> list[tuple[int, int]]:
     return out
 
 
-def _load_passing_signals_through(path: bytes, params):
-    """llama_model_load_from_file, but a Ctrl-C (or SIGTERM) that lands while the progress
-    callback runs Python code is not lost: ctypes cannot pass an exception out of a callback (it
-    reports it as unraisable and the callback answers False, which aborts the load), so it is
-    caught there and raised again here, as it would be without a callback."""
+def _passing_signals_through(call, free, *args):
+    """call(*args), but a Ctrl-C (or SIGTERM) that lands while one of llama.cpp's callbacks (its
+    log, a load's progress) runs Python code is not lost: ctypes cannot pass an exception out of a
+    callback (it reports it as unraisable; a progress callback then answers False, which aborts a
+    load), so it is caught there and raised again here, after free(result) if there is one, as it
+    would be without a callback."""
     signals: list[BaseException] = []
     previous = sys.unraisablehook
 
@@ -789,14 +792,14 @@ def _load_passing_signals_through(path: bytes, params):
 
     sys.unraisablehook = keep_signals
     try:
-        model = L.llama_model_load_from_file(path, params)
+        result = call(*args)
     finally:
         sys.unraisablehook = previous
     if signals:
-        if model:
-            L.llama_model_free(model)
+        if result:
+            free(result)
         raise signals[0]
-    return model
+    return result
 
 
 @L.llama_progress_callback
@@ -829,7 +832,7 @@ def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_
     params.swa_full = True  # sliding-window caches must keep every position to allow rollback
     params.no_perf = True
     _recent_errors.clear()
-    ctx = L.llama_init_from_model(model, params)
+    ctx = _passing_signals_through(L.llama_init_from_model, L.llama_free, model, params)
     if not ctx:
         why = _first_error("out of memory?")
         raise SpecllmError(f"cannot create a context for {path.name} (n_ctx={options.n_ctx}): {why}")

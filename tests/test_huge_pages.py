@@ -102,3 +102,24 @@ def test_ctrl_c_while_loading_is_an_interrupt_not_a_bad_file(tiny_models, monkey
     monkeypatch.setattr(backend, "advise_huge_pages", interrupted)
     with pytest.raises(KeyboardInterrupt):
         Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+
+
+class _RaisingStream:
+    """A stderr whose writes are interrupted: what a Ctrl-C landing in llama.cpp's log callback
+    looks like to that callback."""
+
+    def write(self, _text):
+        raise KeyboardInterrupt
+
+    def flush(self):
+        pass
+
+
+def test_ctrl_c_while_a_context_is_created_is_an_interrupt(tiny_models, monkeypatch):
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    monkeypatch.setattr(backend, "_verbose", True)  # the log callback writes every line
+    monkeypatch.setattr(backend.sys, "stderr", _RaisingStream())
+    with pytest.raises(KeyboardInterrupt):
+        model.sibling()
+    monkeypatch.undo()
+    model.close()
