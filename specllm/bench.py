@@ -61,7 +61,7 @@ UNSTABLE_SPREAD = 1.5
 WARMUP_TOKENS = 16
 CALIBRATION_REPS = 5
 DEFAULT_CATEGORY = "uncategorized"
-DRAFTER_CHOICES = ("auto", "model", "ngram")
+DRAFTER_CHOICES = ("auto", "model", "mtp", "ngram")
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def categories_of(prompts: Iterable) -> list[str]:
 
 @dataclass(frozen=True)
 class Configuration:
-    drafter: str  # "none" (target-only), "auto", "model" or "ngram"
+    drafter: str  # "none" (target-only), "auto", "model", "mtp" or "ngram"
     gamma: int | None = 0  # auto: None, it chooses each draft's length
 
     @property
@@ -434,6 +434,8 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
         raise SpecllmError("no prompts to run")
     if any(c.drafter == "model" for c in settings.configurations) and not engine.has_draft:
         raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
+    if any(c.drafter == "mtp" for c in settings.configurations) and engine.mtp is None:
+        raise SpecllmError(f"drafter 'mtp' needs a target with MTP layers (nextn), and {engine.target.path.name} has none")
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
     total = 2 + len(configs) * len(prompts) * settings.rounds
@@ -589,10 +591,12 @@ def predicted_speedup(steps: list[tuple[int, int]], alpha: float, c: float, V: d
 
 
 def _draft_cost_ratio(config: Configuration, stats: Stats, calibration: dict) -> float:
-    """c for the prediction: the calibrated draft-model step, or what the n-gram lookup took per
-    drafted token in the run (microseconds: about 0)."""
+    """c for the prediction: the calibrated draft-model step, what an MTP call took in the run, or
+    what the n-gram lookup took per drafted token (microseconds: about 0)."""
     if config.drafter == "model":
         return calibration["c"]
+    if config.drafter == "mtp" and stats.draft_calls:
+        return stats.draft_seconds / stats.draft_calls / calibration["target_step_seconds"]
     if config.drafter == "ngram" and stats.n_drafted:
         return stats.draft_seconds / stats.n_drafted / calibration["target_step_seconds"]
     return 0.0

@@ -289,7 +289,7 @@ def _round_noise(results: dict) -> list[str]:
 def _why(drafter: str, d: dict) -> str:
     k = d["k"]
     text = f"{d['configuration']}: {_x(d['speedup'])} measured, {_x(d['predicted_speedup'])} predicted. "
-    if drafter == "model":
+    if drafter in ("model", "mtp"):
         text += (
             f"The target accepts {d['alpha']:.0%} of draft tokens (per token, in order), so a call should yield "
             f"E = {d['expected_tokens_per_call']:.2f} tokens for a step cost of k·c + V(k+1) = "
@@ -326,7 +326,7 @@ def _auto_sentence(auto: dict) -> str:
 
 
 def _mix(shares: dict) -> str:
-    names = {"ngram": "n-gram copies", "model": "the draft model", "none": "nothing"}
+    names = {"ngram": "n-gram copies", "model": "the draft model", "mtp": "the MTP layers", "none": "nothing"}
     return ", ".join(f"{label} on {shares.get(key, 0.0):.0%}" for key, label in names.items()) + " of steps"
 
 

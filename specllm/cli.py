@@ -419,7 +419,7 @@ def bench(
     models_file: ModelsFileOption = None,
     drafter: Annotated[
         Optional[str],
-        typer.Option(help="Drafters to compare, comma-separated: auto,model,ngram. Default: auto,model,ngram with a draft, else auto,ngram."),
+        typer.Option(help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, mtp for a target with MTP layers, and ngram."),
     ] = None,
     gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
     prompts: Annotated[
@@ -471,7 +471,7 @@ def bench(
         rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
-    drafters = wanted or (["auto", "model", "ngram"] if engine.has_draft else ["auto", "ngram"])
+    drafters = wanted or ["auto", *(["model"] if engine.has_draft else []), *(["mtp"] if engine.mtp else []), "ngram"]
     settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds)
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)

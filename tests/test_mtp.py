@@ -135,3 +135,23 @@ def test_the_mtp_layers_kept_in_step_predict_what_fresh_ones_do(tmp_path):
     engine.close()
     assert accepted >= 5  # drafted tokens were kept, so their entries had to be made again
     assert worst < 1e-3  # measured 3e-6 (batch shapes); an entry with the wrong hidden state: 3e-2
+
+
+def test_bench_compares_mtp_drafting_by_default_on_a_model_with_mtp_layers(mtp_model, tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    from specllm import cli
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "the cat is in the house and", "category": "chat"}\n')
+    out = tmp_path / "out.json"
+    argv = ["specllm", "bench", "--target", str(mtp_model), "--prompts", str(prompts), "--gamma", "2",
+            "--max-tokens", "16", "--threads", "1", "--ctx-size", "512", "--json", str(out)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    cli.main()
+    data = json.loads(out.read_text())
+    assert data["settings"]["configurations"] == ["auto", "mtp g=2", "ngram g=2"]
+    mtp = next(r for r in data["results"] if r["configuration"] == "mtp g=2")
+    assert mtp["overall"]["stats"]["sources"]["mtp"]["drafted"] > 0
+    assert "Fidelity: all" in capsys.readouterr().out
