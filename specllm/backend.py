@@ -79,6 +79,10 @@ def build_id() -> str:
         return f"llama-cpp-python {L.__version__}"
 
 
+def llama_cpp_python_version() -> str:
+    return L.__version__
+
+
 def gpu_offload_supported() -> bool:
     """Whether this machine has a GPU llama.cpp can offload to. Not llama_supports_gpu_offload()
     alone: that is true in every build with the RPC backend, GPU or not."""
@@ -154,6 +158,10 @@ def parse_rpc_servers(servers) -> tuple[str, ...]:
 # recurrent state, and the longest draft such a model may verify is this long.
 DEFAULT_SNAPSHOTS = 8
 MAX_SNAPSHOTS = 64
+# What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and
+# copy it out and back in (checkpoints). Builds before 0.3.36 have neither.
+SNAPSHOT_API = hasattr(L, "llama_n_rs_seq")
+STATE_API = hasattr(L, "llama_state_seq_get_size_ext") and hasattr(L, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY")
 MAX_THREADS = 1024  # llama.cpp starts a thread per count: a typo must not ask for 100000
 
 
@@ -215,7 +223,7 @@ class Model:
             self._batch.seq_id[i][0] = 0
         # Snapshots llama.cpp really keeps: it turns them off for architectures whose kernels
         # write none (Mamba, RWKV, Jamba, ...).
-        self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent else 0
+        self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent and SNAPSHOT_API else 0
         self._rollback_room = 0  # trailing tokens the snapshots can take back right now
         self._checkpoints: dict[str, _Checkpoint] = {}  # by slot: "prompt", "step"
         self.n_evaluated = 0  # tokens llama.cpp has evaluated, all calls together
@@ -246,6 +254,12 @@ class Model:
         if self._hidden is None or not 0 <= position < len(self.tokens):
             raise ValueError(f"no hidden state kept for position {position}")
         return self._hidden[position]
+
+    @property
+    def can_take_back(self) -> bool:
+        """Can rejected draft tokens be taken back without evaluating everything again: always
+        for attention models; with snapshots or checkpoints for recurrent ones."""
+        return not self.recurrent or self.snapshots > 0 or STATE_API
 
     @property
     def max_draft(self) -> int | None:
@@ -439,7 +453,7 @@ class Model:
         Only the recurrent part is copied (a hybrid's attention cache is cut back as usual). One
         checkpoint is kept per slot: "prompt" (after a prompt: the next one resumes there) and
         "step" (before a draft or verify call). Nothing to do for attention models."""
-        if not self.recurrent or self._unsure:
+        if not self.recurrent or self._unsure or not STATE_API:
             return
         flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = L.llama_state_seq_get_size_ext(self._ctx, 0, flags)
@@ -454,7 +468,7 @@ class Model:
         """Bytes of one copy of this model's recurrent state (0 for attention models): what a
         checkpoint holds and what each snapshot costs. llama.cpp only says once a sequence holds a
         token: before that, it is measured on a small scratch context."""
-        if not self.recurrent:
+        if not self.recurrent or not STATE_API:
             return 0
         if self.tokens and not self._unsure:
             return L.llama_state_seq_get_size_ext(self._ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
@@ -827,7 +841,8 @@ def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_
     params.n_ctx = options.n_ctx
     params.n_batch = params.n_ubatch = options.n_batch
     params.n_seq_max = 1
-    params.n_rs_seq = options.snapshots if recurrent else 0
+    if SNAPSHOT_API:
+        params.n_rs_seq = options.snapshots if recurrent else 0
     params.n_threads = params.n_threads_batch = options.n_threads or physical_cores()
     params.swa_full = True  # sliding-window caches must keep every position to allow rollback
     params.no_perf = True

@@ -13,7 +13,7 @@ from itertools import zip_longest
 import numpy as np
 
 from . import calibration
-from .backend import Model, ModelOptions, MtpHead, check_compatible, common_prefix
+from .backend import Model, ModelOptions, MtpHead, check_compatible, common_prefix, llama_cpp_python_version
 from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .files import human_size
@@ -407,6 +407,13 @@ def draft_limit(target: Model, drafter: str) -> tuple[int | None, str | None]:
     limit, name = target.max_draft, target.path.name
     if limit is None or drafter == "none":
         return None, None
+    if not target.can_take_back:
+        if drafter != "auto":
+            raise SpecllmError(
+                f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens back out of the "
+                f"recurrent state of {name}: install llama-cpp-python 0.3.36 or later, or use --drafter none"
+            )
+        return 0, f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
     if limit > 0:
         return limit, (
             f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "

@@ -174,3 +174,20 @@ def test_auto_on_mamba_counts_the_second_call_a_rejection_costs(models):
     assert r.stats.n_drafted > 0 and r.stats.n_accepted < r.stats.n_drafted
     assert "evaluated again" in r.stats.policy["draft_limit"]
     engine.close()
+
+
+def test_a_build_that_cannot_take_rejections_back_is_one_clear_error(models, monkeypatch):
+    """An older llama-cpp-python keeps no snapshots and cannot copy a recurrent state: a fixed
+    drafter is refused in one line, auto drafts nothing, target-only works."""
+    from specllm import backend
+
+    monkeypatch.setattr(backend, "SNAPSHOT_API", False)
+    monkeypatch.setattr(backend, "STATE_API", False)
+    engine = specllm.load(str(models["qwen35"][0]), n_ctx=256, n_threads=1)
+    assert engine.target.snapshots == 0 and not engine.target.can_take_back
+    with pytest.raises(SpecllmError, match=r"cannot take rejected draft tokens back out of the recurrent state of qwen35.gguf"):
+        engine.generate("Hello", max_tokens=4, drafter="ngram")
+    expected = engine.generate(PROMPTS[2], max_tokens=24, temperature=0, drafter="none").tokens
+    r = engine.generate(PROMPTS[2], max_tokens=24, temperature=0)
+    assert r.tokens == expected and r.stats.n_drafted == 0 and "no drafts" in r.stats.policy["draft_limit"]
+    engine.close()
