@@ -1,7 +1,8 @@
-"""specllm's MTP drafting against llama.cpp's own (llama-speculative-simple --spec-type draft-mtp)
-on the same tiny qwen35 with an MTP block, greedy: the generated text, tokens drafted and accepted.
+"""specllm on a hybrid target against llama.cpp's own speculative decoding (llama-speculative-simple)
+on the same tiny Qwen3.5 files, greedy: MTP drafting (--spec-type draft-mtp: the generated text,
+tokens drafted and accepted) and a hybrid draft model (--spec-type draft-simple: the text).
 
-usage: python benchmarks/mtp_vs_llama_cpp.py [--bin DIR] [--tokens 64]
+usage: python benchmarks/hybrid_vs_llama_cpp.py [--bin DIR] [--tokens 64]
 
 DIR holds llama-speculative-simple, as built by benchmarks/build_llama_cpp_tools.sh from the
 sources of the installed llama-cpp-python (the default: that script's folder for this version).
@@ -9,6 +10,8 @@ The models are written by tests/tiny_models.py: "mimic" (MTP layers that often p
 next token) and "random" (MTP weights that predict nothing). Both loops draft the same number of
 tokens each step (llama.cpp: --spec-draft-n-max K; specllm: --drafter mtp --gamma K); llama.cpp
 stops a step short of the end differently, so counts may differ by a step at the end of a text.
+With a draft model, llama.cpp takes a hybrid target's rejections back from a checkpoint and counts
+the kept tokens again as a draft, so only the texts compare (each must be the target's own).
 """
 
 import argparse
@@ -27,8 +30,9 @@ import specllm  # noqa: E402
 PROMPTS = ["Hello world", "def return self", "the value of data is", "import list"]
 
 
-def llama_cpp(binary: Path, model: Path, prompt: str, k: int, n: int) -> dict:
-    cmd = [str(binary), "-m", str(model), "-p", prompt, "--spec-type", "draft-mtp", "--spec-draft-n-max", str(k),
+def llama_cpp(binary: Path, model: Path, prompt: str, k: int, n: int, draft: Path | None = None) -> dict:
+    spec = ["-md", str(draft), "--spec-type", "draft-simple"] if draft else ["--spec-type", "draft-mtp"]
+    cmd = [str(binary), "-m", str(model), "-p", prompt, *spec, "--spec-draft-n-max", str(k),
            "-n", str(n), "--temp", "0", "--top-k", "1", "-c", "1024", "-t", "2", "-ngl", "0"]  # fmt: skip
     for _ in range(3):  # llama.cpp's logger thread now and then loses its last lines at exit
         with tempfile.TemporaryFile() as err:
@@ -38,18 +42,24 @@ def llama_cpp(binary: Path, model: Path, prompt: str, k: int, n: int) -> dict:
         if run.returncode:
             sys.exit(f"llama-speculative-simple failed:\n{log[-2000:]}")
         found = {key: re.search(rf"{key}\s*=\s*(\d+)", log) for key in ("n_drafted", "n_accept")}
-        if all(found.values()):
+        if all(found.values()) or draft:
             break
     else:
         sys.exit("llama-speculative-simple printed no n_drafted / n_accept lines")
-    count = {key: int(match.group(1)) for key, match in found.items()}
+    count = {key: int(match.group(1)) if match else None for key, match in found.items()}
     text = run.stdout.decode("utf-8", errors="replace").split(prompt, 1)[-1].strip()
     return {"drafted": count["n_drafted"], "accepted": count["n_accept"], "text": text}
 
 
-def specllm_mtp(engine, prompt: str, k: int, n: int) -> dict:
-    r = engine.generate(prompt, max_tokens=n, temperature=0, drafter="mtp", gamma=k)
+def specllm_run(engine, prompt: str, k: int, n: int, drafter: str = "mtp") -> dict:
+    r = engine.generate(prompt, max_tokens=n, temperature=0, drafter=drafter, gamma=k)
     return {"drafted": r.stats.n_drafted, "accepted": r.stats.n_accepted, "text": r.text.strip()}
+
+
+def same_text(ours: str, theirs: str) -> bool:
+    """specllm's text is a prefix of llama.cpp's (which runs a step further), but for the last
+    few characters: the last token may be cut where llama.cpp's output is not."""
+    return bool(ours) and theirs.startswith(ours[: len(ours) - 8])
 
 
 def main() -> None:
@@ -74,8 +84,8 @@ def main() -> None:
         for k in (1, 3, 5):
             for prompt in PROMPTS:
                 theirs = llama_cpp(binary, path, prompt, k, args.tokens)
-                ours = specllm_mtp(engine, prompt, k, args.tokens)
-                same = ours["text"] and theirs["text"].startswith(ours["text"][: len(ours["text"]) - 8])
+                ours = specllm_run(engine, prompt, k, args.tokens)
+                same = same_text(ours["text"], theirs["text"])
                 for who, r in (("llama.cpp", theirs), ("specllm", ours)):
                     totals[who][0] += r["drafted"]
                     totals[who][1] += r["accepted"]
@@ -84,6 +94,21 @@ def main() -> None:
         engine.close()
     for who, (drafted, accepted) in totals.items():
         print(f"{who}: {accepted} of {drafted} drafted tokens accepted ({accepted / max(1, drafted):.1%})")
+    draft_model_texts(binary, folder, args.tokens)
+
+
+def draft_model_texts(binary: Path, folder: Path, n: int) -> None:
+    """A hybrid target drafted by a hybrid draft model (a noisy copy): the same text as llama.cpp."""
+    target = tm.write_model(folder / "target.gguf", arch="qwen35")
+    draft = tm.write_model(folder / "draft.gguf", arch="qwen35", noise=tm.DRAFT_NOISE, noise_seed=1)
+    engine = specllm.load(str(target), str(draft), n_ctx=1024, n_threads=2, snapshots=8)
+    same = 0
+    runs = [(k, prompt) for k in (2, 4, 8) for prompt in PROMPTS]
+    for k, prompt in runs:
+        ours = specllm_run(engine, prompt, k, n, drafter="model")
+        same += same_text(ours["text"], llama_cpp(binary, target, prompt, k, n, draft)["text"])
+    engine.close()
+    print(f"draft model on a hybrid target (draft-simple), K = 2, 4, 8: the same text in {same} of {len(runs)} runs")
 
 
 if __name__ == "__main__":
