@@ -22,6 +22,8 @@ import pytest
 
 from one_line import assert_one_line_error
 
+import tiny_models as tm
+
 import specllm
 from specllm import backend
 from specllm.calibration import model_key
@@ -119,6 +121,28 @@ def test_speculative_with_the_target_over_rpc_equals_local_target_only(tiny_mode
     assert outputs == local_outputs
     if drafter == "model":
         assert stats.n_drafted > 0 and stats.n_accepted > 0  # it did speculate
+
+
+@pytest.mark.parametrize("drafter", ["model", "mtp", "auto"])
+def test_a_hybrid_target_with_mtp_layers_over_rpc_equals_local_target_only(servers, tmp_path_factory, drafter):
+    """A Qwen3.5 target (recurrent state and snapshots on the servers) with its MTP layers, and a
+    hybrid draft on the servers too."""
+    folder = tmp_path_factory.mktemp("hybrid-rpc")
+    target = tm.write_model(folder / "q35.gguf", arch="qwen35", n_nextn=1, mtp_mimic=True)
+    draft = tm.write_model(folder / "q35-draft.gguf", arch="qwen35", n_nextn=1, mtp_mimic=True, noise=0.02)
+    local = specllm.load(str(target), n_ctx=512, n_threads=1)
+    try:
+        expected = [greedy_tokens(local, p, "none") for p in PROMPTS]
+    finally:
+        local.close()
+    engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1, rpc=servers[:1], draft_rpc=servers[1:])
+    try:
+        assert [greedy_tokens(engine, p, drafter) for p in PROMPTS] == expected
+        stats = engine.generate(PROMPTS[0], max_tokens=32, temperature=0, drafter=drafter, gamma=4).stats
+    finally:
+        engine.close()
+    if drafter != "auto":
+        assert stats.n_drafted > 0 and stats.n_accepted > 0
 
 
 @pytest.mark.parametrize("draft_server", [1, 0])  # another server, or the target's (one connection serves both)
