@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from one_line import assert_one_line_error
-
 import tiny_models as tm
+from one_line import assert_one_line_error
 
 import specllm
 from specllm import backend
