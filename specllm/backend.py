@@ -921,9 +921,30 @@ def system_info() -> dict:
         "devices": _device_names(),
         "physical_cores": physical_cores(),
         "transparent_huge_pages": _thp_mode() or "unavailable",  # "never": CPU weights stay memory-mapped
+        "recurrent_models": _recurrent_support(),
+        "mtp_drafting": "supported" if _mtp_supported() else "not supported by this llama-cpp-python",
         "llama_cpp": llama_cpp_build(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
     }
+
+
+def _recurrent_support() -> str:
+    """How rejected draft tokens leave a hybrid or recurrent model's state with this build."""
+    if SNAPSHOT_API and STATE_API:
+        return (
+            f"snapshots (--snapshots, default {DEFAULT_SNAPSHOTS}: each one more copy of a hybrid model's "
+            "recurrent state, whose size run -v shows) and checkpoints"
+        )
+    return "checkpoints only" if STATE_API else "target-only (this llama-cpp-python can neither keep nor copy their state)"
+
+
+def _mtp_supported() -> bool:
+    try:
+        from llama_cpp import llama_cpp_ext
+
+        return hasattr(L, "llama_batch_ext_init") and hasattr(llama_cpp_ext, "llama_get_embeddings_nextn")
+    except ImportError:
+        return False
 
 
 def llama_cpp_build() -> str:

@@ -44,6 +44,7 @@ def test_doctor_json_is_one_object():
     assert isinstance(info["gpu_offload"], bool) and isinstance(info["devices"], list)
     assert info["physical_cores"] >= 1 and info["llama_cpp"].startswith(llama_cpp.llama_version().decode())
     assert info["transparent_huge_pages"] in ("always", "madvise", "never", "unavailable")
+    assert info["recurrent_models"].startswith("snapshots (--snapshots, default 8") and info["mtp_drafting"] == "supported"
 
 
 def test_shell_completion_completes_commands_and_options():
