@@ -27,6 +27,7 @@ from .backend import common_prefix
 from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate, check_gamma
 from .errors import SpecllmError
 from .files import write_text_atomic
+from .text import check_utf8
 from .sampling import default_seed
 from .view import source_mix
 
@@ -283,6 +284,7 @@ class ChatSession:
     def _set_system(self, arg: str) -> CommandResult:
         if not arg:
             return CommandResult(f"system prompt: {self.system!r}" if self.system else "no system prompt")
+        check_utf8(arg, "the system prompt")
         self.system = arg
         return CommandResult("system prompt set; the conversation is prefilled again on the next turn")
 
@@ -294,6 +296,8 @@ class ChatSession:
             write_text_atomic(path, json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
+        except (ValueError, TypeError) as e:  # nothing was written: the conversation goes on
+            raise SpecllmError(f"cannot save to {path}: {e}") from None
         return CommandResult(f"saved {len(self.turns)} turns to {path}")
 
     def _load(self, arg: str) -> CommandResult:
@@ -387,6 +391,8 @@ def read_transcript(path: Path) -> SavedChat:
         raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SpecllmError(f"{path} is not a conversation saved with /save: not JSON ({e})") from None
+    except RecursionError:
+        raise SpecllmError(f"{path} is not a conversation saved with /save: nested too deeply") from None
     try:
         return _saved_chat(path, data)
     except KeyError as e:
@@ -399,6 +405,10 @@ def _saved_chat(path: Path, data) -> SavedChat:
     def text(value, what: str) -> str:
         if not isinstance(value, str):
             raise TypeError(f"{what} is not text")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} is not valid UTF-8 text") from None
         return value
 
     if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
@@ -414,7 +424,7 @@ def _saved_chat(path: Path, data) -> SavedChat:
                 text(t["user"], f"turn {i}'s user message"),
                 text(t["reply"], f"turn {i}'s reply"),
                 text(t.get("stop_reason", ""), f"turn {i}'s stop reason"),
-                _stats(stats) if stats else None,
+                _stats(stats, i) if stats else None,
                 in_context=not t.get("dropped_from_context", False),
                 seed=t.get("seed"),
             )
@@ -430,9 +440,34 @@ def _saved_chat(path: Path, data) -> SavedChat:
     )
 
 
-def _stats(saved: dict) -> Stats:
-    """A turn's Stats from its to_dict() (which adds derived values: left out)."""
-    return Stats(**{f.name: saved[f.name] for f in dataclasses.fields(Stats) if f.name in saved})
+def _stats(saved, turn: int) -> Stats:
+    """A turn's Stats from its to_dict() (which adds derived values: left out), each field of the
+    type Stats gives it: a wrong one would only fail later, at /stats or /save."""
+    if not isinstance(saved, dict):
+        raise TypeError(f"turn {turn}'s stats are not an object")
+    blank = Stats()
+    values = {f.name: saved[f.name] for f in dataclasses.fields(Stats) if f.name in saved}
+    for name, value in values.items():
+        if not _same_kind(value, getattr(blank, name)):
+            raise TypeError(f"turn {turn}'s stats field {name!r} is not what /save writes")
+    return Stats(**values)
+
+
+def _same_kind(value, like) -> bool:
+    """Is `value` of the kind of Stats' default `like`: a count, seconds, counts per position,
+    counts per source, or the policy's report (an object, or null)?"""
+    count = lambda v: type(v) is int  # noqa: E731 (bool is not a count)
+    if isinstance(like, int):
+        return count(value)
+    if isinstance(like, float):
+        return count(value) or type(value) is float
+    if isinstance(like, list):
+        return isinstance(value, list) and all(map(count, value))
+    if isinstance(like, dict):  # sources: name -> {"steps": n, "drafted": n, "accepted": n}
+        return isinstance(value, dict) and all(
+            isinstance(c, dict) and all(isinstance(k, str) and count(n) for k, n in c.items()) for c in value.values()
+        )
+    return value is None or isinstance(value, dict)
 
 
 def _spelled(target, tokens: list[int]) -> str:

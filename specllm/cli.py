@@ -17,6 +17,7 @@ except ImportError:
 from .cli_basics import build_command, doctor_command, main_options
 from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command, rm_command
 from .errors import SpecllmError
+from .text import check_utf8
 from .sampling import default_seed
 
 app = typer.Typer(
@@ -182,15 +183,6 @@ def check_model_options(
 
     ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or (), snapshots=snapshots)
     ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
-
-
-def check_utf8(text: str | None, what: str) -> None:
-    """Python keeps bytes that are not UTF-8 (in arguments, or stdin in a C locale) as lone
-    surrogates, which no tokenizer takes: say so now."""
-    try:
-        (text or "").encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
 
 
 def default_drafter(drafter, gamma, has_draft: bool) -> str | None:

@@ -8,6 +8,17 @@ string is held back too, so a stop string is never shown.
 
 import codecs
 
+from .errors import SpecllmError
+
+
+def check_utf8(text: str | None, what: str) -> None:
+    """Python keeps bytes that are not UTF-8 (in arguments, stdin in a C locale, "\\ud800" in
+    JSON) as lone surrogates, which no tokenizer takes and no UTF-8 file can hold: say so now."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
+
 
 class TextStream:
     def __init__(self, stop: tuple[str, ...] = ()):

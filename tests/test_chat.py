@@ -14,7 +14,7 @@ import specllm
 import tiny_models as tm
 from specllm.backend import common_prefix
 from specllm import chat
-from specllm.chat import ChatSession, is_command
+from specllm.chat import ChatSession, is_command, read_transcript
 from specllm.engine import Finished, make_config
 
 SYSTEM = "You are terse."
@@ -495,6 +495,13 @@ def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_pa
         ('{"turns": [{"reply": "hi"}]}', "a turn has no 'user'"),
         ('{"turns": [{"user": 3, "reply": "hi"}]}', "turn 1's user message is not text"),
         ('{"turns": [], "context_tokens": ["a"]}', "context_tokens is not a list of token ids"),
+        ('{"turns": [{"user": "a\\ud800", "reply": "hi"}]}', "turn 1's user message is not valid UTF-8 text"),
+        ('{"system": "\\udcff", "turns": []}', "the system prompt is not valid UTF-8 text"),
+        ('{"turns": [{"user": "a", "reply": "b", "stats": {"n_drafted": "x"}}]}', "stats field 'n_drafted'"),
+        ('{"turns": [{"user": "a", "reply": "b", "stats": {"sources": [1]}}]}', "stats field 'sources'"),
+        ('{"turns": [{"user": "a", "reply": "b", "stats": {"drafted_per_position": [null]}}]}', "stats field 'drafted_per_position'"),
+        ('{"turns": [{"user": "a", "reply": "b", "stats": [1]}]}', "turn 1's stats are not an object"),
+        pytest.param("[" * 100_000 + "]" * 100_000, "nested too deeply", id="nested-too-deeply"),
     ],
 )
 def test_a_file_that_is_no_saved_conversation_is_one_clear_error(engines, tmp_path, content, fragment):
@@ -506,3 +513,13 @@ def test_a_file_that_is_no_saved_conversation_is_one_clear_error(engines, tmp_pa
         session.command(f"/load {path}")
     assert fragment in str(e.value)
     assert "usage: /load FILE" in str(pytest.raises(specllm.SpecllmError, session.command, "/load").value)
+
+
+def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_saved(engines, tmp_path):
+    session = ChatSession(engines[0], greedy(drafter="none"))
+    turn(session, MESSAGES[0])
+    with pytest.raises(specllm.SpecllmError, match="^the system prompt is not valid UTF-8 text"):
+        session.command("/system abc\udcffdef")
+    assert session.system is None
+    assert session.command(f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turns")
+    assert read_transcript(tmp_path / "chat.json").turns[0].user == MESSAGES[0]
