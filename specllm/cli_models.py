@@ -165,11 +165,22 @@ def rm_command(
     if not yes:
         if not sys.stdin.isatty():
             raise SpecllmError("standard input is not a terminal: give --yes to remove without asking (nothing removed)")
-        if not typer.confirm(f"Remove {'these' if len(found) > 1 else 'this'} ({total})?", err=True):
+        if not _confirmed(f"Remove {'these' if len(found) > 1 else 'this'} ({total})? [y/N]: "):
             console.print("nothing removed")
             raise typer.Exit(1)
     freed = local_models.remove(found)
     console.print(f"removed {len(found)} model{'s' if len(found) > 1 else ''}, {_size(freed)} freed")
+
+
+def _confirmed(question: str) -> bool:
+    """Yes or no from the terminal; end of input (Ctrl-D) is no. Ctrl-C stays an interrupt."""
+    print(question, end="", file=sys.stderr, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        print(file=sys.stderr)
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def pull_command(

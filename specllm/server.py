@@ -252,12 +252,12 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         message = f"{error.detail}: {request.method} {request.url.path}"
         return await api_error(request, ApiError(error.status_code, message))
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request):
         access(request, 200, "")
         return worker.status()
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models(request: Request):
         access(request, 200, "")
         model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
@@ -279,7 +279,9 @@ def check_key(api_key: str | None, request: Request) -> None:
     if api_key is None:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
+    # Header values arrive as Latin-1 text: its bytes are what the client sent (UTF-8 for a key
+    # that is not ASCII), and are compared with the key's UTF-8 bytes.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), api_key.encode()):
         raise ApiError(401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key")
 
 

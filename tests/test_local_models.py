@@ -178,6 +178,10 @@ def test_rm_asks_and_without_a_terminal_needs_yes(fake_hub, small_models):
     no.expect(r"Remove this \(.*\)\? \[y/N\]")
     no.send("n\r")
     assert no.wait() == 1 and "nothing removed" in no.text and path.is_file()
+    eof = Terminal(["rm", f"hf:{REPO}/small.gguf"])
+    eof.expect(r"Remove this \(.*\)\? \[y/N\]")
+    eof.send("\x04")  # Ctrl-D: no answer is no, not an interrupt
+    assert eof.wait() == 1 and "nothing removed" in eof.text and "interrupted" not in eof.text and path.is_file()
     yes = Terminal(["rm", f"hf:{REPO}/small.gguf"])
     yes.expect(r"Remove this \(.*\)\? \[y/N\]")
     yes.send("y\r")

@@ -332,6 +332,14 @@ def test_the_api_key_is_enforced(engine, log, srv):
         assert (status, data["error"]["code"]) == (401, "invalid_api_key")
         assert keyed.post("/v1/completions", b'{"prompt": "x"}', {"Authorization": "Bearer s3cret-not"})[0] == 401
         assert [m.id for m in keyed.client("s3cret").models.list()] == ["tiny"]
+        unicode = Server(engine, api_key="clé-ключ")
+        try:  # a key that is not ASCII, sent as UTF-8 as clients send it
+            headers = {"Authorization": "Bearer clé-ключ".encode().decode("latin-1")}
+            assert unicode.post("/v1/completions", b'{"prompt": "x", "max_tokens": 1}', headers)[0] == 200
+            headers = {"Authorization": "Bearer clé-ключ-not".encode().decode("latin-1")}
+            assert unicode.post("/v1/completions", b'{"prompt": "x", "max_tokens": 1}', headers)[0] == 401
+        finally:
+            unicode.stop()
         assert keyed.client("s3cret").completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
     finally:
         keyed.stop()
@@ -405,3 +413,12 @@ def test_no_answer_tells_a_client_where_the_servers_files_are(tiny_models, tmp_p
     finally:
         srv.stop()
         engine.close()
+
+
+def test_head_requests_are_answered(srv):
+    for path in ("/health", "/v1/models"):
+        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=10)
+        conn.request("HEAD", path)
+        response = conn.getresponse()
+        assert response.status == 200 and response.read() == b""
+        conn.close()
