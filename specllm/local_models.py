@@ -53,9 +53,15 @@ class LocalModel:
 
 
 def scan() -> list[LocalModel]:
-    """Every GGUF model in specllm's cache and the HF cache, by name."""
-    found = _scan_hf() + _scan_specllm()
+    """Every GGUF model in specllm's cache and the HF cache, by name; not a file that a symlink
+    in one of them leads to from outside it."""
+    found = [m for m in _scan_hf() + _scan_specllm() if _all_inside(m)]
     return sorted(found, key=lambda m: (m.spec, m.cache))
+
+
+def _all_inside(model: LocalModel) -> bool:
+    root = hf_cache_dir() if model.cache == HF else cache_dir()
+    return all(_inside(part.resolve(), root) for part in model.parts)
 
 
 def size_on_disk(path: Path) -> int:
