@@ -11,6 +11,7 @@ does (chat.extend_prompt), so a conversation that grows turn by turn prefills on
 """
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -71,6 +72,18 @@ class Plan:
     tokens: list[int]
     seed: int
     events: Iterator[Step | Finished]
+    continues: bool = False  # the prompt extends the previous request's whole transcript
+
+    def reported(self, result: Result) -> Result:
+        """The result as a client is told it. The KV cache is one for all clients: the part of a
+        prompt that another request left in it is reported as evaluated, not as cached, or its
+        size would tell this client, token by token, what another one sent. A prompt that goes on
+        from the previous request's whole transcript (a conversation continued) learns nothing
+        new, and its reuse is reported."""
+        if self.continues:
+            return result
+        stats = dataclasses.replace(result.stats, prefill_tokens=max(0, result.stats.prompt_tokens - 1))
+        return dataclasses.replace(result, stats=stats)
 
 
 class Job:
@@ -169,8 +182,9 @@ class EngineWorker:
             text = engine.target.render_chat([m.to_template() for m in request.messages])
         elif isinstance(request.prompt, str):
             text = request.prompt
+        continues = False
         if text is not None:
-            tokens = extend_prompt(engine, text, self.last)[0]
+            tokens, _, continues = extend_prompt(engine, text, self.last)
         else:
             tokens = request.prompt
             if not all(0 <= t < engine.target.n_vocab for t in tokens):
@@ -194,7 +208,7 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events))
+        return Plan(tokens, seed, self._remember(text, tokens, events), continues)
 
     def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
         """The events, keeping the finished transcript for the next request's extend_prompt (not
@@ -327,7 +341,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     access(request, 200, describe(result))
-    return JSONResponse(reply.complete(result, plan.seed))
+    return JSONResponse(reply.complete(plan.reported(result), plan.seed))
 
 
 async def stream(
@@ -353,9 +367,9 @@ async def stream(
             yield sse(error.body())
         else:
             outcome = describe(result)
-            yield sse(reply.last_chunk(result, plan.seed))
+            yield sse(reply.last_chunk(plan.reported(result), plan.seed))
             if include_usage:
-                yield sse(reply.usage_chunk(result))
+                yield sse(reply.usage_chunk(plan.reported(result)))
     except Exception as e:
         error = ApiError(500, without_paths(f"generation failed: {type(e).__name__}: {e}"))
         outcome = error.message
