@@ -8,10 +8,29 @@
 
 __version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)
 
-from .backend import DEFAULT_SNAPSHOTS, ModelOptions
-from .engine import Engine, Finished, GenerationConfig, Result, Stats, Step
+import importlib
+
 from .errors import SpecllmError
-from .sampling import SamplerSettings
+
+# The rest of the API is imported when first used, not with the package: the `specllm` command
+# imports the package before it can handle a Ctrl-C, and llama_cpp takes half a second to import.
+_LAZY = {
+    "ModelOptions": "backend",
+    "Engine": "engine",
+    "Finished": "engine",
+    "GenerationConfig": "engine",
+    "Result": "engine",
+    "Stats": "engine",
+    "Step": "engine",
+    "SamplerSettings": "sampling",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Engine",
@@ -38,8 +57,8 @@ def load(
     defer_draft: bool = False,
     rpc: str | list[str] = (),
     draft_rpc: str | list[str] = (),
-    snapshots: int = DEFAULT_SNAPSHOTS,
-) -> Engine:
+    snapshots: int = 8,  # backend.DEFAULT_SNAPSHOTS
+) -> "Engine":
     """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With
     defer_draft, only the draft's vocabulary is checked now and the model itself is loaded when a
     generation first needs it: the `auto` drafter does not load a draft that cannot pay here.
@@ -47,7 +66,8 @@ def load(
     n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's.
     `snapshots`: how many rejected draft tokens a hybrid or recurrent target can take back after a
     verify call (the longest draft on such a target; each costs a copy of its recurrent state)."""
-    from .backend import Model, check_compatible
+    from .backend import Model, ModelOptions, check_compatible
+    from .engine import Engine
     from .verdicts import check_once
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)

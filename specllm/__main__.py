@@ -1,3 +1,27 @@
-from .cli import main
+"""The `specllm` command (and `python -m specllm`)."""
 
-main()
+import os
+import signal
+import sys
+
+
+def _exit_while_starting(signum, _frame):
+    sys.stderr.write("interrupted\n" if signum == signal.SIGINT else "terminated\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def main() -> None:
+    """Run the command. Until its modules are imported (a fraction of a second, llama_cpp's
+    mostly), Ctrl-C and SIGTERM end it with the line and exit code they get later, not with a
+    traceback from the middle of an import."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_while_starting)
+    from .cli import main as run_command
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is KeyboardInterrupt again
+    run_command()  # which handles SIGTERM its own way
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,7 @@ needs one."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -111,3 +112,21 @@ def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: Invalid value for '--offline' (env var: 'SPECLLM_OFFLINE')")
+
+
+@pytest.mark.parametrize("signum, line, code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])
+def test_a_signal_while_the_command_starts_is_its_one_line(signum, line, code):
+    """Ctrl-C or SIGTERM while the command's modules are still being imported: the signal is sent
+    from inside the import of typer, which the command imports early."""
+    launch = (
+        "import builtins, os, sys, specllm.__main__ as command\n"
+        "real = builtins.__import__\n"
+        "def importing(name, *args, **kwargs):\n"
+        f"    if name == 'typer': os.kill(os.getpid(), {int(signum)})\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = importing\n"
+        "sys.argv = ['specllm', '--help']\n"
+        "command.main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (code, line + "\n")
