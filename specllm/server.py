@@ -86,24 +86,33 @@ class Plan:
         return dataclasses.replace(result, stats=stats)
 
 
+AHEAD = 4  # steps the engine may take before the client's side has taken the earlier ones
+
+
 class Job:
     """One generation on the engine thread; its events reach the event loop through a queue.
-    `cancel()` (the client went away) stops it after the step under way."""
+    `cancel()` (the client went away) stops it after the step under way. The engine runs at most
+    AHEAD steps ahead of the response: when a client goes away, what it would not read is not
+    generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
+    connection closed only when it waits for an event, cannot fall far behind."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
+        self.room = threading.Semaphore(AHEAD)
 
     def cancel(self) -> None:
         self.cancelled.set()
+        self.room.release()  # an engine waiting for room sees it
 
     def run(self, events: Iterator[Step | Finished], on_end: Callable[[], None]) -> None:
         """On the engine thread: step the engine, handing each event over, until it ends."""
         try:
             with closing(events):  # closing ends the engine's stream: it is free for the next
                 for event in events:
-                    self._put(event)
+                    self.room.acquire()
                     if self.cancelled.is_set():
                         return
+                    self._put(event)
         except Exception as e:  # given to the request, which reports it
             self._put(e)
         finally:
@@ -118,6 +127,7 @@ class Job:
 
     async def events(self) -> AsyncIterator[Step | Finished]:
         while (item := await self.queue.get()) is not _END:
+            self.room.release()
             if isinstance(item, Exception):
                 raise item
             yield item

@@ -1,0 +1,99 @@
+"""A streamed request whose client goes away while the response lags behind the engine: the engine
+stops within a few steps of the last event the response took, however fast the model is. The
+engine's steps are handed out one by one, and the response is held up at its fourth event."""
+
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from contextlib import closing
+from urllib.parse import urlsplit
+
+from test_serve import CTX, Server, wait_for_line
+
+import specllm
+from specllm import openai_api
+from specllm.server import AHEAD
+
+
+class LogLines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+class Steps:
+    """The engine's steps wait for a permit each; `taken` counts the steps it has made."""
+
+    def __init__(self, engine, monkeypatch):
+        self.permits, self.taken, stream = threading.Semaphore(0), 0, engine.stream
+
+        def gated(*args, **kwargs):
+            def steps(events):
+                with closing(events):
+                    for event in events:
+                        self.permits.acquire(timeout=60)
+                        self.taken += 1
+                        yield event
+
+            return steps(stream(*args, **kwargs))
+
+        monkeypatch.setattr(engine, "stream", gated)
+
+
+def hold_the_response_at(n: int, monkeypatch) -> threading.Event:
+    """The response's n-th text chunk waits (on the event loop) until the event returned is set."""
+    go, chunk, made = threading.Event(), openai_api.Reply.chunk, [0]
+
+    def held(self, *args, **kwargs):
+        made[0] += 1
+        if made[0] == n:
+            go.wait(60)
+        return chunk(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai_api.Reply, "chunk", held)
+    return go
+
+
+def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkeypatch):
+    logger, lines = logging.getLogger("specllm.serve"), LogLines()
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    steps, go = Steps(engine, monkeypatch), hold_the_response_at(4, monkeypatch)
+    srv = Server(engine)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        client = socket.create_connection((host, int(port)))
+        body = json.dumps({"prompt": "def f(x):", "max_tokens": CTX - 16, "temperature": 0, "stream": True,
+                           "drafter": "none"}).encode()  # fmt: skip
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)  # fmt: skip
+        steps.permits.release(3)
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += client.recv(65536)
+        steps.permits.release(40)  # the response is held at its 4th event: the engine runs on
+        deadline = time.monotonic() + 2
+        while steps.taken < 40 and time.monotonic() < deadline:  # an engine without a bound takes all
+            time.sleep(0.01)
+        client.close()
+        time.sleep(0.1)  # the close reaches the server
+        go.set()
+        stopped = wait_for_line(lines.lines, "client went away", 1)
+        assert stopped, lines.lines
+        generated = int(re.search(r"stopped after (\d+) tokens", stopped[0])[1])
+        # 3 read; the held one; up to 2 more the response takes before it sees the connection
+        # closed; AHEAD in the queue, and the one the engine made while it waited for room.
+        assert generated <= 3 + 1 + 2 + 4 + 1 and AHEAD == 4, stopped[0]
+    finally:
+        go.set()
+        steps.permits.release(CTX)
+        srv.stop()
+        engine.close()
+        logger.removeHandler(lines)
