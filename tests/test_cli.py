@@ -150,6 +150,9 @@ def test_a_prompt_longer_than_the_context_is_one_clear_line(models):
         ("--drafter", "magic", "unknown drafter"),
         ("--ctx-size", "2", "context size"),
         ("--threads", "0", "threads"),
+        ("--threads", "100000", "threads must be between 1 and 1024"),
+        ("--snapshots", "65", "snapshots must be between 0 and 64"),
+        ("--drafter", "mtp", "drafter 'mtp' needs a target with MTP layers"),
     ],
 )
 def test_invalid_option_values_are_one_clear_line(models, option, value, fragment):
