@@ -49,6 +49,7 @@ class ServeSettings:
     gamma: int | None = None
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
     max_body_bytes: int | None = None  # default: room for a full context (body_limit)
+    header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
 
 
 def body_limit(n_ctx: int) -> int:
@@ -454,8 +455,44 @@ def server(app: FastAPI):
             super().handle_exit(sig, frame)
 
     # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off")
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off",
+        http=_protocol(app.state.worker.settings.header_seconds),
+    )  # fmt: skip
     return Server(config)
+
+
+def _protocol(header_seconds: float):
+    """uvicorn's HTTP/1.1 protocol, but a connection waiting for a request's headers (after it
+    opens, or after a response) is closed when they have not all come within `header_seconds`:
+    uvicorn would hold a half-sent request open for ever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._headers_due()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._waiting_for_headers():
+                self._deadline.cancel()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._headers_due()
+
+        def _headers_due(self) -> None:
+            self._deadline = self.loop.call_later(header_seconds, self._headers_too_slow)
+
+        def _waiting_for_headers(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _headers_too_slow(self) -> None:
+            if self._waiting_for_headers() and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
 
 
 def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:

@@ -97,3 +97,23 @@ def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkey
         srv.stop()
         engine.close()
         logger.removeHandler(lines)
+
+
+def test_a_request_whose_headers_never_end_is_closed(tiny_models):
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine, header_seconds=0.5)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        half = socket.create_connection((host, int(port)), timeout=10)
+        half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")  # and nothing more
+        whole = socket.create_connection((host, int(port)), timeout=10)  # a slow but whole request is served
+        whole.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.2)
+        whole.sendall(b"\r\n")
+        assert whole.recv(65536).startswith(b"HTTP/1.1 200")
+        start = time.monotonic()
+        assert half.recv(65536) == b""  # closed by the server
+        assert time.monotonic() - start < 5
+    finally:
+        srv.stop()
+        engine.close()
