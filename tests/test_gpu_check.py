@@ -1,0 +1,179 @@
+"""benchmarks/gpu_check.py's dry run: every step of the GPU check on the CPU with tiny shapes, so the
+script is known to work before a minute of a GPU is spent on it. The JSON and Markdown must have
+the shape a GPU run writes: every section present, numbers where numbers belong."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+gpc = _module()
+
+
+def _run(out: Path, *extra: str) -> dict:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "gpu_check.json").read_text())
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _positive(x) -> bool:
+    return _number(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("gpu-check")
+    data = _run(out)
+    return data, (out / "gpu_check.md").read_text()
+
+
+def test_dry_run_writes_every_section(dry_run):
+    data, _ = dry_run
+    assert data["schema"] == gpc.SCHEMA
+    assert data["mode"] == "dry-run" and data["status"] == "done"
+    assert data["errors"] == [] and data["skipped"] == []
+    assert data["smoke"]["ok"] is True
+    assert set(data) >= {"settings", "machine", "setup", "smoke", "models", "calibration", "pairs", "plain_decoding",
+                         "loop", "speedups", "fidelity"}
+    assert set(data["models"]) == set(gpc.DRY_SHAPES)
+    for info in data["models"].values():
+        assert _positive(info["bytes"]) and _number(info["write_seconds"]) and _number(info["load_seconds"])
+
+
+def test_call_costs_and_c(dry_run):
+    data, _ = dry_run
+    assert set(data["calibration"]) == set(gpc.DRY_SHAPES)
+    for cal in data["calibration"].values():
+        assert _positive(cal["t1_ms"])
+        assert set(cal["V"]) == {str(w) for w in gpc.WIDTHS}
+        assert cal["V"]["1"] == 1.0 and all(_positive(v) for v in cal["V"].values())
+    assert set(data["pairs"]) == {gpc.pair_name(d, t) for d, t in gpc.CURATED_PAIRS}
+    for pair in data["pairs"].values():
+        assert _positive(pair["c"]) and _positive(pair["draft_t1_ms"]) and _positive(pair["target_t1_ms"])
+
+
+def test_plain_decoding_and_loop(dry_run):
+    data, _ = dry_run
+    assert set(data["plain_decoding"]) == set(gpc.TARGETS)
+    for p in data["plain_decoding"].values():
+        for key in ("specllm_tok_s", "ctypes_tok_s", "step_ms"):
+            assert _positive(p[key]), key
+        assert _number(p["loop_ms_per_step"]) and 0 < p["loop_share"] < 1
+        if p["c_loop"] is None:  # no C compiler or no llama.h here: said so
+            assert "ctypes loop is the floor" in p["c_loop_note"]
+        else:
+            assert _positive(p["c_loop"]["sampler_tok_s"]) and _positive(p["c_loop"]["argmax_tok_s"])
+            assert _positive(p["specllm_vs_c_sampler"])
+    pairs = {gpc.pair_name(*pair) for _, pair in gpc.STAGES}
+    assert set(data["loop"]) == pairs
+    for p in data["loop"].values():
+        for key in ("target-only", "model g=4", "auto", "target_step_ms"):
+            assert _number(p[key]), key
+
+
+def test_speedups_and_fidelity(dry_run):
+    data, _ = dry_run
+    pairs = {gpc.pair_name(*pair) for _, pair in gpc.STAGES}
+    assert set(data["speedups"]) == pairs
+    n_runs = 0
+    for by_alpha in data["speedups"].values():
+        assert set(by_alpha) == {str(a) for a in gpc.ALPHAS}
+        for r in by_alpha.values():
+            assert _positive(r["target_only_tok_s"]) and _positive(r["c"])
+            assert _positive(r["best_predicted"]) and 1 <= r["best_k"] <= 15
+            assert [x["config"] for x in r["runs"]] == [f"model g={g}" for g in gpc.GAMMAS] + ["auto"]
+            for x in r["runs"]:
+                n_runs += 1
+                for key in ("tok_s", "speedup", "predicted", "acceptance", "mean_accepted_length", "loop_ms_per_step",
+                            "llama_ms_per_step"):
+                    assert _number(x[key]), (x["config"], key)
+                assert x["generated"] == data["settings"]["tokens"]
+                assert isinstance(x["identical"], bool) and x["reanchors"] >= 0
+            auto = r["runs"][-1]["auto"]
+            assert auto["summary"] and abs(sum(auto["shares"].values()) - 1) < 1e-9
+    # The GPU-like costs a dry run gives auto make it draft with the (synthetic) draft model somewhere.
+    assert any("model" in r["runs"][-1]["auto"]["sources"] for by in data["speedups"].values() for r in by.values())
+    fid = data["fidelity"]
+    assert fid["runs"] == n_runs and 0 <= fid["identical"] <= n_runs
+    assert len(fid["divergences"]) == n_runs - fid["identical"]
+    for d in fid["divergences"]:
+        assert d["kind"] != "bug", d  # greedy speculative output must only differ from target-only at near-ties
+        assert d["kind"] == "near-tie" or d["kind"].startswith("not replayed"), d
+        assert isinstance(d["position"], int)
+
+
+def test_markdown_has_every_table(dry_run):
+    _, md = dry_run
+    for heading in ("## Call costs", "## c per pair", "## specllm target-only against llama.cpp's plain decoding",
+                    "## The loop's own time per step", "## Speedups at controlled acceptance", "## Greedy fidelity"):
+        assert heading in md
+    for name in gpc.DRY_SHAPES:
+        assert f"| {name} |" in md
+    for draft, target in gpc.CURATED_PAIRS:
+        assert f"| {gpc.pair_name(draft, target)} |" in md
+    assert "| 0.5B->32B | 0.9 |" in md
+
+
+def test_budget_skips_what_does_not_fit(tmp_path):
+    data = _run(tmp_path, "--budget", "1")
+    assert data["status"] == "done" and data["errors"] == []
+    assert data["skipped"] and all("budget" in x["why"] for x in data["skipped"])
+    assert data["speedups"] == {}
+    assert "## Skipped" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_written_ggufs_hold_valid_sane_blocks(tmp_path):
+    """The quantised blocks as gguf-py reads them: the right types and shapes, finite values of
+    about the standard deviation asked for, special and padding rows zero."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize
+
+    for name, types in (("qwen2.5-7b", {"Q4_K", "Q6_K", "F32"}), ("qwen2.5-0.5b", {"Q5_0", "Q8_0", "Q4_K", "Q6_K", "F32"})):
+        shape = gpc.DRY_SHAPES[name]
+        path = gpc.write_gguf(tmp_path / f"{name}.gguf", shape, seed=5)
+        assert path.stat().st_size == gpc.model_bytes(shape) + _data_offset(path, gguf)
+        reader = gguf.GGUFReader(path)
+        specs = {t.name: t for t in gpc.tensors(shape)}
+        assert {t.name for t in reader.tensors} == set(specs)
+        assert {t.tensor_type.name for t in reader.tensors} == types
+        for t in reader.tensors:
+            spec = specs[t.name]
+            assert tuple(int(x) for x in t.shape) == spec.ne and int(t.tensor_type) == spec.qtype
+            x = dequantize(t.data, t.tensor_type)
+            assert np.isfinite(x).all()
+            if spec.kind in ("matrix", "vocab"):
+                live = x[5 : shape.family_vocab] if spec.kind == "vocab" else x
+                assert 0.7 * spec.std < live.std() < 1.4 * spec.std, (t.name, live.std(), spec.std)
+                assert abs(live.mean()) < 0.2 * spec.std
+            if spec.kind == "vocab":
+                assert not x[:5].any() and not x[shape.family_vocab :].any()
+        pieces = reader.fields["tokenizer.ggml.tokens"]
+        assert len(pieces.data) == shape.n_vocab
+
+
+def _data_offset(path: Path, gguf) -> int:
+    return gguf.GGUFReader(path).data_offset
