@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import time
 
 import llama_cpp
 import pytest
@@ -280,6 +281,9 @@ def test_keyboard_interrupts_anywhere_leave_the_kv_caches_consistent(engines):
 
     old = signal.signal(signal.SIGALRM, interrupt)
     interrupted = 0
+    # Timers within the length of a whole long turn, as measured here: a fixed window would race the
+    # model's speed (the tiny models finish a 200-token turn in ~40 ms, and a faster machine sooner).
+    window = 0.15
     try:
         for i in range(40):  # until 6 interrupts landed mid-turn (a reply may finish before its timer)
             if interrupted >= 6:
@@ -287,10 +291,12 @@ def test_keyboard_interrupts_anywhere_leave_the_kv_caches_consistent(engines):
             n_turns = len(session.turns)
             session.config = long_replies
             armed = True
-            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.001, 0.15))
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.001, window))
+            started = time.perf_counter()
             try:
                 turn(session, MESSAGES[i % len(MESSAGES)])
                 armed = False
+                window = time.perf_counter() - started  # it finished before its timer
             except KeyboardInterrupt:
                 armed = False
                 interrupted += 1

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,15 @@ PROMPT = r"(?:^|\n)>"  # the line editor draws the prompt's space as a cursor mo
 # prompt_toolkit would otherwise wait for and then warn about.
 CHAT_ENV = {"PROMPT_TOOLKIT_NO_CPR": "1"}
 SUMMARY = r"prompt\s+tokens\s+in\s+[\d.]+s"  # the end of a reply's summary line (the reply may hold "> ")
+# A frame of the live view while a reply streams: its status line, at least 10 tokens in. The summary
+# after a reply says "tok/s" too, but after its "[stop reason]": waiting for this, not for "tok/s",
+# is what makes sure a reply is still under way.
+STREAMING = r"\n[\d.]+ tok/s · [1-9]\d+ tokens"
+# Replies a signal or Ctrl-C can land in, whatever the model's speed: the tiny models write the
+# first 1,000 tokens in ~0.2 s but a whole 4,000-token reply (attention over a growing context) in
+# ~4 s; a reply that ends first (a 1,000-token one did, under load) would make the tests below fail.
+LONG = dict(ctx_size=4096, max_tokens=4000)  # a reply to the interrupted message
+ENDLESS = dict(ctx_size=65536, max_tokens=60000)  # minutes; for tests whose chat ends mid-reply
 
 
 class ChatTerminal(Terminal):
@@ -107,9 +115,9 @@ def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
 
 
 def test_ctrl_c_stops_a_reply_and_twice_at_an_empty_prompt_quits(chat, tmp_path):
-    term = chat(ctx_size=2048, max_tokens=1000)
+    term = chat(**LONG)  # the reply after it ends in seconds, not minutes
     term.send("Once upon a time\r")
-    term.expect(r"tok/s")  # the live view is streaming the reply
+    term.expect(STREAMING)  # the live view is streaming the reply, seconds from its end
     term.send("\x03")
     term.expect(r"\[reply interrupted: the partial reply is kept in the history\]")
     term.expect(PROMPT)
@@ -122,10 +130,10 @@ def test_ctrl_c_stops_a_reply_and_twice_at_an_empty_prompt_quits(chat, tmp_path)
     term.say(f"/save {path}")
     first, second = json.loads(path.read_text())["turns"]
     assert first["interrupted"] and first["stop_reason"] == "interrupted" and first["reply"]
-    assert first["stats"]["generated_tokens"] < 1000 and not second["interrupted"]
+    assert first["stats"]["generated_tokens"] < LONG["max_tokens"] and not second["interrupted"]
     assert "turns 2 (1 interrupted" in term.say("/stats")
     term.send("typed, then discarded")
-    time.sleep(0.3)
+    term.expect("typed, then discarded")  # in the line editor (echoed), not merely sent
     term.send("\x03")  # a typed line is discarded without the question ...
     term.expect(PROMPT)
     term.send("\x03")  # ... the first Ctrl-C at an empty prompt asks ...
@@ -206,14 +214,15 @@ def test_a_message_that_is_not_utf8_is_one_line_and_the_chat_goes_on(tiny_models
 def test_sigterm_during_a_reply_restores_the_cursor_and_exits_143(chat):
     import signal
 
-    term = chat(ctx_size=2048, max_tokens=1000)
+    term = chat(**ENDLESS)
     term.send("Once upon a time\r")
-    term.expect(r"tok/s")  # the live view is up, the cursor hidden
+    term.expect(STREAMING)  # the live view is up, the cursor hidden
     term.proc.send_signal(signal.SIGTERM)
     assert term.wait() == 143
     raw = term.raw.decode("utf-8", errors="replace")
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
     assert "terminated" in term.text and "Traceback" not in term.text
+    assert not re.search(SUMMARY, term.text)  # it came mid-reply: the reply never ended
 
 
 def test_history_survives_a_restart(chat):

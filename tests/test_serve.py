@@ -271,6 +271,7 @@ def test_waiting_requests_are_served_in_arrival_order(srv, log, engine, monkeypa
         t.join(60)
     served = [re.search(r"· (\d+) tokens \(", line)[1] for line in log[before:] if "/v1/completions" in line]
     assert served == [str(CTX - 16), "8", "9"]
+    wait_for(busy=False)  # the engine thread frees the engine just after the last answer went out
     assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0}
 
 
