@@ -9,8 +9,12 @@
 __version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)
 
 import importlib
+from typing import TYPE_CHECKING
 
 from .errors import SpecllmError
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 # The rest of the API is imported when first used, not with the package: the `specllm` command
 # imports the package before it can handle a Ctrl-C, and llama_cpp takes half a second to import.

@@ -13,7 +13,7 @@ from itertools import zip_longest
 import numpy as np
 
 from . import calibration
-from .backend import Model, ModelOptions, MtpHead, check_compatible, common_prefix, llama_cpp_python_version
+from .backend import Model, ModelOptions, MtpHead, check_compatible, llama_cpp_python_version
 from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import SpecllmError
 from .files import human_size

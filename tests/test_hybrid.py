@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from stats import chi_square_pvalue
+from test_engine import SAMPLER, target_joint_distribution
 
 import specllm
 from specllm.backend import Model, ModelOptions
 from specllm.engine import Engine
 from specllm.errors import SpecllmError
-from specllm.sampling import SamplerSettings, distribution
 
 PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
 ARCHS = ("qwen35", "mamba")
@@ -112,24 +112,13 @@ def test_greedy_speculative_equals_target_only(models, arch):
     assert drafted > 500 and rejected > 100  # really speculated, and often wrong
 
 
-SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_sampled_tokens_follow_the_target_distribution(models, arch):
     """The joint distribution of the first three tokens with three-token model drafts."""
     target, draft = models[arch]
     engine = specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, snapshots=4)
     ids = engine.prompt_tokens("the cat")
-    model = Model(target, ModelOptions(n_ctx=256, n_threads=1))
-    joint = {(): 1.0}
-    for _ in range(3):
-        grown = {}
-        for prefix, prob in joint.items():
-            row = distribution(model.sync(ids + list(prefix), n_logits=1)[0], SAMPLER)
-            grown.update({prefix + (int(t),): prob * row[t] for t in np.flatnonzero(row)})
-        joint = grown
-    model.close()
+    joint = target_joint_distribution(target, ids)
     counts = dict.fromkeys(joint, 0)
     n, rejected = 3000, 0
     for seed in range(n):

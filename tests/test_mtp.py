@@ -6,12 +6,12 @@ import pytest
 import tiny_models as tm
 from stats import chi_square_pvalue
 from test_auto import FixedCosts
+from test_engine import SAMPLER, target_joint_distribution
 
 import specllm
 from specllm.backend import Model, ModelOptions
 from specllm.errors import SpecllmError
 from specllm.policy import AutoPolicy
-from specllm.sampling import SamplerSettings, distribution
 
 PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
 
@@ -63,22 +63,11 @@ def test_auto_drafts_with_mtp_where_it_pays(engine):
         engine.policy = None
 
 
-SAMPLER = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
-
-
 def test_sampled_mtp_drafts_keep_the_target_distribution(engine, mtp_model):
     """Three-token MTP drafts, sampled from the MTP layers' processed distribution (q) and
     accepted with min(1, p/q): the first three tokens are distributed as the target's."""
     ids = engine.prompt_tokens("the cat")
-    model = Model(mtp_model, ModelOptions(n_ctx=256, n_threads=1))
-    joint = {(): 1.0}
-    for _ in range(3):
-        grown = {}
-        for prefix, prob in joint.items():
-            row = distribution(model.sync(ids + list(prefix), n_logits=1)[0], SAMPLER)
-            grown.update({prefix + (int(t),): prob * row[t] for t in np.flatnonzero(row)})
-        joint = grown
-    model.close()
+    joint = target_joint_distribution(mtp_model, ids)
     counts = dict.fromkeys(joint, 0)
     n, accepted = 3000, 0
     for seed in range(n):

@@ -11,20 +11,11 @@ import time
 from contextlib import closing
 from urllib.parse import urlsplit
 
-from test_serve import CTX, Server, wait_for_line
+from test_serve import CTX, LogLines, Server, wait_for_line
 
 import specllm
 from specllm import openai_api
 from specllm.server import AHEAD
-
-
-class LogLines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
 
 
 class Steps:
