@@ -233,7 +233,7 @@ class Engine:
             start, measured = time.perf_counter(), []
             target = calibration.load_costs(self._key(self.target))
             if target is None:
-                longest, _ = draft_limit(self.target, "auto")
+                longest = longest_draft(self.target, "auto")
                 widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
                 target = calibration.measure(self.target, tuple(widths), context)
                 measured.append("target")
@@ -399,27 +399,37 @@ def check_snapshots(gamma: int, target: Model) -> None:
         )
 
 
-def draft_limit(target: Model, drafter: str) -> tuple[int | None, str | None]:
-    """The longest draft a generation may verify on this target, and why it is limited (None, None:
-    no limit). A hybrid keeps its snapshots; a model whose recurrent layers llama.cpp keeps none of
-    (Mamba, RWKV, Granite 4, Jamba) takes a rejection back from a checkpoint and evaluates the kept
-    tokens again: no limit, but a second target call, which auto counts in its costs."""
-    limit, name = target.max_draft, target.path.name
+def longest_draft(target: Model, drafter: str) -> int | None:
+    """The longest draft a generation may verify on this target (None: no limit). A hybrid keeps
+    its snapshots; a model whose recurrent layers llama.cpp keeps none of (Mamba, RWKV, Granite 4,
+    Jamba) takes a rejection back from a checkpoint and evaluates the kept tokens again: no limit,
+    but a second target call, which auto counts in its costs."""
+    limit = target.max_draft
     if limit is None or drafter == "none":
-        return None, None
+        return None
     if not target.can_take_back:
         if drafter != "auto":
             raise SpecllmError(
                 f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens back out of the "
-                f"recurrent state of {name}: install llama-cpp-python 0.3.36 or later, or use --drafter none"
+                f"recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later, or use --drafter none"
             )
-        return 0, f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
+        return 0
+    return limit or None
+
+
+def draft_limit_note(target: Model) -> str | None:
+    """Why auto's drafts on this target are limited, or cost more (for -v), or None."""
+    limit, name = target.max_draft, target.path.name
+    if limit is None:
+        return None
+    if not target.can_take_back:
+        return f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
     if limit > 0:
-        return limit, (
+        return (
             f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "
             f"taken back with its {limit} recurrent-state snapshots ({human_size(target.state_bytes)} each; --snapshots)"
         )
-    return None, (
+    return (
         f"{name} has recurrent layers and llama.cpp keeps no snapshots of their state: a rejected draft is "
         "taken back from a checkpoint and the kept tokens are evaluated again, a second target call that auto "
         "counts in each draft's cost"
@@ -453,7 +463,7 @@ class _Run:
             if config.drafter not in ("auto", "none"):
                 check_snapshots(config.gamma, target)
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
-        self.longest_draft, self.limit_note = draft_limit(target, config.drafter)
+        self.longest_draft = longest_draft(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
@@ -506,7 +516,7 @@ class _Run:
             self.engine.save_costs()
             self.stats.policy = self.engine.policy_report()
             if self.stats.policy is not None:
-                self.stats.policy["draft_limit"] = self.limit_note
+                self.stats.policy["draft_limit"] = draft_limit_note(self.target)
         tail = self.text.finish()
         self.stats.decode_seconds += time.perf_counter() - start
         if tail:
