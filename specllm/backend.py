@@ -807,11 +807,11 @@ def _passing_signals_through(call, free, *args):
     sys.unraisablehook = keep_signals
     try:
         result = call(*args)
+        if signals and result:
+            free(result)  # its log lines may be interrupted too
     finally:
         sys.unraisablehook = previous
     if signals:
-        if result:
-            free(result)
         raise signals[0]
     return result
 

@@ -323,7 +323,7 @@ def serve(paths, log):
     for srv, engine in started:
         srv.stop()
         engine.close()
-    assert not [line for line in log if " 500" in line], log
+    assert not [line for line in log if " 500 · " in line], log
 
 
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "def f(x):"}]
