@@ -14,14 +14,14 @@ import numpy as np
 
 from .backend import Model
 from .policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
-from .sampling import SamplerSettings, candidates, dense, sample
+from .sampling import SamplerSettings, Sparse, candidates, sample
 
 
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    # one dense draft distribution per token, or None when the drafter has none (one-hot q)
-    q: list[np.ndarray] | None = None
+    # one draft distribution per token (sampling.Sparse), or None when the drafter has none (one-hot q)
+    q: list[Sparse] | None = None
     calls: int = 0  # draft model evaluations spent on it
     seconds: float = 0.0
     source: str = "none"  # which drafter proposed it: "none", "ngram" or "model"
@@ -122,7 +122,7 @@ class ModelDrafter(NoDrafter):
                 tokens.append(int(ids[0]))  # q is one-hot
             else:
                 tokens.append(int(ids[sample(p, self.rng)]))
-                rows.append(dense(ids, p, logits.size))
+                rows.append(Sparse.of(ids, p, logits.size))
             if len(tokens) == gamma:
                 break
             logits = self.model.eval([tokens[-1]], 1)[0]

@@ -18,7 +18,7 @@ from .drafters import CPU_MIN_MATCH, GPU_MIN_MATCH, AutoDrafter, Draft, ModelDra
 from .errors import SpecllmError
 from .files import human_size
 from .policy import NGRAM_MAX, AutoPolicy
-from .sampling import SamplerSettings, distribution
+from .sampling import SamplerSettings, sparse_distribution
 from .speculative import verify_greedy, verify_sampled
 from .text import TextStream
 from .verdicts import check_once
@@ -374,7 +374,7 @@ class _LazyRows:
 
     def __getitem__(self, i: int) -> np.ndarray:
         if i not in self._rows:
-            self._rows[i] = distribution(self._logits[i], self._sampler)
+            self._rows[i] = sparse_distribution(self._logits[i], self._sampler)
         return self._rows[i]
 
 

@@ -55,6 +55,49 @@ def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
     return dense(*candidates(logits, s), logits.shape[-1])
 
 
+@dataclass(frozen=True)
+class Sparse:
+    """A distribution over `size` token ids as its nonzero entries, in ascending id order: what
+    verification needs of a 150k-token row (its top-k survivors) without a pass over the whole
+    vocabulary. In id order, its cumulative sums are those of the dense vector (the zeros add
+    nothing), so `sample` draws the very token that sampling the dense vector would."""
+
+    ids: np.ndarray
+    p: np.ndarray
+    size: int
+
+    @classmethod
+    def of(cls, ids: np.ndarray, p: np.ndarray, size: int) -> "Sparse":
+        order = np.argsort(ids, kind="stable")
+        return cls(ids[order], p[order], size)
+
+    @classmethod
+    def from_dense(cls, row: np.ndarray) -> "Sparse":
+        ids = np.flatnonzero(row)
+        return cls(ids, np.asarray(row, dtype=np.float64)[ids], row.size)
+
+    def __getitem__(self, token: int) -> float:
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.p[i]) if i < self.ids.size and self.ids[i] == token else 0.0
+
+    def at(self, ids: np.ndarray) -> np.ndarray:
+        """The probabilities of `ids`, ascending ids that include all of this row's."""
+        out = np.zeros(ids.size)
+        out[np.searchsorted(ids, self.ids)] = self.p
+        return out
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return int(self.ids[sample(self.p, rng)])
+
+    def dense(self) -> np.ndarray:
+        return dense(self.ids, self.p, self.size)
+
+
+def sparse_distribution(logits: np.ndarray, s: SamplerSettings) -> Sparse:
+    """`distribution`, sparse."""
+    return Sparse.of(*candidates(logits, s), logits.shape[-1])
+
+
 def dense(ids: np.ndarray, p: np.ndarray, size: int) -> np.ndarray:
     """A sparse distribution (ids, probabilities) as a dense float64 vector of `size`."""
     probs = np.zeros(size, dtype=np.float64)

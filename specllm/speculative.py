@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sampling import sample
+from .sampling import Sparse
 
 
 @dataclass(frozen=True)
@@ -31,43 +31,36 @@ def verify_greedy(draft: list[int], target_argmax: list[int]) -> Verdict:
 
 def verify_sampled(
     draft: list[int],
-    q: Sequence[np.ndarray] | None,
-    p: Sequence[np.ndarray],
+    q: Sequence[Sparse | np.ndarray] | None,
+    p: Sequence[Sparse | np.ndarray],
     rng: np.random.Generator,
 ) -> Verdict:
-    """Sampling case. q: k draft distributions (rows over the draft's vocabulary), or None for a
+    """Sampling case. q: k draft distributions (over the draft's vocabulary), or None for a
     drafter without one (n-gram lookup, greedy draft), which is a one-hot q. p: k + 1 target
-    distributions over the target's vocabulary. Dense rows, as in the paper."""
-    n_vocab = len(p[0])
+    distributions over the target's vocabulary. Rows are Sparse (their nonzero entries; the
+    engine's) or dense vectors, as in the paper."""
+    n_vocab = _sparse(p[0]).size
     for i, token in enumerate(draft):
-        q_tok = 1.0 if q is None else q[i][token]
-        p_tok = p[i][token] if token < n_vocab else 0.0
-        if rng.random() * q_tok < p_tok:  # u < p/q, without dividing by a tiny q
+        q_i = _sparse(q[i]) if q is not None else Sparse(np.array([token]), np.ones(1), n_vocab)
+        p_i = _sparse(p[i])
+        p_tok = p_i[token] if token < n_vocab else 0.0
+        if rng.random() * q_i[token] < p_tok:  # u < p/q, without dividing by a tiny q
             continue
-        q_i = _one_hot(token, n_vocab) if q is None else _fit(q[i], n_vocab)
-        return Verdict(i, sample(residual(p[i], q_i), rng))
-    return Verdict(len(draft), sample(p[len(draft)], rng))
+        return Verdict(i, residual(p_i, q_i).sample(rng))
+    return Verdict(len(draft), _sparse(p[len(draft)]).sample(rng))
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """norm(max(0, p - q)) (left unnormalised: `sample` normalises). If rounding leaves no mass
-    (p == q, where a rejection has probability zero anyway), fall back to p."""
-    r = np.maximum(p - q, 0.0)
-    return r if r.sum() > 0 else p
+def residual(p: Sparse | np.ndarray, q: Sparse | np.ndarray) -> Sparse:
+    """norm(max(0, p - q)) (left unnormalised: sampling normalises), over the ids either puts
+    mass on; q's ids past p's vocabulary (a larger draft vocabulary) have p = 0 there, so max(0,
+    p - q) is 0 and they are dropped. If rounding leaves no mass (p == q, where a rejection has
+    probability zero anyway), fall back to p."""
+    p, q = _sparse(p), _sparse(q)
+    q_ids = q.ids[q.ids < p.size]
+    ids = np.union1d(p.ids, q_ids)
+    r = np.maximum(p.at(ids) - Sparse(q_ids, q.p[q.ids < p.size], p.size).at(ids), 0.0)
+    return Sparse(ids, r, p.size) if r.sum() > 0 else p
 
 
-def _one_hot(token: int, n: int) -> np.ndarray:
-    q = np.zeros(n)
-    if token < n:
-        q[token] = 1.0
-    return q
-
-
-def _fit(q: np.ndarray, n: int) -> np.ndarray:
-    """Bring a draft row to the target's vocabulary size. Draft tokens past the target's vocab
-    have p = 0, so max(0, p - q) is 0 there and dropping them leaves the residual exact."""
-    if q.size == n:
-        return q
-    if q.size > n:
-        return q[:n]
-    return np.concatenate([q, np.zeros(n - q.size)])
+def _sparse(row: Sparse | np.ndarray) -> Sparse:
+    return row if isinstance(row, Sparse) else Sparse.from_dense(np.asarray(row))

@@ -113,8 +113,8 @@ def test_draft_token_outside_target_vocabulary_is_rejected():
 def test_residual_is_positive_part_of_difference():
     p = np.array([0.5, 0.3, 0.2, 0.0])
     q = np.array([0.2, 0.5, 0.2, 0.1])
-    np.testing.assert_allclose(residual(p, q), [0.3, 0.0, 0.0, 0.0])
-    np.testing.assert_allclose(residual(p, p), p)  # no mass left: falls back to p
+    np.testing.assert_allclose(residual(p, q).dense(), [0.3, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(residual(p, p).dense(), p)  # no mass left: falls back to p
 
 
 def test_greedy_verification_accepts_the_matching_prefix():
