@@ -144,3 +144,15 @@ def test_bench_compares_mtp_drafting_by_default_on_a_model_with_mtp_layers(mtp_m
     mtp = next(r for r in data["results"] if r["configuration"] == "mtp g=2")
     assert mtp["overall"]["stats"]["sources"]["mtp"]["drafted"] > 0
     assert "Fidelity: all" in capsys.readouterr().out
+
+
+def test_a_prompt_longer_than_a_batch_is_fed_to_the_mtp_layers_in_batches(mtp_model):
+    engine = specllm.load(str(mtp_model), n_ctx=1024, n_threads=1)
+    assert engine.target.n_batch == 512
+    prompt = engine.prompt_tokens(" ".join(["the cat is in the house"] * 70))
+    assert len(prompt) > 600
+    expected = engine.generate(prompt, max_tokens=16, temperature=0, drafter="none").tokens
+    result = engine.generate(prompt, max_tokens=16, temperature=0, drafter="mtp", gamma=3)
+    assert result.tokens == expected and result.stats.n_drafted > 0
+    assert engine.mtp.tokens[: len(prompt)] == prompt
+    engine.close()
