@@ -156,7 +156,7 @@ def results_table(results: dict, category: str | None) -> Table:
         table.caption = (table.caption + "\n" if table.caption else "") + f"auto drafted with {_mix(auto['chose'])}"
     if category is None:
         table.caption = (table.caption or "") + (
-            "\npred.: DESIGN.md's E / (k·c + V(k+1)) · accept: accepted / drafted · tok/call: tokens per target"
+            "\npred.: E / (k·c + V(k+1)) · accept: accepted / drafted · tok/call: tokens per target"
             " call · matched: outputs equal to target-only (tie: near-tie flip) · per position: % accepted at"
             " draft position 1, 2, ..."
         )

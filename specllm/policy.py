@@ -2,7 +2,7 @@
 
 Pure decisions, like speculative.py: no llama_cpp, no clock. The engine times its own calls and
 feeds them in (`CostTable.observe`), verification reports what the target kept (`Acceptance`), and
-each step asks for the best plan. The rule is DESIGN.md's: for a source s and draft length k the
+each step asks for the best plan. The rule (the README's "How auto decides"): for a source s and draft length k the
 expected tokens per second of the next step are
 
     E_s(k) / (T_draft,s(k) + T_verify(k + 1)),    E_s(k) = 1 + sum_{i<=k} prod_{j<=i} a_s(j)

@@ -60,7 +60,7 @@ def mixed_policy() -> AutoPolicy:
 
 
 def cpu_like_policy() -> AutoPolicy:
-    """This 2-core CPU's table (DESIGN.md): the draft model cannot pay."""
+    """This project's 2-core CPU's table: the draft model cannot pay."""
     target = FixedCosts(0.0395, {2: 1.63, 3: 1.99, 5: 3.23, 8: 5.84, 12: 7.41, 17: 8.54, 24: 10.3, 33: 12.9})
     return AutoPolicy(target, FixedCosts(0.0209, {2: 1.92, 3: 2.20, 5: 3.35, 8: 4.09}))
 

@@ -135,7 +135,7 @@ def test_expected_tokens_and_prediction():
     assert b.expected_tokens(1.0, 4) == 5
     assert b.expected_tokens(0.0, 4) == 1
     V = {"1": 1.0, "2": 1.5, "3": 2.0}
-    # Every step drafted 2 tokens: DESIGN.md's E / (k c + V(k+1)).
+    # Every step drafted 2 tokens: E / (k c + V(k+1)).
     assert b.predicted_speedup([(2, 2)] * 3, 0.5, 0.25, V) == pytest.approx(1.75 / (2 * 0.25 + 2.0))
     # Steps that draft nothing emit one token for one target call.
     assert b.predicted_speedup([(0, 0)] * 5, 0.9, 0.0, V) == pytest.approx(1.0)

@@ -43,7 +43,7 @@ NEAR_TIE = 0.02  # llama.cpp logits depend on batch shape by up to ~7e-3 here (t
 def assert_fresh_reply(engine, tokens, reply, **kw):
     """`reply` is what target-only greedy decoding of `tokens` from empty KV caches gives, or
     differs from it first where the target's top two logits are a near-tie (the chat evaluated the
-    same positions in other batch shapes; DESIGN.md: such flips are expected, large-gap ones are bugs)."""
+    same positions in other batch shapes; README, Fidelity: such flips are expected, large-gap ones are bugs)."""
     engine.target.truncate(0)
     fresh = engine.generate(tokens, config=greedy(drafter="none", **kw)).tokens
     if fresh == reply:

@@ -18,7 +18,7 @@ from specllm.policy import (
     expected_tokens,
 )
 
-# DESIGN.md's measured table for this 2-core CPU: Qwen2.5-Coder 1.5B target, 0.5B draft.
+# The table measured on this project's 2-core CPU: Qwen2.5-Coder 1.5B target, 0.5B draft.
 CPU_TARGET = CostTable(0.0395, {2: 1.63, 3: 1.99, 5: 3.23, 8: 5.84, 12: 7.41, 17: 8.54, 24: 10.3, 33: 12.9})
 CPU_DRAFT = CostTable(0.0209, {2: 1.92, 3: 2.20, 5: 3.35, 8: 4.09})
 # A GPU-like table: a verify call on n tokens costs about one call (V ~ 1), the draft c = 0.1.
