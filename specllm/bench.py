@@ -15,9 +15,10 @@ Order of a run, all on the same loaded models:
    divergence the speculative run's target calls are replayed, and the divergence is a near-tie
    only if the call that produced it, in the same batch shape, gives the speculative token.
 
-The predicted speedup is the speculative-decoding model's E / (k*c + V(k+1)) (E: expected tokens per call), averaged over the draft lengths k the run
-actually proposed (an n-gram drafter proposes nothing when it finds no match; the last steps of a
-generation propose fewer tokens), with the per-token acceptance alpha measured in the run.
+The predicted speedup is E / (k*c + V(k+1)), E the expected tokens per target call, averaged over
+the draft lengths k the run actually proposed (an n-gram drafter proposes nothing when it finds no
+match; the last steps of a generation propose fewer tokens), with the per-token acceptance alpha
+measured in the run.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Pure decisions, like speculative.py: no llama_cpp, no clock. The engine times its own calls and
 feeds them in (`CostTable.observe`), verification reports what the target kept (`Acceptance`), and
-each step asks for the best plan. The rule (the README's "How auto decides"): for a source s and draft length k the
-expected tokens per second of the next step are
+each step asks for the best plan. The rule (the README's "How auto decides"): for a source s and
+draft length k the expected tokens per second of the next step are
 
     E_s(k) / (T_draft,s(k) + T_verify(k + 1)),    E_s(k) = 1 + sum_{i<=k} prod_{j<=i} a_s(j)
 
@@ -458,7 +458,9 @@ class AutoPolicy:
             return plans[0]
         return best
 
-    def model_keep_going(self, drafted: list[float], confidence: float, spent: float, cap: int, source: str = "model") -> bool:
+    def model_keep_going(
+        self, drafted: list[float], confidence: float, spent: float, cap: int, source: str = "model"
+    ) -> bool:
         """While the draft model drafts: take one more token, whose draft confidence is
         `confidence`, after `drafted` (the acceptance estimates of the tokens taken so far) in
         `spent` seconds of drafting? Yes when the best expected rate of a step that includes it
