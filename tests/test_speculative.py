@@ -210,3 +210,21 @@ def test_sample_follows_the_distribution():
 def test_invalid_sampler_settings_are_refused(kwargs):
     with pytest.raises(SpecllmError):
         SamplerSettings(**kwargs)
+
+
+def test_a_sparse_row_draws_the_token_its_dense_vector_draws():
+    """In id order the sparse row's cumulative sums are the dense vector's: the same random number
+    gives the same token, so seeded runs did not change when verification went sparse."""
+    from specllm.sampling import Sparse
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        p = random_dist(rng, rng.choice(V, size=int(rng.integers(1, V)), replace=False))
+        q = random_dist(rng, rng.choice(V, size=int(rng.integers(1, V)), replace=False))
+        seed = int(rng.integers(1 << 30))
+        sparse_p = Sparse.of(np.flatnonzero(p)[::-1].copy(), p[np.flatnonzero(p)][::-1].copy(), V)
+        assert sparse_p.sample(np.random.default_rng(seed)) == sample(p, np.random.default_rng(seed))
+        dense_r = np.maximum(p - q, 0.0)
+        dense_r = dense_r if dense_r.sum() > 0 else p
+        assert residual(sparse_p, q).sample(np.random.default_rng(seed)) == sample(dense_r, np.random.default_rng(seed))
+        np.testing.assert_array_equal(residual(sparse_p, q).dense(), dense_r)
