@@ -79,9 +79,11 @@ def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkey
         stopped = wait_for_line(lines.lines, "client went away", 1)
         assert stopped, lines.lines
         generated = int(re.search(r"stopped after (\d+) tokens", stopped[0])[1])
-        # 3 read; the held one; up to 2 more the response takes before it sees the connection
-        # closed; AHEAD in the queue, and the one the engine made while it waited for room.
-        assert generated <= 3 + 1 + 2 + 4 + 1 and AHEAD == 4, stopped[0]
+        # 3 read; the held one; AHEAD in the queue and the one the engine made while it waited for
+        # room; and, since the log reads the engine's live count, the few steps the engine takes
+        # while the response works through its queue before it sees the connection closed. An
+        # engine without the bound had taken all 40 permits.
+        assert generated <= 3 + 1 + 4 + 1 + 6 and AHEAD == 4, stopped[0]
     finally:
         go.set()
         steps.permits.release(CTX)
@@ -92,7 +94,7 @@ def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkey
 
 def test_a_request_whose_headers_never_end_is_closed(tiny_models):
     engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
-    srv = Server(engine, header_seconds=0.5)
+    srv = Server(engine, header_seconds=2.0)
     host, port = urlsplit(srv.url).netloc.split(":")
     try:
         half = socket.create_connection((host, int(port)), timeout=10)
@@ -104,7 +106,7 @@ def test_a_request_whose_headers_never_end_is_closed(tiny_models):
         assert whole.recv(65536).startswith(b"HTTP/1.1 200")
         start = time.monotonic()
         assert half.recv(65536) == b""  # closed by the server
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 10
     finally:
         srv.stop()
         engine.close()
