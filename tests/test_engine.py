@@ -144,6 +144,19 @@ def target_joint_distribution(target_path, prompt_ids, depth=3):
     return joint
 
 
+def first_three_tokens_pvalue(engine, target_path, ids, drafter, n=3000):
+    """Chi-square p-value of the first three tokens of n seeded generations with three-token
+    drafts against the target's own joint distribution of them, and each generation's stats."""
+    joint = target_joint_distribution(target_path, ids)
+    counts, stats = dict.fromkeys(joint, 0), []
+    for seed in range(n):
+        r = engine.generate(ids, max_tokens=4, gamma=3, drafter=drafter, **SAMPLER.__dict__ | {"seed": seed})
+        counts[tuple(r.tokens[:3])] += 1  # a KeyError here is a sequence the target cannot produce
+        stats.append(r.stats)
+    cells = sorted(joint)
+    return chi_square_pvalue(np.array([counts[c] for c in cells]), np.array([joint[c] for c in cells])), stats
+
+
 # (target, draft, drafter, prompt): "scripted" proposes the target's greedy continuation, one-hot
 JOINT_CASES = {
     "model drafter": ("target", "draft", "model", "the cat"),

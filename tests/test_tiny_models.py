@@ -161,17 +161,22 @@ def test_target_distribution_is_peaked_but_not_one_hot(target_runs):
     assert (gaps < 1e-3).mean() < 0.01  # greedy near-ties are rare
 
 
-def test_draft_agrees_with_target_mostly(tiny_models, target_runs):
-    draft = load(tiny_models.draft)
+def agreement(draft, runs) -> float:
+    """How often the draft's greedy token is the target's, teacher-forced on the target's greedy
+    paths (`runs`: prompt tokens, generated tokens, ...)."""
     agree = total = 0
-    for toks, gen, _ in target_runs.values():
+    for toks, gen, _ in runs:
         draft.reset()
         draft.eval(toks)
-        for t in gen:  # teacher-forced on the target's greedy path
+        for t in gen:
             agree += int(last_logits(draft).argmax()) == t
             total += 1
             draft.eval([t])
-    assert 0.5 <= agree / total <= 0.97
+    return agree / total
+
+
+def test_draft_agrees_with_target_mostly(tiny_models, target_runs):
+    assert 0.5 <= agreement(load(tiny_models.draft), target_runs.values()) <= 0.97
 
 
 def test_bytes_model_emits_broken_utf8(tiny_models):
@@ -280,15 +285,7 @@ def test_arch_greedy_output_varies_rarely_ends_and_is_deterministic(tmp_path, ti
 @pytest.mark.parametrize("arch", list(ARCH_KIND))
 def test_arch_draft_agrees_with_target_mostly(tiny_recurrent_models, arch_runs, arch):
     draft = load(getattr(tiny_recurrent_models, arch + "_draft"))
-    agree = total = 0
-    for toks, gen, _ in arch_runs[arch][1].values():
-        draft.reset()
-        draft.eval(toks)
-        for t in gen:  # teacher-forced on the target's greedy path
-            agree += int(last_logits(draft).argmax()) == t
-            total += 1
-            draft.eval([t])
-    assert 0.6 <= agree / total <= 0.92
+    assert 0.6 <= agreement(draft, arch_runs[arch][1].values()) <= 0.92
 
 
 def test_qwen35_mtp_layer_and_context(tiny_recurrent_models):
