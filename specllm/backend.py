@@ -221,6 +221,13 @@ class Model:
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
+        # numpy views of the batch's arrays: one vector write per field instead of a ctypes
+        # assignment per token and field
+        self._batch_token, self._batch_pos, self._batch_logits = (
+            np.ctypeslib.as_array(array, shape=(self.n_batch,))
+            for array in (self._batch.token, self._batch.pos, self._batch.logits)
+        )
+        self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (buffer address, rows) -> view
         # Snapshots llama.cpp really keeps: it turns them off for architectures whose kernels
         # write none (Mamba, RWKV, Jamba, ...).
         self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent and SNAPSHOT_API else 0
@@ -384,15 +391,28 @@ class Model:
             self._decode(chunk, n_out)
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        return np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(n_logits, self.n_vocab))
+        return self._logits_view(n_logits)
+
+    def _logits_view(self, rows: int) -> np.ndarray:
+        """The last call's logits as a numpy view. Making one costs ~50 us (numpy parses the
+        ctypes type), so views are kept for each buffer address llama.cpp has used (it moves the
+        buffer only when it grows) and row count."""
+        address = ctypes.cast(L.llama_get_logits(self._ctx), ctypes.c_void_p).value
+        view = self._logits_views.get((address, rows))
+        if view is None:
+            if len(self._logits_views) > 256:  # a moved buffer leaves stale views behind
+                self._logits_views.clear()
+            pointer = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+            view = self._logits_views[(address, rows)] = np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        return view
 
     def _decode(self, chunk: list[int], n_out: int) -> None:
         batch, pos0, n = self._batch, len(self.tokens), len(chunk)
         batch.n_tokens = n
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = pos0 + i
-            batch.logits[i] = i >= n - n_out
+        self._batch_token[:n] = chunk
+        self._batch_pos[:n] = range(pos0, pos0 + n)
+        self._batch_logits[: n - n_out] = 0
+        self._batch_logits[n - n_out : n] = 1
         self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
         status = L.llama_decode(self._ctx, batch)
         if status != 0:
