@@ -111,18 +111,21 @@ class ModelDrafter(NoDrafter):
             # again from here, after the tokens the target kept.
             self.model.checkpoint()
         tokens, rows, confidences, calls = [], [], [], 1
+        greedy = self.sampler.greedy
         while True:
-            ids, p = candidates(logits, self.sampler)  # greedy: the argmax alone
+            if greedy:  # q is one-hot
+                token = int(logits.argmax())
+            else:
+                ids, p = candidates(logits, self.sampler)
             if keep_going is not None:
-                confidence = _top_probability(logits) if self.sampler.greedy else float(p[0])
+                confidence = _top_probability(logits) if greedy else float(p[0])
                 if not keep_going(confidences, confidence, time.perf_counter() - start):
                     break
                 confidences.append(confidence)
-            if self.sampler.greedy:
-                tokens.append(int(ids[0]))  # q is one-hot
-            else:
-                tokens.append(int(ids[sample(p, self.rng)]))
+            if not greedy:
+                token = int(ids[sample(p, self.rng)])
                 rows.append(Sparse.of(ids, p, logits.size))
+            tokens.append(token)
             if len(tokens) == gamma:
                 break
             logits = self.model.eval([tokens[-1]], 1)[0]
