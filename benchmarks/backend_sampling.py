@@ -11,8 +11,8 @@ each), alternating call by call:
 - graph: the context carries a sampler chain (greedy, or top-k), llama.cpp selects in the graph
   and hands over only the token (greedy) or the k surviving logits and their ids, and the host
   applies the rest of the chain to those k values (exact: top-k comes first in the chain).
-Reported: the median wall time of the whole call (decode plus selection), and of the selection
-alone, per call. Where the graph's selection costs more inside the decode than it saves outside,
+Reported: the median wall time of the whole call (decode plus selection), of the selection
+alone, and of the call-by-call difference (robust to a busy machine's drift). Where the graph's selection costs more inside the decode than it saves outside,
 the total shows it.
 """
 
@@ -77,6 +77,55 @@ def graph_select(ctx, width: int, s: SamplerSettings) -> list:
     return out
 
 
+def compare(model: Model, width: int, top_k: int, calls: int) -> dict:
+    """Host against graph selection on `model` (see the module's docstring), in milliseconds."""
+    s = SamplerSettings(temperature=0.0) if top_k == 0 else SamplerSettings(top_k=top_k)
+    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy() if s.greedy else L.llama_sampler_init_top_k(s.top_k))
+    graph, _config = graph_context(model, chain, width)
+    try:
+        times = _alternate(model, graph, width, s, calls)
+    finally:
+        L.llama_free(graph)
+        L.llama_sampler_free(chain)
+    model.truncate(0)  # the host context's cache no longer matches model.tokens: start clean
+    paired = [g - h for g, h in zip(times["graph"][0], times["host"][0])]
+    quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
+    ms = lambda xs: 1000 * statistics.median(xs)  # noqa: E731
+    return {
+        "width": width, "selection": "greedy" if s.greedy else f"top-k {top_k}", "calls": calls,
+        **{f"{name}_call_ms": ms(total) for name, (total, _) in times.items()},
+        **{f"{name}_select_ms": ms(select) for name, (_, select) in times.items()},
+        "graph_minus_host_ms": ms(paired), "quartiles_ms": [1000 * q for q in (quartiles[0], quartiles[2])],
+    }
+
+
+def _alternate(model: Model, graph, width: int, s: SamplerSettings, calls: int) -> dict:
+    model.truncate(0)
+    host = model._ctx
+    for ctx in (host, graph):
+        decode(ctx, PREFIX, 0, 1)
+    times = {"host": ([], []), "graph": ([], [])}
+    draft = list(range(2000, 2000 + width))
+    for call in range(calls + 2):  # the first two warm up
+        for name, ctx in (("host", host), ("graph", graph)):
+            L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, len(PREFIX), -1)
+            start = time.perf_counter()
+            decode(ctx, draft, len(PREFIX), width)
+            decoded = time.perf_counter()
+            picked = host_select(ctx, model.n_vocab, width, s) if name == "host" else graph_select(ctx, width, s)
+            done = time.perf_counter()
+            if call >= 2:
+                times[name][0].append(done - start)
+                times[name][1].append(done - decoded)
+            if name == "host":
+                reference = picked
+            elif s.greedy and picked != reference:
+                raise RuntimeError(f"the graph's argmax differs from the host's: {picked} != {reference}")
+    L.llama_memory_seq_rm(L.llama_get_memory(host), 0, -1, -1)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -85,37 +134,13 @@ def main():
     ap.add_argument("--calls", type=int, default=30)
     args = ap.parse_args()
     model = Model(args.model, ModelOptions(n_ctx=1024))
-    s = SamplerSettings(temperature=0.0) if args.top_k == 0 else SamplerSettings(top_k=args.top_k)
-    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-    L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy() if s.greedy else L.llama_sampler_init_top_k(s.top_k))
-    graph, _config = graph_context(model, chain, args.width)
-    host = model._ctx
-    for ctx in (host, graph):
-        decode(ctx, PREFIX, 0, 1)
-    times = {"host": ([], []), "graph": ([], [])}
-    draft = list(range(2000, 2000 + args.width))
-    for call in range(args.calls + 2):  # the first two warm up
-        for name, ctx in (("host", host), ("graph", graph)):
-            L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, len(PREFIX), -1)
-            start = time.perf_counter()
-            decode(ctx, draft, len(PREFIX), args.width)
-            decoded = time.perf_counter()
-            picked = host_select(ctx, model.n_vocab, args.width, s) if name == "host" else graph_select(ctx, args.width, s)
-            done = time.perf_counter()
-            if call >= 2:
-                times[name][0].append(done - start)
-                times[name][1].append(done - decoded)
-            if name == "host":
-                reference = picked
-            elif s.greedy and picked != reference:
-                raise SystemExit(f"the graph's argmax differs from the host's: {picked} != {reference}")
-    what = "greedy" if s.greedy else f"top-k {s.top_k} then top-p/min-p/temperature"
+    r = compare(model, args.width, args.top_k, args.calls)
+    what = "greedy" if args.top_k == 0 else f"top-k {args.top_k} then top-p/min-p/temperature"
     print(f"{model.path.name}: verify calls of {args.width} tokens, {what}, {args.calls} calls each, alternating")
-    for name, (total, select) in times.items():
-        print(f"  {name:5s}  whole call {1000 * statistics.median(total):8.3f} ms   "
-              f"selection after the call {1000 * statistics.median(select):7.3f} ms")
-    L.llama_free(graph)
-    L.llama_sampler_free(chain)
+    for name in ("host", "graph"):
+        print(f"  {name:5s}  whole call {r[name + '_call_ms']:8.3f} ms   selection after the call {r[name + '_select_ms']:7.3f} ms")
+    print(f"  graph - host, call by call: median {r['graph_minus_host_ms']:+.3f} ms "
+          f"(quartiles {r['quartiles_ms'][0]:+.3f} .. {r['quartiles_ms'][1]:+.3f})")
     model.close()
 
 
