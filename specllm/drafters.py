@@ -264,8 +264,10 @@ class AutoDrafter(NoDrafter):
         policy = self.policy
         policy.scorer.resolve(context)
         repeat, copy = self.ngram.lookup(context, min(gamma, NGRAM_MAX))
-        policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
         ready = {name: d.catch_up(context) for name, d in self.drafters.items() if self._ready(name, context)}
+        if not copy and not ready:  # nothing to draft with: a plain step, with no decision to make
+            return Draft(seconds=time.perf_counter() - start)
+        policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
         plan = policy.choose(repeat, len(copy), False, gamma, ready=ready)
         if plan.source in self.drafters:
             decided, source = time.perf_counter(), plan.source
