@@ -7,7 +7,7 @@ from stats import chi_square_pvalue
 
 from specllm.errors import SpecllmError
 from specllm.sampling import SamplerSettings, _top_k, distribution, sample
-from specllm.speculative import residual, verify_greedy, verify_sampled
+from specllm.speculative import Verdict, residual, verify_greedy, verify_sampled
 
 V = 12
 N = 40_000
@@ -122,6 +122,17 @@ def test_greedy_verification_accepts_the_matching_prefix():
     assert verify_greedy([5, 6, 7], [5, 6, 7, 1]).__dict__ == {"n_accepted": 3, "token": 1}
     assert verify_greedy([], [8]).__dict__ == {"n_accepted": 0, "token": 8}
     assert verify_greedy([2], [3, 4]).__dict__ == {"n_accepted": 0, "token": 3}
+
+
+def test_greedy_verification_reads_no_row_past_the_stop():
+    """The engine's rows are computed when read: verification must stop reading at the rejection."""
+
+    class Rows:
+        def __getitem__(self, i):
+            assert i <= 1, f"row {i} read after the rejection at row 1"
+            return [5, 9][i]
+
+    assert verify_greedy([5, 7, 8], Rows()) == Verdict(1, 9)
 
 
 # --- the sampler chain -----------------------------------------------------------------------
