@@ -11,6 +11,7 @@ does (chat.extend_prompt), so a conversation that grows turn by turn prefills on
 """
 
 import asyncio
+import copy
 import dataclasses
 import hmac
 import json
@@ -32,7 +33,7 @@ from starlette.exceptions import HTTPException
 from .chat import describe_models, extend_prompt
 from .engine import Engine, Finished, Result, Step, make_config
 from .errors import SpecllmError
-from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, parse
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, parse, specllm_step
 from .sampling import default_seed
 
 log = logging.getLogger("specllm.serve")
@@ -228,6 +229,10 @@ class EngineWorker:
             for event in events:
                 if isinstance(event, Finished) and text is not None and event.result.stop_reason != "stop":
                     self.last = (text + event.result.text, tokens + event.result.tokens)
+                if isinstance(event, Step):
+                    # The engine's stats change on as it runs ahead of the response (AHEAD): each
+                    # step carries them as they were after it, copied here on the engine's thread.
+                    event = dataclasses.replace(event, stats=copy.deepcopy(event.stats))
                 yield event
 
     def status(self) -> dict:
@@ -332,7 +337,8 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan, job = await worker.start(body)
     reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
     if body.stream:
-        return EventStream(stream(reply, plan, job, body.include_usage, request, worker.without_paths), job)
+        chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
+        return EventStream(chunks, job)
     result, generated = None, 0
     try:
         async for event in job.events():
@@ -356,10 +362,12 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
 
 
 async def stream(
-    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str]
+    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str],
+    steps: bool = False,
 ) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
-    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does."""
+    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
+    With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
     result, generated, outcome = None, 0, None
     try:
         if reply.chat:
@@ -370,7 +378,9 @@ async def stream(
                 continue
             generated = event.stats.generated_tokens
             text = event.accepted_text + event.token_text
-            if text:
+            if steps:  # even a step that added no text: its rejected draft and stats are news
+                yield sse(reply.chunk(text) | {"specllm": specllm_step(event)})
+            elif text:
                 yield sse(reply.chunk(text))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
