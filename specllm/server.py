@@ -19,6 +19,7 @@ import logging
 import socket
 import threading
 import time
+from importlib import resources
 from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from .chat import describe_models, extend_prompt
@@ -41,6 +42,16 @@ log = logging.getLogger("specllm.serve")
 CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
 MIN_BODY_BYTES = 2**20
 BODY_BYTES_PER_TOKEN = 64  # a token is ~4 characters; JSON escapes can make one character 6 bytes
+PAGE_PATH = "/"
+# The page is one file with its own inline script and style: it may load nothing else and talk
+# only to this server, and no other site may frame it.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
 
 
 @dataclass(frozen=True)
@@ -267,7 +278,8 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
 
     def require_key(request: Request) -> None:
-        check_key(settings.api_key, request)
+        if request.url.path != PAGE_PATH:  # the page holds no data; it asks for the key itself
+            check_key(settings.api_key, request)
 
     app = FastAPI(title="specllm", dependencies=[Depends(require_key)])
     app.state.worker = worker
@@ -293,6 +305,11 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
         return {"object": "list", "data": [model]}
 
+    @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)
+    async def page(request: Request):
+        access(request, 200, "")
+        return HTMLResponse(page_html(), headers=PAGE_HEADERS)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         return await generate(worker, request, parse(ChatRequest, await read_body(request, limit)))
@@ -302,6 +319,14 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         return await generate(worker, request, parse(CompletionRequest, await read_body(request, limit)))
 
     return app
+
+
+def page_html() -> str:
+    """The chat page (specllm/web/index.html): static, so any install serves the same bytes."""
+    try:
+        return resources.files("specllm").joinpath("web/index.html").read_text(encoding="utf-8")
+    except OSError:
+        raise ApiError(404, "this installation of specllm has no page (specllm/web/index.html is missing)") from None
 
 
 def check_key(api_key: str | None, request: Request) -> None:
@@ -448,10 +473,10 @@ def address(sock: socket.socket) -> str:
 
 def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
     """The startup line: where, what, how."""
-    s = settings
+    s, url = settings, address(sock)
     return (
-        f"specllm serve: {address(sock)}/v1 · {describe_models(engine)} · drafter {s.drafter} · "
-        f"gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
+        f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
+        f"drafter {s.drafter} · gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
     )
 
