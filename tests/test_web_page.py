@@ -52,12 +52,15 @@ def server(tiny_models, tmp_path_factory):
         proc.wait(30)
 
 
+try:  # Playwright's waits are locators: the page's Content-Security-Policy forbids what
+    # wait_for_function does (evaluating a string in the page)
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:
+    expect = sync_playwright = None
+
+
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
     path = chromium()
     missing = "Playwright is not installed" if sync_playwright is None else None if path else "Chromium is not installed"
     if missing:
@@ -97,11 +100,8 @@ def send(page, message: str) -> tuple[list[dict], dict]:
     with page.expect_response("**/v1/chat/completions") as response:
         page.fill("#input", message)
         page.press("#input", "Enter")
-    page.wait_for_function(
-        "n => document.querySelectorAll('.msg.assistant .stats').length > n &&"
-        " document.querySelectorAll('.msg.assistant .stats')[n].textContent.startsWith('[')",
-        arg=replies, timeout=REPLY_SECONDS * 1000,
-    )  # fmt: skip
+    last_line = page.locator(".msg.assistant .stats").nth(replies)
+    expect(last_line).to_have_text(re.compile(r"^\[\w+\] "), timeout=REPLY_SECONDS * 1000)
     return events(response.value.text()), response.value.request.post_data_json
 
 
@@ -176,11 +176,10 @@ def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     conn.request("GET", "/v1/models")
     assert conn.getresponse().status == 401  # the API still needs the key
     conn.close()
-    page.wait_for_function("document.querySelector('#model').textContent.includes('API key')")
+    expect(page.locator("#model")).to_have_text("(API key needed: see Settings)")
     page.fill("#input", "hello")
     page.press("#input", "Enter")
-    page.wait_for_function("document.querySelector('#error').textContent !== ''")
-    assert page.inner_text("#error") == "this server needs its API key: enter it under Settings"
+    expect(page.locator("#error")).to_have_text("this server needs its API key: enter it under Settings")
     # The turn is taken back, ready to send again, and the key field is open.
     assert page.locator(".msg").count() == 0 and page.input_value("#input") == "hello"
     assert page.locator("#settings").evaluate("details => details.open")
@@ -188,7 +187,7 @@ def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     page.fill("#input", "")
     send(page, "hello")
     assert page.inner_text("#error") == "" and page.locator(".msg.assistant .text > *").count() > 0
-    page.wait_for_function("document.querySelector('#model').textContent === 'target.gguf'")
+    expect(page.locator("#model")).to_have_text("target.gguf")
 
 
 # --- the stream the page reads ---------------------------------------------------------------
