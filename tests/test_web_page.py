@@ -102,6 +102,7 @@ def send(page, message: str) -> tuple[list[dict], dict]:
         page.press("#input", "Enter")
     last_line = page.locator(".msg.assistant .stats").nth(replies)
     expect(last_line).to_have_text(re.compile(r"^\[\w+\] "), timeout=REPLY_SECONDS * 1000)
+    expect(page.locator("#error")).to_have_text("")  # the reply ended whole
     return events(response.value.text()), response.value.request.post_data_json
 
 
