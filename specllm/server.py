@@ -1,6 +1,7 @@
 """`specllm serve`: an OpenAI-compatible HTTP API on FastAPI and uvicorn. A thin layer like cli.py:
 validate a request (openai_api.py), build a generation config, run the engine, turn its events
-into OpenAI objects; no generation logic of its own.
+into OpenAI objects; no generation logic of its own. It also serves the chat page (web/index.html)
+at /, which reads the same API.
 
 One engine serves one generation at a time (its models' KV caches are shared). The engine runs on
 a thread of its own; requests take turns through an asyncio.Lock, whose waiters are woken first

@@ -62,7 +62,9 @@ except ImportError:
 @pytest.fixture(scope="module")
 def browser():
     path = chromium()
-    missing = "Playwright is not installed" if sync_playwright is None else None if path else "Chromium is not installed"
+    missing = None if path else "Chromium is not installed"
+    if sync_playwright is None:
+        missing = "Playwright is not installed"
     if missing:
         if os.environ.get("SPECLLM_SKIP_BROWSER"):
             pytest.skip(f"{missing} (SPECLLM_SKIP_BROWSER is set)")
@@ -130,7 +132,8 @@ def test_the_page_streams_a_reply_coloured_by_step_with_its_stats(page):
         (kind, step[kind].replace("\n", "⏎") if kind == "rejected" else step[kind])
         for step in steps for kind in ("accepted", "rejected", "target") if step[kind]
     ]  # fmt: skip
-    shown = page.eval_on_selector_all(".msg.assistant .text > *", "spans => spans.map(s => [s.className, s.textContent])")
+    spans = "spans => spans.map(span => [span.className, span.textContent])"
+    shown = page.eval_on_selector_all(".msg.assistant .text > *", spans)
     assert [tuple(s) for s in shown] == expected
     assert {kind for kind, _ in shown} == {"accepted", "rejected", "target"}  # this pair at greedy has all three
     reply = "".join(text for kind, text in shown if kind != "rejected")
@@ -199,7 +202,8 @@ def test_steps_are_streamed_only_when_asked_for(server):
     ask = dict(model="x", messages=[{"role": "user", "content": "def f(x):"}], max_tokens=MAX_TOKENS, temperature=0)
     plain = [c.to_dict() for c in client.chat.completions.create(**ask, stream=True)]
     assert [c for c in plain[:-1] if "specllm" in c] == [] and "stop_reason" in plain[-1]["specllm"]
-    detailed = [c.to_dict() for c in client.chat.completions.create(**ask, stream=True, extra_body={"specllm_steps": True})]
+    steps_asked = {"stream": True, "extra_body": {"specllm_steps": True}}
+    detailed = [c.to_dict() for c in client.chat.completions.create(**ask, **steps_asked)]
     steps = detailed[1:-1]
     assert all("source" in c["specllm"] for c in steps) and "stop_reason" in detailed[-1]["specllm"]
     for chunk in steps:  # a chunk's text is its step's accepted and target text
@@ -210,7 +214,7 @@ def test_steps_are_streamed_only_when_asked_for(server):
     assert [c["specllm"]["stats"]["target_calls"] for c in steps] == list(range(1, len(steps) + 1))
     assert steps[-1]["specllm"]["stats"]["n_accepted"] == detailed[-1]["specllm"]["stats"]["n_accepted"]
     assert streamed_text(detailed) == streamed_text(plain)
-    completion = client.completions.create(model="x", prompt="def f(x):", max_tokens=8, stream=True, extra_body={"specllm_steps": True})
+    completion = client.completions.create(model="x", prompt="def f(x):", max_tokens=8, **steps_asked)
     for chunk in list(completion)[:-1]:
         step = chunk.to_dict()["specllm"]
         assert chunk.choices[0].text == step["accepted"] + step["target"]
