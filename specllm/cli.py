@@ -29,12 +29,18 @@ app = typer.Typer(
 app.callback()(main_options)  # --version
 
 # --- options shared by run, chat and bench, declared once ----------------------------------------
-Target = Annotated[Optional[str], typer.Option("--target", "-m", help="Target GGUF: a path or hf:REPO/FILE.")]
+Target = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target", "-m",
+        help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
+    ),
+]
 Draft = Annotated[
     Optional[str],
     typer.Option(
         "--draft", "-md",
-        help="Draft GGUF: a path or hf:REPO/FILE; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
+        help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
     ),
 ]
 Drafter = Annotated[

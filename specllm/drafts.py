@@ -137,7 +137,7 @@ def find_draft(
         path = fetch_file(draft, source=source, offline=offline)
         line = f"draft for {target.name}: hf:{draft.label}, the curated draft of its family (downloaded)"
     if line is None and verbose:
-        line = f"no draft for {target.name}: no other GGUF in specllm's cache or the HF cache"
+        line = f"no draft for {target.name}: no other GGUF on disk"
     if line is not None:
         _say(line)
     return path
