@@ -21,7 +21,8 @@ import pytest
 import specllm
 import tiny_models as tm
 from one_line import assert_one_line_error
-from specllm import stores
+from specllm import local_models, stores
+from specllm.errors import SpecllmError
 
 REGISTRY = "registry.example"  # any registry folder: none is assumed (see stores.py)
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -143,6 +144,8 @@ def test_ollama_names_resolve_as_ollama_parses_them(store_env, tiny_models):
     assert stores.resolve(f"ollama:{REGISTRY}/library/qwen2.5-coder:7b") == blob
     assert stores.resolve("ollama:qwen2.5-coder") == other
     assert stores.resolve("ollama:team/coder:v1.5") == team
+    ported = ollama_pull(store_env["ollama"], tiny_models.no_template, "tiny", registry="localhost:5000")
+    assert stores.resolve("ollama:localhost:5000/library/tiny") == ported  # a port, not a tag
 
 
 def test_lmstudio_models_folder_from_its_settings_and_its_home_pointer(tmp_path, monkeypatch, tiny_models):
@@ -316,3 +319,11 @@ def test_rm_refuses_another_tools_models(filled, store_env, what, store):
     assert_one_line_error(proc, "refusing to remove", f"it is in {store}'s store", "not specllm's")
     after = {p: p.read_bytes() for folder in store_env.values() for p in folder.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_remove_refuses_a_store_model_even_when_handed_one(filled):
+    """The last guard: local_models.remove never acts on another tool's model."""
+    model = next(m for m in local_models.scan() if m.cache == "Ollama")
+    with pytest.raises(SpecllmError, match="refusing to remove ollama:"):
+        local_models.remove([model])
+    assert model.path.read_bytes() == filled["blob"].read_bytes() and model.path.is_file()
