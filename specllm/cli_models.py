@@ -141,14 +141,14 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found]}))
         return
-    title = f"Drafts on disk for {target.name} (tried in this order)"
+    title = f"Drafts on disk for {spec if stores.store_name(spec) else target.name} (tried in this order)"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in ("model", "where", "size", "fits", "why"):
         table.add_column(column, overflow="fold", justify="right" if column == "size" else "left")
     for c in found:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
-    Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {target.name}")
+    Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}")
 
 
 def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:

@@ -223,7 +223,7 @@ def test_a_target_alone_finds_its_draft_in_another_store(filled):
         "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": ("llama.cpp cache", None),  # not smaller than the target
     }
     _, stderr = greedy_tokens("--target", "ollama:tiny")
-    assert "draft for sha256-" in stderr and "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in stderr
+    assert "draft for ollama:tiny: lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in stderr  # named as given, not by its blob
 
 
 # --- what goes wrong -----------------------------------------------------------------------------
