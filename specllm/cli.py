@@ -585,7 +585,10 @@ def serve(
         rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
-    settings = ServeSettings(model=engine.target.path.name, drafter=drafter, gamma=gamma, api_key=api_key or None)
+    from .stores import store_name
+
+    name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
+    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key or None)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
     try:
         serve_forever(engine, settings, sock)
