@@ -173,6 +173,21 @@ def test_llamacpp_cache_is_found_where_llama_cpp_puts_it(tmp_path, monkeypatch):
     assert stores.llamacpp_roots() == [tmp_path / "mine"]
 
 
+def test_llamacpp_cache_in_the_hub_layout_is_listed_by_its_paths(store_env, tiny_models):
+    """Newer llama.cpp keeps `-hf` downloads in LLAMA_CACHE in the HF cache's layout: a snapshot
+    entry links to its blob (which has no .gguf name, and is not listed twice)."""
+    repo = store_env["llamacpp"] / "models--tiny-org--Tiny-GGUF"
+    blob = into_folder(tiny_models.target, repo / "blobs" / ("a" * 64))
+    link = repo / "snapshots" / ("c" * 40) / "tiny.gguf"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(Path("..", "..", "blobs", blob.name))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    name = f"llamacpp:models--tiny-org--Tiny-GGUF/snapshots/{'c' * 40}/tiny.gguf"
+    assert [(m.spec, m.path, m.size) for m in stores.scan().models] == [(name, link, blob.stat().st_size)]
+    assert stores.resolve(name) == link
+
+
 # --- using them ----------------------------------------------------------------------------------
 
 
