@@ -74,10 +74,15 @@ def load(
     `rpc` (["host:port", ...] or "host:port,...") puts the target's offloaded layers (all, unless
     n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's.
     `snapshots`: how many rejected draft tokens a hybrid or recurrent target can take back after a
-    verify call (the longest draft on such a target; each costs a copy of its recurrent state)."""
+    verify call (the longest draft on such a target; each costs a copy of its recurrent state).
+    `target` and `draft` may name a model in another tool's store: ollama:NAME[:TAG],
+    lmstudio:PUBLISHER/REPO/FILE.gguf, llamacpp:FILE.gguf (used in place, never copied)."""
     from .backend import Model, ModelOptions, check_compatible
     from .engine import Engine
+    from .stores import local_path
     from .verdicts import check_once
+
+    target, draft = local_path(target), (None if draft is None else local_path(draft))
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
     target_model = Model(target, options)

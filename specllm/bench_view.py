@@ -420,3 +420,62 @@ def render(results: dict, console: Console) -> None:
     console.print()
     for line in explanation(results):
         console.print(line, highlight=False, style="bold yellow" if line.startswith("WARNING") else "")
+
+
+# --- bench --drafts-for ------------------------------------------------------------------------
+
+
+def render_draft_race(results: dict, console: Console) -> None:
+    """The drafts measured for one target, fastest first, against target-only decoding, and which
+    one is remembered."""
+    m, s = results["machine"], results["settings"]
+    console.print(Text(
+        f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · {m['threads']} thread{'s' * (m['threads'] != 1)} · "
+        f"{s['prompts']} prompts{_rounds(s)} · up to {s['max_tokens']} tokens · "
+        f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
+        style="dim",
+    ))  # fmt: skip
+    console.print(draft_race_table(results))
+    console.print(_race_verdict(results), highlight=False, soft_wrap=True)
+
+
+def draft_race_table(results: dict) -> Table:
+    table = Table(title="Drafts for this target, fastest first (drafter model)", title_justify="left",
+                  header_style="bold", box=box.SIMPLE_HEAD)  # fmt: skip
+    table.add_column("#", justify="right")
+    table.add_column("draft (where, size)", overflow="fold")
+    for column in ("γ", "tok/s", "speedup", "accepted", "tok/call", "same"):
+        table.add_column(column, justify="right", no_wrap=True)
+    base = results["target_only"]
+    table.add_row("", "target-only", "", f"{base['tokens_per_second']:.1f}", "1.00x", "", "1.00", "")
+    for rank, draft in enumerate(results["drafts"], 1):
+        for i, g in enumerate(draft["by_gamma"]):
+            first = i == 0  # a draft's fastest draft length first, the others dim below it
+            name = Text(draft["name"]).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim") if first else ""
+            table.add_row(
+                str(rank) if first else "", name, str(g["gamma"]), f"{g['tokens_per_second']:.1f}",
+                Text(_x(g["speedup"]), style=_speed_style(g["speedup"])), _pct(g["acceptance_rate"]),
+                f"{g['tokens_per_call']:.2f}", "—" if g["same_output"] is None else f"{g['same_output']}/{g['runs']}",
+                style="" if first else "dim",
+            )  # fmt: skip
+    return table
+
+
+def _race_verdict(results: dict) -> str:
+    win, spec = results["winner"], results["target"].get("spec") or results["target"]["path"]
+    if win is None:
+        return "No draft had a single token accepted: nothing remembered; a run finds its draft as before."
+    line = f"Fastest: {win['name']} at gamma {win['gamma']}, {_x(win['speedup'])} target-only decoding with the fixed model drafter"
+    pays = win["speedup"] is not None and win["speedup"] >= 1 + NOISE
+    line += "." if pays else ": no draft paid for itself on this machine with these settings."
+    if results.get("remembered"):
+        line += (f" Remembered for this target: `specllm run --target {spec}` (and chat, bench, serve) uses it "
+                 "while both files stay as they are; --draft overrides. With auto, the default drafter, it is "
+                 "drafted with only where it pays.")  # fmt: skip
+    return line
+
+
+def _size(n: int | None) -> str:
+    from .files import human_size
+
+    return "?" if n is None else human_size(n)

@@ -29,12 +29,18 @@ app = typer.Typer(
 app.callback()(main_options)  # --version
 
 # --- options shared by run, chat and bench, declared once ----------------------------------------
-Target = Annotated[Optional[str], typer.Option("--target", "-m", help="Target GGUF: a path or hf:REPO/FILE.")]
+Target = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target", "-m",
+        help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
+    ),
+]
 Draft = Annotated[
     Optional[str],
     typer.Option(
         "--draft", "-md",
-        help="Draft GGUF: a path or hf:REPO/FILE; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
+        help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
     ),
 ]
 Drafter = Annotated[
@@ -107,9 +113,11 @@ def load_engine(
     wants_model = (default_drafter(drafter, gamma, False) or "auto") in ("auto", "model")
     if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
         from .drafts import find_draft
+        from .stores import store_name
 
         draft_path = find_draft(
-            target_path, drafter or "auto", models_file=models_file, source=source, offline=offline, verbose=verbose
+            target_path, drafter or "auto", models_file=models_file, source=source, offline=offline, verbose=verbose,
+            label=target if store_name(target) else None,  # an Ollama blob's file name would say nothing
         )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
@@ -423,7 +431,20 @@ def bench(
     rounds: Annotated[
         int, typer.Option(min=1, help="Run the whole suite this many times and add the rounds up (a noisy machine averages out).")
     ] = 1,
-    max_tokens: MaxTokens = 128,
+    max_tokens: Annotated[
+        Optional[int],
+        typer.Option("--max-tokens", "-n", min=1, show_default=False,
+                     help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for)."),
+    ] = None,
+    drafts_for: Annotated[
+        Optional[str],
+        typer.Option(
+            "--drafts-for", metavar="TARGET",
+            help="Measure every draft on disk that fits TARGET (a path or any model reference; those `models --drafts-for` "
+            "finds) against target-only decoding, and remember the fastest for TARGET: `run --target TARGET` then uses it. "
+            "Default: one prompt per category, 64 tokens each.",
+        ),
+    ] = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 0.95,
@@ -439,13 +460,23 @@ def bench(
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
-    """Measure speculative against target-only decoding on a prompt suite, and explain the result."""
+    """Measure speculative against target-only decoding on a prompt suite, and explain the result;
+    with --drafts-for, find the fastest draft on disk for a target."""
     from rich.console import Console
 
     from . import bench as b
     from .bench_view import BenchProgress, render
     from .sampling import SamplerSettings
 
+    if drafts_for is not None:
+        from .draft_race import RACE_MAX_TOKENS, RACE_PROMPTS_PER_CATEGORY
+
+        if pair or target or draft or drafter:
+            raise SpecllmError("--drafts-for measures every draft on disk for one target: give it without --pair, --target, --draft and --drafter")
+        max_tokens = max_tokens or RACE_MAX_TOKENS
+        if per_category is None and prompts is None:
+            per_category = RACE_PROMPTS_PER_CATEGORY
+    max_tokens = max_tokens or 128
     gammas = b.parse_gammas(gamma)
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
@@ -456,6 +487,13 @@ def bench(
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
     cats = b.parse_list(categories, "category") if categories else None
     suite = b.select_prompts(suite, cats, per_category)
+    if drafts_for is not None:
+        settings = b.BenchSettings(tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds)
+        options = dict(ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                       rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots)  # fmt: skip
+        race_drafts(drafts_for, suite, settings, options, source=source, offline=offline, models_file=models_file,
+                    json_file=json_file, verbose=verbose)  # fmt: skip
+        return
     need = None if wanted is None else ("model" if "model" in wanted else wanted[0])
     engine, _ = load_engine(
         target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
@@ -470,6 +508,44 @@ def bench(
     if json_file is not None:
         b.write_json(results, json_file)
     render(results, Console())
+
+
+def race_drafts(spec, suite, settings, options, *, source, offline, models_file, json_file, verbose) -> None:
+    """bench --drafts-for: the drafts on disk that fit the target, measured side by side against
+    target-only decoding; the fastest is remembered for the target (winners.py)."""
+    from rich.console import Console
+
+    from . import load, winners
+    from .backend import ModelOptions
+    from .bench import write_json
+    from .bench_view import BenchProgress, render_draft_race
+    from .draft_race import race
+    from .drafts import candidates
+    from .hub import resolve_models
+    from .registry import load_pairs
+
+    target_path, _, _ = resolve_models(None, spec, None, source=source, offline=offline, models_file=models_file, check=False)
+    fits = [c for c in candidates(target_path, load_pairs(models_file)) if c.compatible]
+    if not fits:
+        raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
+    if verbose:
+        report_backend(options["threads"], options["gpu_layers"])
+    engine = load(str(target_path), n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["gpu_layers"],
+                  rpc=options["rpc"] or (), snapshots=options["snapshots"])  # fmt: skip
+    draft_options = ModelOptions(n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["draft_gpu_layers"],
+                                 rpc=options["draft_rpc"] or (), snapshots=0)  # fmt: skip
+    try:
+        with BenchProgress() as progress:
+            results = race(engine, fits, suite, settings, draft_options, progress)
+    finally:
+        engine.close()
+    if results["winner"] is not None:
+        winners.remember(target_path, winners.Winner(**results["winner"]))
+    results["remembered"] = results["winner"] is not None and winners.remembered(target_path) is not None
+    results["target"]["spec"] = spec
+    if json_file is not None:
+        write_json(results, json_file)
+    render_draft_race(results, Console())
 
 
 @app.command()
@@ -510,7 +586,10 @@ def serve(
         rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
     )  # fmt: skip
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
-    settings = ServeSettings(model=engine.target.path.name, drafter=drafter, gamma=gamma, api_key=api_key or None)
+    from .stores import store_name
+
+    name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
+    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key or None)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
     try:
         serve_forever(engine, settings, sock)

@@ -19,7 +19,7 @@ from typer.main import get_command
 
 ENV_PREFIX = "SPECLLM_"
 # Variables specllm reads for something else: no option may take their names.
-RESERVED = frozenset({"SPECLLM_CACHE"})
+RESERVED = frozenset({"SPECLLM_CACHE", "SPECLLM_LMSTUDIO_HOME"})
 # Options that are not read from the environment, and why.
 NOT_FROM_ENV = {
     # a flag in run, doctor and models, but bench's output file: one variable cannot be both

@@ -16,9 +16,10 @@ from typing import Annotated, Optional
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from . import local_models
+from . import local_models, stores
 from .errors import SpecllmError
 from .files import human_size
 from .hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec, resolve_models
@@ -50,30 +51,39 @@ def models_command(
         Optional[str],
         typer.Option(
             "--drafts-for", metavar="TARGET",
-            help="List the GGUFs on disk that could draft for TARGET (a path or a downloaded hf:REPO/FILE), compatible or not, and why.",
+            help="List the GGUFs on disk that could draft for TARGET (a path, a downloaded hf:REPO/FILE, or ollama:/lmstudio:/llamacpp: NAME), compatible or not, and why.",
         ),
     ] = None,
 ) -> None:
-    """List the curated pairs and every GGUF model in specllm's cache and the Hugging Face cache."""
+    """List the curated pairs and every GGUF model on disk: specllm's cache, the Hugging Face
+    cache, and the stores of Ollama, LM Studio and llama.cpp (used in place, never copied)."""
     pairs = load_pairs(models_file)
     if drafts_for is not None:
         _drafts_for(drafts_for, pairs, as_json)
         return
-    on_disk = local_models.scan()
+    problems: list[str] = []
+    on_disk = local_models.scan(problems)
+    architectures = {m.path: local_models.architecture(m.path) for m in on_disk}
     total = local_models.total_size(on_disk)
+    for problem in problems:  # (stderr: stdout stays one JSON object or the tables)
+        print(f"warning: {problem}", file=sys.stderr)
     if as_json:
         print(json.dumps({
             "pairs": [_pair_dict(pair) for pair in pairs.values()],
-            "models": [m.to_dict() for m in on_disk],
+            "models": [{**m.to_dict(), "architecture": architectures[m.path]} for m in on_disk],
             "total_size": total,
             "hf_cache": str(hf_cache_dir()),
             "specllm_cache": str(cache_dir()),
+            "stores": {name: [str(f) for f in folders] for name, folders in stores.roots().items()},
+            "problems": problems,
         }))  # fmt: skip
         return
     console = Console()
     console.print(_pairs_table(pairs))
-    console.print(_files_table(on_disk, total))
-    console.print(f"HF cache: {hf_cache_dir()}\nspecllm cache: {cache_dir()}", highlight=False, soft_wrap=True)
+    console.print(_files_table(on_disk, total, architectures))
+    where = [f"HF cache: {hf_cache_dir()}", f"specllm cache: {cache_dir()}"]
+    where += [f"{name}: {', '.join(map(str, folders))}" for name, folders in stores.roots().items()]
+    console.print("\n".join(where), highlight=False, soft_wrap=True)
 
 
 def _pairs_table(pairs: dict[str, Pair]) -> Table:
@@ -97,17 +107,18 @@ def _model_cells(model: ModelFile | None) -> tuple[str, str, str]:
     return _short(model), _size(model.total_size), _where(cached_path(model))
 
 
-def _files_table(on_disk: list[local_models.LocalModel], total: int) -> Table:
+def _files_table(on_disk: list[local_models.LocalModel], total: int, architectures: dict) -> Table:
     title = f"GGUF models on disk: {len(on_disk)}, {_size(total)} in all"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     table.add_column("model", overflow="fold")
     table.add_column("where", no_wrap=True)
+    table.add_column("architecture", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
     for m in on_disk:
         name = m.spec + (f" ({len(m.parts)} files)" if len(m.parts) > 1 else "")
         name += "" if m.complete else " [parts missing]"
-        table.add_row(name, m.cache + (f" @{','.join(m.refs) or m.revision[:8]}" if m.cache == local_models.HF else ""),
-                      _size(m.size))  # fmt: skip
+        table.add_row(escape(name), m.cache + (f" @{','.join(m.refs) or m.revision[:8]}" if m.cache == local_models.HF else ""),
+                      architectures[m.path] or "?", _size(m.size))  # fmt: skip
     return table
 
 
@@ -130,14 +141,14 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found]}))
         return
-    title = f"Drafts on disk for {target.name} (tried in this order)"
+    title = f"Drafts on disk for {spec if stores.store_name(spec) else target.name} (tried in this order)"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in ("model", "where", "size", "fits", "why"):
         table.add_column(column, overflow="fold", justify="right" if column == "size" else "left")
     for c in found:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
-    Console().print(table if found else f"no other GGUF in specllm's cache or the HF cache to draft for {target.name}")
+    Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}")
 
 
 def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:
@@ -152,7 +163,7 @@ def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:
 
 
 def rm_command(
-    what: Annotated[str, typer.Argument(help="A pair name, hf:REPO/FILE, or the path of a GGUF in one of the caches.", show_default=False)],
+    what: Annotated[str, typer.Argument(help="A pair name, hf:REPO/FILE, or the path of a GGUF in one of the caches (never another tool's store).", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before removing.")] = False,
     models_file: ModelsFileOption = None,
 ) -> None:

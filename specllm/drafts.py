@@ -93,9 +93,11 @@ def candidates(target: Path, pairs: dict[str, Pair], *, first_only: bool = False
     return found
 
 
-def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str | None]:
+def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tuple[Candidate | None, str | None]:
     """The draft to use for `target` (or None), and one line saying which and why (None when
-    there was nothing to choose from: no other GGUF on disk, no curated draft of its family)."""
+    there was nothing to choose from: no other GGUF on disk, no curated draft of its family).
+    `label`: how the user named the target (an Ollama blob's file name says nothing)."""
+    name = label or target.name
     tried = candidates(target, pairs, first_only=True)
     found = [c for c in tried if c.compatible]
     if found:
@@ -103,7 +105,7 @@ def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str 
         why = "the curated draft of its family" if "curated" in c.origin else (
             f"the smallest GGUF on disk whose vocabulary matches ({c.origin})"
         )
-        return c, f"draft for {target.name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
+        return c, f"draft for {name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
     hint = ""
     curated = curated_drafts(target, pairs)
     if not tried and not curated:
@@ -112,32 +114,40 @@ def choose(target: Path, pairs: dict[str, Pair]) -> tuple[Candidate | None, str 
         draft = curated[0][1]
         hint = f"; its family's curated draft is hf:{draft.label} (`--draft hf:{draft.label}` downloads it)"
     return None, (
-        f"no draft on disk fits {target.name} (`specllm models --drafts-for {target.name}` lists why){hint}"
+        f"no draft on disk fits {name} (`specllm models --drafts-for {name}` lists why){hint}"
     )
 
 
 def find_draft(
-    target: Path, drafter: str, *, models_file=None, source="auto", offline=False, verbose=False
+    target: Path, drafter: str, *, models_file=None, source="auto", offline=False, verbose=False, label=None
 ) -> Path | None:
     """run/chat/bench with a target and no draft: the draft to hand the engine, saying on stderr
     which and why (or why none, when there was something to choose from or with `verbose`). Only
     `--drafter model` downloads one (its family's curated draft, when nothing on disk fits); auto
-    takes what is on disk, and the engine loads it only if it can pay."""
+    takes what is on disk, and the engine loads it only if it can pay. A draft `bench --drafts-for`
+    found fastest for this target on this machine (winners.py) is taken before any other."""
+    from .winners import remembered
+
+    name = label or target.name
+    fastest = remembered(target)  # measured here by `bench --drafts-for`: it comes first
+    if fastest is not None:
+        _say(fastest.line(name))
+        return Path(fastest.path)
     pairs = load_pairs(models_file)
-    chosen, line = choose(target, pairs)
+    chosen, line = choose(target, pairs, name)
     path = chosen.path if chosen else None
     curated = curated_drafts(target, pairs)
     if path is None and drafter == "model":
         if not curated:
             raise SpecllmError(
-                f"drafter 'model' needs a draft model, and none on disk fits {target.name} (`specllm models "
-                f"--drafts-for {target.name}` lists why): give --draft, or use --drafter auto|ngram|none"
+                f"drafter 'model' needs a draft model, and none on disk fits {name} (`specllm models "
+                f"--drafts-for {name}` lists why): give --draft, or use --drafter auto|ngram|none"
             )
         draft = curated[0][1]
         path = fetch_file(draft, source=source, offline=offline)
-        line = f"draft for {target.name}: hf:{draft.label}, the curated draft of its family (downloaded)"
+        line = f"draft for {name}: hf:{draft.label}, the curated draft of its family (downloaded)"
     if line is None and verbose:
-        line = f"no draft for {target.name}: no other GGUF in specllm's cache or the HF cache"
+        line = f"no draft for {name}: no other GGUF on disk"
     if line is not None:
         _say(line)
     return path

@@ -559,9 +559,12 @@ def _mismatch(part: ModelFile, size: int, sha256: str) -> str | None:
 def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile | Path:
     """"hf:OWNER/REPO/FILE.gguf" (or hf:OWNER/REPO@REVISION/FILE.gguf) -> a ModelFile (with the
     curated size, checksum and mirror when it is a curated file; with every part when FILE is a
-    part NAME-0000i-of-0000N.gguf of a split model); anything else is a local GGUF path, checked now."""
+    part NAME-0000i-of-0000N.gguf of a split model); ollama:NAME, lmstudio:PATH and llamacpp:FILE
+    -> the file in that tool's store (stores.py); anything else is a local GGUF path, checked now."""
     if not spec.startswith("hf:"):
-        path = Path(spec).expanduser()
+        from .stores import resolve, store_name
+
+        path = resolve(spec) if store_name(spec) else Path(spec).expanduser()
         check_gguf_header(path)
         return path
     pieces = spec[3:].split("/")

@@ -1,7 +1,9 @@
 """The GGUF models on this machine: every one in specllm's cache and in the Hugging Face cache
-(through huggingface_hub's own cache scan), their real sizes on disk, and removing them (Hub
-files through huggingface_hub's own cache-deletion API). Nothing outside those two caches is ever
-listed or removed: every path is resolved (symlinks followed) and checked to be inside one.
+(through huggingface_hub's own cache scan), and those other tools keep (Ollama, LM Studio,
+llama.cpp's cache: see stores.py), their real sizes on disk, and removing them (Hub files through
+huggingface_hub's own cache-deletion API). Nothing outside specllm's cache and the HF cache is
+ever removed: every path is resolved (symlinks followed) and checked to be inside one, and a model
+of another tool's store is refused by name.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from .errors import SpecllmError
 from .files import cache_dir
+from .gguf_header import read_metadata
 from .hub import hf_cache_dir, parse_model_spec
 from .registry import SPLIT_NAME, ModelFile, Pair, split_parts
 
@@ -31,11 +34,12 @@ class LocalModel:
     refs: tuple[str, ...] = ()  # HF cache: the branches / tags pointing at that commit
     complete: bool = True  # False: a split model with parts missing
     hf_files: tuple = ()  # HF cache: huggingface_hub's CachedFileInfo of each part
+    name: str | None = None  # another tool's store: its SCHEME:NAME (ollama:qwen2.5-coder:7b)
 
     @property
     def spec(self) -> str:
         """How to name it on the command line (a file assembled from the mirror is the Hub's file)."""
-        return f"hf:{self.repo}/{self.file}"
+        return self.name or f"hf:{self.repo}/{self.file}"
 
     def to_dict(self) -> dict:
         return {
@@ -52,11 +56,25 @@ class LocalModel:
         }
 
 
-def scan() -> list[LocalModel]:
-    """Every GGUF model in specllm's cache and the HF cache, by name; not a file that a symlink
-    in one of them leads to from outside it."""
+def scan(problems: list[str] | None = None) -> list[LocalModel]:
+    """Every GGUF model in specllm's cache and the HF cache, by name (not a file that a symlink
+    in one of them leads to from outside it), and in other tools' stores (read in place, wherever
+    their symlinks lead). The store entries that had to be skipped, and why, go to `problems`."""
+    from . import stores
+
     found = [m for m in _scan_hf() + _scan_specllm() if _all_inside(m)]
-    return sorted(found, key=lambda m: (m.spec, m.cache))
+    in_stores = stores.scan()
+    if problems is not None:
+        problems += in_stores.problems
+    return sorted(found + in_stores.models, key=lambda m: (m.spec, m.cache))
+
+
+def architecture(path: Path) -> str | None:
+    """general.architecture from a GGUF header (cheap: it comes first); None when unreadable."""
+    try:
+        return read_metadata(path, {"general.architecture"}).get("general.architecture")
+    except SpecllmError:
+        return None
 
 
 def _all_inside(model: LocalModel) -> bool:
@@ -97,7 +115,7 @@ def _scan_hf() -> list[LocalModel]:
         for revision in repo.revisions:
             files = {_relative(f.file_path, revision.snapshot_path): f for f in revision.files}
             ggufs = {name: f for name, f in files.items() if name.endswith(".gguf")}
-            for group in _group_splits(list(ggufs)):
+            for group in group_splits(list(ggufs)):
                 infos = tuple(ggufs[name] for name in group.names)
                 models.append(LocalModel(
                     path=infos[0].file_path, parts=tuple(f.file_path for f in infos),
@@ -116,7 +134,7 @@ def _scan_specllm() -> list[LocalModel]:
     models = []
     for repo_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         names = [_relative(p, repo_dir) for p in repo_dir.rglob("*.gguf") if not p.name.startswith(".") and p.is_file()]
-        for group in _group_splits(names):
+        for group in group_splits(names):
             parts = tuple(repo_dir / name for name in group.names)
             models.append(LocalModel(
                 path=parts[0], parts=parts, size=sum(p.stat().st_size for p in parts), cache=SPECLLM,
@@ -135,7 +153,7 @@ class _Group:
     complete: bool
 
 
-def _group_splits(names: list[str]) -> list[_Group]:
+def group_splits(names: list[str]) -> list[_Group]:
     """Files of one folder as models: a plain file alone; the parts NAME-0000i-of-0000N.gguf of a
     split model together, the first part first (complete when all N are there)."""
     plain, splits = [], {}
@@ -158,6 +176,7 @@ def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
     a single-file entry), hf:REPO/FILE (every cached copy: both caches, every revision unless one
     is given), or a path inside one of the caches. Raises SpecllmError when it names nothing on
     disk, or a path outside the caches."""
+    _refuse_store_reference(what)
     models = scan()
     if what in pairs:
         pair = pairs[what]
@@ -174,6 +193,25 @@ def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
     return [_by_path(Path(what).expanduser(), models)]
 
 
+def _refuse_store_reference(what: str) -> None:
+    """ollama:, lmstudio: and llamacpp: name another tool's files: never removed here."""
+    from . import stores
+
+    store = stores.store_name(what)
+    if store is not None:
+        folder = stores.roots()[store][0]
+        raise SpecllmError(f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}")
+
+
+def _refuse_store_path(path: Path) -> None:
+    from . import stores
+
+    found = stores.store_of(path)
+    if found is not None:
+        store, folder = found
+        raise SpecllmError(f"refusing to remove {path}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}")
+
+
 def _is(model: LocalModel, wanted: ModelFile) -> bool:
     first = (split_parts(wanted.file) or [wanted.file])[0]
     return model.repo == wanted.repo and model.file == first
@@ -186,6 +224,7 @@ def _at_revision(model: LocalModel, revision: str) -> bool:
 def _by_path(path: Path, models: list[LocalModel]) -> LocalModel:
     if not path.exists():
         raise SpecllmError(f"{path} is not a pair name, hf:REPO/FILE or an existing file: nothing removed")
+    _refuse_store_path(path)
     real = path.resolve()
     if not any(_inside(real, root) for root in (cache_dir(), hf_cache_dir())):
         raise SpecllmError(
@@ -204,7 +243,11 @@ def _inside(path: Path, root: Path) -> bool:
 def remove(models: list[LocalModel]) -> int:
     """Delete these models' files; returns the bytes freed. Hub files go through huggingface_hub's
     cache-deletion strategy (a blob another revision still uses is kept); specllm's own files are
-    unlinked. Every path is checked to be inside its cache first: if one is not, nothing is removed."""
+    unlinked. Every path is checked to be inside its cache first: if one is not, nothing is removed.
+    Another tool's model is never removed (nothing is)."""
+    for m in models:
+        if m.cache not in (HF, SPECLLM):
+            raise SpecllmError(f"refusing to remove {m.spec}: it is in {m.cache}'s store, not specllm's; nothing removed")
     hf_files = [f for m in models if m.cache == HF for f in m.hf_files]
     strategy = _hf_strategy(hf_files) if hf_files else None
     own = [part for m in models if m.cache == SPECLLM for part in m.parts]

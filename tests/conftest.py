@@ -67,6 +67,16 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
+@pytest.fixture(autouse=True)
+def _no_stores_of_the_user(tmp_path_factory, monkeypatch):
+    """No test lists or loads the models of the user's Ollama, LM Studio or llama.cpp cache:
+    every test gets empty ones (folders that do not exist yet) unless it sets its own."""
+    stores = tmp_path_factory.mktemp("stores")
+    monkeypatch.setenv("OLLAMA_MODELS", str(stores / "ollama"))
+    monkeypatch.setenv("SPECLLM_LMSTUDIO_HOME", str(stores / "lmstudio"))
+    monkeypatch.setenv("LLAMA_CACHE", str(stores / "llama.cpp"))
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     d = tmp_path_factory.mktemp("tiny_models")
