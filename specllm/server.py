@@ -32,8 +32,9 @@ from starlette.exceptions import HTTPException
 from .chat import describe_models, extend_prompt
 from .engine import Engine, Finished, Result, Step, make_config
 from .errors import SpecllmError
-from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, parse
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse
 from .sampling import default_seed
+from .tool_calls import ToolTemplate, inspect_template
 
 log = logging.getLogger("specllm.serve")
 
@@ -74,6 +75,13 @@ class Plan:
     seed: int
     events: Iterator[Step | Finished]
     continues: bool = False  # the prompt extends the previous request's whole transcript
+    tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
+
+    def deltas(self, text: str) -> list[dict]:
+        """What a step's text adds to a streamed reply (keyword arguments of Reply.chunk)."""
+        if self.tools is not None:
+            return self.tools.feed(text)
+        return [{"text": text}] if text else []
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -146,6 +154,7 @@ class EngineWorker:
         self.stopping = False  # the server is shutting down: no new generations
         # The previous generation's prompt + generated text and its tokens, for extend_prompt.
         self.last: tuple[str, list[int]] | None = None
+        self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
 
     async def start(self, request) -> tuple[Plan, Job]:
         """Wait for the engine, then start generating for `request` on the engine thread.
@@ -188,9 +197,9 @@ class EngineWorker:
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text = None
+        text, tools = None, None
         if chat:
-            text = engine.target.render_chat([m.to_template() for m in request.messages])
+            text, tools = self.render_chat(request)
         elif isinstance(request.prompt, str):
             text = request.prompt
         continues = False
@@ -219,7 +228,33 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events), continues)
+        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools)
+
+    def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
+        """The prompt of a chat request, through the target's chat template with its tools, and
+        the reader of the reply's calls when tools are offered. A call that must be made is
+        begun in the prompt (ToolTemplate.prefill), so the model goes on with it."""
+        offered = request.offered_tools
+        uses_tools = offered or any(m.tool_calls for m in request.messages)
+        form = self.tool_template() if uses_tools else ToolTemplate(False)
+        if offered and not form.renders_tools:
+            name = self.engine.target.path.name
+            raise ApiError(400, f"{name} cannot be offered tools: its chat template does not render them", "tools", "tools_not_supported")
+        messages = [m.to_template(form.object_arguments) for m in request.messages]
+        text = self.engine.target.render_chat(messages, tools=[t.to_template() for t in offered] or None)
+        if not offered:
+            return text, None
+        prefill = form.prefill(request.forced_tool) if request.call_required else ""
+        names = [t.function.name for t in offered]
+        return text + prefill, ToolReply(names, prefill, request.parallel_tool_calls is not False)
+
+    def tool_template(self) -> ToolTemplate:
+        if self._tool_template is None:
+            target = self.engine.target
+            self._tool_template = inspect_template(
+                lambda messages, tools, prompt: target.render_chat(messages, tools=tools, add_generation_prompt=prompt)
+            )
+        return self._tool_template
 
     def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
         """The events, keeping the finished transcript for the next request's extend_prompt (not
@@ -352,7 +387,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     access(request, 200, describe(result))
-    return JSONResponse(reply.complete(plan.reported(result), plan.seed))
+    return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
 
 
 async def stream(
@@ -369,16 +404,17 @@ async def stream(
                 result = event.result
                 continue
             generated = event.stats.generated_tokens
-            text = event.accepted_text + event.token_text
-            if text:
-                yield sse(reply.chunk(text))
+            for delta in plan.deltas(event.accepted_text + event.token_text):
+                yield sse(reply.chunk(**delta))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
             outcome = stopped(generated, error.message)
             yield sse(error.body())
         else:
             outcome = describe(result)
-            yield sse(reply.last_chunk(plan.reported(result), plan.seed))
+            for delta in plan.tools.finish() if plan.tools else []:  # what only the end decides
+                yield sse(reply.chunk(**delta))
+            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
             if include_usage:
                 yield sse(reply.usage_chunk(plan.reported(result)))
     except Exception as e:
