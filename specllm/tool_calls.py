@@ -207,22 +207,24 @@ class ToolCallParser:
         return _Match(end, [call]) if call else None
 
     def _fenced(self, text: str):
+        """A fenced block of nothing but calls: one JSON value, or several one after another."""
         after = _after_marker(text, FENCE, self.ended)
         if not isinstance(after, int):
             return after
-        i = _skip_spaces(text, FENCE_LANGUAGE.match(text, after).end())
-        if i == len(text):
-            return None if self.ended else MORE
-        if text[i] not in "[{":
-            return None
-        found = self._json_calls(text, i)
-        if not isinstance(found, _Match):
-            return found
-        close = _skip_spaces(text, found.end)
-        if close == len(text):  # the block may end with the reply
-            return found if self.ended else MORE
-        fence = _after_marker(text[close:], FENCE, self.ended)
-        return _Match(close + fence, found.calls) if isinstance(fence, int) else fence
+        calls, i = [], _skip_spaces(text, FENCE_LANGUAGE.match(text, after).end())
+        while True:
+            if i == len(text):  # the block may end with the reply
+                return (_Match(i, calls) if calls else None) if self.ended else MORE
+            if text[i] not in "[{":
+                fence = _after_marker(text[i:], FENCE, self.ended)
+                if fence is MORE:
+                    return MORE
+                return _Match(i + fence, calls) if calls and isinstance(fence, int) else None
+            found = self._json_calls(text, i)
+            if not isinstance(found, _Match):
+                return found
+            calls += found.calls
+            i = _skip_spaces(text, found.end)
 
     def _bare(self, text: str):
         if text[0] not in "[{":
