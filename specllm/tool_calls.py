@@ -410,8 +410,8 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
         return generic
     reply = whole[len(prompt) :]
     at = reply.find(PROBE_TOOL)
-    start = reply[:at].lstrip()
-    if at < 0 or not start:
+    start = reply[:at]  # as the template writes it
+    if at < 0 or not start.strip():
         return generic
     after = at + len(PROBE_TOOL)
     brace = reply.rfind("{", after, max(reply.find(PROBE_ARG, after), after))
