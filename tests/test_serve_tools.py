@@ -127,15 +127,18 @@ def test_tools_and_tool_messages_go_through_the_models_template(qwen_templated):
 
 
 def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
-    """The tiny model writes noise: no call, and the same text either way."""
+    """The tiny model writes noise: no call, and the same text either way; a forced call that
+    the model leaves unfinished comes back as the text it is (held back until the end)."""
     _, srv = qwen_templated
     client = srv.client()
-    request = dict(model="x", messages=ASK, tools=[GET_WEATHER], temperature=0, max_tokens=40)
-    whole = client.chat.completions.create(**request)
-    chunks = list(client.chat.completions.create(**request, stream=True))
-    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert whole.choices[0].message.content == streamed and whole.choices[0].message.tool_calls is None
-    assert whole.choices[0].finish_reason == chunks[-1].choices[0].finish_reason == "length"
+    for choice in ("auto", NAMED):
+        request = dict(model="x", messages=ASK, tools=[GET_WEATHER], tool_choice=choice, temperature=0, max_tokens=40)
+        whole = client.chat.completions.create(**request)
+        chunks = list(client.chat.completions.create(**request, stream=True))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert whole.choices[0].message.content == streamed and whole.choices[0].message.tool_calls is None
+        assert whole.choices[0].finish_reason == chunks[-1].choices[0].finish_reason == "length"
+    assert streamed.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
 
 
 # --- the default pair: real calls -----------------------------------------------------------------
