@@ -294,12 +294,12 @@ class Reply:
         return {"id": f"{prefix}-{self.id}", "object": kind, "created": self.created, "model": self.model, "choices": choices}
 
     def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
-        """The whole response of a request that was not streamed; `tools` reads its calls."""
+        """The whole response of a request that was not streamed; `tools` has read its calls."""
         choice = {"index": 0, "finish_reason": finish_reason(result.stop_reason), "logprobs": None}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": result.text}
             if tools is not None:
-                choice["message"] = tools.message(result.text)
+                choice["message"] = tools.message()
                 choice["finish_reason"] = tools.finish_reason(choice["finish_reason"])
         else:
             choice["text"] = result.text
@@ -341,43 +341,35 @@ class ToolReply:
     reply's first text. Streamed or not, the same reading gives the same calls and text."""
 
     def __init__(self, tool_names: list[str], prefill: str = "", parallel: bool = True):
-        self.parser, self.parallel, self.count = ToolCallParser(tool_names), parallel, 0
+        self.parser, self.parallel = ToolCallParser(tool_names), parallel
         self.prefill = prefill
-        self.fed_prefill = False
+        self.text, self.calls = "", []  # what the deltas so far hold
 
     def feed(self, text: str) -> list[dict]:
         """The deltas (keyword arguments of Reply.chunk) that `text` decides."""
-        if not self.fed_prefill:
-            self.fed_prefill, text = True, self.prefill + text
+        text, self.prefill = self.prefill + text, ""
         return self._deltas(*self.parser.feed(text))
 
     def finish(self) -> list[dict]:
         """The deltas the end of the reply decides."""
-        deltas = self.feed("")
-        return deltas + self._deltas(*self.parser.finish())
+        return self.feed("") + self._deltas(*self.parser.finish())
 
-    def message(self, text: str) -> dict:
-        """The whole reply as a message (not streamed)."""
-        deltas = self.feed(text) + self.finish()
-        content = "".join(d.get("text", "") for d in deltas)
-        calls = [call for d in deltas for call in d.get("tool_calls", [])]
-        for call in calls:
-            del call["index"]  # a streamed call's position; a whole message has them in order
-        if not calls:
-            return {"role": "assistant", "content": content}
-        return {"role": "assistant", "content": content or None, "tool_calls": calls}
+    def message(self) -> dict:
+        """The whole reply as a message (after finish)."""
+        if not self.calls:
+            return {"role": "assistant", "content": self.text}
+        calls = [{k: v for k, v in call.items() if k != "index"} for call in self.calls]  # index: streams only
+        return {"role": "assistant", "content": self.text or None, "tool_calls": calls}
 
     def finish_reason(self, otherwise: str) -> str:
-        return "tool_calls" if self.count else otherwise
+        return "tool_calls" if self.calls else otherwise
 
     def _deltas(self, text: str, calls: list[ToolCall]) -> list[dict]:
         if not self.parallel:  # parallel_tool_calls false: the first call only
-            calls = calls[: max(0, 1 - self.count)]
-        deltas = [{"text": text}] if text else []
-        if calls:
-            deltas.append({"tool_calls": [self._call(call, self.count + i) for i, call in enumerate(calls)]})
-            self.count += len(calls)
-        return deltas
+            calls = calls[: max(0, 1 - len(self.calls))]
+        new = [self._call(call, len(self.calls) + i) for i, call in enumerate(calls)]
+        self.text, self.calls = self.text + text, self.calls + new
+        return ([{"text": text}] if text else []) + ([{"tool_calls": new}] if new else [])
 
     @staticmethod
     def _call(call: ToolCall, index: int) -> dict:

@@ -34,7 +34,7 @@ from .engine import Engine, Finished, Result, Step, make_config
 from .errors import SpecllmError
 from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse
 from .sampling import default_seed
-from .tool_calls import ToolTemplate, inspect_template
+from .tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
 
 log = logging.getLogger("specllm.serve")
 
@@ -76,12 +76,18 @@ class Plan:
     events: Iterator[Step | Finished]
     continues: bool = False  # the prompt extends the previous request's whole transcript
     tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
+    marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
 
-    def deltas(self, text: str) -> list[dict]:
-        """What a step's text adds to a streamed reply (keyword arguments of Reply.chunk)."""
+    def deltas(self, step: Step) -> list[dict]:
+        """What a step adds to the reply (keyword arguments of Reply.chunk)."""
         if self.tools is not None:
-            return self.tools.feed(text)
+            return self.tools.feed(self.marked(step))
+        text = step.accepted_text + step.token_text
         return [{"text": text}] if text else []
+
+    def finish(self) -> list[dict]:
+        """What only the end of the reply decides: text held back as maybe a call."""
+        return self.tools.finish() if self.tools is not None else []
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -155,6 +161,7 @@ class EngineWorker:
         # The previous generation's prompt + generated text and its tokens, for extend_prompt.
         self.last: tuple[str, list[int]] | None = None
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
+        self._tool_markers: dict[int, str] | None = None
 
     async def start(self, request) -> tuple[Plan, Job]:
         """Wait for the engine, then start generating for `request` on the engine thread.
@@ -228,7 +235,7 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools)
+        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools, tools and self.marked_text)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and
@@ -246,6 +253,7 @@ class EngineWorker:
             return text, None
         prefill = form.prefill(request.forced_tool) if request.call_required else ""
         names = [t.function.name for t in offered]
+        self.tool_markers()  # found here, on the engine thread
         return text + prefill, ToolReply(names, prefill, request.parallel_tool_calls is not False)
 
     def tool_template(self) -> ToolTemplate:
@@ -255,6 +263,20 @@ class EngineWorker:
                 lambda messages, tools, prompt: target.render_chat(messages, tools=tools, add_generation_prompt=prompt)
             )
         return self._tool_template
+
+    def tool_markers(self) -> dict[int, str]:
+        """The target's control tokens that are call markup, by id."""
+        if self._tool_markers is None:
+            target = self.engine.target
+            texts = {t: target.token_text(t).decode("utf-8", errors="replace") for t in target.markup_tokens}
+            self._tool_markers = {t: text for t, text in texts.items() if text in MARKERS}
+        return self._tool_markers
+
+    def marked_text(self, step: Step) -> str:
+        """A step's text with the call markup that control tokens wrote put back: generated
+        text leaves control tokens out, Mistral's [TOOL_CALLS] among them."""
+        emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
+        return with_markers(step.accepted_text + step.token_text, emitted, self.tool_markers(), self.engine.target.piece)
 
     def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
         """The events, keeping the finished transcript for the next request's extend_prompt (not
@@ -375,6 +397,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
                 result = event.result
             else:
                 generated = event.stats.generated_tokens
+                plan.deltas(event)  # a reply read for calls is read as it comes, as when streamed
                 if await request.is_disconnected():  # no wait: only what has arrived
                     break
     except Exception as e:
@@ -386,6 +409,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     if result is None:
         access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    plan.finish()
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
 
@@ -404,7 +428,7 @@ async def stream(
                 result = event.result
                 continue
             generated = event.stats.generated_tokens
-            for delta in plan.deltas(event.accepted_text + event.token_text):
+            for delta in plan.deltas(event):
                 yield sse(reply.chunk(**delta))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
@@ -412,7 +436,7 @@ async def stream(
             yield sse(error.body())
         else:
             outcome = describe(result)
-            for delta in plan.tools.finish() if plan.tools else []:  # what only the end decides
+            for delta in plan.finish():
                 yield sse(reply.chunk(**delta))
             yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
             if include_usage:
