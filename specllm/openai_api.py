@@ -307,7 +307,7 @@ class Reply:
         return body | {"usage": usage(result), "specllm": specllm_stats(result, seed)}
 
     def chunk(
-        self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list[dict] | None = None
+        self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list | None = None
     ) -> dict:
         """One streamed chunk: new text or calls, or (with `finish`) the end of the choice."""
         choice = {"index": 0, "finish_reason": finish, "logprobs": None}

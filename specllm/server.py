@@ -235,7 +235,7 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools, tools and self.marked_text)
+        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and
@@ -246,7 +246,8 @@ class EngineWorker:
         form = self.tool_template() if uses_tools else ToolTemplate(False)
         if offered and not form.renders_tools:
             name = self.engine.target.path.name
-            raise ApiError(400, f"{name} cannot be offered tools: its chat template does not render them", "tools", "tools_not_supported")
+            message = f"{name} cannot be offered tools: its chat template does not render them"
+            raise ApiError(400, message, "tools", "tools_not_supported")
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         text = self.engine.target.render_chat(messages, tools=[t.to_template() for t in offered] or None)
         if not offered:
@@ -276,7 +277,8 @@ class EngineWorker:
         """A step's text with the call markup that control tokens wrote put back: generated
         text leaves control tokens out, Mistral's [TOOL_CALLS] among them."""
         emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
-        return with_markers(step.accepted_text + step.token_text, emitted, self.tool_markers(), self.engine.target.piece)
+        text = step.accepted_text + step.token_text
+        return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
 
     def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
         """The events, keeping the finished transcript for the next request's extend_prompt (not
