@@ -335,7 +335,7 @@ class Reply:
 
 
 class ToolReply:
-    """A chat reply read for tool calls as it is generated: its deltas are text decided not to be
+    """A chat reply read for tool calls as it is generated: its deltas hold text decided not to be
     a call, and calls once complete (tool_calls.py). The reply may begin with `prefill`, the start
     of a call the prompt ends with (tool_choice "required" or a named function): it is read as the
     reply's first text. Streamed or not, the same reading gives the same calls and text."""
@@ -345,14 +345,14 @@ class ToolReply:
         self.prefill = prefill
         self.text, self.calls = "", []  # what the deltas so far hold
 
-    def feed(self, text: str) -> list[dict]:
-        """The deltas (keyword arguments of Reply.chunk) that `text` decides."""
+    def feed(self, text: str) -> dict:
+        """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""
         text, self.prefill = self.prefill + text, ""
-        return self._deltas(*self.parser.feed(text))
+        return self._delta(*self.parser.feed(text))
 
-    def finish(self) -> list[dict]:
-        """The deltas the end of the reply decides."""
-        return self.feed("") + self._deltas(*self.parser.finish())
+    def finish(self) -> dict:
+        """The delta the end of the reply decides."""
+        return self._delta(*self.parser.finish())
 
     def message(self) -> dict:
         """The whole reply as a message (after finish)."""
@@ -364,12 +364,12 @@ class ToolReply:
     def finish_reason(self, otherwise: str) -> str:
         return "tool_calls" if self.calls else otherwise
 
-    def _deltas(self, text: str, calls: list[ToolCall]) -> list[dict]:
+    def _delta(self, text: str, calls: list[ToolCall]) -> dict:
         if not self.parallel:  # parallel_tool_calls false: the first call only
             calls = calls[: max(0, 1 - len(self.calls))]
         new = [self._call(call, len(self.calls) + i) for i, call in enumerate(calls)]
         self.text, self.calls = self.text + text, self.calls + new
-        return ([{"text": text}] if text else []) + ([{"tool_calls": new}] if new else [])
+        return ({"text": text} if text else {}) | ({"tool_calls": new} if new else {})
 
     @staticmethod
     def _call(call: ToolCall, index: int) -> dict:

@@ -78,16 +78,16 @@ class Plan:
     tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
 
-    def deltas(self, step: Step) -> list[dict]:
-        """What a step adds to the reply (keyword arguments of Reply.chunk)."""
+    def delta(self, step: Step) -> dict:
+        """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
         if self.tools is not None:
             return self.tools.feed(self.marked(step))
         text = step.accepted_text + step.token_text
-        return [{"text": text}] if text else []
+        return {"text": text} if text else {}
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> dict:
         """What only the end of the reply decides: text held back as maybe a call."""
-        return self.tools.finish() if self.tools is not None else []
+        return self.tools.finish() if self.tools is not None else {}
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -399,7 +399,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
                 result = event.result
             else:
                 generated = event.stats.generated_tokens
-                plan.deltas(event)  # a reply read for calls is read as it comes, as when streamed
+                plan.delta(event)  # a reply read for calls is read as it comes, as when streamed
                 if await request.is_disconnected():  # no wait: only what has arrived
                     break
     except Exception as e:
@@ -430,7 +430,7 @@ async def stream(
                 result = event.result
                 continue
             generated = event.stats.generated_tokens
-            for delta in plan.deltas(event):
+            if delta := plan.delta(event):
                 yield sse(reply.chunk(**delta))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
@@ -438,7 +438,7 @@ async def stream(
             yield sse(error.body())
         else:
             outcome = describe(result)
-            for delta in plan.finish():
+            if delta := plan.finish():
                 yield sse(reply.chunk(**delta))
             yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
             if include_usage:
