@@ -541,6 +541,7 @@ class Report:
             "plain_decoding": {},
             "loop": {},
             "speedups": {},
+            "selection": {},
             "fidelity": {"runs": 0, "identical": 0, "divergences": []},
             "skipped": [],
             "errors": [],
@@ -622,6 +623,16 @@ def render_markdown(d: dict) -> str:
     notes = [f"{n}: {p['c_loop_note']}" for n, p in d["plain_decoding"].items() if p.get("c_loop_note")]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    lines += [
+        "", "## Choosing each row's token in llama.cpp's graph against on the host (verify call of 5 tokens, ms)", "",
+        "| target | selection | host: call | host: choosing after it | graph: call | graph: choosing after it "
+        "| graph - host, call by call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, results in d.get("selection", {}).items():
+        for r in results:
+            lines.append(f"| {name} | {r['selection']} | {_f(r['host_call_ms'], 3)} | {_f(r['host_select_ms'], 3)} | "
+                         f"{_f(r['graph_call_ms'], 3)} | {_f(r['graph_select_ms'], 3)} | {_f(r['graph_minus_host_ms'], 3)} |")
     lines += [
         "", "## The loop's own time per step (decode time minus llama.cpp's calls; alpha 0.75)", "",
         "| pair | target-only ms | model g=4 ms | auto ms | target step ms |", "|---|---|---|---|---|",
@@ -1023,6 +1034,28 @@ class Check:
         self.r.log(f"{name}: specllm target-only {entry['specllm_tok_s']:.1f} tok/s, ctypes loop {entry['ctypes_tok_s']:.1f}, "
                    f"C loop {_f((entry['c_loop'] or {}).get('sampler_tok_s'), 1)} (sampler) / "
                    f"{_f((entry['c_loop'] or {}).get('argmax_tok_s'), 1)} (argmax); loop {entry['loop_ms_per_step']:.3f} ms/step")
+        self.r.save()
+        self.selection(name)
+
+    def selection(self, name: str) -> None:
+        """Each verify row's token choice made in llama.cpp's graph (its backend sampling) against
+        the host's, for a greedy and a top-k verify call of 5 tokens (benchmarks/backend_sampling.py)."""
+        import backend_sampling
+
+        t1 = self.r.data["calibration"][name]["t1_ms"] / 1000
+        calls = 10 if self.s.mode == "gpu" else 3
+        if not self.fits(f"selection in the graph {name}", 2 * 2 * (calls + 2) * 3 * t1 + 2):
+            return
+        results = []
+        for top_k in (0, 40):
+            try:
+                results.append(backend_sampling.compare(self.loaded[name], 5, top_k, calls))
+            except Exception as e:  # noqa: BLE001 - an experimental API: report, go on
+                self.r.error(f"selection in the graph {name} top-k {top_k}", e)
+        self.r.data["selection"][name] = results
+        for r in results:
+            self.r.log(f"{name} {r['selection']}: host {r['host_call_ms']:.3f} ms a call ({r['host_select_ms']:.3f} selecting), "
+                       f"graph {r['graph_call_ms']:.3f} ms ({r['graph_select_ms']:.3f}); graph - host {r['graph_minus_host_ms']:+.3f} ms")
         self.r.save()
 
     def ctypes_floor(self, model) -> float:

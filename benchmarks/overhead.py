@@ -1,34 +1,94 @@
-"""Per-step Python time outside llama.cpp, and resident memory, for one generation.
+"""The speculative loop's own time per target step (outside llama.cpp), split by part, and
+resident memory, for one generation.
 
     python benchmarks/overhead.py TARGET.gguf [DRAFT.gguf] [--drafter model] [--gamma 4] [-n 128]
+        [--temperature 0.8] [--rounds 3] [--against OTHER_CHECKOUT]
 
-Every llama.cpp call the engine makes (decode, logits, KV cut) is timed; what is left of the
-decode time is the speculative loop's own Python/numpy work.
+Every llama.cpp function the loop calls is timed (wall time, or with --clock cpu the Python
+thread's own CPU time, for a machine busy with other work); what is left of the decode time is the loop's
+own Python/numpy work. Its parts are timed exclusively (a part's time excludes the parts it
+calls), so they add up to the whole. The timers add about a microsecond per call they wrap.
+
+With --against, rounds alternate between this checkout and another one (a git worktree of an
+earlier commit, say) in fresh processes, so the two versions are compared side by side on the
+same noisy machine.
 """
 
 import argparse
+import json
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import time
-
-import llama_cpp
-
-import specllm
+from collections import Counter
+from pathlib import Path
 
 PROMPT = "Write a Python function that parses an ISO 8601 date string and returns a datetime."
+HERE = Path(__file__).resolve()
 
 
-def timed(name, spent):
-    original = getattr(llama_cpp, name)
+class Parts:
+    """Exclusive wall time per named part: a wrapped call's time minus its wrapped callees'."""
 
-    def wrapper(*args):
-        start = time.perf_counter()
-        try:
-            return original(*args)
-        finally:
-            spent[0] += time.perf_counter() - start
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.seconds: Counter[str] = Counter()
+        self._inner: list[float] = []
 
-    setattr(llama_cpp, name, wrapper)
+    def wrap(self, owner, name: str, part: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None or not callable(original):
+            return
+
+        clock = self.clock
+
+        def timed(*args, **kwargs):
+            start = clock()
+            self._inner.append(0.0)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                elapsed = clock() - start
+                self.seconds[part] += elapsed - self._inner.pop()
+                if self._inner:
+                    self._inner[-1] += elapsed
+
+        setattr(owner, name, timed)
+
+
+def instrument(parts: Parts) -> None:
+    import ctypes
+
+    import llama_cpp
+
+    from specllm import backend, drafters, engine, policy, sampling, speculative, text
+
+    for name in dir(llama_cpp):
+        if name.startswith("llama_") and isinstance(getattr(llama_cpp, name), ctypes._CFuncPtr):
+            parts.wrap(llama_cpp, name, "llama.cpp")
+    table = {
+        "batch filling": [(backend.Model, "_decode"), (backend.Model, "_keep_rows")],
+        "logits views": [(backend.Model, "eval")],
+        "KV bookkeeping": [(backend.Model, n) for n in ("truncate", "sync", "cached_prefix", "checkpoint", "_rewind")],
+        "target rows (argmax, sampling)": [(engine, "sparse_distribution"), (engine._LazyRows, "__getitem__")],
+        "p/q rule": [(engine, "verify_greedy"), (engine, "verify_sampled"), (speculative, "residual")],
+        "verify call": [(engine._Run, "_verify")],
+        "draft rows (argmax, sampling)": [(drafters, "candidates"), (drafters, "sample"), (drafters, "_top_probability"),
+                                          (drafters.Sparse, "of")],
+        "drafter": [(cls, m) for cls in (drafters.ModelDrafter, drafters.NgramDrafter, drafters.AutoDrafter,
+                                         drafters.NoDrafter) for m in ("propose", "observe", "lookup")],
+        "policy": [(policy.AutoPolicy, m) for m in ("choose", "observe_verify", "record_model", "record_step",
+                                                   "model_keep_going")]
+        + [(policy.NgramScorer, m) for m in ("propose", "resolve")],
+        "events, text": [(engine._Run, "_emit"), (engine._Run, "_draft_text"), (text.TextStream, "push")],
+        "stats": [(engine.Stats, "record")],
+    }
+    for part, targets in table.items():
+        for owner, name in targets:
+            parts.wrap(owner, name, part)
+    del sampling  # imported for its side: drafters and engine hold its functions by name
 
 
 def rss_mib() -> float:
@@ -39,6 +99,62 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def measure(args) -> dict:
+    """One generation after a warm-up, in this process."""
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    parts = Parts(clock)
+    instrument(parts)
+    import specllm
+
+    drafter = args.drafter or ("model" if args.draft else "ngram")
+    engine = specllm.load(args.target, args.draft, n_ctx=2048)
+    after_load = rss_mib()
+    prompt = engine.prompt_tokens(PROMPT, chat=True)
+    options = dict(temperature=args.temperature, drafter=drafter, gamma=args.gamma)
+    engine.generate(prompt, max_tokens=8, **options)  # warm-up
+    parts.seconds.clear()
+    start = clock()
+    result = engine.generate(prompt, max_tokens=args.n, seed=0, **options)
+    total = clock() - start
+    s, llama = result.stats, parts.seconds.pop("llama.cpp", 0.0)
+    loop = total - llama
+    steps = s.target_calls
+    parts.seconds["loop (the rest)"] = loop - sum(parts.seconds.values())
+    return {
+        "version": str(Path(specllm.__file__).parent.parent),
+        "clock": args.clock, "drafter": drafter, "gamma": args.gamma, "temperature": args.temperature,
+        "tokens": s.generated_tokens, "target_calls": steps, "draft_calls": s.draft_calls,
+        "tokens_per_second": s.tokens_per_second, "total_ms_per_step": 1000 * total / steps,
+        "llama_ms_per_step": 1000 * llama / steps, "loop_ms_per_step": 1000 * loop / steps,
+        "parts_ms_per_step": {k: 1000 * v / steps for k, v in parts.seconds.most_common()},
+        "text": result.text,
+        "rss_mib": {"after_load": after_load, "after_generate": rss_mib()},
+    }
+
+
+def run_in(checkout: Path, argv: list[str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run([sys.executable, str(HERE), *argv, "--json"], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"overhead.py in {checkout} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def report(runs: list[dict]) -> None:
+    first = runs[0]
+    print(f"{first['version']} ({first['clock']} clock): drafter {first['drafter']} gamma {first['gamma']} temperature "
+          f"{first['temperature']}: {first['tokens']} tokens, {first['target_calls']} target calls, "
+          f"{first['draft_calls']} draft calls ({len(runs)} rounds; median, min-max)")
+    for key in ("loop_ms_per_step", "total_ms_per_step", "llama_ms_per_step", "tokens_per_second"):
+        values = [r[key] for r in runs]
+        print(f"  {key:20s} {statistics.median(values):8.3f}  ({min(values):.3f}-{max(values):.3f})")
+    print("  loop parts, ms per step (median):")
+    for part in first["parts_ms_per_step"]:
+        print(f"    {part:32s} {statistics.median(r['parts_ms_per_step'].get(part, 0.0) for r in runs):.3f}")
+    print(f"  resident memory: {first['rss_mib']['after_load']:.0f} MiB after loading, "
+          f"{first['rss_mib']['after_generate']:.0f} MiB after generating")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("target")
@@ -47,28 +163,26 @@ def main():
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the loop thread's own CPU time, which a busy machine's preemptions do not inflate")
+    ap.add_argument("--against", type=Path, help="another checkout to compare with, round by round")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    drafter = args.drafter or ("model" if args.draft else "ngram")
-    spent = [0.0]
-    for name in ("llama_decode", "llama_get_logits", "llama_memory_seq_rm"):
-        timed(name, spent)
-    engine = specllm.load(args.target, args.draft, n_ctx=2048)
-    after_load = rss_mib()
-    prompt = engine.prompt_tokens(PROMPT, chat=True)
-    engine.generate(prompt, max_tokens=8, temperature=args.temperature, drafter=drafter, gamma=args.gamma)  # warm-up
-    spent[0] = 0.0
-    start = time.perf_counter()
-    result = engine.generate(prompt, max_tokens=args.n, temperature=args.temperature, drafter=drafter, gamma=args.gamma, seed=0)
-    total = time.perf_counter() - start
-    s = result.stats
-    steps = s.target_calls
-    print(f"drafter {drafter} gamma {args.gamma} temperature {args.temperature}: {s.generated_tokens} tokens, "
-          f"{steps} target calls, {s.draft_calls} draft calls, {s.tokens_per_second:.1f} tok/s")
-    print(f"time in llama.cpp calls: {spent[0]:.3f}s of {total:.3f}s")
-    print(f"Python/numpy outside llama.cpp: {1000 * (total - spent[0]) / steps:.2f} ms per step, "
-          f"{100 * (total - spent[0]) / total:.2f}% of the run")
-    print(f"resident memory: {after_load:.0f} MiB after loading, {rss_mib():.0f} MiB after generating "
-          f"(model files: {sum(os.path.getsize(p) for p in (args.target, args.draft) if p) / 2**20:.0f} MiB)")
+    if args.json:
+        print(json.dumps(measure(args)))
+        return
+    argv = [a for a in sys.argv[1:] if a not in ("--against", str(args.against))]
+    checkouts = [HERE.parent.parent] + ([args.against.resolve()] if args.against else [])
+    runs: dict[Path, list[dict]] = {c: [] for c in checkouts}
+    for _ in range(args.rounds):
+        for checkout in checkouts:
+            runs[checkout].append(run_in(checkout, argv))
+    for checkout in checkouts:
+        report(runs[checkout])
+    if args.against:
+        same = len({r["text"] for rs in runs.values() for r in rs}) == 1
+        print(f"outputs identical across versions and rounds: {same}")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,25 @@ class ModelOptions:
             raise SpecllmError(f"GPU layers must be >= 0, got {self.n_gpu_layers}")
 
 
+class _Views:
+    """numpy views of llama.cpp's float buffers, kept per address and shape. Making one costs
+    ~50 us (numpy parses the ctypes type each time), and llama.cpp moves a buffer only when it
+    grows, so a step's few calls reuse a handful of views."""
+
+    def __init__(self):
+        self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+
+    def of(self, pointer, shape: tuple[int, ...]) -> np.ndarray:
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        view = self._views.get((address, shape))
+        if view is None:
+            if len(self._views) > 256:  # a moved buffer leaves stale views behind
+                self._views.clear()
+            floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+            view = self._views[(address, shape)] = np.ctypeslib.as_array(floats, shape=shape)
+        return view
+
+
 class Model:
     """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
 
@@ -221,6 +240,13 @@ class Model:
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
+        # numpy views of the batch's arrays: one vector write per field instead of a ctypes
+        # assignment per token and field
+        self._batch_token, self._batch_pos, self._batch_logits = (
+            np.ctypeslib.as_array(array, shape=(self.n_batch,))
+            for array in (self._batch.token, self._batch.pos, self._batch.logits)
+        )
+        self._views = _Views()
         # Snapshots llama.cpp really keeps: it turns them off for architectures whose kernels
         # write none (Mamba, RWKV, Jamba, ...).
         self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent and SNAPSHOT_API else 0
@@ -387,15 +413,15 @@ class Model:
             self._decode(chunk, n_out)
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        return np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(n_logits, self.n_vocab))
+        return self._views.of(L.llama_get_logits(self._ctx), (n_logits, self.n_vocab))
 
     def _decode(self, chunk: list[int], n_out: int) -> None:
         batch, pos0, n = self._batch, len(self.tokens), len(chunk)
         batch.n_tokens = n
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = pos0 + i
-            batch.logits[i] = i >= n - n_out
+        self._batch_token[:n] = chunk
+        self._batch_pos[:n] = range(pos0, pos0 + n)
+        self._batch_logits[: n - n_out] = 0
+        self._batch_logits[n - n_out : n] = 1
         self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
         status = L.llama_decode(self._ctx, batch)
         if status != 0:
@@ -419,7 +445,7 @@ class Model:
             grown[: len(hidden)] = hidden
             self._hidden = hidden = grown
         rows = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
-        hidden[pos0 : pos0 + n] = np.ctypeslib.as_array(rows, shape=(n, hidden.shape[1]))
+        hidden[pos0 : pos0 + n] = self._views.of(rows, (n, hidden.shape[1]))
 
     def truncate(self, n: int) -> None:
         """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
@@ -553,6 +579,7 @@ class MtpHead:
         self._n_embd = L.llama_model_n_embd_out(target._model)
         self._zeros = np.zeros(self._n_embd, dtype=np.float32)
         self._own = self._zeros  # the MTP layer's hidden state at its last output
+        self._views = _Views()
         self.tokens: list[int] = []
         self._exact = 0  # leading entries made with the target's hidden states
 
@@ -619,8 +646,9 @@ class MtpHead:
         from llama_cpp import llama_cpp_ext
 
         last = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, outputs[-1])
-        self._own = np.ctypeslib.as_array(last, shape=(self._n_embd,)).copy()
-        return np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)) for i in outputs])
+        self._own = self._views.of(last, (self._n_embd,)).copy()
+        rows = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
+        return rows[0][np.newaxis] if len(rows) == 1 else np.stack(rows)  # a view, as Model.eval's
 
 
 # --- chat templates -----------------------------------------------------------------------------

@@ -496,7 +496,8 @@ def serve(
         typer.Option(envvar="SPECLLM_API_KEY", show_envvar=False, help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY)."),
     ] = None,
 ):
-    """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)."""
+    """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
+    with a chat page at / that colours each reply by where its tokens came from."""
     from .server import ServeSettings, describe_server, listen
     from .server import serve as serve_forever
 

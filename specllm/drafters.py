@@ -111,18 +111,21 @@ class ModelDrafter(NoDrafter):
             # again from here, after the tokens the target kept.
             self.model.checkpoint()
         tokens, rows, confidences, calls = [], [], [], 1
+        greedy = self.sampler.greedy
         while True:
-            ids, p = candidates(logits, self.sampler)  # greedy: the argmax alone
+            if greedy:  # q is one-hot
+                token = int(logits.argmax())
+            else:
+                ids, p = candidates(logits, self.sampler)
             if keep_going is not None:
-                confidence = _top_probability(logits) if self.sampler.greedy else float(p[0])
+                confidence = _top_probability(logits) if greedy else float(p[0])
                 if not keep_going(confidences, confidence, time.perf_counter() - start):
                     break
                 confidences.append(confidence)
-            if self.sampler.greedy:
-                tokens.append(int(ids[0]))  # q is one-hot
-            else:
-                tokens.append(int(ids[sample(p, self.rng)]))
+            if not greedy:
+                token = int(ids[sample(p, self.rng)])
                 rows.append(Sparse.of(ids, p, logits.size))
+            tokens.append(token)
             if len(tokens) == gamma:
                 break
             logits = self.model.eval([tokens[-1]], 1)[0]
@@ -133,9 +136,12 @@ class ModelDrafter(NoDrafter):
 
 def _top_probability(logits: np.ndarray) -> float:
     """The raw softmax's top probability: the draft's confidence when decoding greedily (where
-    the processed distribution is always one-hot)."""
-    x = logits - logits.max()
-    return float(1.0 / np.exp(x, dtype=np.float64).sum())
+    the processed distribution is always one-hot). Logits more than 20 below the top add at most
+    n_vocab * e^-20 (3e-4 for 150k tokens) to a normaliser of at least 1, far below the
+    confidence buckets' widths, so only the ones near the top are exponentiated."""
+    top = logits.max()
+    near = logits[logits >= top - 20.0]
+    return float(1.0 / np.exp(near - top, dtype=np.float64).sum())
 
 
 # When does an n-gram draft pay? A target call on k+1 tokens costs V(k+1) one-token calls. On a GPU
@@ -261,8 +267,10 @@ class AutoDrafter(NoDrafter):
         policy = self.policy
         policy.scorer.resolve(context)
         repeat, copy = self.ngram.lookup(context, min(gamma, NGRAM_MAX))
-        policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
         ready = {name: d.catch_up(context) for name, d in self.drafters.items() if self._ready(name, context)}
+        if not copy and not ready:  # nothing to draft with: a plain step, with no decision to make
+            return Draft(seconds=time.perf_counter() - start)
+        policy.scorer.propose(len(context), bucket(repeat, MATCH_EDGES), copy)
         plan = policy.choose(repeat, len(copy), False, gamma, ready=ready)
         if plan.source in self.drafters:
             decided, source = time.perf_counter(), plan.source

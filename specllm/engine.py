@@ -363,8 +363,9 @@ class Engine:
 
 
 class _LazyRows:
-    """The target's processed distributions, computed only for the rows verification reads: it
-    stops at the first rejection, so the rows after it cost nothing."""
+    """What verification reads of each target row (its argmax, or its processed distribution),
+    computed only for the rows it reads: it stops at the first rejection, so the rows after it
+    cost nothing."""
 
     def __init__(self, logits: np.ndarray, sampler: SamplerSettings):
         self._logits, self._sampler, self._rows = logits, sampler, {}
@@ -372,9 +373,10 @@ class _LazyRows:
     def __len__(self) -> int:
         return len(self._logits)
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int):
         if i not in self._rows:
-            self._rows[i] = sparse_distribution(self._logits[i], self._sampler)
+            row = self._logits[i]
+            self._rows[i] = int(row.argmax()) if self._sampler.greedy else sparse_distribution(row, self._sampler)
         return self._rows[i]
 
 
@@ -573,9 +575,10 @@ class _Run:
         # the row p_i its rejection samples from. The tokens after it are never reached.
         n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
         logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
+        rows = _LazyRows(logits, self.sampler)
         if self.sampler.greedy:
-            return verify_greedy(draft.tokens, [int(i) for i in logits.argmax(axis=1)])
-        return verify_sampled(draft.tokens, draft.q, _LazyRows(logits, self.sampler), self.rng)
+            return verify_greedy(draft.tokens, rows)
+        return verify_sampled(draft.tokens, draft.q, rows, self.rng)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .engine import DRAFTERS, Result
+from .engine import DRAFTERS, Result, Step
 from .tool_calls import ToolCall, ToolCallParser
 
 MAX_SEED = 2**32 - 1  # as the CLI's --seed
@@ -68,6 +68,7 @@ class _Request(BaseModel):
     stream_options: StreamOptions | None = None
     drafter: str | None = None  # extension: auto | model | mtp | ngram | none
     gamma: int | None = Field(None, ge=1)  # extension: draft length
+    specllm_steps: bool = False  # extension: streamed chunks carry each step's draft (specllm_step)
 
     def check(self) -> None:
         """What the types alone do not say."""
@@ -278,6 +279,27 @@ def specllm_stats(result: Result, seed: int) -> dict:
         stats["policy"] = dict(stats["policy"], calibration=dict(stats["policy"]["calibration"]))
         stats["policy"]["calibration"].pop("cache", None)
     return {"stop_reason": result.stop_reason, "seed": seed, "stats": stats}
+
+
+# A step's live stats: the counts and rates a status line needs, not the per-position lists.
+STEP_STATS = (
+    "generated_tokens", "n_drafted", "n_accepted", "target_calls",
+    "acceptance_rate", "mean_accepted_length", "tokens_per_second", "sources",
+)  # fmt: skip
+
+
+def specllm_step(step: Step) -> dict:
+    """The `specllm` object of a streamed chunk when `specllm_steps` is asked for: what the step
+    drafted and where from, split as the terminal view colours it. accepted + target is the
+    chunk's text; rejected is the draft the target turned down, shown but never part of it."""
+    stats = step.stats.to_dict()
+    return {
+        "source": step.source,
+        "accepted": step.accepted_text,
+        "rejected": step.rejected_text,
+        "target": step.token_text,
+        "stats": {name: stats[name] for name in STEP_STATS},
+    }
 
 
 @dataclass(frozen=True)

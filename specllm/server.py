@@ -1,6 +1,7 @@
 """`specllm serve`: an OpenAI-compatible HTTP API on FastAPI and uvicorn. A thin layer like cli.py:
 validate a request (openai_api.py), build a generation config, run the engine, turn its events
-into OpenAI objects; no generation logic of its own.
+into OpenAI objects; no generation logic of its own. It also serves the chat page (web/index.html)
+at /, which reads the same API.
 
 One engine serves one generation at a time (its models' KV caches are shared). The engine runs on
 a thread of its own; requests take turns through an asyncio.Lock, whose waiters are woken first
@@ -11,6 +12,7 @@ does (chat.extend_prompt), so a conversation that grows turn by turn prefills on
 """
 
 import asyncio
+import copy
 import dataclasses
 import hmac
 import json
@@ -18,6 +20,7 @@ import logging
 import socket
 import threading
 import time
+from importlib import resources
 from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,13 +29,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from .chat import describe_models, extend_prompt
 from .engine import Engine, Finished, Result, Step, make_config
 from .errors import SpecllmError
-from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse, specllm_step
 from .sampling import default_seed
 from .tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
 
@@ -41,6 +44,16 @@ log = logging.getLogger("specllm.serve")
 CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
 MIN_BODY_BYTES = 2**20
 BODY_BYTES_PER_TOKEN = 64  # a token is ~4 characters; JSON escapes can make one character 6 bytes
+PAGE_PATH = "/"
+# The page is one file with its own inline script and style: it may load nothing else and talk
+# only to this server, and no other site may frame it.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
 
 
 @dataclass(frozen=True)
@@ -287,6 +300,10 @@ class EngineWorker:
             for event in events:
                 if isinstance(event, Finished) and text is not None and event.result.stop_reason != "stop":
                     self.last = (text + event.result.text, tokens + event.result.tokens)
+                if isinstance(event, Step):
+                    # The engine's stats change on as it runs ahead of the response (AHEAD): each
+                    # step carries them as they were after it, copied here on the engine's thread.
+                    event = dataclasses.replace(event, stats=copy.deepcopy(event.stats))
                 yield event
 
     def status(self) -> dict:
@@ -321,7 +338,8 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
 
     def require_key(request: Request) -> None:
-        check_key(settings.api_key, request)
+        if request.url.path != PAGE_PATH:  # the page holds no data; it asks for the key itself
+            check_key(settings.api_key, request)
 
     app = FastAPI(title="specllm", dependencies=[Depends(require_key)])
     app.state.worker = worker
@@ -347,6 +365,11 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
         return {"object": "list", "data": [model]}
 
+    @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)
+    async def page(request: Request):
+        access(request, 200, "")
+        return HTMLResponse(page_html(), headers=PAGE_HEADERS)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         return await generate(worker, request, parse(ChatRequest, await read_body(request, limit)))
@@ -356,6 +379,14 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         return await generate(worker, request, parse(CompletionRequest, await read_body(request, limit)))
 
     return app
+
+
+def page_html() -> str:
+    """The chat page (specllm/web/index.html): static, so any install serves the same bytes."""
+    try:
+        return resources.files("specllm").joinpath("web/index.html").read_text(encoding="utf-8")
+    except OSError:
+        raise ApiError(404, "this installation of specllm has no page (specllm/web/index.html is missing)") from None
 
 
 def check_key(api_key: str | None, request: Request) -> None:
@@ -391,7 +422,8 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan, job = await worker.start(body)
     reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
     if body.stream:
-        return EventStream(stream(reply, plan, job, body.include_usage, request, worker.without_paths), job)
+        chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
+        return EventStream(chunks, job)
     result, generated = None, 0
     try:
         async for event in job.events():
@@ -417,10 +449,12 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
 
 
 async def stream(
-    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str]
+    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str],
+    steps: bool = False,
 ) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
-    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does."""
+    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
+    With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
     result, generated, outcome = None, 0, None
     try:
         if reply.chat:
@@ -430,7 +464,10 @@ async def stream(
                 result = event.result
                 continue
             generated = event.stats.generated_tokens
-            if delta := plan.delta(event):
+            delta = plan.delta(event)
+            if steps:  # even a step that added no text: its rejected draft and stats are news
+                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(event)})
+            elif delta:
                 yield sse(reply.chunk(**delta))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
@@ -500,10 +537,10 @@ def address(sock: socket.socket) -> str:
 
 def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
     """The startup line: where, what, how."""
-    s = settings
+    s, url = settings, address(sock)
     return (
-        f"specllm serve: {address(sock)}/v1 · {describe_models(engine)} · drafter {s.drafter} · "
-        f"gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
+        f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
+        f"drafter {s.drafter} · gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
     )
 

@@ -21,8 +21,9 @@ class Verdict:
     token: int  # the target's own token: the correction after a rejection, or the bonus
 
 
-def verify_greedy(draft: list[int], target_argmax: list[int]) -> Verdict:
-    """Greedy limit: accept while the draft equals the target's argmax; emit argmax at the stop."""
+def verify_greedy(draft: list[int], target_argmax: Sequence[int]) -> Verdict:
+    """Greedy limit: accept while the draft equals the target's argmax; emit argmax at the stop.
+    Reads target_argmax left to right, no further than the stop (the engine's rows are lazy)."""
     n = 0
     while n < len(draft) and draft[n] == target_argmax[n]:
         n += 1

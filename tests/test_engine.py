@@ -286,6 +286,23 @@ def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
     model.close()
 
 
+def test_logit_rows_are_llama_cpps_rows_whatever_the_call_before(tiny_models):
+    """eval hands out numpy views kept per buffer address and row count: calls of growing and
+    shrinking widths (llama.cpp moves its output buffer when it grows) still read each row where
+    llama.cpp wrote it."""
+    import llama_cpp as L
+
+    model = Model(tiny_models.target, ModelOptions(n_ctx=512, n_threads=1))
+    prefix = model.tokenize("def f(x): return x")
+    model.eval(prefix, 1)
+    for width in (1, 3, 40, 2, 200, 5, 1):
+        rows = model.eval(list(range(300, 300 + width)), width)
+        from_llama = [np.ctypeslib.as_array(L.llama_get_logits_ith(model._ctx, i), shape=(model.n_vocab,)) for i in range(width)]
+        np.testing.assert_array_equal(rows, np.stack(from_llama))
+        model.truncate(len(prefix))
+    model.close()
+
+
 def test_sync_reuses_the_common_prefix(tiny_models):
     model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
     a = model.tokenize("the cat is in the house")

@@ -58,7 +58,7 @@ def test_dry_run_writes_every_section(dry_run):
     assert data["errors"] == [] and data["skipped"] == []
     assert data["smoke"]["ok"] is True
     assert set(data) >= {"settings", "machine", "setup", "smoke", "models", "calibration", "pairs", "plain_decoding",
-                         "loop", "speedups", "fidelity"}
+                         "selection", "loop", "speedups", "fidelity"}
     assert set(data["models"]) == set(gpc.DRY_SHAPES)
     for info in data["models"].values():
         assert _positive(info["bytes"]) and _number(info["write_seconds"]) and _number(info["load_seconds"])
@@ -88,6 +88,12 @@ def test_plain_decoding_and_loop(dry_run):
         else:
             assert _positive(p["c_loop"]["sampler_tok_s"]) and _positive(p["c_loop"]["argmax_tok_s"])
             assert _positive(p["specllm_vs_c_sampler"])
+    assert set(data["selection"]) == set(gpc.TARGETS)  # each row's token chosen in llama.cpp's graph and on the host
+    for results in data["selection"].values():
+        assert [r["selection"] for r in results] == ["greedy", "top-k 40"]
+        for r in results:
+            assert all(_positive(r[k]) for k in ("host_call_ms", "host_select_ms", "graph_call_ms", "graph_select_ms"))
+            assert _number(r["graph_minus_host_ms"])
     pairs = {gpc.pair_name(*pair) for _, pair in gpc.STAGES}
     assert set(data["loop"]) == pairs
     for p in data["loop"].values():

@@ -6,8 +6,8 @@ import pytest
 from stats import chi_square_pvalue
 
 from specllm.errors import SpecllmError
-from specllm.sampling import SamplerSettings, distribution, sample
-from specllm.speculative import residual, verify_greedy, verify_sampled
+from specllm.sampling import SamplerSettings, _top_k, distribution, sample
+from specllm.speculative import Verdict, residual, verify_greedy, verify_sampled
 
 V = 12
 N = 40_000
@@ -124,6 +124,17 @@ def test_greedy_verification_accepts_the_matching_prefix():
     assert verify_greedy([2], [3, 4]).__dict__ == {"n_accepted": 0, "token": 3}
 
 
+def test_greedy_verification_reads_no_row_past_the_stop():
+    """The engine's rows are computed when read: verification must stop reading at the rejection."""
+
+    class Rows:
+        def __getitem__(self, i):
+            assert i <= 1, f"row {i} read after the rejection at row 1"
+            return [5, 9][i]
+
+    assert verify_greedy([5, 7, 8], Rows()) == Verdict(1, 9)
+
+
 # --- the sampler chain -----------------------------------------------------------------------
 
 
@@ -189,6 +200,21 @@ def test_ties_at_the_top_k_cut_keep_the_lowest_ids(n_vocab):
     s = SamplerSettings(temperature=1.0, top_k=0, top_p=0.6, min_p=0.0)  # top-p cuts inside the tie
     kept = np.flatnonzero(distribution(logits, s))
     assert set(kept) <= {30, 3, 7, 20, 40} and set(kept) == {30, *sorted([3, 7, 20, 40])[: len(kept) - 1]}
+
+
+@pytest.mark.parametrize("k", [1, 40, 100])
+def test_top_k_of_a_vocabulary_sized_row_is_the_full_sorts(k):
+    """The strided floor that narrows a row down before the partition is exact: the same ids as a
+    full sort, ties at the cut included, on a smooth row, a row of few distinct values (ties
+    everywhere, at the floor too) and a row whose top values all lie outside the sample."""
+    rng = np.random.default_rng(k)
+    smooth = rng.normal(0, 3, 151_936).astype(np.float32)
+    few_values = rng.integers(0, 6, 151_936).astype(np.float32)
+    hidden = np.zeros(151_936, np.float32)
+    hidden[1::16] = rng.normal(5, 1, hidden[1::16].size)  # the sample (every 16th from 0) sees only zeros
+    for row in (smooth, few_values, hidden):
+        full_sort = np.lexsort((np.arange(row.size), -row))[:k]  # by value, ties by lowest id
+        np.testing.assert_array_equal(np.sort(_top_k(row, k)), np.sort(full_sort))
 
 
 def test_greedy_distribution_is_one_hot_at_argmax():

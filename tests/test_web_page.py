@@ -1,0 +1,222 @@
+"""The chat page `specllm serve` serves at /, in a real headless Chromium (Debian's package, driven
+by Playwright) against a real `specllm serve` on the tiny models; and the streamed per-step
+`specllm` field the page reads. Without Chromium or Playwright these tests fail with one line
+saying how to get them, unless SPECLLM_SKIP_BROWSER is set (then the browser tests skip)."""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+SPECLLM = [sys.executable, "-m", "specllm"]
+KEY = "page-key"
+MAX_TOKENS = 40
+REPLY_SECONDS = 60  # a tiny model's reply takes well under a second; a busy machine is slower
+
+
+def chromium() -> str | None:
+    """Debian's Chromium (or the browser SPECLLM_CHROMIUM names): Playwright drives it as it is."""
+    for name in (os.environ.get("SPECLLM_CHROMIUM"), "chromium", "chromium-browser"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, tmp_path_factory):
+    """`specllm serve` with an API key, drafting with the draft model so that every reply has
+    accepted, rejected and target tokens; its log goes to a file (a pipe nobody reads fills)."""
+    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--drafter", "model",
+            "--threads", 1, "--ctx-size", 2048, "--port", 0]  # fmt: skip
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    env = {**os.environ, "SPECLLM_API_KEY": KEY}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=out, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (found := re.search(r"chat page: (http://127\.0\.0\.1:\d+/)", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield found[1]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
+try:  # Playwright's waits are locators: the page's Content-Security-Policy forbids what
+    # wait_for_function does (evaluating a string in the page)
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:
+    expect = sync_playwright = None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = chromium()
+    missing = None if path else "Chromium is not installed"
+    if sync_playwright is None:
+        missing = "Playwright is not installed"
+    if missing:
+        if os.environ.get("SPECLLM_SKIP_BROWSER"):
+            pytest.skip(f"{missing} (SPECLLM_SKIP_BROWSER is set)")
+        pytest.fail(f"{missing}: run bash scripts/setup.sh, or set SPECLLM_SKIP_BROWSER=1 to skip", pytrace=False)
+    with sync_playwright() as playwright:
+        chrome = playwright.chromium.launch(executable_path=path)
+        yield chrome
+        chrome.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh tab on the page; a script error in it fails the test."""
+    context = browser.new_context()
+    tab = context.new_page()
+    errors = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.goto(server)
+    yield tab
+    context.close()
+    assert errors == []
+
+
+def settings(page, **fields):
+    if not page.locator("#settings").evaluate("details => details.open"):
+        page.click("#settings summary")
+    for name, value in fields.items():
+        page.fill(f"#{name.replace('_', '-')}", str(value))
+
+
+def send(page, message: str) -> tuple[list[dict], dict]:
+    """Type and send a message; wait for the reply's last line. Returns the stream's chunks as the
+    browser received them, and the request the page sent."""
+    replies = page.locator(".msg.assistant").count()
+    with page.expect_response("**/v1/chat/completions") as response:
+        page.fill("#input", message)
+        page.press("#input", "Enter")
+    last_line = page.locator(".msg.assistant .stats").nth(replies)
+    expect(last_line).to_have_text(re.compile(r"^\[\w+\] "), timeout=REPLY_SECONDS * 1000)
+    expect(page.locator("#error")).to_have_text("")  # the reply ended whole
+    return events(response.value.text()), response.value.request.post_data_json
+
+
+def events(stream: str) -> list[dict]:
+    data = [line[len("data: ") :] for line in stream.split("\n") if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def streamed_text(chunks: list[dict]) -> str:
+    return "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+
+
+def percent(fraction: float) -> str:
+    return f"{int(100 * fraction + 0.5)}%"  # as JavaScript's Math.round, which the page uses
+
+
+def test_the_page_streams_a_reply_coloured_by_step_with_its_stats(page):
+    settings(page, api_key=KEY, temperature=0, max_tokens=MAX_TOKENS)
+    chunks, _ = send(page, "def f(x):")
+    steps = [c["specllm"] for c in chunks if "source" in c.get("specllm", {})]
+    last = chunks[-1]["specllm"]
+    # Every piece of every step, in order, as a span of its kind; a rejected newline as ⏎.
+    expected = [
+        (kind, step[kind].replace("\n", "⏎") if kind == "rejected" else step[kind])
+        for step in steps for kind in ("accepted", "rejected", "target") if step[kind]
+    ]  # fmt: skip
+    spans = "spans => spans.map(span => [span.className, span.textContent])"
+    shown = page.eval_on_selector_all(".msg.assistant .text > *", spans)
+    assert [tuple(s) for s in shown] == expected
+    assert {kind for kind, _ in shown} == {"accepted", "rejected", "target"}  # this pair at greedy has all three
+    reply = "".join(text for kind, text in shown if kind != "rejected")
+    assert reply == streamed_text(chunks) and len(steps) == last["stats"]["target_calls"]
+    stats = last["stats"]
+    line = page.inner_text(".msg.assistant .stats")
+    assert line.startswith(f"[{last['stop_reason']}] {stats['tokens_per_second']:.1f} tok/s · {MAX_TOKENS} tokens")
+    assert f" · acceptance {percent(stats['acceptance_rate'])} · " in line
+    assert " · drafts: n-gram 0%, model 100%, none 0% of steps · " in line  # the server drafts with the model
+
+
+def test_the_conversation_is_kept_in_the_page_and_shown_as_text(page):
+    """The second request sends the first turn back; a message's markup stays text."""
+    settings(page, api_key=KEY, temperature=0, max_tokens=8)
+    first = "<b id=planted>bold?</b> & <script>no</script>"
+    chunks, request = send(page, first)
+    assert request["messages"] == [{"role": "user", "content": first}]
+    assert request["stream"] is True and request["specllm_steps"] is True and request["temperature"] == 0
+    assert page.locator("#planted").count() == 0 and page.inner_text(".msg.user .text") == first
+    _, request = send(page, "and again")
+    assert request["messages"] == [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": streamed_text(chunks)},
+        {"role": "user", "content": "and again"},
+    ]
+    assert page.locator(".msg.assistant").count() == 2
+    page.click("#new-chat")
+    _, request = send(page, "fresh")
+    assert request["messages"] == [{"role": "user", "content": "fresh"}]
+
+
+def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
+    netloc = urlsplit(server).netloc
+    for method in ("GET", "HEAD"):
+        conn = http.client.HTTPConnection(netloc, timeout=10)
+        conn.request(method, "/")
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200 and response.getheader("Content-Type").startswith("text/html")
+        assert "connect-src 'self'" in response.getheader("Content-Security-Policy")
+        assert (b"<title>specllm chat</title>" in body) if method == "GET" else body == b""
+        conn.close()
+    conn = http.client.HTTPConnection(netloc, timeout=10)
+    conn.request("GET", "/v1/models")
+    assert conn.getresponse().status == 401  # the API still needs the key
+    conn.close()
+    expect(page.locator("#model")).to_have_text("(API key needed: see Settings)")
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    expect(page.locator("#error")).to_have_text("this server needs its API key: enter it under Settings")
+    # The turn is taken back, ready to send again, and the key field is open.
+    assert page.locator(".msg").count() == 0 and page.input_value("#input") == "hello"
+    assert page.locator("#settings").evaluate("details => details.open")
+    settings(page, api_key=KEY, max_tokens=4)
+    page.fill("#input", "")
+    send(page, "hello")
+    assert page.inner_text("#error") == "" and page.locator(".msg.assistant .text > *").count() > 0
+    expect(page.locator("#model")).to_have_text("target.gguf")
+
+
+# --- the stream the page reads ---------------------------------------------------------------
+
+
+def test_steps_are_streamed_only_when_asked_for(server):
+    client = openai.OpenAI(base_url=server + "v1", api_key=KEY, max_retries=0, timeout=60)
+    ask = dict(model="x", messages=[{"role": "user", "content": "def f(x):"}], max_tokens=MAX_TOKENS, temperature=0)
+    plain = [c.to_dict() for c in client.chat.completions.create(**ask, stream=True)]
+    assert [c for c in plain[:-1] if "specllm" in c] == [] and "stop_reason" in plain[-1]["specllm"]
+    steps_asked = {"stream": True, "extra_body": {"specllm_steps": True}}
+    detailed = [c.to_dict() for c in client.chat.completions.create(**ask, **steps_asked)]
+    steps = detailed[1:-1]
+    assert all("source" in c["specllm"] for c in steps) and "stop_reason" in detailed[-1]["specllm"]
+    for chunk in steps:  # a chunk's text is its step's accepted and target text
+        step = chunk["specllm"]
+        assert chunk["choices"][0]["delta"].get("content", "") == step["accepted"] + step["target"]
+        assert step["source"] == "model" and set(step["stats"]["sources"]) == {"model"}
+    # Each step's stats are as they were after it, not as the engine had them when it was sent.
+    assert [c["specllm"]["stats"]["target_calls"] for c in steps] == list(range(1, len(steps) + 1))
+    assert steps[-1]["specllm"]["stats"]["n_accepted"] == detailed[-1]["specllm"]["stats"]["n_accepted"]
+    assert streamed_text(detailed) == streamed_text(plain)
+    completion = client.completions.create(model="x", prompt="def f(x):", max_tokens=8, **steps_asked)
+    for chunk in list(completion)[:-1]:
+        step = chunk.to_dict()["specllm"]
+        assert chunk.choices[0].text == step["accepted"] + step["target"]
+    with pytest.raises(openai.BadRequestError, match="specllm_steps"):
+        client.chat.completions.create(**ask, stream=True, extra_body={"specllm_steps": "yes"})
