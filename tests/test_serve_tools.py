@@ -133,13 +133,16 @@ def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
     the model leaves unfinished comes back as the text it is (held back until the end)."""
     _, srv = qwen_templated
     client = srv.client()
-    for choice in ("auto", NAMED):
+    for choice, steps in (("auto", False), (NAMED, False), (NAMED, True)):
         request = dict(model="x", messages=ASK, tools=[GET_WEATHER], tool_choice=choice, temperature=0, max_tokens=40)
         whole = client.chat.completions.create(**request)
-        chunks = list(client.chat.completions.create(**request, stream=True))
+        chunks = list(client.chat.completions.create(**request, stream=True, extra_body={"specllm_steps": steps}))
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert whole.choices[0].message.content == streamed and whole.choices[0].message.tool_calls is None
         assert whole.choices[0].finish_reason == chunks[-1].choices[0].finish_reason == "length"
+    # With specllm_steps, a chunk per step (its content empty while held back), then the held text.
+    assert len(chunks) > 4 and all("specllm" in c.to_dict() for c in chunks[1:-2])
+    assert chunks[-2].choices[0].delta.content == streamed
     assert streamed.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
 
 
