@@ -372,10 +372,12 @@ class Model:
         raw = L.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None
 
-    def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
         """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
-        Jinja environment configured like llama-cpp-python's, with bounded loops and output. Any
-        template error, from compiling it or rendering it, is a SpecllmError."""
+        Jinja environment configured like llama-cpp-python's, with bounded loops and output.
+        `tools` (OpenAI's function tools) go in the template's `tools` variable, as llama.cpp and
+        transformers pass them. Any template error, from compiling it or rendering it, is a
+        SpecllmError."""
         try:
             template = _compile_chat_template(self.chat_template() or CHATML_TEMPLATE)
             return _render_bounded(
@@ -384,6 +386,7 @@ class Model:
                 eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
                 bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
                 add_generation_prompt=add_generation_prompt,
+                tools=tools,
             )
         except Exception as e:  # a template can raise anything from inside Jinja
             raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
@@ -675,7 +678,7 @@ def _compile_chat_template(source: str):
     return env.from_string(source)
 
 
-def _render_bounded(template, **variables) -> str:
+def _render_bounded(template, tools=None, **variables) -> str:
     """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
     that gives at most TEMPLATE_RANGE_BUDGET items in all, and at most TEMPLATE_MAX_CHARS characters
     of output (counted as they are produced, so a runaway template stops early)."""
@@ -696,7 +699,7 @@ def _render_bounded(template, **variables) -> str:
     out = io.StringIO()
     chunks = template.generate(
         **variables, raise_exception=raise_exception, strftime_now=Formatter.strftime_now, range=bounded_range,
-        functions=None, function_call=None, tools=None, tool_choice=None,
+        functions=None, function_call=None, tools=tools, tool_choice=None,
     )  # fmt: skip
     for chunk in chunks:
         if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:

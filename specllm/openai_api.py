@@ -2,19 +2,24 @@
 data (no HTTP, no engine). Errors are `ApiError`s carrying the OpenAI error body.
 
 Requests are validated strictly (a string where a number belongs is refused, not converted), unknown
-fields are ignored, and fields that ask for something specllm cannot do (tools, logprobs,
-penalties, ...) are refused rather than silently ignored.
+fields are ignored, and fields that ask for something specllm cannot do (logprobs, penalties, ...)
+are refused rather than silently ignored. Chat requests may offer tools (see `ToolChoice` and
+tool_calls.py); the model's calls come back as `tool_calls`.
 """
 
+import json
 import os
+import secrets
+import string
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .engine import DRAFTERS, Result, Step
+from .tool_calls import ToolCall, ToolCallParser
 
 MAX_SEED = 2**32 - 1  # as the CLI's --seed
 MAX_STOPS = 4  # as OpenAI
@@ -34,7 +39,7 @@ class ApiError(Exception):
 
 # Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing.
 UNSUPPORTED = (
-    "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",
+    "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",  # tools: chat only
     "response_format", "presence_penalty", "frequency_penalty", "suffix", "echo", "best_of",
 )  # fmt: skip
 HARMLESS = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
@@ -103,19 +108,120 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+    arguments: str  # JSON, as OpenAI sends it
+
+
+class AssistantToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    def to_template(self, object_arguments: bool) -> dict:
+        """As a template wants it: most write the arguments with tojson, from an object."""
+        arguments = self.function.arguments
+        if object_arguments:
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # not JSON: the template gets the text the client sent
+        return {"id": self.id, "type": "function", "function": {"name": self.function.name, "arguments": arguments}}
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self):
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
+
+    def to_template(self, object_arguments: bool = True) -> dict:
+        """The message as a chat template gets it: OpenAI's "developer" is the system role, and
+        content is text (empty beside tool calls: templates concatenate it)."""
+        content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
+        message = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_template(object_arguments) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # as OpenAI
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: Function
 
     def to_template(self) -> dict:
-        """The message as a chat template gets it: OpenAI's "developer" is the system role."""
-        content = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": content}
+        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatRequest(_Request):
     messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    def check(self) -> None:
+        super().check()
+        names = [tool.function.name for tool in self.tools or []]
+        if len(set(names)) < len(names):
+            raise ApiError(400, "tools: two tools have the same name", "tools")
+        if self.tool_choice not in (None, "none", "auto") and not names:
+            raise ApiError(400, "tool_choice: a call is asked for but no tools are given", "tool_choice")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            raise ApiError(400, f"tool_choice: no tool is named {self.tool_choice.function.name!r}", "tool_choice")
+
+    @property
+    def offered_tools(self) -> list[Tool]:
+        """The tools the model is shown: none with tool_choice "none" (it must not call)."""
+        return [] if self.tool_choice == "none" else list(self.tools or [])
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The tool a call must be to: the named one, or the only one when a call is required."""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.function.name
+        if self.tool_choice == "required" and len(self.offered_tools) == 1:
+            return self.offered_tools[0].function.name
+        return None
+
+    @property
+    def call_required(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
 
 
 class CompletionRequest(_Request):
@@ -209,32 +315,90 @@ class Reply:
         prefix = "chatcmpl" if self.chat else "cmpl"
         return {"id": f"{prefix}-{self.id}", "object": kind, "created": self.created, "model": self.model, "choices": choices}
 
-    def complete(self, result: Result, seed: int) -> dict:
-        """The whole response of a request that was not streamed."""
+    def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
+        """The whole response of a request that was not streamed; `tools` has read its calls."""
         choice = {"index": 0, "finish_reason": finish_reason(result.stop_reason), "logprobs": None}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": result.text}
+            if tools is not None:
+                choice["message"] = tools.message()
+                choice["finish_reason"] = tools.finish_reason(choice["finish_reason"])
         else:
             choice["text"] = result.text
         body = self._object("chat.completion" if self.chat else "text_completion", [choice])
         return body | {"usage": usage(result), "specllm": specllm_stats(result, seed)}
 
-    def chunk(self, text: str | None = None, *, first: bool = False, finish: str | None = None) -> dict:
-        """One streamed chunk: new text, or (with `finish`) the end of the choice."""
+    def chunk(
+        self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list | None = None
+    ) -> dict:
+        """One streamed chunk: new text or calls, or (with `finish`) the end of the choice."""
         choice = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
-            choice["delta"] = ({"role": "assistant", "content": ""} if first else {}) | (
-                {"content": text} if text else {}
+            choice["delta"] = (
+                ({"role": "assistant", "content": ""} if first else {})
+                | ({"content": text} if text else {})
+                | ({"tool_calls": tool_calls} if tool_calls else {})
             )
         else:
             choice["text"] = text or ""
         return self._object("chat.completion.chunk" if self.chat else "text_completion", [choice])
 
-    def last_chunk(self, result: Result, seed: int) -> dict:
+    def last_chunk(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
         """The chunk that ends the choice, with the speculative stats."""
-        return self.chunk(finish=finish_reason(result.stop_reason)) | {"specllm": specllm_stats(result, seed)}
+        finish = finish_reason(result.stop_reason)
+        if tools is not None:
+            finish = tools.finish_reason(finish)
+        return self.chunk(finish=finish) | {"specllm": specllm_stats(result, seed)}
 
     def usage_chunk(self, result: Result) -> dict:
         """stream_options.include_usage: a chunk with no choices and the usage, after the last."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return self._object(kind, []) | {"usage": usage(result)}
+
+
+class ToolReply:
+    """A chat reply read for tool calls as it is generated: its deltas hold text decided not to be
+    a call, and calls once complete (tool_calls.py). The reply may begin with `prefill`, the start
+    of a call the prompt ends with (tool_choice "required" or a named function): it is read as the
+    reply's first text. Streamed or not, the same reading gives the same calls and text."""
+
+    def __init__(self, tool_names: list[str], prefill: str = "", parallel: bool = True):
+        self.parser, self.parallel = ToolCallParser(tool_names), parallel
+        self.prefill = prefill
+        self.text, self.calls = "", []  # what the deltas so far hold
+
+    def feed(self, text: str) -> dict:
+        """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""
+        text, self.prefill = self.prefill + text, ""
+        return self._delta(*self.parser.feed(text))
+
+    def finish(self) -> dict:
+        """The delta the end of the reply decides."""
+        return self._delta(*self.parser.finish())
+
+    def message(self) -> dict:
+        """The whole reply as a message (after finish)."""
+        if not self.calls:
+            return {"role": "assistant", "content": self.text}
+        calls = [{k: v for k, v in call.items() if k != "index"} for call in self.calls]  # index: streams only
+        return {"role": "assistant", "content": self.text or None, "tool_calls": calls}
+
+    def finish_reason(self, otherwise: str) -> str:
+        return "tool_calls" if self.calls else otherwise
+
+    def _delta(self, text: str, calls: list[ToolCall]) -> dict:
+        if not self.parallel:  # parallel_tool_calls false: the first call only
+            calls = calls[: max(0, 1 - len(self.calls))]
+        new = [self._call(call, len(self.calls) + i) for i, call in enumerate(calls)]
+        self.text, self.calls = self.text + text, self.calls + new
+        return ({"text": text} if text else {}) | ({"tool_calls": new} if new else {})
+
+    @staticmethod
+    def _call(call: ToolCall, index: int) -> dict:
+        function = {"name": call.name, "arguments": call.arguments}
+        return {"index": index, "id": call_id(), "type": "function", "function": function}
+
+
+def call_id() -> str:
+    """A new call's id: 9 letters and digits, the only ids Mistral's templates take back."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))

@@ -35,8 +35,9 @@ from starlette.exceptions import HTTPException
 from .chat import describe_models, extend_prompt
 from .engine import Engine, Finished, Result, Step, make_config
 from .errors import SpecllmError
-from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, parse, specllm_step
+from .openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse, specllm_step
 from .sampling import default_seed
+from .tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
 
 log = logging.getLogger("specllm.serve")
 
@@ -87,6 +88,19 @@ class Plan:
     seed: int
     events: Iterator[Step | Finished]
     continues: bool = False  # the prompt extends the previous request's whole transcript
+    tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
+    marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
+
+    def delta(self, step: Step) -> dict:
+        """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
+        if self.tools is not None:
+            return self.tools.feed(self.marked(step))
+        text = step.accepted_text + step.token_text
+        return {"text": text} if text else {}
+
+    def finish(self) -> dict:
+        """What only the end of the reply decides: text held back as maybe a call."""
+        return self.tools.finish() if self.tools is not None else {}
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -159,6 +173,8 @@ class EngineWorker:
         self.stopping = False  # the server is shutting down: no new generations
         # The previous generation's prompt + generated text and its tokens, for extend_prompt.
         self.last: tuple[str, list[int]] | None = None
+        self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
+        self._tool_markers: dict[int, str] | None = None
 
     async def start(self, request) -> tuple[Plan, Job]:
         """Wait for the engine, then start generating for `request` on the engine thread.
@@ -201,9 +217,9 @@ class EngineWorker:
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text = None
+        text, tools = None, None
         if chat:
-            text = engine.target.render_chat([m.to_template() for m in request.messages])
+            text, tools = self.render_chat(request)
         elif isinstance(request.prompt, str):
             text = request.prompt
         continues = False
@@ -232,7 +248,50 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events), continues)
+        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None)
+
+    def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
+        """The prompt of a chat request, through the target's chat template with its tools, and
+        the reader of the reply's calls when tools are offered. A call that must be made is
+        begun in the prompt (ToolTemplate.prefill), so the model goes on with it."""
+        offered = request.offered_tools
+        uses_tools = offered or any(m.tool_calls for m in request.messages)
+        form = self.tool_template() if uses_tools else ToolTemplate(False)
+        if offered and not form.renders_tools:
+            name = self.engine.target.path.name
+            message = f"{name} cannot be offered tools: its chat template does not render them"
+            raise ApiError(400, message, "tools", "tools_not_supported")
+        messages = [m.to_template(form.object_arguments) for m in request.messages]
+        text = self.engine.target.render_chat(messages, tools=[t.to_template() for t in offered] or None)
+        if not offered:
+            return text, None
+        prefill = form.prefill(request.forced_tool) if request.call_required else ""
+        names = [t.function.name for t in offered]
+        self.tool_markers()  # found here, on the engine thread
+        return text + prefill, ToolReply(names, prefill, request.parallel_tool_calls is not False)
+
+    def tool_template(self) -> ToolTemplate:
+        if self._tool_template is None:
+            target = self.engine.target
+            self._tool_template = inspect_template(
+                lambda messages, tools, prompt: target.render_chat(messages, tools=tools, add_generation_prompt=prompt)
+            )
+        return self._tool_template
+
+    def tool_markers(self) -> dict[int, str]:
+        """The target's control tokens that are call markup, by id."""
+        if self._tool_markers is None:
+            target = self.engine.target
+            texts = {t: target.token_text(t).decode("utf-8", errors="replace") for t in target.markup_tokens}
+            self._tool_markers = {t: text for t, text in texts.items() if text in MARKERS}
+        return self._tool_markers
+
+    def marked_text(self, step: Step) -> str:
+        """A step's text with the call markup that control tokens wrote put back: generated
+        text leaves control tokens out, Mistral's [TOOL_CALLS] among them."""
+        emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
+        text = step.accepted_text + step.token_text
+        return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
 
     def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
         """The events, keeping the finished transcript for the next request's extend_prompt (not
@@ -372,6 +431,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
                 result = event.result
             else:
                 generated = event.stats.generated_tokens
+                plan.delta(event)  # a reply read for calls is read as it comes, as when streamed
                 if await request.is_disconnected():  # no wait: only what has arrived
                     break
     except Exception as e:
@@ -383,8 +443,9 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     if result is None:
         access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    plan.finish()
     access(request, 200, describe(result))
-    return JSONResponse(reply.complete(plan.reported(result), plan.seed))
+    return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
 
 
 async def stream(
@@ -403,18 +464,20 @@ async def stream(
                 result = event.result
                 continue
             generated = event.stats.generated_tokens
-            text = event.accepted_text + event.token_text
+            delta = plan.delta(event)
             if steps:  # even a step that added no text: its rejected draft and stats are news
-                yield sse(reply.chunk(text) | {"specllm": specllm_step(event)})
-            elif text:
-                yield sse(reply.chunk(text))
+                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(event)})
+            elif delta:
+                yield sse(reply.chunk(**delta))
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
             outcome = stopped(generated, error.message)
             yield sse(error.body())
         else:
             outcome = describe(result)
-            yield sse(reply.last_chunk(plan.reported(result), plan.seed))
+            if delta := plan.finish():
+                yield sse(reply.chunk(**delta))
+            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
             if include_usage:
                 yield sse(reply.usage_chunk(plan.reported(result)))
     except Exception as e:

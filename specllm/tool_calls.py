@@ -1,0 +1,454 @@
+"""Tool calls in a model's output, read back as OpenAI's `tool_calls`; pure text, no model.
+
+The forms recognized, whichever template the model was prompted with (small models drift from
+their template's own form, so every form is tried):
+
+    <tool_call>{"name": ..., "arguments": {...}}</tool_call>    Hermes, Qwen (closing tag optional)
+    <|python_tag|>{"name": ..., "parameters": {...}}            Llama 3.x (`;` between calls)
+    [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]        Mistral
+    [TOOL_CALLS]name[ARGS]{...}                                 newer Mistral ([CALL_ID]id optional)
+    ```json {"name": ..., "arguments": {...}} ```               a fenced block (object or list)
+    {"name": ..., "arguments": {...}}  or  [{...}, ...]          bare JSON, as llama-server's generic
+                                                                 handling accepts
+
+A JSON object is a call only when it names one of the offered tools and has no keys but a call's
+(name, arguments or parameters, id, type; or OpenAI's {"type", "function": {...}}, or
+{"tool_call": ...} / {"tool_calls": [...]}), so that an echoed tool schema or a JSON example in
+prose is not one. Arguments may be an object or a string holding one. A region whose calls do not
+all qualify (malformed JSON, an unknown tool) stays text.
+
+`ToolCallParser` reads text as it is generated: it hands out text only once no continuation could
+make it part of a call, and each call once it is complete, so that any split of the text into
+chunks gives what parsing it whole (`parse_tool_calls`) gives. Text around calls is trimmed of
+whitespace at its two ends.
+"""
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+PYTHON_TAG = "<|python_tag|>"
+MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+FENCE = "```"
+CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
+WRAPPER_KEYS = {"type", "function", "id"}
+MISTRAL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+FENCE_LANGUAGE = re.compile(r"[A-Za-z0-9_+-]*")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # a JSON object, as text (OpenAI's function.arguments)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    content: str | None  # the text around the calls; None when there is none
+    calls: list[ToolCall]
+
+
+class _More:
+    """The text so far does not decide: wait for more (or for its end)."""
+
+
+MORE = _More()
+
+
+@dataclass(frozen=True)
+class _Match:
+    end: int  # where the call region ends in the text it was matched on
+    calls: list[ToolCall]
+
+
+def parse_tool_calls(text: str, tool_names: Iterable[str]) -> Parsed:
+    """The calls in a whole reply, and the text around them."""
+    parser = ToolCallParser(tool_names)
+    content, calls = parser.feed(text)
+    rest, more = parser.finish()
+    content += rest
+    return Parsed(content or None, calls + more)
+
+
+class ToolCallParser:
+    """Incremental: feed() the text as it comes, then finish(); each returns the text and the
+    calls decided by then."""
+
+    def __init__(self, tool_names: Iterable[str]):
+        self.names = frozenset(tool_names)
+        self.pending = ""  # text not decided yet: it may start a call
+        self.ended = False
+        self.started = False  # some text was handed out (leading whitespace is dropped)
+        self.spaces = ""  # trailing whitespace held back: dropped if nothing but calls follows
+
+    def feed(self, text: str) -> tuple[str, list[ToolCall]]:
+        self.pending += text
+        return self._decide()
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        self.ended = True
+        return self._decide()
+
+    def _decide(self) -> tuple[str, list[ToolCall]]:
+        text, pieces, calls, i = self.pending, [], [], 0
+        while i < len(text):
+            start = _next_candidate(text, i)
+            pieces.append(text[i:start])
+            i = start
+            if i == len(text):
+                break
+            found = self._match(text[i:])
+            if found is MORE:
+                break
+            if found is None:  # not a call: the character is text
+                pieces.append(text[i])
+                i += 1
+            else:
+                calls += found.calls
+                i += found.end
+        self.pending = text[i:]
+        if self.ended:  # the rest can no longer become a call (_match said so): it is text
+            pieces.append(self.pending)
+            self.pending = ""
+        return self._trimmed("".join(pieces)), calls
+
+    def _trimmed(self, text: str) -> str:
+        """Text to hand out, without the whole reply's leading and trailing whitespace."""
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        text = self.spaces + text
+        body = text.rstrip()
+        self.spaces = "" if self.ended else text[len(body) :]
+        return body
+
+    def _match(self, text: str) -> "_Match | _More | None":
+        """The call region at the start of `text`, None when there is none, MORE when the text
+        so far cannot tell."""
+        for form in (self._hermes, self._python_tag, self._mistral, self._fenced, self._bare):
+            found = form(text)
+            if found is not None:
+                return found
+        return None
+
+    # --- the forms: each returns a _Match, MORE, or None (not this form) --------------------
+
+    def _hermes(self, text: str):
+        after = _after_marker(text, HERMES_OPEN, self.ended)
+        if not isinstance(after, int):
+            return after
+        found = self._json_calls(text, _skip_spaces(text, after))
+        if not isinstance(found, _Match):
+            return found
+        # The closing tag is optional (a model may stop or go on without it).
+        close = _skip_spaces(text, found.end)
+        tag = _after_marker(text[close:], HERMES_CLOSE, self.ended)
+        if tag is MORE:
+            return MORE
+        return _Match(close + tag, found.calls) if isinstance(tag, int) else found
+
+    def _python_tag(self, text: str):
+        after = _after_marker(text, PYTHON_TAG, self.ended)
+        if not isinstance(after, int):
+            return after
+        calls, i = [], after
+        while True:  # calls separated by ";"
+            found = self._json_calls(text, _skip_spaces(text, i))
+            if not isinstance(found, _Match):
+                return found
+            calls += found.calls
+            j = _skip_spaces(text, found.end)
+            if j == len(text) and not self.ended:
+                return MORE
+            if j == len(text) or text[j] != ";":
+                return _Match(found.end, calls)
+            i = j + 1
+
+    def _mistral(self, text: str):
+        after = _after_marker(text, MISTRAL_CALLS, self.ended)
+        if not isinstance(after, int):
+            return after
+        i = _skip_spaces(text, after)
+        if i == len(text):
+            return None if self.ended else MORE
+        if text[i] in "[{":
+            return self._json_calls(text, i)
+        return self._mistral_named(text, i)
+
+    def _mistral_named(self, text: str, i: int):
+        """name[ARGS]{...}, or name[CALL_ID]id[ARGS]{...}."""
+        name = MISTRAL_NAME.match(text, i)
+        if name is None:
+            return None
+        j = name.end()
+        if j == len(text):  # the name may still be growing
+            return None if self.ended else MORE
+        call_id = _after_marker(text[j:], MISTRAL_CALL_ID, self.ended)
+        if call_id is MORE:
+            return MORE
+        if isinstance(call_id, int):
+            given = MISTRAL_NAME.match(text, j + call_id)
+            j = given.end() if given else j + call_id
+            if j == len(text):
+                return None if self.ended else MORE
+        args = _after_marker(text[j:], MISTRAL_ARGS, self.ended)
+        if not isinstance(args, int):
+            return args
+        start = _skip_spaces(text, j + args)
+        if start == len(text):
+            return None if self.ended else MORE
+        value = _json_value(text, start, self.ended)
+        if not isinstance(value, tuple):
+            return value
+        end, arguments = value
+        call = self._call({"name": name.group(), "arguments": arguments})
+        return _Match(end, [call]) if call else None
+
+    def _fenced(self, text: str):
+        """A fenced block of nothing but calls: one JSON value, or several one after another."""
+        after = _after_marker(text, FENCE, self.ended)
+        if not isinstance(after, int):
+            return after
+        calls, i = [], _skip_spaces(text, FENCE_LANGUAGE.match(text, after).end())
+        while True:
+            if i == len(text):  # the block may end with the reply
+                return (_Match(i, calls) if calls else None) if self.ended else MORE
+            if text[i] not in "[{":
+                fence = _after_marker(text[i:], FENCE, self.ended)
+                if fence is MORE:
+                    return MORE
+                return _Match(i + fence, calls) if calls and isinstance(fence, int) else None
+            found = self._json_calls(text, i)
+            if not isinstance(found, _Match):
+                return found
+            calls += found.calls
+            i = _skip_spaces(text, found.end)
+
+    def _bare(self, text: str):
+        if text[0] not in "[{":
+            return None
+        opening = _opens_call(text, self.ended)
+        if opening is not True:
+            return opening
+        return self._json_calls(text, 0)
+
+    # --- JSON -------------------------------------------------------------------------------
+
+    def _json_calls(self, text: str, start: int):
+        """The call or list of calls written as one JSON value at `start`."""
+        if start == len(text):
+            return None if self.ended else MORE
+        value = _json_value(text, start, self.ended)
+        if not isinstance(value, tuple):
+            return value
+        end, parsed = value
+        calls = self._calls(parsed)
+        return _Match(end, calls) if calls else None
+
+    def _calls(self, value) -> list[ToolCall]:
+        """The calls a JSON value holds; none unless every part of it is a call to an offered tool."""
+        if isinstance(value, dict) and set(value) == {"tool_calls"}:
+            value = value["tool_calls"]
+        items = value if isinstance(value, list) else [value]
+        calls = [self._call(item) for item in items]
+        return calls if calls and all(calls) else []
+
+    def _call(self, item) -> ToolCall | None:
+        if not isinstance(item, dict):
+            return None
+        if set(item) == {"tool_call"}:
+            item = item["tool_call"]
+        elif "function" in item and set(item) <= WRAPPER_KEYS:  # OpenAI's own shape
+            item = item["function"]
+        if not isinstance(item, dict) or not set(item) <= CALL_KEYS:
+            return None
+        if not isinstance(item.get("name"), str) or item["name"] not in self.names:
+            return None
+        if "arguments" in item and "parameters" in item:
+            return None
+        arguments = _arguments(item.get("arguments", item.get("parameters", {})))
+        return ToolCall(item["name"], arguments) if arguments is not None else None
+
+
+def _arguments(value) -> str | None:
+    """Arguments as OpenAI gives them: a JSON object as text (a model may write either)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else None
+
+
+def _next_candidate(text: str, i: int) -> int:
+    """The first position from i where a call region could start."""
+    found = [j for j in (text.find(c, i) for c in "<[`{") if j >= 0]
+    return min(found, default=len(text))
+
+
+def _after_marker(text: str, marker: str, ended: bool) -> "int | _More | None":
+    """The position after `marker` at the start of text; MORE if text is a beginning of it."""
+    if text.startswith(marker):
+        return len(marker)
+    if marker.startswith(text) and not ended:
+        return MORE
+    return None
+
+
+def _skip_spaces(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _opens_call(text: str, ended: bool) -> "bool | _More | None":
+    """Whether text can begin a bare call: `{"` or `[{"` (whitespace between): held back only
+    then, so that a brace or bracket in prose is handed out at once."""
+    i = 0
+    for expected in ("[{" if text[0] == "[" else "{") + '"':
+        i = _skip_spaces(text, i)
+        if i == len(text):
+            return None if ended else MORE
+        if text[i] != expected:
+            return None
+        i += 1
+    return True
+
+
+def _json_value(text: str, start: int, ended: bool):
+    """(end, value) of the JSON object or array at `start`; MORE while it is unfinished; None
+    if it is not JSON."""
+    end = _balanced_end(text, start)
+    if end is None:
+        return None if ended else MORE
+    try:
+        return end, json.loads(text[start:end])
+    except ValueError:
+        return None
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """Where the bracketed JSON value at `start` closes (strings and escapes skipped), or None."""
+    if text[start] not in "[{":
+        return None
+    depth, in_string, escaped = 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+# --- what a chat template does with tools --------------------------------------------------------
+
+PROBE_TOOL, PROBE_ARG, PROBE_VALUE = "specllm_probe_tool", "specllm_probe_arg", "specllm_probe_value"
+PROBE_CALL_ID = "call00001"  # 9 alphanumeric characters: Mistral's templates refuse other ids
+GENERIC_START, GENERIC_NAME_TO_ARGUMENTS = '{"name": "', '", "arguments": '
+
+
+@dataclass(frozen=True)
+class ToolTemplate:
+    """What a chat template does with tools, found by rendering a probe tool and call."""
+
+    renders_tools: bool
+    object_arguments: bool = True  # it writes a call's arguments from an object (tojson), not a string
+    call_start: str = GENERIC_START  # what it writes before a call's tool name
+    name_to_arguments: str = GENERIC_NAME_TO_ARGUMENTS  # between the name and the arguments
+
+    def prefill(self, name: str | None) -> str:
+        """The start of a call, to begin a reply with: up to the tool name (None: the model
+        chooses it) or, given the name, up to its arguments."""
+        return self.call_start if name is None else self.call_start + name + self.name_to_arguments
+
+
+Render = Callable[[list[dict], "list[dict] | None", bool], str]  # (messages, tools, add_generation_prompt)
+
+
+def inspect_template(render: Render) -> ToolTemplate:
+    """Render a probe tool: a template that does not write it does not take tools. Then render a
+    probe call, to learn how the template wants its arguments and how it writes a call."""
+    user = {"role": "user", "content": "Hello"}
+    tools = [probe_tool()]
+    try:
+        prompt = render([user], tools, True)
+    except Exception:  # a template can raise anything: then it takes no tools
+        return ToolTemplate(False)
+    if PROBE_TOOL not in prompt:
+        return ToolTemplate(False)
+    for object_arguments in (True, False):
+        try:
+            reply = render([user, probe_call(object_arguments)], tools, False)
+        except Exception:
+            continue
+        # An object the template only prints comes out as Python's repr: it wants a string.
+        if object_arguments and (PROBE_VALUE not in reply or f"'{PROBE_VALUE}'" in reply):
+            continue
+        return _call_form(prompt, reply, object_arguments)
+    return ToolTemplate(True)
+
+
+def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
+    """How the template writes a call: the reply part of `whole` (the conversation with the
+    probe call) after `prompt` (the conversation up to the reply)."""
+    generic = ToolTemplate(True, object_arguments)
+    if not whole.startswith(prompt):
+        return generic
+    reply = whole[len(prompt) :]
+    at = reply.find(PROBE_TOOL)
+    start = reply[:at]  # as the template writes it
+    if at < 0 or not start.strip():
+        return generic
+    after = at + len(PROBE_TOOL)
+    brace = reply.rfind("{", after, max(reply.find(PROBE_ARG, after), after))
+    between = reply[after:brace] if brace >= 0 else GENERIC_NAME_TO_ARGUMENTS
+    return ToolTemplate(True, object_arguments, start, between)
+
+
+def probe_tool() -> dict:
+    parameters = {"type": "object", "properties": {PROBE_ARG: {"type": "string"}}, "required": [PROBE_ARG]}
+    return {"type": "function", "function": {"name": PROBE_TOOL, "description": "A probe", "parameters": parameters}}
+
+
+def probe_call(object_arguments: bool) -> dict:
+    arguments = {PROBE_ARG: PROBE_VALUE}
+    function = {"name": PROBE_TOOL, "arguments": arguments if object_arguments else json.dumps(arguments)}
+    call = {"id": PROBE_CALL_ID, "type": "function", "function": function}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+# --- call markup written as control tokens -------------------------------------------------------
+
+# Markers a tokenizer may hold as control tokens, which generated text leaves out (Mistral's
+# [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>): the calls' reader needs them back.
+MARKERS = (HERMES_OPEN, HERMES_CLOSE, PYTHON_TAG, MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID)
+
+
+def with_markers(text: str, tokens: list[int], markers: dict[int, str], piece: Callable[[int], bytes]) -> str:
+    """`text`, generated as `tokens` with control tokens left out, with the markers among them
+    put back where they were: after the text of the tokens before each."""
+    if not any(token in markers for token in tokens):
+        return text
+    out, at, before = [], 0, b""
+    for token in tokens:
+        if token in markers:
+            cut = min(max(len(before.decode("utf-8", errors="replace")), at), len(text))
+            out += [text[at:cut], markers[token]]
+            at = cut
+        else:
+            before += piece(token)
+    return "".join(out) + text[at:]
