@@ -22,6 +22,7 @@ import pytest
 
 import tiny_models as tm
 from one_line import assert_one_line_error
+from serving import serving
 
 import specllm
 from specllm import backend
@@ -171,13 +172,7 @@ def test_serve_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
     """`serve --rpc`: the server's greedy completion equals the local target's."""
     args = ["serve", "--target", tiny_models.target, "--draft", "none", "--rpc", ",".join(servers),
             "--threads", 1, "--ctx-size", 512, "--port", 0]  # fmt: skip
-    proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        while not lines or not lines[-1].startswith("specllm serve:"):
-            lines.append(proc.stderr.readline())
-            assert lines[-1], "".join(lines)
-        url = re.search(r"http://127\.0\.0\.1:\d+", lines[-1])[0]
+    with serving(args) as (_, _, url):
         body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 32, "temperature": 0}).encode()
         request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=120) as response:
@@ -189,9 +184,6 @@ def test_serve_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
             engine.close()
         assert local.tokens == local_outputs[0][:32]  # the same greedy run as the other tests' reference
         assert reply["choices"][0]["text"] == local.text and reply["usage"]["completion_tokens"] == 32
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_doctor_says_rpc_is_supported_and_what_each_server_offers(servers):

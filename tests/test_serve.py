@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
+from serving import serving
 import specllm
 from specllm.server import ServeSettings, address, create_app, listen, server
 
@@ -383,16 +384,10 @@ def test_the_serve_command(tiny_models):
     # a context for a reply of minutes: Ctrl-C lands mid-stream whatever the model's speed
     args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 65536, "--port", 0]
     env = {**os.environ, "SPECLLM_API_KEY": "k"}
-    proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        lines = []
-        while not lines or not lines[-1].startswith("specllm serve:"):
-            lines.append(proc.stderr.readline())
-            assert lines[-1], "".join(lines)
+    with serving(args, env) as (proc, lines, url):
         assert "GPU offload" in lines[0]  # the backend, as -v says it
         startup = lines[-1]
         assert "target.gguf + draft.gguf" in startup and "drafter auto" in startup and "API key required" in startup
-        url = re.search(r"http://127\.0\.0\.1:\d+", startup)[0]
         client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
         reply = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
         assert reply.usage.completion_tokens == 4
@@ -407,9 +402,6 @@ def test_the_serve_command(tiny_models):
         rest = proc.stderr.read()
         assert proc.wait(30) == 130 and "Traceback" not in rest and "ERROR" not in rest
         assert re.fullmatch(r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip())
-    finally:
-        proc.kill()
-        proc.wait()
     taken = listen("127.0.0.1", 0)
     try:
         port = taken.getsockname()[1]

@@ -21,6 +21,7 @@ import pytest
 import specllm
 import tiny_models as tm
 from one_line import assert_one_line_error
+from serving import serving
 from specllm import local_models, stores
 from specllm.errors import SpecllmError
 
@@ -345,18 +346,11 @@ def test_remove_refuses_a_store_model_even_when_handed_one(filled):
 
 
 def test_serve_a_store_model_under_its_name(filled):
-    import re
     import signal
     import urllib.request
 
     args = ["serve", "--target", "ollama:tiny", "--draft", "none", "--threads", 1, "--ctx-size", 512, "--port", 0]
-    proc = subprocess.Popen([sys.executable, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        while not lines or not lines[-1].startswith("specllm serve:"):
-            lines.append(proc.stderr.readline())
-            assert lines[-1], "".join(lines)
-        url = re.search(r"http://127\.0\.0\.1:\d+", lines[-1])[0]
+    with serving(args) as (proc, _, url):
         with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
             assert [m["id"] for m in json.load(response)["data"]] == ["ollama:tiny"]  # not its blob's hash
         body = json.dumps({"prompt": "def f(x):", "max_tokens": 4, "temperature": 0}).encode()
@@ -365,6 +359,3 @@ def test_serve_a_store_model_under_its_name(filled):
             assert json.load(response)["usage"]["completion_tokens"] == 4
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 130
-    finally:
-        proc.kill()
-        proc.wait()
