@@ -97,7 +97,7 @@ def test_plain_decoding_and_loop(dry_run):
     pairs = {gpc.pair_name(*pair) for _, pair in gpc.STAGES}
     assert set(data["loop"]) == pairs
     for p in data["loop"].values():
-        for key in ("target-only", "model g=4", "auto", "target_step_ms"):
+        for key in ("target-only", "model g=4", "auto", "model g=4 sampled", "target_step_ms"):
             assert _number(p[key]), key
 
 
