@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import local_models, stores
+from . import local_models, stores, winners
 from .errors import SpecllmError
 from .files import human_size
 from .hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec, resolve_models
@@ -138,8 +139,10 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
 
     target = _local_target(spec, pairs)
     found = candidates(target, pairs)
+    fastest = winners.remembered(target)
     if as_json:
-        print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found]}))
+        measured = asdict(fastest) if fastest is not None else None
+        print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found], "measured_fastest": measured}))
         return
     title = f"Drafts on disk for {spec if stores.store_name(spec) else target.name} (tried in this order)"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
@@ -149,6 +152,12 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
     Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}")
+    if fastest is not None:  # what a run of this target alone uses before the order above
+        Console(highlight=False).print(
+            f"Measured fastest here ({fastest.speedup:.2f}x target-only, `specllm bench --drafts-for`), used first: {escape(fastest.name)}"
+            if fastest.speedup is not None else
+            f"Measured fastest here (`specllm bench --drafts-for`), used first: {escape(fastest.name)}"
+        )  # fmt: skip
 
 
 def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:

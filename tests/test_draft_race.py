@@ -124,6 +124,11 @@ def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_d
     assert used.returncode == 0, used.stderr
     assert f"specllm: draft for target.gguf: {two_drafts['same_name']}, the fastest of 2 draft(s) measured here" in flat(used.stderr)
 
+    listed = specllm_cli("models", "--drafts-for", two_drafts["target"])
+    assert listed.returncode == 0 and "Measured fastest here" in listed.stdout and two_drafts["same_name"] in flat(listed.stdout.split("Measured fastest")[1])
+    as_json = json.loads(specllm_cli("models", "--drafts-for", two_drafts["target"], "--json").stdout)
+    assert as_json["measured_fastest"]["path"] == str(two_drafts["same"])
+
     chosen = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "--draft", two_drafts["other"], "-n", 8,
                          "--threads", 1, "--json")  # fmt: skip
     assert chosen.returncode == 0 and "fastest" not in chosen.stderr  # --draft overrides
