@@ -55,10 +55,29 @@ def family(file_name: str) -> str:
     return _SIZE.sub("*", _QUANT.sub("", stem))
 
 
+_NAME_KEYS = ("general.basename", "general.size_label", "general.finetune")
+
+
+def target_family(target: Path) -> str:
+    """The family of a target file: from its name, or, for a name that says nothing of it (an
+    Ollama blob is sha256-HEX), from the name parts its GGUF header gives."""
+    key = family(target.name)
+    if "*" in key or not target.is_file():
+        return key
+    try:
+        meta = read_metadata(target, set(_NAME_KEYS))
+    except SpecllmError:
+        return key
+    parts = [meta.get(k) for k in _NAME_KEYS]
+    if not all(isinstance(p, str) and p for p in parts[:2]):
+        return key
+    return family("-".join(p for p in parts if isinstance(p, str) and p) + ".gguf")
+
+
 def curated_drafts(target: Path, pairs: dict[str, Pair]) -> list[tuple[Pair, ModelFile]]:
     """The curated drafts of the target's family (a pair's draft, once per file; an entry without
     a draft offers none)."""
-    key, seen, found = family(target.name), set(), []
+    key, seen, found = target_family(target), set(), []
     for pair in pairs.values():
         draft = pair.draft
         if draft is not None and family(pair.target.file) == key and "*" in key and draft.label not in seen:

@@ -217,6 +217,24 @@ def test_an_entry_without_a_draft_offers_no_curated_draft(isolated):
     assert curated_drafts(Path("LFM2.5-350M-Instruct-Q8_0.gguf"), pairs) == []
 
 
+def test_a_blob_named_by_its_hash_has_the_family_its_header_names(isolated, tmp_path):
+    """An Ollama blob (sha256-HEX) says nothing of its family in its name: the GGUF header's
+    basename, size label and finetune do, so it still gets its family's curated draft."""
+    import gguf
+
+    pairs = load_pairs()
+    blob = tmp_path / ("sha256-" + "ab" * 32)
+    writer = gguf.GGUFWriter(blob, "qwen2")
+    for key, value in (("general.basename", "Qwen2.5-Coder"), ("general.size_label", "7B"), ("general.finetune", "Instruct")):
+        writer.add_string(key, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    coder = [(pair, pair.draft) for pair in pairs.values() if pair.name.startswith("qwen2.5-coder") and pair.draft]
+    assert curated_drafts(blob, pairs) == [coder[0]]
+    assert curated_drafts(tmp_path / "no-such-file", pairs) == []  # a name alone that says nothing: none
+
+
 def test_candidates_are_tried_smallest_first_and_checked(drafts_on_disk, tiny_models):
     found = candidates(tiny_models.target, {})
     assert [Path(c.name).name for c in found] == ["other-vocab.gguf", "smaller.gguf", "small.gguf", "big.gguf"]
