@@ -82,6 +82,7 @@ class ToolCallParser:
         self.ended = False
         self.started = False  # some text was handed out (leading whitespace is dropped)
         self.spaces = ""  # trailing whitespace held back: dropped if nothing but calls follows
+        self.scans: dict[int, tuple] = {}  # an unfinished JSON value's scan so far (see _balanced_end)
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
         self.pending += text
@@ -199,7 +200,7 @@ class ToolCallParser:
         start = _skip_spaces(text, j + args)
         if start == len(text):
             return None if self.ended else MORE
-        value = _json_value(text, start, self.ended)
+        value = _json_value(text, start, self.ended, self.scans)
         if not isinstance(value, tuple):
             return value
         end, arguments = value
@@ -240,7 +241,7 @@ class ToolCallParser:
         """The call or list of calls written as one JSON value at `start`."""
         if start == len(text):
             return None if self.ended else MORE
-        value = _json_value(text, start, self.ended)
+        value = _json_value(text, start, self.ended, self.scans)
         if not isinstance(value, tuple):
             return value
         end, parsed = value
@@ -317,10 +318,10 @@ def _opens_call(text: str, ended: bool) -> "bool | _More | None":
     return True
 
 
-def _json_value(text: str, start: int, ended: bool):
+def _json_value(text: str, start: int, ended: bool, scans: dict | None = None):
     """(end, value) of the JSON object or array at `start`; MORE while it is unfinished; None
     if it is not JSON."""
-    end = _balanced_end(text, start)
+    end = _balanced_end(text, start, scans)
     if end is None:
         return None if ended else MORE
     try:
@@ -329,12 +330,20 @@ def _json_value(text: str, start: int, ended: bool):
         return None
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """Where the bracketed JSON value at `start` closes (strings and escapes skipped), or None."""
+def _balanced_end(text: str, start: int, scans: dict | None = None) -> int | None:
+    """Where the bracketed JSON value at `start` closes (strings and escapes skipped), or None.
+    `scans` keeps, per start, how far an unfinished value was scanned and the state there: a
+    held-back value (a long call's arguments, an unclosed brace in prose) is read again at every
+    step as the reply grows, and would otherwise be scanned from its start each time (quadratic
+    in its length). The state at a point depends only on the text before it, so a text that
+    begins with the scanned one resumes where that scan stopped."""
     if text[start] not in "[{":
         return None
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
+    depth, in_string, escaped, resume = 0, False, False, start
+    earlier = scans.get(start) if scans is not None else None
+    if earlier is not None and text.startswith(earlier[0]):
+        _, resume, depth, in_string, escaped = earlier
+    for i in range(resume, len(text)):
         c = text[i]
         if in_string:
             if escaped:
@@ -351,6 +360,10 @@ def _balanced_end(text: str, start: int) -> int | None:
             depth -= 1
             if depth == 0:
                 return i + 1
+    if scans is not None:
+        if len(scans) > 16:
+            scans.clear()
+        scans[start] = (text, len(text), depth, in_string, escaped)
     return None
 
 

@@ -10,7 +10,7 @@ import tool_templates
 
 from specllm.backend import _compile_chat_template, _render_bounded
 from specllm.tool_calls import (
-    Parsed, ToolCall, ToolCallParser, ToolTemplate, inspect_template, parse_tool_calls, with_markers,
+    Parsed, ToolCall, ToolCallParser, ToolTemplate, _balanced_end, inspect_template, parse_tool_calls, with_markers,
 )  # fmt: skip
 
 NAMES = ["get_weather", "get_time"]
@@ -183,3 +183,17 @@ def test_call_markup_written_as_control_tokens_is_put_back():
     assert parse_tool_calls(text, NAMES) == Parsed(text, [])  # without them: no call
     assert with_markers("é", [6, 90], markers, pieces.__getitem__) == "é[TOOL_CALLS]"
     assert with_markers(text, [1, 2, 3], markers, pieces.__getitem__) == text
+
+
+def test_a_held_back_value_resumes_its_scan_where_it_stopped():
+    """A value read again as the reply grows resumes the scan of the text seen before: whatever
+    the point it stopped at (inside a string, after an escape, between brackets), it ends where a
+    scan from the start ends."""
+    text = '{"a": "x\\"}{[", "b": [1, {"c": "]\\\\"}], "d": {}} tail'
+    whole = _balanced_end(text, 0)
+    assert whole == text.index(" tail")
+    for cut in range(1, len(text)):
+        scans: dict = {}
+        first = _balanced_end(text[:cut], 0, scans)
+        assert first == (whole if cut >= whole else None)
+        assert _balanced_end(text, 0, scans) == whole, cut
