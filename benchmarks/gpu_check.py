@@ -715,7 +715,7 @@ def synthetic_drafter_class(plan: "SyntheticPlan"):
     token, the same host work on each logits row) but proposes the target's own greedy
     continuation, each token replaced by another with probability 1 - alpha, and reports alpha as
     its confidence (a calibrated draft that cannot tell its good tokens from its bad ones)."""
-    from specllm.drafters import Draft, ModelDrafter
+    from specllm.drafters import Draft, ModelDrafter, _top_probability
     from specllm.sampling import candidates
 
     class SyntheticDrafter(ModelDrafter):
@@ -733,7 +733,8 @@ def synthetic_drafter_class(plan: "SyntheticPlan"):
             tokens, confidences, calls = [], [], 1
             position = len(context) - plan.prompt_len
             while True:
-                candidates(logits, self.sampler)  # the host work a real draft does on its row
+                # the host work a real draft does on its row
+                logits.argmax() if self.sampler.greedy else candidates(logits, self.sampler)
                 if keep_going is not None:
                     _top_probability(logits)  # likewise (auto's confidence); alpha is reported instead
                     if not keep_going(confidences, plan.alpha, time.perf_counter() - start):
@@ -747,11 +748,6 @@ def synthetic_drafter_class(plan: "SyntheticPlan"):
             return Draft(tokens, None, calls, time.perf_counter() - start, self.name, confidences, first_call)
 
     return SyntheticDrafter
-
-
-def _top_probability(logits: np.ndarray) -> float:
-    x = logits - logits.max()
-    return float(1.0 / np.exp(x, dtype=np.float64).sum())
 
 
 class SyntheticPlan:
