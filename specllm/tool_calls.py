@@ -26,7 +26,7 @@ whitespace at its two ends.
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -197,10 +197,7 @@ class ToolCallParser:
         args = _after_marker(text[j:], MISTRAL_ARGS, self.ended)
         if not isinstance(args, int):
             return args
-        start = _skip_spaces(text, j + args)
-        if start == len(text):
-            return None if self.ended else MORE
-        value = _json_value(text, start, self.ended, self.scans)
+        value = self._json_at(text, _skip_spaces(text, j + args))
         if not isinstance(value, tuple):
             return value
         end, arguments = value
@@ -239,14 +236,19 @@ class ToolCallParser:
 
     def _json_calls(self, text: str, start: int):
         """The call or list of calls written as one JSON value at `start`."""
-        if start == len(text):
-            return None if self.ended else MORE
-        value = _json_value(text, start, self.ended, self.scans)
+        value = self._json_at(text, start)
         if not isinstance(value, tuple):
             return value
         end, parsed = value
         calls = self._calls(parsed)
         return _Match(end, calls) if calls else None
+
+    def _json_at(self, text: str, start: int):
+        """(end, value) of the JSON value at `start`; MORE while it may still begin or go on;
+        None if it is not JSON."""
+        if start == len(text):
+            return None if self.ended else MORE
+        return _json_value(text, start, self.ended, self.scans)
 
     def _calls(self, value) -> list[ToolCall]:
         """The calls a JSON value holds; none unless every part of it is a call to an offered tool."""
