@@ -153,11 +153,10 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
     Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}")
     if fastest is not None:  # what a run of this target alone uses before the order above
+        speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
         Console(highlight=False).print(
-            f"Measured fastest here ({fastest.speedup:.2f}x target-only, `specllm bench --drafts-for`), used first: {escape(fastest.name)}"
-            if fastest.speedup is not None else
-            f"Measured fastest here (`specllm bench --drafts-for`), used first: {escape(fastest.name)}"
-        )  # fmt: skip
+            f"Measured fastest here ({speed}`specllm bench --drafts-for`), used first: {escape(fastest.name)}"
+        )
 
 
 def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:
