@@ -88,7 +88,6 @@ def compare(model: Model, width: int, top_k: int, calls: int) -> dict:
     finally:
         L.llama_free(graph)
         L.llama_sampler_free(chain)
-    model.truncate(0)  # the host context's cache no longer matches model.tokens: start clean
     paired = [g - h for g, h in zip(times["graph"][0], times["host"][0])]
     quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
     ms = lambda xs: 1000 * statistics.median(xs)  # noqa: E731
@@ -103,26 +102,28 @@ def compare(model: Model, width: int, top_k: int, calls: int) -> dict:
 def _alternate(model: Model, graph, width: int, s: SamplerSettings, calls: int) -> dict:
     model.truncate(0)
     host = model._ctx
-    for ctx in (host, graph):
-        decode(ctx, PREFIX, 0, 1)
     times = {"host": ([], []), "graph": ([], [])}
     draft = list(range(2000, 2000 + width))
-    for call in range(calls + 2):  # the first two warm up
-        for name, ctx in (("host", host), ("graph", graph)):
-            L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, len(PREFIX), -1)
-            start = time.perf_counter()
-            decode(ctx, draft, len(PREFIX), width)
-            decoded = time.perf_counter()
-            picked = host_select(ctx, model.n_vocab, width, s) if name == "host" else graph_select(ctx, width, s)
-            done = time.perf_counter()
-            if call >= 2:
-                times[name][0].append(done - start)
-                times[name][1].append(done - decoded)
-            if name == "host":
-                reference = picked
-            elif s.greedy and picked != reference:
-                raise RuntimeError(f"the graph's argmax differs from the host's: {picked} != {reference}")
-    L.llama_memory_seq_rm(L.llama_get_memory(host), 0, -1, -1)
+    try:
+        for ctx in (host, graph):
+            decode(ctx, PREFIX, 0, 1)
+        for call in range(calls + 2):  # the first two warm up
+            for name, ctx in (("host", host), ("graph", graph)):
+                L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, len(PREFIX), -1)
+                start = time.perf_counter()
+                decode(ctx, draft, len(PREFIX), width)
+                decoded = time.perf_counter()
+                picked = host_select(ctx, model.n_vocab, width, s) if name == "host" else graph_select(ctx, width, s)
+                done = time.perf_counter()
+                if call >= 2:
+                    times[name][0].append(done - start)
+                    times[name][1].append(done - decoded)
+                if name == "host":
+                    reference = picked
+                elif s.greedy and picked != reference:
+                    raise RuntimeError(f"the graph's argmax differs from the host's: {picked} != {reference}")
+    finally:  # decoded behind the Model's back: leave its context empty, as the Model says it is
+        L.llama_memory_seq_rm(L.llama_get_memory(host), 0, -1, -1)
     return times
 
 

@@ -63,7 +63,7 @@ def instrument(parts: Parts) -> None:
 
     import llama_cpp
 
-    from specllm import backend, drafters, engine, policy, sampling, speculative, text
+    from specllm import backend, drafters, engine, policy, speculative, text
 
     for name in dir(llama_cpp):
         if name.startswith("llama_") and isinstance(getattr(llama_cpp, name), ctypes._CFuncPtr):
@@ -88,7 +88,6 @@ def instrument(parts: Parts) -> None:
     for part, targets in table.items():
         for owner, name in targets:
             parts.wrap(owner, name, part)
-    del sampling  # imported for its side: drafters and engine hold its functions by name
 
 
 def rss_mib() -> float:
