@@ -92,10 +92,13 @@ def compare(model: Model, width: int, top_k: int, calls: int) -> dict:
     quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
     ms = lambda xs: 1000 * statistics.median(xs)  # noqa: E731
     return {
-        "width": width, "selection": "greedy" if s.greedy else f"top-k {top_k}", "calls": calls,
+        "width": width,
+        "selection": "greedy" if s.greedy else f"top-k {top_k}",
+        "calls": calls,
         **{f"{name}_call_ms": ms(total) for name, (total, _) in times.items()},
         **{f"{name}_select_ms": ms(select) for name, (_, select) in times.items()},
-        "graph_minus_host_ms": ms(paired), "quartiles_ms": [1000 * q for q in (quartiles[0], quartiles[2])],
+        "graph_minus_host_ms": ms(paired),
+        "quartiles_ms": [1000 * q for q in (quartiles[0], quartiles[2])],
     }
 
 
@@ -139,9 +142,13 @@ def main():
     what = "greedy" if args.top_k == 0 else f"top-k {args.top_k} then top-p/min-p/temperature"
     print(f"{model.path.name}: verify calls of {args.width} tokens, {what}, {args.calls} calls each, alternating")
     for name in ("host", "graph"):
-        print(f"  {name:5s}  whole call {r[name + '_call_ms']:8.3f} ms   selection after the call {r[name + '_select_ms']:7.3f} ms")
-    print(f"  graph - host, call by call: median {r['graph_minus_host_ms']:+.3f} ms "
-          f"(quartiles {r['quartiles_ms'][0]:+.3f} .. {r['quartiles_ms'][1]:+.3f})")
+        print(
+            f"  {name:5s}  whole call {r[name + '_call_ms']:8.3f} ms   selection after the call {r[name + '_select_ms']:7.3f} ms"
+        )
+    print(
+        f"  graph - host, call by call: median {r['graph_minus_host_ms']:+.3f} ms "
+        f"(quartiles {r['quartiles_ms'][0]:+.3f} .. {r['quartiles_ms'][1]:+.3f})"
+    )
     model.close()
 
 

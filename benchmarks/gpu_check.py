@@ -253,9 +253,14 @@ def tensors(shape: Shape) -> list[Tensor]:
         out.append(Tensor(p + "attn_norm.weight", (e,), F32, "ones"))
         out.append(Tensor(p + "attn_q.weight", (e, q_dim), _kquant(Q4_K, e), "matrix", 1 / math.sqrt(e)))
         out.append(Tensor(p + "attn_k.weight", (e, kv_dim), _kquant(Q4_K, e), "matrix", 1 / math.sqrt(e)))
-        out.append(Tensor(p + "attn_v.weight", (e, kv_dim), _kquant(Q6_K if more else Q4_K, e), "matrix", 1 / math.sqrt(e)))
+        out.append(
+            Tensor(p + "attn_v.weight", (e, kv_dim), _kquant(Q6_K if more else Q4_K, e), "matrix", 1 / math.sqrt(e))
+        )
         if shape.arch == "qwen2":
-            out += [Tensor(p + f"attn_{x}.bias", (n,), F32, "bias", 0.02) for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))]
+            out += [
+                Tensor(p + f"attn_{x}.bias", (n,), F32, "bias", 0.02)
+                for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))
+            ]
         out.append(Tensor(p + "attn_output.weight", (q_dim, e), _kquant(Q4_K, q_dim), "matrix", 1 / math.sqrt(q_dim)))
         out.append(Tensor(p + "ffn_norm.weight", (e,), F32, "ones"))
         out.append(Tensor(p + "ffn_gate.weight", (e, shape.n_ff), _kquant(Q4_K, e), "matrix", 1 / math.sqrt(e)))
@@ -339,7 +344,11 @@ def _header(shape: Shape, infos: list[Tensor]) -> bytes:
         f32(f"{a}.attention.layer_norm_rms_epsilon", shape.eps),
         u32(f"{a}.vocab_size", shape.n_vocab),
         _kv("tokenizer.ggml.model", GGUF_STRING, _str("llama")),
-        _kv("tokenizer.ggml.tokens", GGUF_ARRAY, struct.pack("<IQ", GGUF_STRING, len(pieces)) + b"".join(map(_str, pieces))),
+        _kv(
+            "tokenizer.ggml.tokens",
+            GGUF_ARRAY,
+            struct.pack("<IQ", GGUF_STRING, len(pieces)) + b"".join(map(_str, pieces)),
+        ),
         _kv("tokenizer.ggml.scores", GGUF_ARRAY, struct.pack("<IQ", GGUF_FLOAT32, len(pieces)) + scores.tobytes()),
         _kv("tokenizer.ggml.token_type", GGUF_ARRAY, struct.pack("<IQ", GGUF_INT32, len(pieces)) + types.tobytes()),
         u32("tokenizer.ggml.unknown_token_id", 0),
@@ -411,7 +420,11 @@ def write_gguf(path: Path, shape: Shape, seed: int = 0) -> Path:
                 pool = pool_for(t, _prime_at_least(max(t.ne[1], POOL_BYTES // QUANT[t.qtype][1])))
                 start = int(rng.integers(len(pool)))
                 # specials (0..4) and padding (family_vocab..) never win the argmax: scales 0
-                for first, last, zero in ((0, 5, True), (5, shape.family_vocab, False), (shape.family_vocab, t.ne[1], True)):
+                for first, last, zero in (
+                    (0, 5, True),
+                    (5, shape.family_vocab, False),
+                    (shape.family_vocab, t.ne[1], True),
+                ):
                     n = max(0, last - first) * per_row
                     written += write_blocks(f, pool, (start + first * per_row) % len(pool), n, zero)
             else:
@@ -447,8 +460,16 @@ def _cuda_lib_dirs() -> list[str]:
     import glob
 
     candidates = ["/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda/targets/x86_64-linux/lib"]
-    for pattern in ("/usr/local/cuda*/lib64", "/usr/local/cuda*/lib", "/usr/local/cuda*/targets/*/lib", "/opt/*/lib64",
-                    "/opt/*/lib", "/opt/*/*/lib64", "/opt/*/*/targets/*/lib", "/usr/lib/*-linux-gnu"):
+    for pattern in (
+        "/usr/local/cuda*/lib64",
+        "/usr/local/cuda*/lib",
+        "/usr/local/cuda*/targets/*/lib",
+        "/opt/*/lib64",
+        "/opt/*/lib",
+        "/opt/*/*/lib64",
+        "/opt/*/*/targets/*/lib",
+        "/usr/lib/*-linux-gnu",
+    ):
         candidates += sorted(glob.glob(pattern))
     for entry in sys.path:  # CUDA libraries installed as Python packages
         candidates += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib")))
@@ -472,7 +493,10 @@ def bootstrap(args) -> dict:
     if args.dry_run:
         return {"used": False, "why": "--dry-run"}
     if not archives:
-        return {"used": False, "why": "no llama-cpp-python archive in .device/ (benchmarks/gpu_prepare.sh puts it there)"}
+        return {
+            "used": False,
+            "why": "no llama-cpp-python archive in .device/ (benchmarks/gpu_prepare.sh puts it there)",
+        }
     if not nvidia_present() and not args.use_device_build:
         return {"used": False, "why": "no NVIDIA device here (/dev/nvidia0)"}
     import importlib.util
@@ -499,8 +523,14 @@ def bootstrap(args) -> dict:
     cuda = _cuda_lib_dirs()
     env["LD_LIBRARY_PATH"] = os.pathsep.join([*cuda, *filter(None, [env.get("LD_LIBRARY_PATH")])])
     env[ENV_SITE] = str(site)
-    setup = {"used": True, "archive": archives[-1].name, "site": str(site), "wheels": wheels,
-             "cuda_lib_dirs": cuda, "unpack_seconds": round(time.time() - start, 2)}
+    setup = {
+        "used": True,
+        "archive": archives[-1].name,
+        "site": str(site),
+        "wheels": wheels,
+        "cuda_lib_dirs": cuda,
+        "unpack_seconds": round(time.time() - start, 2),
+    }
     env[ENV_SETUP] = json.dumps(setup)
     os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], env)
     raise AssertionError("unreachable")
@@ -527,10 +557,18 @@ class Report:
             "elapsed_seconds": 0.0,
             "budget_seconds": settings.budget,
             "settings": {
-                "prompt_tokens": settings.prompt_tokens, "tokens": settings.tokens, "calibration_reps": settings.reps,
-                "n_ctx": settings.n_ctx, "gpu_layers": settings.gpu_layers, "threads": settings.threads, "alphas": list(ALPHAS),
-                "gammas": list(GAMMAS), "widths": list(WIDTHS),
-                "auto_costs": "specllm's own calibration" if settings.mode == "gpu" else "GPU-like costs given (dry run)",
+                "prompt_tokens": settings.prompt_tokens,
+                "tokens": settings.tokens,
+                "calibration_reps": settings.reps,
+                "n_ctx": settings.n_ctx,
+                "gpu_layers": settings.gpu_layers,
+                "threads": settings.threads,
+                "alphas": list(ALPHAS),
+                "gammas": list(GAMMAS),
+                "widths": list(WIDTHS),
+                "auto_costs": "specllm's own calibration"
+                if settings.mode == "gpu"
+                else "GPU-like costs given (dry run)",
             },
             "machine": {},
             "setup": {},
@@ -552,7 +590,9 @@ class Report:
 
     def error(self, where: str, exc: BaseException) -> None:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        self.data["errors"].append({"where": where, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-4:])})
+        self.data["errors"].append(
+            {"where": where, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-4:])}
+        )
         self.log(f"ERROR in {where}: {type(exc).__name__}: {exc}")
         self.save()
 
@@ -564,8 +604,10 @@ class Report:
     def save(self) -> None:
         self.data["elapsed_seconds"] = round(now_s(self.start), 2)
         self.out.mkdir(parents=True, exist_ok=True)
-        for name, text in (("gpu_check.json", json.dumps(self.data, indent=1, default=_json_default)),
-                           ("gpu_check.md", render_markdown(self.data))):
+        for name, text in (
+            ("gpu_check.json", json.dumps(self.data, indent=1, default=_json_default)),
+            ("gpu_check.md", render_markdown(self.data)),
+        ):
             tmp = self.out / f".{name}.tmp"
             tmp.write_text(text + "\n", encoding="utf-8")
             os.replace(tmp, self.out / name)
@@ -602,13 +644,24 @@ def render_markdown(d: dict) -> str:
     ]
     for name, cal in d["calibration"].items():
         size = d["models"].get(name, {}).get("bytes")
-        lines.append(f"| {name} | {_f(size and size / 1e9)} | {_f(cal['t1_ms'], 3)} | "
-                     + " | ".join(_f(cal["V"].get(str(w))) for w in WIDTHS[1:]) + " |")
-    lines += ["", "## c per pair (draft step / target step)", "", "| pair | draft t1 ms | target t1 ms | c |", "|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {_f(size and size / 1e9)} | {_f(cal['t1_ms'], 3)} | "
+            + " | ".join(_f(cal["V"].get(str(w))) for w in WIDTHS[1:])
+            + " |"
+        )
+    lines += [
+        "",
+        "## c per pair (draft step / target step)",
+        "",
+        "| pair | draft t1 ms | target t1 ms | c |",
+        "|---|---|---|---|",
+    ]
     for name, p in d["pairs"].items():
         lines.append(f"| {name} | {_f(p['draft_t1_ms'], 3)} | {_f(p['target_t1_ms'], 3)} | {_f(p['c'], 3)} |")
     lines += [
-        "", "## specllm target-only against llama.cpp's plain decoding (tok/s)", "",
+        "",
+        "## specllm target-only against llama.cpp's plain decoding (tok/s)",
+        "",
         "| target | specllm | ctypes loop | llama.cpp C, greedy sampler | llama.cpp C, argmax | specllm / C sampler "
         "| specllm loop ms/step | step ms | loop share |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -624,25 +677,38 @@ def render_markdown(d: dict) -> str:
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines += [
-        "", "## Choosing each row's token in llama.cpp's graph against on the host (verify call of 5 tokens, ms)", "",
+        "",
+        "## Choosing each row's token in llama.cpp's graph against on the host (verify call of 5 tokens, ms)",
+        "",
         "| target | selection | host: call | host: choosing after it | graph: call | graph: choosing after it "
         "| graph - host, call by call |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, results in d.get("selection", {}).items():
         for r in results:
-            lines.append(f"| {name} | {r['selection']} | {_f(r['host_call_ms'], 3)} | {_f(r['host_select_ms'], 3)} | "
-                         f"{_f(r['graph_call_ms'], 3)} | {_f(r['graph_select_ms'], 3)} | {_f(r['graph_minus_host_ms'], 3)} |")
+            lines.append(
+                f"| {name} | {r['selection']} | {_f(r['host_call_ms'], 3)} | {_f(r['host_select_ms'], 3)} | "
+                f"{_f(r['graph_call_ms'], 3)} | {_f(r['graph_select_ms'], 3)} | {_f(r['graph_minus_host_ms'], 3)} |"
+            )
     lines += [
-        "", "## The loop's own time per step (decode time minus llama.cpp's calls; greedy at alpha 0.75; sampled: the real draft, temperature 0.8)", "",
-        "| pair | target-only ms | model g=4 ms | auto ms | model g=4 sampled ms | target step ms |", "|---|---|---|---|---|---|",
+        "",
+        "## The loop's own time per step (decode time minus llama.cpp's calls; greedy at alpha 0.75; sampled: the real draft, temperature 0.8)",
+        "",
+        "| pair | target-only ms | model g=4 ms | auto ms | model g=4 sampled ms | target step ms |",
+        "|---|---|---|---|---|---|",
     ]
     for name, p in d["loop"].items():
-        lines.append(f"| {name} | {_f(p['target-only'], 3)} | {_f(p['model g=4'], 3)} | {_f(p['auto'], 3)} | "
-                     f"{_f(p.get('model g=4 sampled'), 3)} | {_f(p['target_step_ms'], 3)} |")
+        lines.append(
+            f"| {name} | {_f(p['target-only'], 3)} | {_f(p['model g=4'], 3)} | {_f(p['auto'], 3)} | "
+            f"{_f(p.get('model g=4 sampled'), 3)} | {_f(p['target_step_ms'], 3)} |"
+        )
     lines += [
-        "", "## Speedups at controlled acceptance (measured x / predicted x, against target-only in the same round)", "",
-        "| pair | alpha | target-only tok/s | " + " | ".join(f"g={g}" for g in GAMMAS) + " | auto | auto chose | best predicted |",
+        "",
+        "## Speedups at controlled acceptance (measured x / predicted x, against target-only in the same round)",
+        "",
+        "| pair | alpha | target-only tok/s | "
+        + " | ".join(f"g={g}" for g in GAMMAS)
+        + " | auto | auto chose | best predicted |",
         "|---|---|---|" + "---|" * len(GAMMAS) + "---|---|---|",
     ]
     for name, by_alpha in d["speedups"].items():
@@ -656,18 +722,32 @@ def render_markdown(d: dict) -> str:
             auto = "-" if a is None else f"{_f(a['speedup'])}/{_f(a['predicted'])}"
             chose = "-" if a is None else a["auto"]["summary"]
             best = f"{_f(r['best_predicted'])} (k={r['best_k']})" if r.get("best_predicted") else "-"
-            lines.append(f"| {name} | {alpha} | {_f(r['target_only_tok_s'], 1)} | " + " | ".join(cells) + f" | {auto} | {chose} | {best} |")
+            lines.append(
+                f"| {name} | {alpha} | {_f(r['target_only_tok_s'], 1)} | "
+                + " | ".join(cells)
+                + f" | {auto} | {chose} | {best} |"
+            )
     fid = d["fidelity"]
-    lines += ["", "## Greedy fidelity (speculative output against target-only, token for token)", "",
-              f"{fid['identical']} of {fid['runs']} runs equal the target-only output. A divergence is replayed in the "
-              "batch shape of the verify call that produced it: a near-tie if that call itself picks the speculative "
-              "token, a bug if not. The synthetic drafter re-anchors on the new continuation after a divergence "
-              "(its time is left out of tok/s).", ""]
+    lines += [
+        "",
+        "## Greedy fidelity (speculative output against target-only, token for token)",
+        "",
+        f"{fid['identical']} of {fid['runs']} runs equal the target-only output. A divergence is replayed in the "
+        "batch shape of the verify call that produced it: a near-tie if that call itself picks the speculative "
+        "token, a bug if not. The synthetic drafter re-anchors on the new continuation after a divergence "
+        "(its time is left out of tok/s).",
+        "",
+    ]
     if fid["divergences"]:
-        lines += ["| pair | alpha | config | position | kind | top-2 gap | batch gap |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "| pair | alpha | config | position | kind | top-2 gap | batch gap |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for x in fid["divergences"]:
-            lines.append(f"| {x['pair']} | {x['alpha']} | {x['config']} | {x['position']} | {x['kind']} | "
-                         f"{_f(x.get('top2_gap'), 4)} | {_f(x.get('batch_gap'), 4)} |")
+            lines.append(
+                f"| {x['pair']} | {x['alpha']} | {x['config']} | {x['position']} | {x['kind']} | "
+                f"{_f(x.get('top2_gap'), 4)} | {_f(x.get('batch_gap'), 4)} |"
+            )
     if d["skipped"]:
         lines += ["", "## Skipped", ""] + [f"- {x['what']}: {x['why']}" for x in d["skipped"]]
     if d["errors"]:
@@ -683,8 +763,16 @@ class CallTimer:
     llama_cpp function the backend calls on a step is wrapped. `mark` is the count at the end of
     the current generation's prefill (set by the patched _Run._prefill)."""
 
-    NAMES = ("llama_decode", "llama_get_logits", "llama_get_logits_ith", "llama_memory_seq_rm",
-             "llama_memory_clear", "llama_process", "llama_state_seq_get_data_ext", "llama_state_seq_set_data_ext")
+    NAMES = (
+        "llama_decode",
+        "llama_get_logits",
+        "llama_get_logits_ith",
+        "llama_memory_seq_rm",
+        "llama_memory_clear",
+        "llama_process",
+        "llama_state_seq_get_data_ext",
+        "llama_state_seq_set_data_ext",
+    )
 
     def __init__(self):
         import llama_cpp
@@ -710,7 +798,7 @@ class CallTimer:
         return wrapper
 
 
-def synthetic_drafter_class(plan: "SyntheticPlan"):
+def synthetic_drafter_class(plan: SyntheticPlan):
     """A ModelDrafter that makes the draft model's real calls (catch-up, one call per further
     token, the same host work on each logits row) but proposes the target's own greedy
     continuation, each token replaced by another with probability 1 - alpha, and reports alpha as
@@ -759,7 +847,9 @@ class SyntheticPlan:
     acceptance stays at alpha. That decoding is no part of the run: its wall time is taken out of
     the run's decode time and its llama.cpp calls out of the call timer."""
 
-    def __init__(self, prompt_len: int, reference: list[int], alpha: float, max_tokens: int, oracle, timer: "CallTimer"):
+    def __init__(
+        self, prompt_len: int, reference: list[int], alpha: float, max_tokens: int, oracle, timer: CallTimer
+    ):
         self.prompt_len, self.reference, self.alpha, self.max_tokens = prompt_len, reference, alpha, max_tokens
         self.oracle, self.timer = oracle, timer
         self.reset(0)
@@ -858,7 +948,10 @@ class Check:
             return False
         free = shutil.disk_usage(self.models_dir).free
         if size > free - 2**30:
-            self.r.skip(f"model {name}", f"{size / 1e9:.1f} GB does not fit in the {free / 1e9:.1f} GB free in {self.models_dir}")
+            self.r.skip(
+                f"model {name}",
+                f"{size / 1e9:.1f} GB does not fit in the {free / 1e9:.1f} GB free in {self.models_dir}",
+            )
             return False
         info = self.r.data["models"].setdefault(name, {})
         info.update(shape=dataclasses.asdict(shape), bytes=size, quant_bytes=quant_mix(shape))
@@ -873,14 +966,23 @@ class Check:
             info["write_seconds"] = round(dt, 2)
             self.files[name] = path
             t = time.perf_counter()
-            options = ModelOptions(n_ctx=self.s.n_ctx, n_threads=self.s.threads, n_gpu_layers=self.s.gpu_layers, snapshots=0)
+            options = ModelOptions(
+                n_ctx=self.s.n_ctx, n_threads=self.s.threads, n_gpu_layers=self.s.gpu_layers, snapshots=0
+            )
             model = Model(path, options)
             dt = time.perf_counter() - t
             if size > 2**28:
                 self.load_rate = size / dt
-            info.update(load_seconds=round(dt, 2), on_gpu=bool(model.on_gpu), n_vocab=model.n_vocab, description=model.describe())
+            info.update(
+                load_seconds=round(dt, 2),
+                on_gpu=bool(model.on_gpu),
+                n_vocab=model.n_vocab,
+                description=model.describe(),
+            )
             self.loaded[name] = model
-            self.r.log(f"{name}: written in {info['write_seconds']} s, loaded in {info['load_seconds']} s (on GPU: {model.on_gpu})")
+            self.r.log(
+                f"{name}: written in {info['write_seconds']} s, loaded in {info['load_seconds']} s (on GPU: {model.on_gpu})"
+            )
             self.r.save()
             return True
         except Exception as e:  # noqa: BLE001 - the report says what failed; the next stage may still run
@@ -918,7 +1020,9 @@ class Check:
             "V": {str(w): t / t1 for w, t in zip(widths, times)},
             "context_tokens": len(context),
         }
-        self.r.log(f"{name}: t1 {1000 * t1:.3f} ms, V(2) {times[1] / t1:.2f}, V(5) {times[4] / t1:.2f}, V(16) {times[15] / t1:.2f}")
+        self.r.log(
+            f"{name}: t1 {1000 * t1:.3f} ms, V(2) {times[1] / t1:.2f}, V(5) {times[4] / t1:.2f}, V(16) {times[15] / t1:.2f}"
+        )
         self.update_pairs()
         self.r.save()
 
@@ -927,15 +1031,26 @@ class Check:
         for draft, target in CURATED_PAIRS:
             if draft in cal and target in cal:
                 self.r.data["pairs"][pair_name(draft, target)] = {
-                    "draft": draft, "target": target, "draft_t1_ms": cal[draft]["t1_ms"],
-                    "target_t1_ms": cal[target]["t1_ms"], "c": cal[draft]["t1_ms"] / cal[target]["t1_ms"],
+                    "draft": draft,
+                    "target": target,
+                    "draft_t1_ms": cal[draft]["t1_ms"],
+                    "target_t1_ms": cal[target]["t1_ms"],
+                    "c": cal[draft]["t1_ms"] / cal[target]["t1_ms"],
                     "draft_V2": cal[draft]["V"].get("2"),
                 }
 
     # generation -----------------------------------------------------------------------------
 
-    def generate(self, engine, drafter: str, gamma: int | None, tokens: int | None = None,
-                 plan: SyntheticPlan | None = None, seed=0, temperature: float = 0.0) -> dict:
+    def generate(
+        self,
+        engine,
+        drafter: str,
+        gamma: int | None,
+        tokens: int | None = None,
+        plan: SyntheticPlan | None = None,
+        seed=0,
+        temperature: float = 0.0,
+    ) -> dict:
         """One generation (greedy unless a temperature is given) from empty KV caches. tok/s and the loop's time leave out the
         synthetic drafter's re-anchoring (SyntheticPlan.follow), which no real drafter does."""
         from specllm.engine import Finished, GenerationConfig
@@ -946,8 +1061,12 @@ class Check:
                 model.truncate(0)  # every generation from empty KV caches, prefill timed alike
         if plan is not None:
             plan.reset(seed)
-        config = GenerationConfig(max_tokens=tokens or self.s.tokens, sampler=SamplerSettings(temperature=temperature, seed=0),
-                                  drafter=drafter, gamma=gamma)
+        config = GenerationConfig(
+            max_tokens=tokens or self.s.tokens,
+            sampler=SamplerSettings(temperature=temperature, seed=0),
+            drafter=drafter,
+            gamma=gamma,
+        )
         calls, result = [], None
         events = engine.stream(list(self.prompt), config)
         try:
@@ -965,8 +1084,11 @@ class Check:
         excluded = plan.oracle_seconds if plan is not None else 0.0
         decode = st.decode_seconds - excluded
         return {
-            "tokens": list(result.tokens), "calls": calls, "stats": st,
-            "tok_s": st.generated_tokens / decode if decode > 0 else 0.0, "decode_seconds": decode,
+            "tokens": list(result.tokens),
+            "calls": calls,
+            "stats": st,
+            "tok_s": st.generated_tokens / decode if decode > 0 else 0.0,
+            "decode_seconds": decode,
             "loop_ms_per_step": 1000 * (decode - llama) / steps,
             "llama_ms_per_step": 1000 * llama / steps,
             "reanchors": plan.reanchors if plan is not None else 0,
@@ -1028,9 +1150,11 @@ class Check:
             entry["specllm_vs_c_sampler"] = entry["specllm_tok_s"] / c["sampler_tok_s"]
         except Exception as e:  # noqa: BLE001 - no compiler or headers: the ctypes loop is the floor
             entry["c_loop_note"] = f"C loop not run ({type(e).__name__}: {e}); the ctypes loop is the floor"
-        self.r.log(f"{name}: specllm target-only {entry['specllm_tok_s']:.1f} tok/s, ctypes loop {entry['ctypes_tok_s']:.1f}, "
-                   f"C loop {_f((entry['c_loop'] or {}).get('sampler_tok_s'), 1)} (sampler) / "
-                   f"{_f((entry['c_loop'] or {}).get('argmax_tok_s'), 1)} (argmax); loop {entry['loop_ms_per_step']:.3f} ms/step")
+        self.r.log(
+            f"{name}: specllm target-only {entry['specllm_tok_s']:.1f} tok/s, ctypes loop {entry['ctypes_tok_s']:.1f}, "
+            f"C loop {_f((entry['c_loop'] or {}).get('sampler_tok_s'), 1)} (sampler) / "
+            f"{_f((entry['c_loop'] or {}).get('argmax_tok_s'), 1)} (argmax); loop {entry['loop_ms_per_step']:.3f} ms/step"
+        )
         self.r.save()
         self.selection(name)
 
@@ -1051,14 +1175,17 @@ class Check:
                 self.r.error(f"selection in the graph {name} top-k {top_k}", e)
         self.r.data["selection"][name] = results
         for r in results:
-            self.r.log(f"{name} {r['selection']}: host {r['host_call_ms']:.3f} ms a call ({r['host_select_ms']:.3f} selecting), "
-                       f"graph {r['graph_call_ms']:.3f} ms ({r['graph_select_ms']:.3f}); graph - host {r['graph_minus_host_ms']:+.3f} ms")
+            self.r.log(
+                f"{name} {r['selection']}: host {r['host_call_ms']:.3f} ms a call ({r['host_select_ms']:.3f} selecting), "
+                f"graph {r['graph_call_ms']:.3f} ms ({r['graph_select_ms']:.3f}); graph - host {r['graph_minus_host_ms']:+.3f} ms"
+            )
         self.r.save()
 
     def ctypes_floor(self, model) -> float:
         """llama_decode one token at a time, argmax of the logits row in numpy: in this process,
         on the loaded weights, with a context of its own."""
         import llama_cpp as L
+
         from specllm.backend import _new_context
 
         decode, logits_ith = self.timer.original["llama_decode"], self.timer.original["llama_get_logits_ith"]
@@ -1084,15 +1211,27 @@ class Check:
     def c_loop(self, model) -> dict:
         exe = self.c_binary()
         n, warm = self.s.tokens, 4
-        cmd = [str(exe), str(model.path), str(n), str(warm), str(self.s.gpu_layers), str(self.s.n_ctx),
-               str(model.options.n_threads or _physical_cores()), ",".join(map(str, self.prompt))]
+        cmd = [
+            str(exe),
+            str(model.path),
+            str(n),
+            str(warm),
+            str(self.s.gpu_layers),
+            str(self.s.n_ctx),
+            str(model.options.n_threads or _physical_cores()),
+            ",".join(map(str, self.prompt)),
+        ]
         t = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, min(180.0, self.left())))
         if out.returncode != 0:
             raise RuntimeError(f"exit {out.returncode}: {out.stderr.strip()[-300:]}")
         res = json.loads(out.stdout.strip().splitlines()[-1])
-        return {"sampler_tok_s": n / res["sampler_seconds"], "argmax_tok_s": n / res["argmax_seconds"],
-                "load_seconds": res["load_seconds"], "wall_seconds": round(time.perf_counter() - t, 2)}
+        return {
+            "sampler_tok_s": n / res["sampler_seconds"],
+            "argmax_tok_s": n / res["argmax_seconds"],
+            "load_seconds": res["load_seconds"],
+            "wall_seconds": round(time.perf_counter() - t, 2),
+        }
 
     def c_binary(self) -> Path:
         if getattr(self, "_c_exe", None) is not None:
@@ -1114,8 +1253,23 @@ class Check:
             build = Path(tempfile.mkdtemp(prefix="c-", dir=WORK[0]))
             (build / "plain.c").write_text(C_LOOP)
             exe = build / "plain_decode"
-            out = subprocess.run([cc, "-O2", "-std=c11", "-o", str(exe), str(build / "plain.c"), f"-I{include}", f"-L{lib}",
-                                  "-lllama", f"-Wl,-rpath,{lib}"], capture_output=True, text=True, timeout=120)
+            out = subprocess.run(
+                [
+                    cc,
+                    "-O2",
+                    "-std=c11",
+                    "-o",
+                    str(exe),
+                    str(build / "plain.c"),
+                    f"-I{include}",
+                    f"-L{lib}",
+                    "-lllama",
+                    f"-Wl,-rpath,{lib}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if out.returncode != 0:
                 raise RuntimeError(f"compiling failed: {out.stderr.strip()[-300:]}")
             self._c_exe = exe
@@ -1154,7 +1308,9 @@ class Check:
         original = engine_module.ModelDrafter
         try:
             for i, alpha in enumerate(ALPHAS):
-                if i and not self.fits(f"speedups {name} alpha {alpha}", self.e2e_estimate(draft, target) / len(ALPHAS)):
+                if i and not self.fits(
+                    f"speedups {name} alpha {alpha}", self.e2e_estimate(draft, target) / len(ALPHAS)
+                ):
                     break
                 plan = SyntheticPlan(len(self.prompt), reference, alpha, self.s.tokens, self.oracle(target), self.timer)
                 engine_module.ModelDrafter = synthetic_drafter_class(plan)
@@ -1167,8 +1323,11 @@ class Check:
                 self.generate(engine, "model", 4, tokens=max(4, self.s.tokens // 4), plan=plan)  # warm-up: draft widths
                 for g in GAMMAS:
                     run = self.generate(engine, "model", g, plan=plan, seed=[1000 + i, g])
-                    runs.append(self.summarise(name, alpha, f"model g={g}", run, base, reference, engine,
-                                               predicted_speedup(alpha, g, c, V)))
+                    runs.append(
+                        self.summarise(
+                            name, alpha, f"model g={g}", run, base, reference, engine, predicted_speedup(alpha, g, c, V)
+                        )
+                    )
                 # auto: one generation to calibrate (or read the cache) and learn this text's acceptance, then the measured one
                 self.generate(engine, "auto", None, plan=plan, seed=[1000 + i, 98])
                 run = self.generate(engine, "auto", None, plan=plan, seed=[1000 + i, 99])
@@ -1183,7 +1342,9 @@ class Check:
                     "mean_model_draft": mean_k,
                     "policy_c": (st.policy or {}).get("c"),
                     "policy_V": ((st.policy or {}).get("target") or {}).get("V"),
-                    "summary": ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
+                    "summary": ", ".join(
+                        f"{k} {100 * v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])
+                    )
                     + (f", k~{mean_k:.1f}" if mean_k else ""),
                 }
                 auto["predicted"] = predicted_speedup(alpha, max(1, round(mean_k)), c, V) if mean_k else 1.0
@@ -1191,20 +1352,29 @@ class Check:
                 base_summary = self.summarise(name, alpha, "target-only", base, base, reference, engine, 1.0)
                 best = max(((predicted_speedup(alpha, k, c, V) or 0.0, k) for k in range(1, 16)), default=(None, None))
                 results[str(alpha)] = {
-                    "alpha": alpha, "c": c, "target_only_tok_s": base["tok_s"], "target_only": base_summary,
-                    "runs": runs, "best_predicted": best[0], "best_k": best[1],
+                    "alpha": alpha,
+                    "c": c,
+                    "target_only_tok_s": base["tok_s"],
+                    "target_only": base_summary,
+                    "runs": runs,
+                    "best_predicted": best[0],
+                    "best_k": best[1],
                 }
                 if alpha == 0.75 or (alpha == ALPHAS[0] and name not in self.r.data["loop"]):
                     by = {x["config"]: x for x in runs}
                     self.r.data["loop"][name] = {
-                        "alpha": alpha, "target-only": base["loop_ms_per_step"],
-                        "model g=4": by["model g=4"]["loop_ms_per_step"], "auto": by["auto"]["loop_ms_per_step"],
+                        "alpha": alpha,
+                        "target-only": base["loop_ms_per_step"],
+                        "model g=4": by["model g=4"]["loop_ms_per_step"],
+                        "auto": by["auto"]["loop_ms_per_step"],
                         "target_step_ms": base["llama_ms_per_step"],
                     }
                 g_best = max(runs[:-1], key=lambda x: x["speedup"])
-                self.r.log(f"{name} alpha {alpha}: target-only {base['tok_s']:.1f} tok/s; best fixed {g_best['config']} "
-                           f"{g_best['speedup']:.2f}x (predicted {_f(g_best['predicted'])}); auto {auto['speedup']:.2f}x "
-                           f"({auto['auto']['summary']}); re-anchored {sum(x['reanchors'] for x in runs)} times")
+                self.r.log(
+                    f"{name} alpha {alpha}: target-only {base['tok_s']:.1f} tok/s; best fixed {g_best['config']} "
+                    f"{g_best['speedup']:.2f}x (predicted {_f(g_best['predicted'])}); auto {auto['speedup']:.2f}x "
+                    f"({auto['auto']['summary']}); re-anchored {sum(x['reanchors'] for x in runs)} times"
+                )
                 self.r.save()
         finally:
             engine_module.ModelDrafter = original
@@ -1224,15 +1394,24 @@ class Check:
         loop["model g=4 sampled"] = run["loop_ms_per_step"]
         self.r.save()
 
-    def summarise(self, pair: str, alpha: float, config: str, run: dict, base: dict, reference: list[int], engine,
-                  predicted) -> dict:
+    def summarise(
+        self, pair: str, alpha: float, config: str, run: dict, base: dict, reference: list[int], engine, predicted
+    ) -> dict:
         st = run["stats"]
         out = {
-            "config": config, "tok_s": run["tok_s"], "speedup": run["tok_s"] / base["tok_s"] if base["tok_s"] else None,
-            "predicted": predicted, "generated": st.generated_tokens, "target_calls": st.target_calls,
-            "draft_calls": st.draft_calls, "acceptance": st.acceptance_rate, "mean_accepted_length": st.mean_accepted_length,
-            "loop_ms_per_step": run["loop_ms_per_step"], "llama_ms_per_step": run["llama_ms_per_step"],
-            "identical": run["tokens"] == reference, "reanchors": run["reanchors"],
+            "config": config,
+            "tok_s": run["tok_s"],
+            "speedup": run["tok_s"] / base["tok_s"] if base["tok_s"] else None,
+            "predicted": predicted,
+            "generated": st.generated_tokens,
+            "target_calls": st.target_calls,
+            "draft_calls": st.draft_calls,
+            "acceptance": st.acceptance_rate,
+            "mean_accepted_length": st.mean_accepted_length,
+            "loop_ms_per_step": run["loop_ms_per_step"],
+            "llama_ms_per_step": run["llama_ms_per_step"],
+            "identical": run["tokens"] == reference,
+            "reanchors": run["reanchors"],
             "reanchor_seconds": run["reanchor_seconds"],
         }
         if run is base:
@@ -1246,7 +1425,9 @@ class Check:
 
             replays = self.replays.get(pair, 0)
             t1 = self.r.data["calibration"][self.loaded_name(engine.target)]["t1_ms"] / 1000
-            if replays >= MAX_REPLAYS or not self.fits(f"fidelity replay {pair} {alpha} {config}", 3 * len(run["tokens"]) * t1 + 1):
+            if replays >= MAX_REPLAYS or not self.fits(
+                f"fidelity replay {pair} {alpha} {config}", 3 * len(run["tokens"]) * t1 + 1
+            ):
                 position = next((k for k, (a, b) in enumerate(zip(reference, run["tokens"])) if a != b), None)
                 div = {"kind": "not replayed (at most %d a pair, and the budget)" % MAX_REPLAYS, "position": position}
             else:
@@ -1274,8 +1455,10 @@ class Check:
 
         _Run._prefill = prefill
         try:
-            needed_later = {name: max(i for i, (models, pair) in enumerate(STAGES) if name in (*models, *pair))
-                            for name in self.s.shapes}
+            needed_later = {
+                name: max(i for i, (models, pair) in enumerate(STAGES) if name in (*models, *pair))
+                for name in self.s.shapes
+            }
             for i, (models, (draft, target)) in enumerate(STAGES):
                 ok = True
                 for name in (*models, draft, target):
@@ -1329,8 +1512,13 @@ def smoke(settings: Settings, report: Report, models_dir: Path) -> bool:
             logits = model.eval([tokens[-1]], 1)
         finite = bool(np.isfinite(logits).all())
         ok = finite and (model.on_gpu or settings.mode != "gpu")
-        report.data["smoke"] = {"ok": ok, "finite": finite, "on_gpu": bool(model.on_gpu), "tokens": tokens,
-                                "seconds": round(time.perf_counter() - t, 2)}
+        report.data["smoke"] = {
+            "ok": ok,
+            "finite": finite,
+            "on_gpu": bool(model.on_gpu),
+            "tokens": tokens,
+            "seconds": round(time.perf_counter() - t, 2),
+        }
     finally:
         model.close()
         path.unlink(missing_ok=True)
@@ -1417,21 +1605,32 @@ def _cleanup() -> None:
 def print_plan(shapes: dict) -> None:
     for name, shape in shapes.items():
         mix = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in quant_mix(shape).items())
-        print(f"{name:14s} {model_bytes(shape) / 1e9:6.2f} GB  ({mix} GB)  {shape.n_layer} layers, n_embd {shape.n_embd}, "
-              f"vocab {shape.n_vocab}{', tied' if shape.tied else ''}")
+        print(
+            f"{name:14s} {model_bytes(shape) / 1e9:6.2f} GB  ({mix} GB)  {shape.n_layer} layers, n_embd {shape.n_embd}, "
+            f"vocab {shape.n_vocab}{', tied' if shape.tied else ''}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, help="folder for gpu_check.json and gpu_check.md")
     ap.add_argument("--dry-run", action="store_true", help="every step on the CPU with tiny shapes")
-    ap.add_argument("--budget", type=float, default=None, help="seconds from the start (default 450 on a GPU, none in a dry run)")
+    ap.add_argument(
+        "--budget", type=float, default=None, help="seconds from the start (default 450 on a GPU, none in a dry run)"
+    )
     ap.add_argument("--tokens", type=int, default=None, help="tokens generated per run (default 128 on a GPU, 12 dry)")
-    ap.add_argument("--models-dir", type=Path, default=None, help="where to write the GGUFs (default: a temporary folder)")
+    ap.add_argument(
+        "--models-dir", type=Path, default=None, help="where to write the GGUFs (default: a temporary folder)"
+    )
     ap.add_argument("--keep-models", action="store_true", help="keep the GGUFs (with --models-dir)")
     ap.add_argument("--plan", action="store_true", help="print the models a GPU run writes, and exit")
-    ap.add_argument("--use-device-build", action="store_true",
-                    help="unpack and use .device/'s llama-cpp-python build even where no /dev/nvidia0 is seen")
+    ap.add_argument(
+        "--use-device-build",
+        action="store_true",
+        help="unpack and use .device/'s llama-cpp-python build even where no /dev/nvidia0 is seen",
+    )
     args = ap.parse_args(argv)
     if args.plan:
         print_plan(DRY_SHAPES if args.dry_run else GPU_SHAPES)
@@ -1470,12 +1669,16 @@ def main(argv: list[str] | None = None) -> int:
     if failure is not None:
         report.data["status"] = "failed"
         report.error("importing llama_cpp / specllm", failure)
-        report.log("hint: libggml-cuda needs libcudart.so.13 and libcublas.so.13 (LD_LIBRARY_PATH) and the NVIDIA driver")
+        report.log(
+            "hint: libggml-cuda needs libcudart.so.13 and libcublas.so.13 (LD_LIBRARY_PATH) and the NVIDIA driver"
+        )
         return 1
     if not gpu:
         report.data["mode_reason"] = (
-            "--dry-run" if args.dry_run
-            else "the CUDA build loaded but llama.cpp sees no GPU (driver?): CPU, tiny shapes" if setup.get("used")
+            "--dry-run"
+            if args.dry_run
+            else "the CUDA build loaded but llama.cpp sees no GPU (driver?): CPU, tiny shapes"
+            if setup.get("used")
             else "no GPU offload here: CPU, tiny shapes"
         )
     try:
@@ -1484,8 +1687,10 @@ def main(argv: list[str] | None = None) -> int:
         report.data["machine"] = {**info, "python": sys.version.split()[0], "cpus": os.cpu_count()}
     except Exception as e:  # noqa: BLE001
         report.error("system info", e)
-    report.log(f"mode {mode}{' (' + report.data['mode_reason'] + ')' if report.data['mode_reason'] else ''}; "
-               f"devices: {report.data['machine'].get('devices')}; budget {settings.budget or 'none'} s")
+    report.log(
+        f"mode {mode}{' (' + report.data['mode_reason'] + ')' if report.data['mode_reason'] else ''}; "
+        f"devices: {report.data['machine'].get('devices')}; budget {settings.budget or 'none'} s"
+    )
     report.save()
 
     signal.signal(signal.SIGTERM, _interrupt)  # a time limit's TERM: save the report and clean up first

@@ -149,8 +149,10 @@ def differences(tallies: dict) -> list[str]:
         on, off = tallies["on", config].outputs, tallies["off", config].outputs
         for prompt, a, b in zip(PROMPTS, on, off):
             if a != b:
-                out.append(f"{config[0]} gamma {config[1]} on {prompt!r}: drafted/accepted {a[1:]} vs {b[1:]}, "
-                           f"tokens {'equal' if a[0] == b[0] else 'differ'}")
+                out.append(
+                    f"{config[0]} gamma {config[1]} on {prompt!r}: drafted/accepted {a[1:]} vs {b[1:]}, "
+                    f"tokens {'equal' if a[0] == b[0] else 'differ'}"
+                )
     return out
 
 
@@ -160,18 +162,24 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 
 def report(rounds: list[dict]) -> None:
-    print("| drafter | gamma | accepted/drafted | steps | rejecting steps | tok/s on | tok/s off | off/on | "
-          "on vs target-only | off vs target-only | target ms/step on | off |")
+    print(
+        "| drafter | gamma | accepted/drafted | steps | rejecting steps | tok/s on | tok/s off | off/on | "
+        "on vs target-only | off vs target-only | target ms/step on | off |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for config in CONFIGS:
         first = rounds[0]["on", config]
         speed = {m: [r[m, config].tokens_per_second for r in rounds] for m in MODES}
-        alone = {m: [r[m, config].tokens_per_second / r[m, CONFIGS[0]].tokens_per_second for r in rounds] for m in MODES}
+        alone = {
+            m: [r[m, config].tokens_per_second / r[m, CONFIGS[0]].tokens_per_second for r in rounds] for m in MODES
+        }
         ms = {m: median(r[m, config].target_ms_per_step for r in rounds) for m in MODES}
         ratio = [off / on for on, off in zip(speed["on"], speed["off"])]
-        print(f"| {config[0]} | {config[1] or '-'} | {first.accepted}/{first.drafted} | {first.steps} | "
-              f"{first.rejections} | {median(speed['on']):.1f} | {median(speed['off']):.1f} | {spread(ratio)} | "
-              f"{spread(alone['on'])} | {spread(alone['off'])} | {ms['on']:.1f} | {ms['off']:.1f} |")
+        print(
+            f"| {config[0]} | {config[1] or '-'} | {first.accepted}/{first.drafted} | {first.steps} | "
+            f"{first.rejections} | {median(speed['on']):.1f} | {median(speed['off']):.1f} | {spread(ratio)} | "
+            f"{spread(alone['on'])} | {spread(alone['off'])} | {ms['on']:.1f} | {ms['off']:.1f} |"
+        )
 
 
 def measure(folder: Path, args) -> dict:
@@ -192,8 +200,15 @@ def measure(folder: Path, args) -> dict:
             print(f"round {i + 1}/{args.rounds}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
         off = engines["off"].target  # no snapshots: every rewind goes to the checkpoint
         save, restore = time_state(off, engines["off"].prompt_tokens(PROMPTS[0])[1:3])
-        return dict(rounds=rounds, agreement=agreement, save=save, restore=restore, state=off.state_bytes,
-                    size=target.stat().st_size, params=parameters(target))
+        return dict(
+            rounds=rounds,
+            agreement=agreement,
+            save=save,
+            restore=restore,
+            state=off.state_bytes,
+            size=target.stat().st_size,
+            params=parameters(target),
+        )
     finally:
         for engine in engines.values():
             engine.close()
@@ -210,18 +225,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         m = measure(Path(folder), args)
     rounds, state = m["rounds"], m["state"]
-    print(f"target: synthetic qwen35, {m['params'] / 1e6:.1f}M parameters ({m['size'] / 2**20:.0f} MiB F32), "
-          f"{SHAPE['n_layer']} layers of {SHAPE['n_embd']}; draft: the same plus noise {DRAFT_NOISE} "
-          f"(greedy agreement with the target {100 * m['agreement']:.0f}%)")
-    print(f"{args.threads} threads, {args.rounds} rounds x {len(PROMPTS)} prompts x {args.tokens} tokens, greedy; "
-          f"on: snapshots {SNAPSHOTS}, off: snapshots 0 (checkpoint + restore + second target call)")
-    print(f"recurrent state: {state / 2**20:.2f} MiB; {SNAPSHOTS} snapshots hold {SNAPSHOTS * state / 2**20:.1f} MiB "
-          f"more; one checkpoint save {1000 * m['save']:.2f} ms, one restore {1000 * m['restore']:.2f} ms")
+    print(
+        f"target: synthetic qwen35, {m['params'] / 1e6:.1f}M parameters ({m['size'] / 2**20:.0f} MiB F32), "
+        f"{SHAPE['n_layer']} layers of {SHAPE['n_embd']}; draft: the same plus noise {DRAFT_NOISE} "
+        f"(greedy agreement with the target {100 * m['agreement']:.0f}%)"
+    )
+    print(
+        f"{args.threads} threads, {args.rounds} rounds x {len(PROMPTS)} prompts x {args.tokens} tokens, greedy; "
+        f"on: snapshots {SNAPSHOTS}, off: snapshots 0 (checkpoint + restore + second target call)"
+    )
+    print(
+        f"recurrent state: {state / 2**20:.2f} MiB; {SNAPSHOTS} snapshots hold {SNAPSHOTS * state / 2**20:.1f} MiB "
+        f"more; one checkpoint save {1000 * m['save']:.2f} ms, one restore {1000 * m['restore']:.2f} ms"
+    )
     print()
     report(rounds)
     print()
-    print("tok/s: medians over the rounds; ratios: median (range over the rounds), each taken within a round. "
-          "Counts are of the first round. target ms/step: decode time less drafting, per target call.")
+    print(
+        "tok/s: medians over the rounds; ratios: median (range over the rounds), each taken within a round. "
+        "Counts are of the first round. target ms/step: decode time less drafting, per target call."
+    )
     bad = [line for r in rounds for line in differences(r)]
     bad += [f"round {i + 1} differs from round 1" for i, r in enumerate(rounds[1:], 1)
             if any(r[k].outputs != rounds[0][k].outputs for k in r)]  # fmt: skip

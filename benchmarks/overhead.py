@@ -75,12 +75,21 @@ def instrument(parts: Parts) -> None:
         "target rows (argmax, sampling)": [(engine, "sparse_distribution"), (engine._LazyRows, "__getitem__")],
         "p/q rule": [(engine, "verify_greedy"), (engine, "verify_sampled"), (speculative, "residual")],
         "verify call": [(engine._Run, "_verify")],
-        "draft rows (argmax, sampling)": [(drafters, "candidates"), (drafters, "sample"), (drafters, "_top_probability"),
-                                          (drafters.Sparse, "of")],
-        "drafter": [(cls, m) for cls in (drafters.ModelDrafter, drafters.NgramDrafter, drafters.AutoDrafter,
-                                         drafters.NoDrafter) for m in ("propose", "observe", "lookup")],
-        "policy": [(policy.AutoPolicy, m) for m in ("choose", "observe_verify", "record_model", "record_step",
-                                                   "model_keep_going")]
+        "draft rows (argmax, sampling)": [
+            (drafters, "candidates"),
+            (drafters, "sample"),
+            (drafters, "_top_probability"),
+            (drafters.Sparse, "of"),
+        ],
+        "drafter": [
+            (cls, m)
+            for cls in (drafters.ModelDrafter, drafters.NgramDrafter, drafters.AutoDrafter, drafters.NoDrafter)
+            for m in ("propose", "observe", "lookup")
+        ],
+        "policy": [
+            (policy.AutoPolicy, m)
+            for m in ("choose", "observe_verify", "record_model", "record_step", "model_keep_going")
+        ]
         + [(policy.NgramScorer, m) for m in ("propose", "resolve")],
         "events, text": [(engine._Run, "_emit"), (engine._Run, "_draft_text"), (text.TextStream, "push")],
         "stats": [(engine.Stats, "record")],
@@ -121,10 +130,17 @@ def measure(args) -> dict:
     parts.seconds["loop (the rest)"] = loop - sum(parts.seconds.values())
     return {
         "version": str(Path(specllm.__file__).parent.parent),
-        "clock": args.clock, "drafter": drafter, "gamma": args.gamma, "temperature": args.temperature,
-        "tokens": s.generated_tokens, "target_calls": steps, "draft_calls": s.draft_calls,
-        "tokens_per_second": s.tokens_per_second, "total_ms_per_step": 1000 * total / steps,
-        "llama_ms_per_step": 1000 * llama / steps, "loop_ms_per_step": 1000 * loop / steps,
+        "clock": args.clock,
+        "drafter": drafter,
+        "gamma": args.gamma,
+        "temperature": args.temperature,
+        "tokens": s.generated_tokens,
+        "target_calls": steps,
+        "draft_calls": s.draft_calls,
+        "tokens_per_second": s.tokens_per_second,
+        "total_ms_per_step": 1000 * total / steps,
+        "llama_ms_per_step": 1000 * llama / steps,
+        "loop_ms_per_step": 1000 * loop / steps,
         "parts_ms_per_step": {k: 1000 * v / steps for k, v in parts.seconds.most_common()},
         "text": result.text,
         "rss_mib": {"after_load": after_load, "after_generate": rss_mib()},
@@ -141,17 +157,21 @@ def run_in(checkout: Path, argv: list[str]) -> dict:
 
 def report(runs: list[dict]) -> None:
     first = runs[0]
-    print(f"{first['version']} ({first['clock']} clock): drafter {first['drafter']} gamma {first['gamma']} temperature "
-          f"{first['temperature']}: {first['tokens']} tokens, {first['target_calls']} target calls, "
-          f"{first['draft_calls']} draft calls ({len(runs)} rounds; median, min-max)")
+    print(
+        f"{first['version']} ({first['clock']} clock): drafter {first['drafter']} gamma {first['gamma']} temperature "
+        f"{first['temperature']}: {first['tokens']} tokens, {first['target_calls']} target calls, "
+        f"{first['draft_calls']} draft calls ({len(runs)} rounds; median, min-max)"
+    )
     for key in ("loop_ms_per_step", "total_ms_per_step", "llama_ms_per_step", "tokens_per_second"):
         values = [r[key] for r in runs]
         print(f"  {key:20s} {statistics.median(values):8.3f}  ({min(values):.3f}-{max(values):.3f})")
     print("  loop parts, ms per step (median):")
     for part in first["parts_ms_per_step"]:
         print(f"    {part:32s} {statistics.median(r['parts_ms_per_step'].get(part, 0.0) for r in runs):.3f}")
-    print(f"  resident memory: {first['rss_mib']['after_load']:.0f} MiB after loading, "
-          f"{first['rss_mib']['after_generate']:.0f} MiB after generating")
+    print(
+        f"  resident memory: {first['rss_mib']['after_load']:.0f} MiB after loading, "
+        f"{first['rss_mib']['after_generate']:.0f} MiB after generating"
+    )
 
 
 def main():
@@ -163,8 +183,12 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="cpu: the loop thread's own CPU time, which a busy machine's preemptions do not inflate")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the loop thread's own CPU time, which a busy machine's preemptions do not inflate",
+    )
     ap.add_argument("--against", type=Path, help="another checkout to compare with, round by round")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

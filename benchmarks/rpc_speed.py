@@ -23,10 +23,10 @@ set otherwise): they share this machine's cores.
 """
 
 import argparse
-import json
-import os
 import heapq
 import itertools
+import json
+import os
 import selectors
 import socket
 import subprocess
@@ -198,10 +198,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--delay-ms", type=float, default=2.0, help="round-trip delay added in the second condition")
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
-    ap.add_argument("--prompts", type=int, default=6, help="prompts from the built-in suite (spread over its categories)")
+    ap.add_argument(
+        "--prompts", type=int, default=6, help="prompts from the built-in suite (spread over its categories)"
+    )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=specllm.backend.physical_cores(), help="local and server threads")
-    ap.add_argument("--configs", default="auto,model:2,model:4,ngram:4", help="speculative configurations, DRAFTER[:GAMMA]")
+    ap.add_argument(
+        "--configs", default="auto,model:2,model:4,ngram:4", help="speculative configurations, DRAFTER[:GAMMA]"
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
     configs = ["none", *args.configs.split(",")]
@@ -234,7 +238,9 @@ def main():
             report(f"{name} ({description})", results[name])
     if args.json:
         how["OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
-        args.json.write_text(json.dumps({"how": how, "settings": vars(args) | {"json": str(args.json)}, "results": results}, indent=1))
+        args.json.write_text(
+            json.dumps({"how": how, "settings": vars(args) | {"json": str(args.json)}, "results": results}, indent=1)
+        )
 
 
 def report(name: str, result: dict) -> None:

@@ -30,7 +30,7 @@ import openai
 SPECLLM = [sys.executable, "-m", "specllm"]
 PROMPT = "Write a Python function that parses an ISO 8601 date string and returns a datetime."
 SYSTEM = "You are a careful senior Python engineer. Answer with code first, then one short paragraph."
-CODE = '''Review this function and say what it does wrong:
+CODE = """Review this function and say what it does wrong:
 
 def load_config(path):
     data = {}
@@ -44,7 +44,7 @@ def load_config(path):
     if "debug" in data:
         data["debug"] = data["debug"] == "true"
     return data
-'''
+"""
 
 
 def model_args(args) -> list[str]:
@@ -61,7 +61,9 @@ class Served:
     """`specllm serve --port 0` in a subprocess; its stderr (startup and access-log lines) is kept."""
 
     def __init__(self, args):
-        self.proc = subprocess.Popen(SPECLLM + ["serve", "--port", "0", *model_args(args)], stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            SPECLLM + ["serve", "--port", "0", *model_args(args)], stderr=subprocess.PIPE, text=True
+        )
         self.lines: list[str] = []
         while not any(line.startswith("specllm serve:") for line in self.lines):
             line = self.proc.stderr.readline()
@@ -122,7 +124,7 @@ def decode_rounds(args, served: Served) -> dict:
         seed = r
         serve_first = r % 2 == 0
         results = {}
-        for which in (["serve", "run"] if serve_first else ["run", "serve"]):
+        for which in ["serve", "run"] if serve_first else ["run", "serve"]:
             if which == "serve":
                 results[which] = served.chat([{"role": "user", "content": PROMPT}], args.max_tokens, seed)
             else:

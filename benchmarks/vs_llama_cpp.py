@@ -49,7 +49,7 @@ from specllm.hub import resolve_models
 PROMPTS = [
     "Write a Python function that checks whether a number is prime, with a docstring and type hints.",
     "Write a C function that reverses a singly linked list in place.",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Explain in a few sentences what a hash map is and when to use one.",
 ]
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")

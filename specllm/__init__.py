@@ -1,9 +1,9 @@
 """specllm: speculative decoding for llama.cpp GGUF models.
 
-    import specllm
-    engine = specllm.load(target="t.gguf", draft="d.gguf")
-    result = engine.generate("raw prompt text", max_tokens=64, temperature=0.0)   # drafter="auto"
-    result.tokens, result.text, result.stats
+import specllm
+engine = specllm.load(target="t.gguf", draft="d.gguf")
+result = engine.generate("raw prompt text", max_tokens=64, temperature=0.0)   # drafter="auto"
+result.tokens, result.text, result.stats
 """
 
 __version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)

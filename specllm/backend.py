@@ -138,7 +138,7 @@ def check_context_size(n_ctx: int) -> None:
 
 
 def parse_rpc_servers(servers) -> tuple[str, ...]:
-    """"host:port,host:port" (or a list of such) -> ("host:port", ...), checked; one clear line
+    """ "host:port,host:port" (or a list of such) -> ("host:port", ...), checked; one clear line
     for anything else."""
     if isinstance(servers, str):
         servers = servers.split(",")
@@ -148,7 +148,9 @@ def parse_rpc_servers(servers) -> tuple[str, ...]:
         host, sep, port = str(server).strip().rpartition(":")
         ok = sep and host and ":" not in host and not any(c.isspace() for c in host)
         if not (ok and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            raise SpecllmError(f"malformed RPC server address {str(server).strip()!r}: expected HOST:PORT (e.g. 192.168.1.20:50052)")
+            raise SpecllmError(
+                f"malformed RPC server address {str(server).strip()!r}: expected HOST:PORT (e.g. 192.168.1.20:50052)"
+            )
         parsed.append(f"{host}:{int(port)}")
     return tuple(dict.fromkeys(parsed))
 
@@ -372,7 +374,9 @@ class Model:
         raw = L.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None
 
-    def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+    def render_chat(
+        self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
         """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
         Jinja environment configured like llama-cpp-python's, with bounded loops and output.
         `tools` (OpenAI's function tools) go in the template's `tools` variable, as llama.cpp and
@@ -568,7 +572,9 @@ class MtpHead:
         from llama_cpp import llama_cpp_ext
 
         if not target.n_nextn:
-            raise SpecllmError(f"{target.path.name} has no MTP layers (nextn): drafter 'mtp' needs a model that carries them")
+            raise SpecllmError(
+                f"{target.path.name} has no MTP layers (nextn): drafter 'mtp' needs a model that carries them"
+            )
         self.target, self.path, self.options = target, target.path, target.options
         self.n_vocab, self.n_ctx, self.n_batch = target.n_vocab, target.n_ctx, target.n_batch
         self.recurrent, self.snapshots, self.max_draft = False, 0, None
@@ -735,7 +741,9 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, hu
         params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
         params.progress_callback = _ADVISE_HUGE_PAGES_ONCE  # called once the buffers exist, before they are filled
     _recent_errors.clear()
-    model = _passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params)
+    model = _passing_signals_through(
+        L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params
+    )
     if not model:
         if options.rpc:
             why = _first_error("out of memory on an RPC server?")
@@ -925,7 +933,9 @@ def check_compatible(target: Model, draft: Model) -> None:
     for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
         a, b = target.token_text(token), draft.token_text(token)
         if a != b:
-            raise SpecllmError(f"{names}: token {token} differs ({a.decode(errors='replace')!r} vs {b.decode(errors='replace')!r})")
+            raise SpecllmError(
+                f"{names}: token {token} differs ({a.decode(errors='replace')!r} vs {b.decode(errors='replace')!r})"
+            )
 
 
 def check_pair(target_path: str | Path, draft_path: str | Path) -> None:
@@ -966,7 +976,9 @@ def _recurrent_support() -> str:
             f"snapshots (--snapshots, default {DEFAULT_SNAPSHOTS}: each one more copy of a hybrid model's "
             "recurrent state, whose size run -v shows) and checkpoints"
         )
-    return "checkpoints only" if STATE_API else "target-only (this llama-cpp-python can neither keep nor copy their state)"
+    return (
+        "checkpoints only" if STATE_API else "target-only (this llama-cpp-python can neither keep nor copy their state)"
+    )
 
 
 def _mtp_supported() -> bool:
@@ -1127,7 +1139,7 @@ def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, in
         try:
             sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CAPS_SIZE) + bytes(RPC_CAPS_SIZE))
             answer = _recv_exactly(sock, 8 + 4 + RPC_CAPS_SIZE)
-        except socket.timeout:
+        except TimeoutError:
             raise SpecllmError(
                 f"RPC server {server} did not answer within {timeout:g} s (an rpc-server serves one client "
                 "at a time: is another program using it?)"
@@ -1136,7 +1148,9 @@ def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, in
             answer = b""
     size, major, minor, patch = struct.unpack("<QBBB", answer[:11]) if len(answer) >= 11 else (0, 0, 0, 0)
     if size != 4 + RPC_CAPS_SIZE:
-        raise SpecllmError(f"RPC server {server} does not answer as a llama.cpp ggml-rpc-server of protocol {RPC_PROTO_MAJOR}.x")
+        raise SpecllmError(
+            f"RPC server {server} does not answer as a llama.cpp ggml-rpc-server of protocol {RPC_PROTO_MAJOR}.x"
+        )
     if major != RPC_PROTO_MAJOR:
         raise SpecllmError(
             f"RPC server {server} speaks RPC protocol {major}.{minor}.{patch}, this llama.cpp "
@@ -1168,7 +1182,9 @@ def add_rpc_servers(servers: tuple[str, ...]) -> list[int]:
                 raise SpecllmError(f"RPC server {server} offers no devices")
             lib = _ggml()
             lib.ggml_backend_register(registry)
-            _rpc_servers[server] = [lib.ggml_backend_reg_dev_get(registry, i) for i in range(lib.ggml_backend_reg_dev_count(registry))]
+            _rpc_servers[server] = [
+                lib.ggml_backend_reg_dev_get(registry, i) for i in range(lib.ggml_backend_reg_dev_count(registry))
+            ]
         devices += _rpc_servers[server]
     return devices
 

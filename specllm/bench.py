@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from .backend import ALL_LAYERS, Model, common_prefix, gpu_layers, physical_cores, system_info
+from .calibration import time_calls
 from .engine import Engine, Finished, GenerationConfig, Result, Stats, aggregate
 from .errors import SpecllmError
-from .calibration import time_calls
 from .files import write_text_atomic
 from .sampling import SamplerSettings
 
@@ -188,7 +188,11 @@ def configurations(drafters: Iterable[str], gammas: Iterable[int]) -> list[Confi
             raise SpecllmError(f"unknown drafter {d!r}: use {', '.join(DRAFTER_CHOICES)} (target-only always runs)")
     if not drafters or not gammas:
         raise SpecllmError("nothing to compare: give at least one drafter and one gamma")
-    return [Configuration(d, None) if d == "auto" else Configuration(d, g) for d in drafters for g in (gammas if d != "auto" else [None])]
+    return [
+        Configuration(d, None) if d == "auto" else Configuration(d, g)
+        for d in drafters
+        for g in (gammas if d != "auto" else [None])
+    ]
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -260,7 +264,7 @@ def run_side_by_side(lanes: dict[Configuration, Engine], index: int, prompt: Ben
     return dict(zip(order, runs))
 
 
-def run_interleaved(running: list["_Running"]) -> list[PromptRun]:
+def run_interleaved(running: list[_Running]) -> list[PromptRun]:
     """Take a step of each generation in turn until all have finished (each on its own engine)."""
     active = list(running)
     while active:
@@ -436,7 +440,9 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     if any(c.drafter == "model" for c in settings.configurations) and not engine.has_draft:
         raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
     if any(c.drafter == "mtp" for c in settings.configurations) and engine.mtp is None:
-        raise SpecllmError(f"drafter 'mtp' needs a target with MTP layers (nextn), and {engine.target.path.name} has none")
+        raise SpecllmError(
+            f"drafter 'mtp' needs a target with MTP layers (nextn), and {engine.target.path.name} has none"
+        )
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
     total = 2 + len(configs) * len(prompts) * settings.rounds
@@ -520,7 +526,9 @@ def _positions(prompts: list[BenchPrompt]) -> list[str]:
 
 def timing_check(baseline: list[PromptRun], calibration: dict) -> dict:
     """Was the machine quiet? Compare the target-only step time across prompts and calibration."""
-    steps = [r.result.stats.decode_seconds / r.result.stats.target_calls for r in baseline if r.result.stats.target_calls]
+    steps = [
+        r.result.stats.decode_seconds / r.result.stats.target_calls for r in baseline if r.result.stats.target_calls
+    ]
     every = steps + [calibration["target_step_seconds"]]
     spread = max(every) / min(every) if min(every) > 0 else float("inf")
     return {

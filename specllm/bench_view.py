@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .bench import NEAR_TIE, NOISE
+
 BAR_WIDTH = 40
 
 
@@ -451,7 +452,9 @@ def draft_race_table(results: dict) -> Table:
     for rank, draft in enumerate(results["drafts"], 1):
         for i, g in enumerate(draft["by_gamma"]):
             first = i == 0  # a draft's fastest draft length first, the others dim below it
-            name = Text(draft["name"]).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim") if first else ""
+            name = (
+                Text(draft["name"]).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim") if first else ""
+            )
             table.add_row(
                 str(rank) if first else "", name, str(g["gamma"]), f"{g['tokens_per_second']:.1f}",
                 Text(_x(g["speedup"]), style=_speed_style(g["speedup"])), _pct(g["acceptance_rate"]),

@@ -27,8 +27,8 @@ from .backend import common_prefix
 from .engine import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate, check_gamma
 from .errors import SpecllmError
 from .files import write_text_atomic
-from .text import check_utf8
 from .sampling import default_seed
+from .text import check_utf8
 from .view import source_mix
 
 
@@ -95,8 +95,8 @@ Start a message with // to send one that begins with /. End a line with \\ to co
 class ChatSession:
     """A conversation with an engine. Typical use:
 
-        prepared = session.prepare("Hello")   # may drop old turns (prepared.notices say so)
-        for event in session.stream(prepared): ...   # Step events, then Finished
+    prepared = session.prepare("Hello")   # may drop old turns (prepared.notices say so)
+    for event in session.stream(prepared): ...   # Step events, then Finished
     """
 
     def __init__(self, engine: Engine, config: GenerationConfig, system: str | None = None):
@@ -330,9 +330,15 @@ class ChatSession:
             "target": str(engine.target.path),
             "draft": str(engine.draft.path) if engine.draft else None,
             "settings": {
-                "drafter": self.config.drafter, "gamma": self.config.gamma,
-                "max_tokens": self.config.max_tokens, "temperature": s.temperature, "top_k": s.top_k,
-                "top_p": s.top_p, "min_p": s.min_p, "seed": s.seed, "ctx_size": self.n_ctx,
+                "drafter": self.config.drafter,
+                "gamma": self.config.gamma,
+                "max_tokens": self.config.max_tokens,
+                "temperature": s.temperature,
+                "top_k": s.top_k,
+                "top_p": s.top_p,
+                "min_p": s.min_p,
+                "seed": s.seed,
+                "ctx_size": self.n_ctx,
             },  # fmt: skip
             "system": self.system,
             "messages": self.messages(),  # what the model sees now, as the template gets it
@@ -514,6 +520,7 @@ def is_command(line: str) -> bool:
 
 
 # --- the terminal front end ------------------------------------------------------------------------
+
 
 def repl(session: ChatSession, console, live: bool) -> None:
     """The chat loop: read, run a command or stream a reply, repeat."""

@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,8 +17,8 @@ except ImportError:
 from .cli_basics import build_command, doctor_command, main_options
 from .cli_models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command, rm_command
 from .errors import SpecllmError
-from .text import check_utf8
 from .sampling import default_seed
+from .text import check_utf8
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -30,21 +30,23 @@ app.callback()(main_options)  # --version
 
 # --- options shared by run, chat and bench, declared once ----------------------------------------
 Target = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
-        "--target", "-m",
+        "--target",
+        "-m",
         help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
     ),
 ]
 Draft = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
-        "--draft", "-md",
+        "--draft",
+        "-md",
         help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
     ),
 ]
 Drafter = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
         "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
@@ -52,14 +54,21 @@ Drafter = Annotated[
     ),
 ]
 Gamma = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(
-        "--gamma", "-g", show_default=False,
+        "--gamma",
+        "-g",
+        show_default=False,
         help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
     ),
 ]
 DEFAULT_GAMMA = 4
-PairOption = Annotated[Optional[str], typer.Option("--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False)]
+PairOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False
+    ),
+]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")]
 Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", help="0 is greedy.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
@@ -67,16 +76,17 @@ TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set hold
 MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
 MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
 Seed = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."),
 ]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
-Threads = Annotated[Optional[int], typer.Option(help="CPU threads (default: one per physical core).")]
+Threads = Annotated[int | None, typer.Option(help="CPU threads (default: one per physical core).")]
 GpuLayers = Annotated[
-    Optional[int], typer.Option("--gpu-layers", "-ngl", help="Target layers on the GPU (default: all if supported).")
+    int | None, typer.Option("--gpu-layers", "-ngl", help="Target layers on the GPU (default: all if supported).")
 ]
 DraftGpuLayers = Annotated[
-    Optional[int], typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported).")
+    int | None,
+    typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported)."),
 ]
 Snapshots = Annotated[
     int,
@@ -88,10 +98,10 @@ Snapshots = Annotated[
 DEFAULT_SNAPSHOTS = 8  # backend.DEFAULT_SNAPSHOTS, without importing llama_cpp for --help
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
 Rpc = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."),
 ]
-DraftRpc = Annotated[Optional[str], typer.Option(help="The same for the draft (default: the draft stays local).")]
+DraftRpc = Annotated[str | None, typer.Option(help="The same for the draft (default: the draft stays local).")]
 
 
 def load_engine(
@@ -108,7 +118,13 @@ def load_engine(
     if draft == "none" and target is None:
         raise SpecllmError("--draft none goes with --target (for a pair without its draft use --drafter ngram or none)")
     target_path, draft_path, _ = resolve_models(
-        pair, target, None if draft == "none" else draft, source=source, offline=offline, models_file=models_file, check=False
+        pair,
+        target,
+        None if draft == "none" else draft,
+        source=source,
+        offline=offline,
+        models_file=models_file,
+        check=False,
     )
     wants_model = (default_drafter(drafter, gamma, False) or "auto") in ("auto", "model")
     if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
@@ -116,14 +132,21 @@ def load_engine(
         from .stores import store_name
 
         draft_path = find_draft(
-            target_path, drafter or "auto", models_file=models_file, source=source, offline=offline, verbose=verbose,
+            target_path,
+            drafter or "auto",
+            models_file=models_file,
+            source=source,
+            offline=offline,
+            verbose=verbose,
             label=target if store_name(target) else None,  # an Ollama blob's file name would say nothing
         )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
     if drafter == "model" and draft_path is None:
         if pair is not None:
             raise SpecllmError(f"pair {pair} has no draft model: use --drafter auto|mtp|ngram|none")
-        raise SpecllmError("drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none")
+        raise SpecllmError(
+            "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"
+        )
     if verbose:
         report_backend(threads, gpu_layers)
     # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
@@ -165,7 +188,9 @@ def describe_models(engine) -> list[str]:
             "from a checkpoint of the state after the last prompt, or is evaluated again from its start"
         )
     if engine.mtp is not None:
-        lines.append(f"target: {target.n_nextn} MTP layer(s): it drafts for itself (drafter mtp, and auto where it pays)")
+        lines.append(
+            f"target: {target.n_nextn} MTP layer(s): it drafts for itself (drafter mtp, and auto where it pays)"
+        )
     return lines
 
 
@@ -265,8 +290,8 @@ def run(
     chat_template: Annotated[
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
-    system: Annotated[Optional[str], typer.Option(help="System message (with the chat template).")] = None,
-    stop: Annotated[Optional[list[str]], typer.Option(help="Stop at this string (repeatable).")] = None,
+    system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
     no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")] = False,
     verbose: Verbose = False,
@@ -338,9 +363,11 @@ def chat(
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
     snapshots: Snapshots = DEFAULT_SNAPSHOTS,
-    system: Annotated[Optional[str], typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
+    system: Annotated[
+        str | None, typer.Option(help="System prompt (with --resume: replaces the saved one).")
+    ] = None,
     resume: Annotated[
-        Optional[Path], typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
+        Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
     ] = None,
     no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
     verbose: Verbose = False,
@@ -418,28 +445,41 @@ def bench(
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
     drafter: Annotated[
-        Optional[str],
-        typer.Option(help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, mtp for a target with MTP layers, and ngram."),
+        str | None,
+        typer.Option(
+            help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, mtp for a target with MTP layers, and ngram."
+        ),
     ] = None,
     gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
     prompts: Annotated[
-        Optional[Path],
-        typer.Option(help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. Default: the built-in suite.'),
+        Path | None,
+        typer.Option(
+            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. Default: the built-in suite.'
+        ),
     ] = None,
-    categories: Annotated[Optional[str], typer.Option(help="Only these categories, comma-separated.")] = None,
-    per_category: Annotated[Optional[int], typer.Option(help="At most this many prompts of each category.")] = None,
+    categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,
+    per_category: Annotated[int | None, typer.Option(help="At most this many prompts of each category.")] = None,
     rounds: Annotated[
-        int, typer.Option(min=1, help="Run the whole suite this many times and add the rounds up (a noisy machine averages out).")
+        int,
+        typer.Option(
+            min=1, help="Run the whole suite this many times and add the rounds up (a noisy machine averages out)."
+        ),
     ] = 1,
     max_tokens: Annotated[
-        Optional[int],
-        typer.Option("--max-tokens", "-n", min=1, show_default=False,
-                     help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for)."),
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            min=1,
+            show_default=False,
+            help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for).",
+        ),
     ] = None,
     drafts_for: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
-            "--drafts-for", metavar="TARGET",
+            "--drafts-for",
+            metavar="TARGET",
             help="Measure every draft on disk that fits TARGET (a path or any model reference; those `models --drafts-for` "
             "finds) against target-only decoding, and remember the fastest for TARGET: `run --target TARGET` then uses it. "
             "Default: one prompt per category, 64 tokens each.",
@@ -457,7 +497,7 @@ def bench(
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
     snapshots: Snapshots = DEFAULT_SNAPSHOTS,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every result to this JSON file.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
     """Measure speculative against target-only decoding on a prompt suite, and explain the result;
@@ -472,7 +512,9 @@ def bench(
         from .draft_race import RACE_MAX_TOKENS, RACE_PROMPTS_PER_CATEGORY
 
         if pair or target or draft or drafter:
-            raise SpecllmError("--drafts-for measures every draft on disk for one target: give it without --pair, --target, --draft and --drafter")
+            raise SpecllmError(
+                "--drafts-for measures every draft on disk for one target: give it without --pair, --target, --draft and --drafter"
+            )
         max_tokens = max_tokens or RACE_MAX_TOKENS
         if per_category is None and prompts is None:
             per_category = RACE_PROMPTS_PER_CATEGORY
@@ -488,7 +530,9 @@ def bench(
     cats = b.parse_list(categories, "category") if categories else None
     suite = b.select_prompts(suite, cats, per_category)
     if drafts_for is not None:
-        settings = b.BenchSettings(tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds)
+        settings = b.BenchSettings(
+            tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
+        )
         options = dict(ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots)  # fmt: skip
         race_drafts(drafts_for, suite, settings, options, source=source, offline=offline, models_file=models_file,
@@ -502,7 +546,9 @@ def bench(
     )  # fmt: skip
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
     drafters = wanted or ["auto", *(["model"] if engine.has_draft else []), *(["mtp"] if engine.mtp else []), "ngram"]
-    settings = b.BenchSettings(tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds)
+    settings = b.BenchSettings(
+        tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
+    )
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
     if json_file is not None:
@@ -524,7 +570,9 @@ def race_drafts(spec, suite, settings, options, *, source, offline, models_file,
     from .hub import resolve_models
     from .registry import load_pairs
 
-    target_path, _, _ = resolve_models(None, spec, None, source=source, offline=offline, models_file=models_file, check=False)
+    target_path, _, _ = resolve_models(
+        None, spec, None, source=source, offline=offline, models_file=models_file, check=False
+    )
     fits = [c for c in candidates(target_path, load_pairs(models_file)) if c.compatible]
     if not fits:
         raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
@@ -568,8 +616,12 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
-        Optional[str],
-        typer.Option(envvar="SPECLLM_API_KEY", show_envvar=False, help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY)."),
+        str | None,
+        typer.Option(
+            envvar="SPECLLM_API_KEY",
+            show_envvar=False,
+            help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY).",
+        ),
     ] = None,
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),

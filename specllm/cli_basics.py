@@ -12,7 +12,7 @@ its variable; a bad value in a variable is refused with the same one line as on 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.main import get_command
@@ -98,9 +98,12 @@ def _show_version(value: bool) -> None:
 
 def main_options(
     version: Annotated[
-        Optional[bool],
+        bool | None,
         typer.Option(
-            "--version", callback=_show_version, is_eager=True, help="Show the versions of specllm and llama.cpp, and exit."
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the versions of specllm and llama.cpp, and exit.",
         ),
     ] = None,
 ) -> None:
@@ -112,7 +115,7 @@ def main_options(
 
 def doctor_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    rpc: Annotated[Optional[str], typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
+    rpc: Annotated[str | None, typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
 ) -> None:
     """Show the versions, the llama.cpp build, GPU offload and RPC support and devices (and, with
     --rpc, whether each server answers and how much memory it offers)."""
@@ -135,5 +138,7 @@ def doctor_command(
             value = ", ".join(value) or "none"
         print(f"{key}: {value}")
     for server, devices in memory.items():
-        listed = ", ".join(f"{name} {free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB" for name, free, total in devices)
+        listed = ", ".join(
+            f"{name} {free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB" for name, free, total in devices
+        )
         print(f"rpc server {server}: answers · {listed}")

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
@@ -27,7 +27,7 @@ from .hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec,
 from .registry import ModelFile, Pair, load_pairs
 
 PairArgument = Annotated[
-    Optional[str],
+    str | None,
     typer.Argument(help="Pair name (see `specllm models`); default: the default pair.", show_default=False),
 ]
 SourceOption = Annotated[
@@ -38,7 +38,7 @@ SourceOption = Annotated[
 ]
 OfflineOption = Annotated[bool, typer.Option("--offline", help="Use only files already downloaded; never the network.")]
 ModelsFileOption = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--models", help="An extra pairs file (TOML, like models.toml), added to the built-in pairs.", dir_okay=False
     ),
@@ -49,9 +49,10 @@ def models_command(
     models_file: ModelsFileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
     drafts_for: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
-            "--drafts-for", metavar="TARGET",
+            "--drafts-for",
+            metavar="TARGET",
             help="List the GGUFs on disk that could draft for TARGET (a path, a downloaded hf:REPO/FILE, or ollama:/lmstudio:/llamacpp: NAME), compatible or not, and why.",
         ),
     ] = None,
@@ -142,7 +143,11 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
     fastest = winners.remembered(target)
     if as_json:
         measured = asdict(fastest) if fastest is not None else None
-        print(json.dumps({"target": str(target), "candidates": [c.to_dict() for c in found], "measured_fastest": measured}))
+        print(
+            json.dumps(
+                {"target": str(target), "candidates": [c.to_dict() for c in found], "measured_fastest": measured}
+            )
+        )
         return
     title = f"Drafts on disk for {spec if stores.store_name(spec) else target.name} (tried in this order)"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
@@ -151,7 +156,11 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
     for c in found:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
-    Console().print(table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}")
+    Console().print(
+        table
+        if found
+        else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}"
+    )
     if fastest is not None:  # what a run of this target alone uses before the order above
         speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
         Console(highlight=False).print(
@@ -171,7 +180,13 @@ def _local_target(spec: str, pairs: dict[str, Pair]) -> Path:
 
 
 def rm_command(
-    what: Annotated[str, typer.Argument(help="A pair name, hf:REPO/FILE, or the path of a GGUF in one of the caches (never another tool's store).", show_default=False)],
+    what: Annotated[
+        str,
+        typer.Argument(
+            help="A pair name, hf:REPO/FILE, or the path of a GGUF in one of the caches (never another tool's store).",
+            show_default=False,
+        ),
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before removing.")] = False,
     models_file: ModelsFileOption = None,
 ) -> None:
@@ -179,11 +194,16 @@ def rm_command(
     found = local_models.find_for_removal(what, load_pairs(models_file))
     console = Console(stderr=True, highlight=False)
     for m in found:
-        console.print(f"{m.spec}  ({_size(m.size)}, {m.cache}{', ' + str(len(m.parts)) + ' files' if len(m.parts) > 1 else ''})", soft_wrap=True)
+        console.print(
+            f"{m.spec}  ({_size(m.size)}, {m.cache}{', ' + str(len(m.parts)) + ' files' if len(m.parts) > 1 else ''})",
+            soft_wrap=True,
+        )
     total = _size(local_models.total_size(found))
     if not yes:
         if not sys.stdin.isatty():
-            raise SpecllmError("standard input is not a terminal: give --yes to remove without asking (nothing removed)")
+            raise SpecllmError(
+                "standard input is not a terminal: give --yes to remove without asking (nothing removed)"
+            )
         if not _confirmed(f"Remove {'these' if len(found) > 1 else 'this'} ({total})? [y/N]: "):
             console.print("nothing removed")
             raise typer.Exit(1)
@@ -246,4 +266,12 @@ def _size(n: int | None) -> str:
     return "?" if n is None else human_size(n)
 
 
-__all__ = ["models_command", "pull_command", "rm_command", "PairArgument", "SourceOption", "OfflineOption", "ModelsFileOption"]
+__all__ = [
+    "models_command",
+    "pull_command",
+    "rm_command",
+    "PairArgument",
+    "SourceOption",
+    "OfflineOption",
+    "ModelsFileOption",
+]

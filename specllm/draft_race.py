@@ -81,7 +81,12 @@ def _measure(lanes: dict[Configuration, Engine], prompts: list[BenchPrompt], set
     for round_ in range(1, settings.rounds + 1):
         order = configs if round_ % 2 else configs[::-1]
         for i, prompt in enumerate(prompts):
-            progress(f"prompt {i + 1}/{len(prompts)}" + (f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""), done, total)
+            progress(
+                f"prompt {i + 1}/{len(prompts)}"
+                + (f" · round {round_}/{settings.rounds}" if settings.rounds > 1 else ""),
+                done,
+                total,
+            )
             for config, run in run_side_by_side(lanes, i, prompt, order, settings).items():
                 run.round = round_
                 runs[config].append(run)
@@ -150,4 +155,3 @@ def winner(ranked: list[dict]) -> dict | None:
         "speedup": best["speedup"], "acceptance": best["acceptance_rate"], "gamma": best["gamma"],
         "measured": len(ranked),
     }  # fmt: skip
-

@@ -176,7 +176,11 @@ class NgramDrafter(NoDrafter):
     OCCURRENCES = 8  # latest end positions kept per n-gram: the longest repeat among them wins
 
     def __init__(
-        self, max_ngram: int = 3, min_ngram: int = 2, min_match: int = CPU_MIN_MATCH, markup: frozenset[int] = frozenset()
+        self,
+        max_ngram: int = 3,
+        min_ngram: int = 2,
+        min_match: int = CPU_MIN_MATCH,
+        markup: frozenset[int] = frozenset(),
     ):
         self.sizes = range(max_ngram, min_ngram - 1, -1)
         self.min_match = min_match

@@ -121,8 +121,10 @@ def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tu
     found = [c for c in tried if c.compatible]
     if found:
         c = found[0]
-        why = "the curated draft of its family" if "curated" in c.origin else (
-            f"the smallest GGUF on disk whose vocabulary matches ({c.origin})"
+        why = (
+            "the curated draft of its family"
+            if "curated" in c.origin
+            else (f"the smallest GGUF on disk whose vocabulary matches ({c.origin})")
         )
         return c, f"draft for {name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
     hint = ""
@@ -132,9 +134,7 @@ def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tu
     if curated:
         draft = curated[0][1]
         hint = f"; its family's curated draft is hf:{draft.label} (`--draft hf:{draft.label}` downloads it)"
-    return None, (
-        f"no draft on disk fits {name} (`specllm models --drafts-for {name}` lists why){hint}"
-    )
+    return None, (f"no draft on disk fits {name} (`specllm models --drafts-for {name}` lists why){hint}")
 
 
 def find_draft(

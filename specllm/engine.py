@@ -182,7 +182,9 @@ class Engine:
     The auto policy's state (costs, acceptance statistics, guard) lives here, so it carries over
     from one generation to the next."""
 
-    def __init__(self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None):
+    def __init__(
+        self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None
+    ):
         if draft is not None:
             check_once(target.path, draft.path, lambda: check_compatible(target, draft))
         self.target = target
@@ -425,7 +427,9 @@ def draft_limit_note(target: Model) -> str | None:
     if limit is None:
         return None
     if not target.can_take_back:
-        return f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
+        return (
+            f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
+        )
     if limit > 0:
         return (
             f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "

@@ -76,7 +76,7 @@ def is_current(key: str) -> bool:
 
 
 def file_identity(path: str | Path) -> str | None:
-    """"PATH:SIZE:MTIME" of a file, symlinks resolved: while it stays the same, so does the file's
+    """ "PATH:SIZE:MTIME" of a file, symlinks resolved: while it stays the same, so does the file's
     content (as caches keyed by it assume); None when the file cannot be read."""
     try:
         path = Path(path).resolve()

@@ -27,9 +27,9 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from .errors import SpecllmError
 from .files import cache_dir, remove_stale_temps, temp_beside
@@ -557,7 +557,7 @@ def _mismatch(part: ModelFile, size: int, sha256: str) -> str | None:
 
 
 def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile | Path:
-    """"hf:OWNER/REPO/FILE.gguf" (or hf:OWNER/REPO@REVISION/FILE.gguf) -> a ModelFile (with the
+    """ "hf:OWNER/REPO/FILE.gguf" (or hf:OWNER/REPO@REVISION/FILE.gguf) -> a ModelFile (with the
     curated size, checksum and mirror when it is a curated file; with every part when FILE is a
     part NAME-0000i-of-0000N.gguf of a split model); ollama:NAME, lmstudio:PATH and llamacpp:FILE
     -> the file in that tool's store (stores.py); anything else is a local GGUF path, checked now."""

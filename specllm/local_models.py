@@ -200,7 +200,9 @@ def _refuse_store_reference(what: str) -> None:
     store = stores.store_name(what)
     if store is not None:
         folder = stores.roots()[store][0]
-        raise SpecllmError(f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}")
+        raise SpecllmError(
+            f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}"
+        )
 
 
 def _refuse_store_path(path: Path) -> None:
@@ -209,7 +211,9 @@ def _refuse_store_path(path: Path) -> None:
     found = stores.store_of(path)
     if found is not None:
         store, folder = found
-        raise SpecllmError(f"refusing to remove {path}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}")
+        raise SpecllmError(
+            f"refusing to remove {path}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}"
+        )
 
 
 def _is(model: LocalModel, wanted: ModelFile) -> bool:
@@ -247,7 +251,9 @@ def remove(models: list[LocalModel]) -> int:
     Another tool's model is never removed (nothing is)."""
     for m in models:
         if m.cache not in (HF, SPECLLM):
-            raise SpecllmError(f"refusing to remove {m.spec}: it is in {m.cache}'s store, not specllm's; nothing removed")
+            raise SpecllmError(
+                f"refusing to remove {m.spec}: it is in {m.cache}'s store, not specllm's; nothing removed"
+            )
     hf_files = [f for m in models if m.cache == HF for f in m.hf_files]
     strategy = _hf_strategy(hf_files) if hf_files else None
     own = [part for m in models if m.cache == SPECLLM for part in m.parts]
@@ -274,7 +280,9 @@ def _hf_strategy(files: list):
 
     info = scan_cache_dir(hf_cache_dir())
     if not hasattr(info, "delete_files"):
-        raise SpecllmError("removing single files from the HF cache needs a newer huggingface_hub (pip install -U huggingface_hub)")
+        raise SpecllmError(
+            "removing single files from the HF cache needs a newer huggingface_hub (pip install -U huggingface_hub)"
+        )
     wanted = {f.file_path for f in files}
     fresh = [f for repo in info.repos for rev in repo.revisions for f in rev.files if f.file_path in wanted]
     return info.delete_files(*fresh)

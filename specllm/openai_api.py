@@ -313,7 +313,13 @@ class Reply:
 
     def _object(self, kind: str, choices: list[dict]) -> dict:
         prefix = "chatcmpl" if self.chat else "cmpl"
-        return {"id": f"{prefix}-{self.id}", "object": kind, "created": self.created, "model": self.model, "choices": choices}
+        return {
+            "id": f"{prefix}-{self.id}",
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
 
     def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
         """The whole response of a request that was not streamed; `tools` has read its calls."""

@@ -20,13 +20,13 @@ import logging
 import socket
 import threading
 import time
-from importlib import resources
-from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
+from importlib import resources
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -202,7 +202,11 @@ class EngineWorker:
     def without_paths(self, message: str) -> str:
         """An error for a client: the server's model files named by their file names only."""
         engine = self.engine
-        paths = [engine.target.path, engine.draft.path if engine.draft else None, engine.draft_file and engine.draft_file[0]]
+        paths = [
+            engine.target.path,
+            engine.draft.path if engine.draft else None,
+            engine.draft_file and engine.draft_file[0],
+        ]
         for path in filter(None, paths):
             for form in {str(path), str(Path(path).resolve())}:
                 message = message.replace(form, Path(path).name)
@@ -248,7 +252,9 @@ class EngineWorker:
         )
         self.last = None
         events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None)
+        return Plan(
+            tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None
+        )
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and
@@ -397,7 +403,9 @@ def check_key(api_key: str | None, request: Request) -> None:
     # Header values arrive as Latin-1 text: its bytes are what the client sent (UTF-8 for a key
     # that is not ASCII), and are compared with the key's UTF-8 bytes.
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), api_key.encode()):
-        raise ApiError(401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key")
+        raise ApiError(
+            401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key"
+        )
 
 
 def _auth_header(error: ApiError) -> dict | None:
@@ -449,7 +457,12 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
 
 
 async def stream(
-    reply: Reply, plan: Plan, job: Job, include_usage: bool, request: Request, without_paths: Callable[[str], str],
+    reply: Reply,
+    plan: Plan,
+    job: Job,
+    include_usage: bool,
+    request: Request,
+    without_paths: Callable[[str], str],
     steps: bool = False,
 ) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status

@@ -158,7 +158,9 @@ def resolve(spec: str) -> Path:
         raise SpecllmError(f"bad model {spec!r}: nothing after '{scheme}:'")
     if scheme == "ollama":
         return _resolve_ollama(spec, name)
-    return _resolve_file(spec, name, lmstudio_roots() if scheme == "lmstudio" else llamacpp_roots(), SCHEMES[scheme + ":"])
+    return _resolve_file(
+        spec, name, lmstudio_roots() if scheme == "lmstudio" else llamacpp_roots(), SCHEMES[scheme + ":"]
+    )
 
 
 def local_path(spec: str | Path) -> str:
@@ -248,7 +250,9 @@ def _find_manifest(spec: str, name: _OllamaName) -> Path:
             break
     if not found:
         where = ", ".join(str(r) for r in ollama_roots())
-        raise SpecllmError(f"no Ollama model {spec} in {where} (`specllm models` lists the ones there; `ollama pull` gets it)")
+        raise SpecllmError(
+            f"no Ollama model {spec} in {where} (`specllm models` lists the ones there; `ollama pull` gets it)"
+        )
     if len(found) > 1:
         names = ", ".join("ollama:{}/{}/{}:{}".format(*p.parts[-4:]) for p in found)
         raise SpecllmError(f"{spec} is in more than one registry: name one ({names})")
@@ -368,7 +372,9 @@ def _scan_folders(folders: list[Path], store: str, scheme: str) -> Scan:
     return Scan(models, problems)
 
 
-def _store_model(name: str, store: str, parts: tuple[Path, ...], *, file: str | None = None, complete: bool = True) -> LocalModel:
+def _store_model(
+    name: str, store: str, parts: tuple[Path, ...], *, file: str | None = None, complete: bool = True
+) -> LocalModel:
     size = sum(p.stat().st_size for p in parts)
     return LocalModel(path=parts[0], parts=parts, size=size, cache=store, repo=None,
                       file=file or name.split(":", 1)[1], complete=complete, name=name)  # fmt: skip

@@ -50,7 +50,9 @@ def remember_compatible(target: str | Path, draft: str | Path) -> None:
     written costs the next run a check, not this run)."""
     key = _pair_key(target, draft)
     if key is not None:
-        update_json(_path(), lambda data: {"compatible": sorted({p for p in _pairs(data) if _still_current(p)} | {key})})
+        update_json(
+            _path(), lambda data: {"compatible": sorted({p for p in _pairs(data) if _still_current(p)} | {key})}
+        )
 
 
 def _still_current(pair_key: str) -> bool:

@@ -114,8 +114,9 @@ def tiny_recurrent_models(tmp_path_factory: pytest.TempPathFactory) -> TinyRecur
     write = tm.write_model
     return TinyRecurrentModels(
         qwen35=write(d / "qwen35.gguf", arch="qwen35", seed=0),
-        qwen35_draft=write(d / "qwen35_draft.gguf", arch="qwen35", seed=0, noise=tm.DRAFT_NOISES["qwen35"],
-                           noise_seed=1),
+        qwen35_draft=write(
+            d / "qwen35_draft.gguf", arch="qwen35", seed=0, noise=tm.DRAFT_NOISES["qwen35"], noise_seed=1
+        ),
         qwen35_mtp=write(d / "qwen35_mtp.gguf", arch="qwen35", seed=0, n_nextn=1),
         mamba=write(d / "mamba.gguf", arch="mamba", seed=0),
         mamba_draft=write(d / "mamba_draft.gguf", arch="mamba", seed=0, noise=tm.DRAFT_NOISES["mamba"], noise_seed=1),

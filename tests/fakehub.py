@@ -150,7 +150,7 @@ def _error_for(hub: FakeHub, path: str) -> tuple[int, str, str] | None:
 def _range_start(header: str | None) -> int:
     if not header or not header.startswith("bytes="):
         return 0
-    return int(header[len("bytes="):].split("-")[0] or 0)
+    return int(header[len("bytes=") :].split("-")[0] or 0)
 
 
 def closed_port_url() -> str:

@@ -13,7 +13,9 @@ from contextlib import contextmanager
 def serving(args: list, env: dict | None = None) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
     """`python -m specllm ARGS` (a `serve` command with `--port 0`): yields the process, its stderr
     lines up to the startup line, and the server's URL; the process is killed at the end."""
-    proc = subprocess.Popen([sys.executable, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         lines = []
         while not lines or not lines[-1].startswith("specllm serve:"):

@@ -61,7 +61,7 @@ class Terminal:
             if self.done.is_set():
                 break
             time.sleep(0.02)
-        raise AssertionError(f"no {pattern!r} in the output after:\n{self.text[self.pos:][-3000:]}")
+        raise AssertionError(f"no {pattern!r} in the output after:\n{self.text[self.pos :][-3000:]}")
 
     def send(self, data: str) -> None:
         os.write(self.fd, data.encode())

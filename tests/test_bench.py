@@ -495,7 +495,7 @@ def test_cli_bench_reports_a_malformed_prompt_file(tiny_models, tmp_path, monkey
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 1
-    assert "line 2: \"prompt\" must be a non-empty string" in capsys.readouterr().err
+    assert 'line 2: "prompt" must be a non-empty string' in capsys.readouterr().err
 
 
 def test_bench_compares_auto_with_the_fixed_configurations(engine):

@@ -10,11 +10,11 @@ import time
 
 import llama_cpp
 import pytest
+import tiny_models as tm
 
 import specllm
-import tiny_models as tm
-from specllm.backend import common_prefix
 from specllm import chat
+from specllm.backend import common_prefix
 from specllm.chat import ChatSession, is_command, read_transcript
 from specllm.engine import Finished, make_config
 
@@ -323,10 +323,16 @@ def test_slash_commands(tmp_path, engines):
     assert session.command("/drafter ngram").text == "drafter ngram" and session.config.drafter == "ngram"
     assert session.command("/temp 0.5").text == "temperature 0.5" and session.config.sampler.temperature == 0.5
     assert session.command("/temp 0").text == "temperature 0 (greedy)"
-    for bad, why in [("/gamma x", "usage: /gamma N"), ("/gamma 0", "gamma"), ("/temp -1", "temperature"),
-                     ("/temp warm", "usage: /temp T"), ("/drafter magic", "usage: /drafter"),
-                     ("/bogus", "unknown command /bogus"), ("/save", "usage: /save FILE"),
-                     (f"/save {tmp_path}", "cannot save to")]:
+    for bad, why in [
+        ("/gamma x", "usage: /gamma N"),
+        ("/gamma 0", "gamma"),
+        ("/temp -1", "temperature"),
+        ("/temp warm", "usage: /temp T"),
+        ("/drafter magic", "usage: /drafter"),
+        ("/bogus", "unknown command /bogus"),
+        ("/save", "usage: /save FILE"),
+        (f"/save {tmp_path}", "cannot save to"),
+    ]:
         with pytest.raises(specllm.SpecllmError, match=why):
             session.command(bad)
     assert session.config.gamma == 2 and session.config.sampler.temperature == 0  # bad input changed nothing
@@ -505,7 +511,10 @@ def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_pa
         ('{"system": "\\udcff", "turns": []}', "the system prompt is not valid UTF-8 text"),
         ('{"turns": [{"user": "a", "reply": "b", "stats": {"n_drafted": "x"}}]}', "stats field 'n_drafted'"),
         ('{"turns": [{"user": "a", "reply": "b", "stats": {"sources": [1]}}]}', "stats field 'sources'"),
-        ('{"turns": [{"user": "a", "reply": "b", "stats": {"drafted_per_position": [null]}}]}', "stats field 'drafted_per_position'"),
+        (
+            '{"turns": [{"user": "a", "reply": "b", "stats": {"drafted_per_position": [null]}}]}',
+            "stats field 'drafted_per_position'",
+        ),
         ('{"turns": [{"user": "a", "reply": "b", "stats": [1]}]}', "turn 1's stats are not an object"),
         pytest.param("[" * 100_000 + "]" * 100_000, "nested too deeply", id="nested-too-deeply"),
     ],

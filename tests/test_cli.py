@@ -9,13 +9,11 @@ import sys
 import time
 
 import pytest
-
+from fakehub import isolated  # noqa: F401 (a fixture)
 from one_line import assert_one_line_error
+from terminal import Terminal
 
 import specllm
-
-from fakehub import isolated  # noqa: F401 (a fixture)
-from terminal import Terminal
 
 SPECLLM = [sys.executable, "-m", "specllm"]
 
@@ -75,7 +73,9 @@ def test_json_output_has_the_documented_shape(models, tiny_models):
     assert stats["n_drafted"] > 0 and len(stats["accepted_per_position"]) == 3
     # the same as the library gives for the same settings (chat template applied by default)
     engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
-    expected = engine.generate(engine.prompt_tokens("def f(x):", chat=True), max_tokens=24, temperature=0, drafter="none")
+    expected = engine.generate(
+        engine.prompt_tokens("def f(x):", chat=True), max_tokens=24, temperature=0, drafter="none"
+    )
     assert out["tokens"] == expected.tokens and out["text"] == expected.text
 
 
@@ -178,7 +178,9 @@ def test_run_without_a_chat_template_uses_chatml_and_says_so_as_chat_does(tiny_m
     assert proc.returncode == 0, proc.stderr
     notice = "note: no_template.gguf has no chat template: using ChatML"
     assert proc.stderr.strip() == notice
-    chatml = "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n"
+    chatml = (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n"
+    )
     engine = specllm.load(str(tiny_models.no_template), n_ctx=256, n_threads=1)
     expected = engine.generate(engine.target.tokenize(chatml), max_tokens=8, temperature=0, drafter="none")
     out = json.loads(proc.stdout)
@@ -241,7 +243,9 @@ def test_the_seed_range_ends_are_accepted(models):
 
 def test_bytes_that_are_not_utf8_are_one_clear_line(models):
     def run(*args, stdin=None):
-        proc = subprocess.run([*SPECLLM, "run", *args, *map(str, models)], input=stdin, capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [*SPECLLM, "run", *args, *map(str, models)], input=stdin, capture_output=True, timeout=120
+        )
         proc.stderr = proc.stderr.decode(errors="replace")
         return proc
 

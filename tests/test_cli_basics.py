@@ -45,7 +45,9 @@ def test_doctor_json_is_one_object():
     assert isinstance(info["gpu_offload"], bool) and isinstance(info["devices"], list)
     assert info["physical_cores"] >= 1 and info["llama_cpp"].startswith(llama_cpp.llama_version().decode())
     assert info["transparent_huge_pages"] in ("always", "madvise", "never", "unavailable")
-    assert info["recurrent_models"].startswith("snapshots (--snapshots, default 8") and info["mtp_drafting"] == "supported"
+    assert (
+        info["recurrent_models"].startswith("snapshots (--snapshots, default 8") and info["mtp_drafting"] == "supported"
+    )
 
 
 def test_shell_completion_completes_commands_and_options():
@@ -114,7 +116,9 @@ def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
     assert lines[0].startswith("error: Invalid value for '--offline' (env var: 'SPECLLM_OFFLINE')")
 
 
-@pytest.mark.parametrize("signum, line, code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])
+@pytest.mark.parametrize(
+    "signum, line, code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
 def test_a_signal_while_the_command_starts_is_its_one_line(signum, line, code):
     """Ctrl-C or SIGTERM while the command's modules are still being imported: the signal is sent
     from inside the import of typer, which the command imports early."""

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import tiny_models as tm
 from one_line import assert_one_line_error
+
 from specllm import winners
 from specllm.draft_race import rank, winner
 from specllm.files import cache_dir, file_identity
@@ -96,7 +96,9 @@ def two_drafts(tmp_path, monkeypatch, tiny_models):
     target = Path(shutil.copyfile(tiny_models.target, tmp_path / "target.gguf"))
     (tmp_path / "lmstudio" / "models" / "tiny-org" / "Tiny-GGUF").mkdir(parents=True)
     (tmp_path / "llama.cpp").mkdir()
-    same = tm.write_model(tmp_path / "lmstudio" / "models" / "tiny-org" / "Tiny-GGUF" / "same.gguf", seed=0, chat_template=None)
+    same = tm.write_model(
+        tmp_path / "lmstudio" / "models" / "tiny-org" / "Tiny-GGUF" / "same.gguf", seed=0, chat_template=None
+    )
     other = tm.write_model(tmp_path / "llama.cpp" / "tiny-org_Tiny-GGUF_other.gguf", seed=2, n_layer=1)
     assert other.stat().st_size < same.stat().st_size < target.stat().st_size
     return {"target": target, "same": same, "other": other,
@@ -105,7 +107,9 @@ def two_drafts(tmp_path, monkeypatch, tiny_models):
 
 def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_drafts, tmp_path):
     out = tmp_path / "race.json"
-    proc = specllm_cli("bench", "--drafts-for", two_drafts["target"], "-n", 16, "--gamma", "2,4", "--threads", 1, "--json", out)
+    proc = specllm_cli(
+        "bench", "--drafts-for", two_drafts["target"], "-n", 16, "--gamma", "2,4", "--threads", 1, "--json", out
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
     assert [d["name"] for d in results["drafts"]] == [two_drafts["same_name"], two_drafts["other_name"]]
@@ -122,10 +126,17 @@ def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_d
 
     used = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "-n", 8, "--threads", 1, "--json")
     assert used.returncode == 0, used.stderr
-    assert f"specllm: draft for target.gguf: {two_drafts['same_name']}, the fastest of 2 draft(s) measured here" in flat(used.stderr)
+    assert (
+        f"specllm: draft for target.gguf: {two_drafts['same_name']}, the fastest of 2 draft(s) measured here"
+        in flat(used.stderr)
+    )
 
     listed = specllm_cli("models", "--drafts-for", two_drafts["target"])
-    assert listed.returncode == 0 and "Measured fastest here" in listed.stdout and two_drafts["same_name"] in flat(listed.stdout.split("Measured fastest")[1])
+    assert (
+        listed.returncode == 0
+        and "Measured fastest here" in listed.stdout
+        and two_drafts["same_name"] in flat(listed.stdout.split("Measured fastest")[1])
+    )
     as_json = json.loads(specllm_cli("models", "--drafts-for", two_drafts["target"], "--json").stdout)
     assert as_json["measured_fastest"]["path"] == str(two_drafts["same"])
 
@@ -136,11 +147,15 @@ def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_d
     two_drafts["same"].unlink()  # the winner is gone: the usual search (the smallest that fits)
     usual = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "-n", 8, "--threads", 1, "--json")
     assert usual.returncode == 0, usual.stderr
-    assert f"draft for target.gguf: {two_drafts['other_name']}" in flat(usual.stderr) and "smallest GGUF" in usual.stderr
+    assert (
+        f"draft for target.gguf: {two_drafts['other_name']}" in flat(usual.stderr) and "smallest GGUF" in usual.stderr
+    )
 
 
 def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tiny_models):
-    assert_one_line_error(specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for")
+    assert_one_line_error(
+        specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for"
+    )
     assert_one_line_error(specllm_cli("bench", "--drafts-for", tiny_models.target, "--target", tiny_models.target),
                           "--drafts-for", "without --pair, --target")  # fmt: skip
 

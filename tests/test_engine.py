@@ -297,7 +297,9 @@ def test_logit_rows_are_llama_cpps_rows_whatever_the_call_before(tiny_models):
     model.eval(prefix, 1)
     for width in (1, 3, 40, 2, 200, 5, 1):
         rows = model.eval(list(range(300, 300 + width)), width)
-        from_llama = [np.ctypeslib.as_array(L.llama_get_logits_ith(model._ctx, i), shape=(model.n_vocab,)) for i in range(width)]
+        from_llama = [
+            np.ctypeslib.as_array(L.llama_get_logits_ith(model._ctx, i), shape=(model.n_vocab,)) for i in range(width)
+        ]
         np.testing.assert_array_equal(rows, np.stack(from_llama))
         model.truncate(len(prefix))
     model.close()
@@ -435,7 +437,11 @@ def test_max_tokens_and_stop_strings(engine):
     r = engine.generate(PROMPTS[1], max_tokens=40, temperature=0, drafter="model", stop=[stop])
     assert r.stop_reason == "stop"
     assert r.text == full.text[:cut]
-    streamed = "".join(e.accepted_text + e.token_text for e in engine.stream(PROMPTS[1], max_tokens=40, temperature=0, stop=[stop]) if isinstance(e, Step))
+    streamed = "".join(
+        e.accepted_text + e.token_text
+        for e in engine.stream(PROMPTS[1], max_tokens=40, temperature=0, stop=[stop])
+        if isinstance(e, Step)
+    )
     assert streamed == full.text[:cut]
 
 
@@ -686,7 +692,9 @@ def test_no_drafter_copies_the_chat_markup_that_ends_a_message(engine, drafter):
     assert not set(drafted) & engine.target.markup_tokens
     if drafter == "ngram":  # the first step copies the last token of the message, and stops there
         assert steps[0].drafted == message[-1:]
-    assert [t for s in steps for t in s.drafted[: s.accepted] + [s.token]] == greedy(engine, prompt, "none", max_tokens=16).tokens
+    assert [t for s in steps for t in s.drafted[: s.accepted] + [s.token]] == greedy(
+        engine, prompt, "none", max_tokens=16
+    ).tokens
 
 
 def test_model_drafter_needs_a_draft_model(tiny_models):

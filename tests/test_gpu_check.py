@@ -30,8 +30,13 @@ gpc = _module()
 
 
 def _run(out: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "gpu_check.json").read_text())
 
@@ -57,8 +62,20 @@ def test_dry_run_writes_every_section(dry_run):
     assert data["mode"] == "dry-run" and data["status"] == "done"
     assert data["errors"] == [] and data["skipped"] == []
     assert data["smoke"]["ok"] is True
-    assert set(data) >= {"settings", "machine", "setup", "smoke", "models", "calibration", "pairs", "plain_decoding",
-                         "selection", "loop", "speedups", "fidelity"}
+    assert set(data) >= {
+        "settings",
+        "machine",
+        "setup",
+        "smoke",
+        "models",
+        "calibration",
+        "pairs",
+        "plain_decoding",
+        "selection",
+        "loop",
+        "speedups",
+        "fidelity",
+    }
     assert set(data["models"]) == set(gpc.DRY_SHAPES)
     for info in data["models"].values():
         assert _positive(info["bytes"]) and _number(info["write_seconds"]) and _number(info["load_seconds"])
@@ -114,8 +131,15 @@ def test_speedups_and_fidelity(dry_run):
             assert [x["config"] for x in r["runs"]] == [f"model g={g}" for g in gpc.GAMMAS] + ["auto"]
             for x in r["runs"]:
                 n_runs += 1
-                for key in ("tok_s", "speedup", "predicted", "acceptance", "mean_accepted_length", "loop_ms_per_step",
-                            "llama_ms_per_step"):
+                for key in (
+                    "tok_s",
+                    "speedup",
+                    "predicted",
+                    "acceptance",
+                    "mean_accepted_length",
+                    "loop_ms_per_step",
+                    "llama_ms_per_step",
+                ):
                     assert _number(x[key]), (x["config"], key)
                 assert x["generated"] == data["settings"]["tokens"]
                 assert isinstance(x["identical"], bool) and x["reanchors"] >= 0
@@ -134,8 +158,14 @@ def test_speedups_and_fidelity(dry_run):
 
 def test_markdown_has_every_table(dry_run):
     _, md = dry_run
-    for heading in ("## Call costs", "## c per pair", "## specllm target-only against llama.cpp's plain decoding",
-                    "## The loop's own time per step", "## Speedups at controlled acceptance", "## Greedy fidelity"):
+    for heading in (
+        "## Call costs",
+        "## c per pair",
+        "## specllm target-only against llama.cpp's plain decoding",
+        "## The loop's own time per step",
+        "## Speedups at controlled acceptance",
+        "## Greedy fidelity",
+    ):
         assert heading in md
     for name in gpc.DRY_SHAPES:
         assert f"| {name} |" in md
@@ -158,7 +188,10 @@ def test_written_ggufs_hold_valid_sane_blocks(tmp_path):
     gguf = pytest.importorskip("gguf")
     from gguf.quants import dequantize
 
-    for name, types in (("qwen2.5-7b", {"Q4_K", "Q6_K", "F32"}), ("qwen2.5-0.5b", {"Q5_0", "Q8_0", "Q4_K", "Q6_K", "F32"})):
+    for name, types in (
+        ("qwen2.5-7b", {"Q4_K", "Q6_K", "F32"}),
+        ("qwen2.5-0.5b", {"Q5_0", "Q8_0", "Q4_K", "Q6_K", "F32"}),
+    ):
         shape = gpc.DRY_SHAPES[name]
         path = gpc.write_gguf(tmp_path / f"{name}.gguf", shape, seed=5)
         assert path.stat().st_size == gpc.model_bytes(shape) + _data_offset(path, gguf)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from fakehub import COMMIT, fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
 from typer.testing import CliRunner
 
-from fakehub import COMMIT, fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
 from specllm import cli_models, hub
 from specllm.cli_models import models_command, pull_command
 from specllm.errors import SpecllmError
@@ -126,8 +126,9 @@ def test_split_model_parts_land_in_one_folder(fake_hub, tiny_models):
 def test_a_split_model_named_by_any_part_fetches_every_part_and_loads_as_the_whole(fake_hub, tiny_models, tmp_path):
     """hf:REPO/NAME-0000i-of-0000N.gguf: every part lands in one folder and llama.cpp, given the
     first, loads the rest itself: greedy output is the unsplit model's."""
-    import specllm
     import tiny_models as tm
+
+    import specllm
 
     first = tm.write_model(tmp_path / "tiny.gguf", seed=0, split_max_tensors=8)  # the target's weights
     parts = sorted(first.parent.glob("tiny-*.gguf"))
@@ -273,7 +274,9 @@ def test_names_leading_out_of_the_caches_are_refused_before_any_download(fake_hu
     with pytest.raises(SpecllmError, match=r"^bad model tiny-org/tiny-GGUF/target.gguf: the revision must be"):
         hub.fetch_file(ModelFile(repo=REPO, file="target.gguf", revision=escape), progress=False)
     models = pairs_file(isolated / "pairs.toml", REPO, content, content)
-    models.write_text(models.read_text().replace('file = "target.gguf"', f'file = "target.gguf"\nrevision = "{escape}"'))
+    models.write_text(
+        models.read_text().replace('file = "target.gguf"', f'file = "target.gguf"\nrevision = "{escape}"')
+    )
     result = CliRunner().invoke(cli(), ["pull", "tiny", "--models", str(models)])
     assert isinstance(result.exception, SpecllmError)
     assert str(result.exception).startswith(f"{models} line 3: pair 'tiny': target: field 'revision' must be")
@@ -510,8 +513,22 @@ def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
     assert out["stats"]["generated_tokens"] == 12 and out["stats"]["n_drafted"] > 0
     assert len(out["stats"]["drafted_per_position"]) == 3  # a fixed drafter takes the pair's recommended gamma
     assert (hub.hf_cache_dir()).exists()  # downloaded through the Hub path into the HF cache
-    offline = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
-                      "--temperature", 0, "-n", 12, "--json", "--offline")  # fmt: skip (auto: the same text)
+    offline = specllm(
+        "run",
+        "def f(x):",
+        "--pair",
+        "tiny",
+        "--models",
+        tiny_pair,
+        "--threads",
+        1,
+        "--temperature",
+        0,
+        "-n",
+        12,
+        "--json",
+        "--offline",
+    )  # fmt: skip (auto: the same text)
     assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
 
 

@@ -132,7 +132,10 @@ def test_a_fixed_draft_longer_than_the_snapshots_is_one_clear_error(models):
 
 def test_auto_on_a_hybrid_drafts_within_the_snapshots_and_says_so(models):
     target, draft = models["qwen35"]
-    engine = Engine(Model(target, ModelOptions(n_ctx=512, n_threads=1, snapshots=3)), Model(draft, ModelOptions(n_ctx=512, n_threads=1, snapshots=0)))
+    engine = Engine(
+        Model(target, ModelOptions(n_ctx=512, n_threads=1, snapshots=3)),
+        Model(draft, ModelOptions(n_ctx=512, n_threads=1, snapshots=0)),
+    )
     r = engine.generate("the cat is in the house and the cat is in the house and the cat", max_tokens=40, temperature=0)
     assert len(r.stats.drafted_per_position) <= 3
     assert "at most 3 tokens" in r.stats.policy["draft_limit"]
@@ -165,7 +168,9 @@ def test_a_build_that_cannot_take_rejections_back_is_one_clear_error(models, mon
     monkeypatch.setattr(backend, "STATE_API", False)
     engine = specllm.load(str(models["qwen35"][0]), n_ctx=256, n_threads=1)
     assert engine.target.snapshots == 0 and not engine.target.can_take_back
-    with pytest.raises(SpecllmError, match=r"cannot take rejected draft tokens back out of the recurrent state of qwen35.gguf"):
+    with pytest.raises(
+        SpecllmError, match=r"cannot take rejected draft tokens back out of the recurrent state of qwen35.gguf"
+    ):
         engine.generate("Hello", max_tokens=4, drafter="ngram")
     expected = engine.generate(PROMPTS[2], max_tokens=24, temperature=0, drafter="none").tokens
     r = engine.generate(PROMPTS[2], max_tokens=24, temperature=0)

@@ -9,17 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import tiny_models as tm
 import typer
+from fakehub import fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
+from terminal import Terminal
 from typer.testing import CliRunner
 
-import tiny_models as tm
-from fakehub import fake_hub, hub_server, isolated, model_file  # noqa: F401 (fixtures)
 from specllm import hub, local_models
 from specllm.cli_models import models_command, rm_command
 from specllm.drafts import candidates, curated_drafts, family
 from specllm.errors import SpecllmError
 from specllm.registry import load_pairs
-from terminal import Terminal
 
 REPO = "tiny-org/drafts-GGUF"
 
@@ -80,17 +80,25 @@ def test_models_lists_both_caches_with_real_sizes_and_a_total(fake_hub, tiny_mod
         download(fake_hub, REPO, part)
     own = into_specllm_cache(small_models["smaller.gguf"], "tiny-org/mirror-GGUF")
     (own.parent / f".{own.name}.123.incomplete").write_bytes(b"GGUF half")  # a killed assembly's: not a model
-    (hub.hf_cache_dir() / f"models--{REPO.replace('/', '--')}" / "snapshots" / hf_file.parent.name / "README.md").write_text("x")
+    (
+        hub.hf_cache_dir() / f"models--{REPO.replace('/', '--')}" / "snapshots" / hf_file.parent.name / "README.md"
+    ).write_text("x")
 
     result = invoke("models", "--json")
     assert result.exit_code == 0, result.output
     listing = json.loads(result.output)
     models = {m["spec"]: m for m in listing["models"]}
-    assert set(models) == {f"hf:{REPO}/small.gguf", f"hf:{REPO}/whole-00001-of-00003.gguf", "hf:tiny-org/mirror-GGUF/smaller.gguf"}
+    assert set(models) == {
+        f"hf:{REPO}/small.gguf",
+        f"hf:{REPO}/whole-00001-of-00003.gguf",
+        "hf:tiny-org/mirror-GGUF/smaller.gguf",
+    }
     split = models[f"hf:{REPO}/whole-00001-of-00003.gguf"]
     assert split["parts"] == [str(hf_file.parent / p.name) for p in split_parts] and split["complete"]
     assert split["size"] == sum(p.stat().st_size for p in split_parts)
-    assert models[f"hf:{REPO}/small.gguf"]["cache"] == "HF cache" and models[f"hf:{REPO}/small.gguf"]["refs"] == ["main"]
+    assert models[f"hf:{REPO}/small.gguf"]["cache"] == "HF cache" and models[f"hf:{REPO}/small.gguf"]["refs"] == [
+        "main"
+    ]
     assert models["hf:tiny-org/mirror-GGUF/smaller.gguf"]["path"] == str(own)
     sizes = [small_models["small.gguf"].stat().st_size, own.stat().st_size, split["size"]]
     assert listing["total_size"] == sum(sizes)
@@ -162,7 +170,10 @@ def test_rm_never_touches_a_file_outside_the_caches(isolated, tiny_models, tmp_p
         assert str(result.exception).startswith(f"refusing to remove {what}: it is not in specllm's cache")
     assert local_models.scan() == []  # a file reached from outside the cache is not listed as one of its models
     by_name = invoke("rm", "hf:tiny-org/evil-GGUF/evil.gguf", "--yes")
-    assert str(by_name.exception) == "hf:tiny-org/evil-GGUF/evil.gguf is not in specllm's cache or the HF cache: nothing to remove"
+    assert (
+        str(by_name.exception)
+        == "hf:tiny-org/evil-GGUF/evil.gguf is not in specllm's cache or the HF cache: nothing to remove"
+    )
     assert outside.read_bytes() == tiny_models.target.read_bytes()
     assert link.is_symlink()
 
@@ -225,7 +236,11 @@ def test_a_blob_named_by_its_hash_has_the_family_its_header_names(isolated, tmp_
     pairs = load_pairs()
     blob = tmp_path / ("sha256-" + "ab" * 32)
     writer = gguf.GGUFWriter(blob, "qwen2")
-    for key, value in (("general.basename", "Qwen2.5-Coder"), ("general.size_label", "7B"), ("general.finetune", "Instruct")):
+    for key, value in (
+        ("general.basename", "Qwen2.5-Coder"),
+        ("general.size_label", "7B"),
+        ("general.finetune", "Instruct"),
+    ):
         writer.add_string(key, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -242,7 +257,9 @@ def test_candidates_are_tried_smallest_first_and_checked(drafts_on_disk, tiny_mo
     assert found[0].reason == "token 261 differs ('▁' vs '▁return')"  # the engine's own check, as run/chat apply it
     assert found[1].reason == "vocabulary matches" and found[1].origin == "specllm cache"
     assert found[3].reason == "not smaller than the target"
-    assert [c.name for c in candidates(tiny_models.target, {}, first_only=True)][-1] == "hf:tiny-org/mirror-GGUF/smaller.gguf"
+    assert [c.name for c in candidates(tiny_models.target, {}, first_only=True)][
+        -1
+    ] == "hf:tiny-org/mirror-GGUF/smaller.gguf"
 
 
 def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tiny_models):
@@ -270,7 +287,10 @@ def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tin
 def test_draft_none_needs_a_target(isolated):
     proc = specllm("run", "hi", "--draft", "none")
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "error: --draft none goes with --target (for a pair without its draft use --drafter ngram or none)"
+    assert (
+        proc.stderr.strip()
+        == "error: --draft none goes with --target (for a pair without its draft use --drafter ngram or none)"
+    )
 
 
 def test_no_compatible_draft_on_disk_is_said(fake_hub, small_models, tiny_models):
@@ -282,19 +302,37 @@ def test_no_compatible_draft_on_disk_is_said(fake_hub, small_models, tiny_models
     assert json.loads(proc.stdout)["stats"]["policy"]["draft"] is None
 
 
-def test_the_curated_draft_of_the_family_comes_first_and_model_downloads_it(fake_hub, isolated, tiny_models, small_models, tmp_path):
+def test_the_curated_draft_of_the_family_comes_first_and_model_downloads_it(
+    fake_hub, isolated, tiny_models, small_models, tmp_path
+):
     """A pairs file whose pair is 'fam-2b' drafted by 'fam-0.1b'; the target is 'fam-7b' (same
     family, not curated). Smaller compatible models on disk come after the curated draft."""
     from test_hub import pairs_file
 
     draft = small_models["small.gguf"]
     pairs = pairs_file(isolated / "pairs.toml", "tiny-org/fam-GGUF", b"x", draft.read_bytes())
-    pairs.write_text(pairs.read_text().replace('"target.gguf"', '"fam-2b-q8_0.gguf"').replace('"draft.gguf"', '"fam-0.1b-q8_0.gguf"'))
+    pairs.write_text(
+        pairs.read_text().replace('"target.gguf"', '"fam-2b-q8_0.gguf"').replace('"draft.gguf"', '"fam-0.1b-q8_0.gguf"')
+    )
     fake_hub.add("tiny-org/fam-GGUF", "fam-0.1b-q8_0.gguf", draft.read_bytes())
     into_specllm_cache(small_models["smaller.gguf"], "tiny-org/mirror-GGUF")  # smaller, compatible
     target = tmp_path / "fam-7b-f32.gguf"
     target.write_bytes(tiny_models.target.read_bytes())
-    args = ("run", "def f(x):", "--target", target, "--models", pairs, "--threads", 1, "--ctx-size", 256, "-n", 4, "--json")
+    args = (
+        "run",
+        "def f(x):",
+        "--target",
+        target,
+        "--models",
+        pairs,
+        "--threads",
+        1,
+        "--ctx-size",
+        256,
+        "-n",
+        4,
+        "--json",
+    )
 
     auto = specllm(*args)  # auto never downloads: it takes what is on disk
     assert "draft for fam-7b-f32.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf" in " ".join(auto.stderr.split())
@@ -306,11 +344,14 @@ def test_the_curated_draft_of_the_family_comes_first_and_model_downloads_it(fake
     local_models.remove([m for m in local_models.scan() if m.repo == "tiny-org/mirror-GGUF"])
     model = specllm(*args, "--drafter", "model")
     assert model.returncode == 0, model.stderr
-    assert "hf:tiny-org/fam-GGUF/fam-0.1b-q8_0.gguf, the curated draft of its family (downloaded)" in " ".join(model.stderr.split())
+    assert "hf:tiny-org/fam-GGUF/fam-0.1b-q8_0.gguf, the curated draft of its family (downloaded)" in " ".join(
+        model.stderr.split()
+    )
     into_specllm_cache(small_models["smaller.gguf"], "tiny-org/mirror-GGUF")
     listed = json.loads(invoke("models", "--drafts-for", target, "--models", pairs, "--json").output)
     assert [(Path(c["name"]).name, c["origin"]) for c in listed["candidates"]] == [
-        ("fam-0.1b-q8_0.gguf", "HF cache, curated draft of tiny"), ("smaller.gguf", "specllm cache")
+        ("fam-0.1b-q8_0.gguf", "HF cache, curated draft of tiny"),
+        ("smaller.gguf", "specllm cache"),
     ]
     auto = specllm(*args)
     assert "fam-0.1b-q8_0.gguf" in auto.stderr and "the curated draft of its family;" in " ".join(auto.stderr.split())

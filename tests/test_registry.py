@@ -153,7 +153,7 @@ def test_missing_models_file_is_a_clear_error(tmp_path):
 
 
 def test_malformed_toml_names_the_file_and_line(tmp_path):
-    bad = write(tmp_path / "bad.toml", MINIMAL.replace('gamma = 3', 'gamma = = 3'))
+    bad = write(tmp_path / "bad.toml", MINIMAL.replace("gamma = 3", "gamma = = 3"))
     with pytest.raises(SpecllmError) as err:
         load_pairs(bad)
     assert str(bad) in str(err.value) and "line 5" in str(err.value)
@@ -173,8 +173,10 @@ def test_malformed_toml_names_the_file_and_line(tmp_path):
         (('description = "my own pair"\n', ""), "missing field 'description'"),
         (('file = "target.gguf"', 'file = "target.gguf"\n  size = true'), "'size' must be an integer"),
         # fields that become paths: huggingface_hub writes its cache's refs/<revision> file
-        (('file = "target.gguf"', 'file = "target.gguf"\n  revision = "../../../../escaped"'),
-         "target: field 'revision' must be a branch, tag or commit"),
+        (
+            ('file = "target.gguf"', 'file = "target.gguf"\n  revision = "../../../../escaped"'),
+            "target: field 'revision' must be a branch, tag or commit",
+        ),
         (('file = "draft.gguf"', 'file = "draft.gguf"\n  revision = "/tmp/x"'), "draft: field 'revision' must be"),
         (('file = "target.gguf"', 'file = "target.gguf"\n  revision = "v1/../../x"'), "field 'revision' must be"),
         (('file = "target.gguf"', 'file = "./target.gguf"'), "field 'file' must be a relative path"),
@@ -199,7 +201,7 @@ def test_a_mirror_needs_size_and_checksum_and_a_part_number():
     count = 2
     member = "p/{n}.bin"
 """
-    text = MINIMAL.replace('  [pair.draft]', mirror + '\n  [pair.draft]')
+    text = MINIMAL.replace("  [pair.draft]", mirror + "\n  [pair.draft]")
     with pytest.raises(SpecllmError, match="needs 'size' and 'sha256'"):
         parse_pairs(text)
     pinned = text.replace('file = "target.gguf"', f'file = "target.gguf"\n  size = 10\n  sha256 = "{"a" * 64}"')
@@ -237,7 +239,10 @@ def test_a_pair_without_a_draft_is_a_single_file_entry():
         ("[pair.draft]\n", "draft: missing field 'repo'"),
         ('[pair.draft]\nrepo = "me/draft-GGUF"\n', "draft: missing field 'file'"),
         ('[pair.draft]\nrepo = "me/draft-GGUF"\nfile = "draft.gguf"\ncolour = 1\n', "draft: unknown field 'colour'"),
-        ('[pair.draft]\nrepo = "me/draft-GGUF"\nfile = "draft.gguf"\nsize = 0\n', "draft: field 'size' must be a positive"),
+        (
+            '[pair.draft]\nrepo = "me/draft-GGUF"\nfile = "draft.gguf"\nsize = 0\n',
+            "draft: field 'size' must be a positive",
+        ),
     ],
 )
 def test_a_malformed_draft_table_is_still_refused_in_one_line(draft, expected):

@@ -19,7 +19,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 import tiny_models as tm
 from one_line import assert_one_line_error
 from serving import serving
@@ -191,11 +190,15 @@ def test_doctor_says_rpc_is_supported_and_what_each_server_offers(servers):
     assert proc.returncode == 0, proc.stderr
     assert "rpc: supported" in proc.stdout
     for address in servers:
-        assert re.search(rf"rpc server {re.escape(address)}: answers · RPC\d+ \d+ MiB free of [1-9]\d* MiB", proc.stdout), proc.stdout
+        assert re.search(
+            rf"rpc server {re.escape(address)}: answers · RPC\d+ \d+ MiB free of [1-9]\d* MiB", proc.stdout
+        ), proc.stdout
 
 
 def test_doctor_json_lists_each_servers_memory(servers):
-    proc = subprocess.run(SPECLLM + ["doctor", "--json", "--rpc", ",".join(servers)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        SPECLLM + ["doctor", "--json", "--rpc", ",".join(servers)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["rpc"] == "supported" and sorted(info["rpc_servers"]) == sorted(servers)
@@ -268,7 +271,10 @@ def test_a_busy_server_is_one_line_not_a_hang(tiny_models, servers):
     assert_one_line_error(proc, f"RPC server {servers[0]} did not answer within 5 s", exit_code=1)
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"])
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"],
+)
 def test_a_malformed_address_is_one_line_before_anything_is_loaded(tmp_path, address):
     proc = run_with_rpc(tmp_path / "missing.gguf", address)  # the address is refused before the file is looked at
     assert_one_line_error(proc, "malformed RPC server address", "expected HOST:PORT", exit_code=1)

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import openai
 import pytest
-
 from serving import serving
+
 import specllm
 from specllm.server import ServeSettings, address, create_app, listen, server
 
@@ -134,7 +134,12 @@ def test_chat_streamed_and_not_equals_run_json(srv, tiny_models):
     assert stats["stats"]["n_drafted"] > 0 and stats["stats"]["sources"].keys() <= {"model", "none"}
     assert whole.model == "tiny" and whole.id.startswith("chatcmpl-")
     chunks = client.chat.completions.create(
-        model="x", messages=messages, extra_body=extensions, stream=True, stream_options={"include_usage": True}, **GREEDY
+        model="x",
+        messages=messages,
+        extra_body=extensions,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,
     )
     text, finish, stats, usage = stream_text(chunks)
     assert (text, finish) == (expected["text"], "length")
@@ -332,7 +337,10 @@ def test_bad_chat_requests(srv):
     cases = [
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages.0.content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages.0.content",
+        ),
         ({"messages": [{"role": "user", "content": "word " * (2 * CTX)}]}, "messages"),
     ]
     for body, param in cases:
@@ -373,7 +381,10 @@ def test_the_api_key_is_enforced(engine, log, srv):
             assert unicode.post("/v1/completions", b'{"prompt": "x", "max_tokens": 1}', headers)[0] == 401
         finally:
             unicode.stop()
-        assert keyed.client("s3cret").completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+        assert (
+            keyed.client("s3cret").completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens
+            == 2
+        )
     finally:
         keyed.stop()
     assert [m.id for m in srv.client("anything").models.list()] == ["tiny"]  # no key set: none needed
@@ -382,7 +393,19 @@ def test_the_api_key_is_enforced(engine, log, srv):
 def test_the_serve_command(tiny_models):
     """The CLI: the startup line, SPECLLM_API_KEY, one access-log line per request, Ctrl-C."""
     # a context for a reply of minutes: Ctrl-C lands mid-stream whatever the model's speed
-    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 65536, "--port", 0]
+    args = [
+        "serve",
+        "--target",
+        tiny_models.target,
+        "--draft",
+        tiny_models.draft,
+        "--threads",
+        1,
+        "--ctx-size",
+        65536,
+        "--port",
+        0,
+    ]
     env = {**os.environ, "SPECLLM_API_KEY": "k"}
     with serving(args, env) as (proc, lines, url):
         assert "GPU offload" in lines[0]  # the backend, as -v says it
@@ -401,12 +424,16 @@ def test_the_serve_command(tiny_models):
                 pass
         rest = proc.stderr.read()
         assert proc.wait(30) == 130 and "Traceback" not in rest and "ERROR" not in rest
-        assert re.fullmatch(r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip())
+        assert re.fullmatch(
+            r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip()
+        )
     taken = listen("127.0.0.1", 0)
     try:
         port = taken.getsockname()[1]
         busy = subprocess.run(SPECLLM + list(map(str, args[:-1] + [port])), capture_output=True, text=True, timeout=60)
-        assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+        assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [
+            f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        ]
     finally:
         taken.close()
 

@@ -6,11 +6,11 @@ import json
 
 import openai
 import pytest
+import tiny_models as tm
 import tool_templates
 from test_serve import Server
 
 import specllm
-import tiny_models as tm
 from specllm.engine import Step
 from specllm.hub import resolve_models
 from specllm.server import EngineWorker, ServeSettings
@@ -43,7 +43,9 @@ def serve(path):
 @pytest.fixture(scope="module")
 def qwen_templated(tmp_path_factory):
     """The tiny target with Qwen2.5's chat template, served (its replies are noise: no real calls)."""
-    path = tm.write_model(tmp_path_factory.mktemp("tools") / "qwen_templated.gguf", seed=0, chat_template=tool_templates.QWEN25)
+    path = tm.write_model(
+        tmp_path_factory.mktemp("tools") / "qwen_templated.gguf", seed=0, chat_template=tool_templates.QWEN25
+    )
     engine, srv = serve(path)
     yield engine, srv
     srv.stop()
@@ -66,7 +68,9 @@ def test_a_model_whose_template_renders_no_tools_gets_a_400(chatml):
     assert (error["param"], error["code"]) == ("tools", "tools_not_supported")
     assert error["message"] == "target.gguf cannot be offered tools: its chat template does not render them"
     # tool_choice "none" offers no tools: that the template cannot render them does not matter
-    none = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=4)
+    none = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=4
+    )
     assert none.choices[0].message.tool_calls is None and none.usage.completion_tokens == 4
     answered = client.chat.completions.create(model="x", messages=ANSWERED, max_tokens=4)
     assert answered.usage.completion_tokens == 4
@@ -76,7 +80,10 @@ BAD_TOOL_REQUESTS = [
     ({"tools": [{"type": "function"}]}, "tools.0.function"),
     ({"tools": [{"type": "function", "function": {"name": "two words"}}]}, "tools.0.function.name"),
     ({"tools": [{"type": "retrieval", "function": {"name": "a"}}]}, "tools.0.type"),
-    ({"tools": [{"type": "function", "function": {"name": "a", "parameters": "a string"}}]}, "tools.0.function.parameters"),
+    (
+        {"tools": [{"type": "function", "function": {"name": "a", "parameters": "a string"}}]},
+        "tools.0.function.parameters",
+    ),
     ({"tools": "get_weather"}, "tools"),
     ({"tools": [GET_WEATHER, GET_WEATHER]}, "tools"),
     ({"tools": [GET_WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
@@ -85,7 +92,10 @@ BAD_TOOL_REQUESTS = [
     ({"tools": [GET_WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
     ({"messages": ASK + [{"role": "tool", "content": "18 C"}]}, "messages.1"),  # no tool_call_id
     ({"messages": ASK + [{"role": "assistant", "content": None}]}, "messages.1"),
-    ({"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}]}]}, "messages.1.tool_calls.0.function.arguments"),
+    (
+        {"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}]}]},
+        "messages.1.tool_calls.0.function.arguments",
+    ),
     ({"functions": [GET_WEATHER["function"]]}, "functions"),  # the deprecated form
 ]
 
@@ -116,15 +126,27 @@ def test_tools_and_tool_messages_go_through_the_models_template(qwen_templated):
     asked = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], max_tokens=2)
     assert asked.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER])
     assert asked.usage.prompt_tokens > prompt_length(engine, ASK) + 40  # the tool's JSON is in it
-    as_object = ANSWERED[:1] + [dict(ANSWERED[1], tool_calls=[dict(CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})])] + ANSWERED[2:]
+    as_object = (
+        ANSWERED[:1]
+        + [dict(ANSWERED[1], tool_calls=[dict(CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})])]
+        + ANSWERED[2:]
+    )
     answered = client.chat.completions.create(model="x", messages=ANSWERED, tools=[GET_WEATHER], max_tokens=2)
     assert answered.usage.prompt_tokens == prompt_length(engine, as_object, [GET_WEATHER])
-    named = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice=NAMED, max_tokens=2)
+    named = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice=NAMED, max_tokens=2
+    )
     prefill = '<tool_call>\n{"name": "get_weather", "arguments": '
     assert named.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER, GET_TIME], prefill)
-    required = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice="required", max_tokens=2)
-    assert required.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER, GET_TIME], '<tool_call>\n{"name": "')
-    none = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=2)
+    required = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice="required", max_tokens=2
+    )
+    assert required.usage.prompt_tokens == prompt_length(
+        engine, ASK, [GET_WEATHER, GET_TIME], '<tool_call>\n{"name": "'
+    )
+    none = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=2
+    )
     assert none.usage.prompt_tokens == prompt_length(engine, ASK)
 
 
@@ -208,7 +230,9 @@ def test_the_default_pair_calls_the_tool_streamed_and_not(pair):
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [call] = choice.message.tool_calls
     assert (call.type, call.function.name, city(call)) == ("function", "get_weather", "Paris") and call.id
-    content, calls, finish = streamed_reply(pair.chat.completions.create(messages=ASK, tools=[GET_WEATHER], stream=True, **GREEDY))
+    content, calls, finish = streamed_reply(
+        pair.chat.completions.create(messages=ASK, tools=[GET_WEATHER], stream=True, **GREEDY)
+    )
     assert (content, finish) == ("", "tool_calls")  # no markup streamed as text
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
     assert calls[0]["id"]
@@ -244,9 +268,16 @@ def test_tool_choice_none_required_and_named(pair):
 @pytest.mark.slow
 def test_parallel_tool_calls(pair):
     """Two cities: two calls (the model writes both in one fenced block), or the first only."""
-    ask = [{"role": "user", "content": "What is the weather in Paris and in London right now? Call the tool once for each city."}]
+    ask = [
+        {
+            "role": "user",
+            "content": "What is the weather in Paris and in London right now? Call the tool once for each city.",
+        }
+    ]
     both = pair.chat.completions.create(messages=ask, tools=[GET_WEATHER, GET_TIME], **GREEDY).choices[0]
     assert [city(c) for c in both.message.tool_calls] == ["Paris", "London"]
     assert len({c.id for c in both.message.tool_calls}) == 2
-    first = pair.chat.completions.create(messages=ask, tools=[GET_WEATHER, GET_TIME], parallel_tool_calls=False, **GREEDY).choices[0]
+    first = pair.chat.completions.create(
+        messages=ask, tools=[GET_WEATHER, GET_TIME], parallel_tool_calls=False, **GREEDY
+    ).choices[0]
     assert [city(c) for c in first.message.tool_calls] == ["Paris"] and first.finish_reason == "tool_calls"

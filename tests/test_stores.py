@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import specllm
 import tiny_models as tm
 from one_line import assert_one_line_error
 from serving import serving
+
+import specllm
 from specllm import local_models, stores
 from specllm.errors import SpecllmError
 
@@ -49,6 +49,7 @@ def ollama_pull(root: Path, model: Path, name: str, tag: str = "latest", namespa
                 registry: str = REGISTRY) -> Path:  # fmt: skip
     """What `ollama pull` leaves: blobs (model, template, params, config) and the manifest at
     manifests/<registry>/<namespace>/<model>/<tag>. Returns the model's blob."""
+
     def layer(media_type: str, content: bytes) -> dict:
         return {"mediaType": media_type, "digest": write_blob(root, content), "size": len(content)}
 
@@ -112,8 +113,18 @@ def test_models_lists_every_store_with_its_source_size_and_architecture(filled, 
     assert found == {
         "ollama:tiny:latest": ("Ollama", str(filled["blob"]), target_size, "llama"),
         "ollama:team/tiny:q8": ("Ollama", str(filled["blob"]), target_size, "llama"),
-        "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf": ("LM Studio", str(filled["lmstudio"]), small_draft.stat().st_size, "llama"),
-        "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": ("llama.cpp cache", str(filled["llamacpp"]), tiny_models.draft.stat().st_size, "llama"),
+        "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf": (
+            "LM Studio",
+            str(filled["lmstudio"]),
+            small_draft.stat().st_size,
+            "llama",
+        ),
+        "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": (
+            "llama.cpp cache",
+            str(filled["llamacpp"]),
+            tiny_models.draft.stat().st_size,
+            "llama",
+        ),
     }
     # one blob under two names is counted once
     assert listing["total_size"] == target_size + small_draft.stat().st_size + tiny_models.draft.stat().st_size
@@ -130,7 +141,10 @@ def test_a_name_in_two_registries_is_listed_with_its_registry_and_must_be_named_
     one = ollama_pull(store_env["ollama"], tiny_models.target, "tiny", registry="a.example")
     ollama_pull(store_env["ollama"], tiny_models.draft, "tiny", registry="b.example")
     listing = json.loads(specllm_cli("models", "--json").stdout)
-    assert sorted(m["spec"] for m in listing["models"]) == ["ollama:a.example/library/tiny:latest", "ollama:b.example/library/tiny:latest"]
+    assert sorted(m["spec"] for m in listing["models"]) == [
+        "ollama:a.example/library/tiny:latest",
+        "ollama:b.example/library/tiny:latest",
+    ]
     assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:tiny"), "more than one registry",
                           "ollama:a.example/library/tiny:latest", "ollama:b.example/library/tiny:latest")  # fmt: skip
     assert stores.resolve("ollama:a.example/library/tiny") == one
@@ -239,7 +253,9 @@ def test_a_target_alone_finds_its_draft_in_another_store(filled):
         "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": ("llama.cpp cache", None),  # not smaller than the target
     }
     _, stderr = greedy_tokens("--target", "ollama:tiny")
-    assert "draft for ollama:tiny: lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in stderr  # named as given, not by its blob
+    assert (
+        "draft for ollama:tiny: lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in stderr
+    )  # named as given, not by its blob
 
 
 # --- what goes wrong -----------------------------------------------------------------------------
@@ -248,11 +264,15 @@ def test_a_target_alone_finds_its_draft_in_another_store(filled):
 def test_a_missing_blob_is_one_line_and_the_listing_skips_it(filled, store_env):
     gone = ollama_pull(store_env["ollama"], tm.write_model(store_env["ollama"].parent / "x.gguf", seed=3), "gone")
     gone.unlink()
-    assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:gone"), "ollama:gone", "blob", str(gone), "missing")
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:gone"), "ollama:gone", "blob", str(gone), "missing"
+    )
     proc = specllm_cli("models", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "ollama:gone:latest" not in {m["spec"] for m in json.loads(proc.stdout)["models"]}
-    assert proc.stderr.splitlines() == [f"warning: ollama:gone:latest: its model blob {gone} is missing (`ollama pull` fetches it again); skipped"]
+    assert proc.stderr.splitlines() == [
+        f"warning: ollama:gone:latest: its model blob {gone} is missing (`ollama pull` fetches it again); skipped"
+    ]
 
 
 @pytest.mark.parametrize("content, fragment", [
@@ -266,7 +286,9 @@ def test_a_bad_manifest_is_one_line_and_the_listing_skips_it(filled, store_env, 
     manifest = store_env["ollama"] / "manifests" / REGISTRY / "library" / "broken" / "latest"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(content)
-    assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:broken"), "bad Ollama manifest", str(manifest), fragment)
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:broken"), "bad Ollama manifest", str(manifest), fragment
+    )
     proc = specllm_cli("models", "--json")
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["models"]) == 4  # the good ones
@@ -293,12 +315,16 @@ def test_an_unreadable_store_is_one_line_and_the_listing_says_so(filled, store_e
     assert len(lines) == 1 and lines[0].startswith("warning: cannot read") and str(folder) in lines[0]
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads a folder whatever its permissions")
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads a folder whatever its permissions"
+)
 def test_a_folder_without_read_permission_is_one_line(filled, store_env):
     manifests = store_env["ollama"] / "manifests"
     manifests.chmod(0)
     try:
-        assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:tiny"), "cannot read", str(manifests), "Permission denied")
+        assert_one_line_error(
+            specllm_cli("run", "hi", "--target", "ollama:tiny"), "cannot read", str(manifests), "Permission denied"
+        )
         proc = specllm_cli("models", "--json")
         assert proc.returncode == 0 and "cannot read" in proc.stderr
     finally:

@@ -7,12 +7,22 @@ import ctypes
 import llama_cpp
 import numpy as np
 import pytest
-
 import tiny_models as tm
 
-PROMPTS = ["Hello world", "def add(a, b):", "The name of the class is", "import numpy as np",
-           "for i in range(10):", "while True:", "print(value)", "if x == 1:", "Once upon a time",
-           "class Node:", "return self.data", "you can get the list"]
+PROMPTS = [
+    "Hello world",
+    "def add(a, b):",
+    "The name of the class is",
+    "import numpy as np",
+    "for i in range(10):",
+    "while True:",
+    "print(value)",
+    "if x == 1:",
+    "Once upon a time",
+    "class Node:",
+    "return self.data",
+    "you can get the list",
+]
 N_GEN = 32
 
 
@@ -71,8 +81,14 @@ def target_runs(target):
 
 
 def test_models_load_with_expected_vocab(tiny_models):
-    for name, kind in [("target", "standard"), ("draft", "standard"), ("incompatible", "incompatible"),
-                       ("extended", "extended"), ("no_template", "standard"), ("bytes", "standard")]:
+    for name, kind in [
+        ("target", "standard"),
+        ("draft", "standard"),
+        ("incompatible", "incompatible"),
+        ("extended", "extended"),
+        ("no_template", "standard"),
+        ("bytes", "standard"),
+    ]:
         llm = load(getattr(tiny_models, name))
         assert llm.n_vocab() == tm.vocab_size(kind), name
         assert llm.metadata["general.architecture"] == "llama"
@@ -124,8 +140,7 @@ def test_vocab_compatibility(tiny_models, target):
     incompatible = load(tiny_models.incompatible)
     assert incompatible.n_vocab() == target.n_vocab()
     assert not spec_vocab_compatible(target, incompatible)
-    first_diff = next(i for i in range(target.n_vocab())
-                      if token_text(target, i) != token_text(incompatible, i))
+    first_diff = next(i for i in range(target.n_vocab()) if token_text(target, i) != token_text(incompatible, i))
     assert first_diff == tm.FIRST_NORMAL_ID >= 5
 
 
@@ -252,7 +267,9 @@ def arch_runs(tiny_recurrent_models):
 def test_arch_loads_as_its_kind_with_the_same_tokenizer(tiny_recurrent_models, target, arch):
     llm = load(getattr(tiny_recurrent_models, arch))
     assert llm.metadata["general.architecture"] == arch
-    assert (llama_cpp.llama_model_is_hybrid(llm.model), llama_cpp.llama_model_is_recurrent(llm.model)) == ARCH_KIND[arch]
+    assert (llama_cpp.llama_model_is_hybrid(llm.model), llama_cpp.llama_model_is_recurrent(llm.model)) == ARCH_KIND[
+        arch
+    ]
     assert llama_cpp.llama_model_n_layer_nextn(llm.model) == 0
     assert llm.n_vocab() == tm.vocab_size("standard")
     assert spec_vocab_compatible(target, llm)
@@ -261,8 +278,7 @@ def test_arch_loads_as_its_kind_with_the_same_tokenizer(tiny_recurrent_models, t
 
 
 @pytest.mark.parametrize("arch", list(ARCH_KIND))
-def test_arch_greedy_output_varies_rarely_ends_and_is_deterministic(tmp_path, tiny_recurrent_models, arch_runs,
-                                                                      arch):
+def test_arch_greedy_output_varies_rarely_ends_and_is_deterministic(tmp_path, tiny_recurrent_models, arch_runs, arch):
     llm, runs = arch_runs[arch]
     eog = 0
     for prompt, (_, gen, _) in runs.items():
@@ -313,8 +329,13 @@ def test_qwen35_mtp_layer_and_context(tiny_recurrent_models):
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(tgt, -1), shape=(n_vocab,))
         np.testing.assert_array_equal(logits, ref)
         # the target's final hidden states (output_norm'd: what the MTP head takes as h)
-        h = np.array([np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(tgt, i), shape=(n_embd,))
-                      for i in range(len(toks))], dtype=np.float32)
+        h = np.array(
+            [
+                np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(tgt, i), shape=(n_embd,))
+                for i in range(len(toks))
+            ],
+            dtype=np.float32,
+        )
         # the MTP context decodes token x_i paired with h_{i-1} (as common/speculative.cpp's draft-mtp does)
         ctxs.append(mtp := low_level_ctx(model, ctx_type=llama_cpp.LLAMA_CONTEXT_TYPE_MTP))
         rows = [np.zeros(n_embd, np.float32)] + [h[i - 1].copy() for i in range(1, len(toks))]

@@ -10,7 +10,14 @@ import tool_templates
 
 from specllm.backend import _compile_chat_template, _render_bounded
 from specllm.tool_calls import (
-    Parsed, ToolCall, ToolCallParser, ToolTemplate, _balanced_end, inspect_template, parse_tool_calls, with_markers,
+    Parsed,
+    ToolCall,
+    ToolCallParser,
+    ToolTemplate,
+    _balanced_end,
+    inspect_template,
+    parse_tool_calls,
+    with_markers,
 )  # fmt: skip
 
 NAMES = ["get_weather", "get_time"]
@@ -28,7 +35,11 @@ CASES = [
     (f"<tool_call>\n{W}\n</tool_call>\n<tool_call>\n{L}\n</tool_call>", None, [PARIS, LONDON]),
     (f"<tool_call>\n{W}", None, [PARIS]),  # the reply ended before the closing tag
     (f"<tool_call>{W}<tool_call>{L}</tool_call>", None, [PARIS, LONDON]),  # a closing tag left out
-    ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}</tool_call>', "<tool_call>" + W[:-1] + "</tool_call>", []),
+    (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}</tool_call>',
+        "<tool_call>" + W[:-1] + "</tool_call>",
+        [],
+    ),
     ('<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n</tool_call>', None, [PARIS]),
     ("<tool_call>\n" + W, None, [PARIS]),
     ("<tool_call>\nnot json\n</tool_call>", "<tool_call>\nnot json\n</tool_call>", []),
@@ -63,10 +74,26 @@ CASES = [
     ('{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}', None, [PARIS]),
     ('{"name": "get_time"}', None, [ToolCall("get_time", "{}")]),  # no arguments: an empty object
     # not calls: they stay text
-    ('{"name": "launch_rocket", "arguments": {"when": "now"}}', '{"name": "launch_rocket", "arguments": {"when": "now"}}', []),
-    ("```json\n" + W.replace("get_weather", "nope") + "\n```", "```json\n" + W.replace("get_weather", "nope") + "\n```", []),
-    ("<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>", "<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>", []),
-    ('{"name": "get_weather", "description": "Get the weather", "parameters": {"type": "object"}}', None, None),  # an echoed schema
+    (
+        '{"name": "launch_rocket", "arguments": {"when": "now"}}',
+        '{"name": "launch_rocket", "arguments": {"when": "now"}}',
+        [],
+    ),
+    (
+        "```json\n" + W.replace("get_weather", "nope") + "\n```",
+        "```json\n" + W.replace("get_weather", "nope") + "\n```",
+        [],
+    ),
+    (
+        "<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>",
+        "<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>",
+        [],
+    ),
+    (
+        '{"name": "get_weather", "description": "Get the weather", "parameters": {"type": "object"}}',
+        None,
+        None,
+    ),  # an echoed schema
     ('{"name": "get_weather", "arguments": [1, 2]}', None, None),
     ('{"name": "get_weather", "arguments": "not json"}', None, None),
     ('{"name": "get_weather", "arguments": {"city": "Paris"}, "parameters": {}}', None, None),
@@ -109,7 +136,9 @@ def test_any_split_into_chunks_gives_the_same(text, content, calls):
 
 def test_arguments_as_an_object_or_as_a_string_are_the_same_text():
     as_object = parse_tool_calls('{"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}}', NAMES)
-    as_string = parse_tool_calls('{"name": "get_weather", "arguments": "{\\"city\\":\\"Zürich\\",\\"days\\":2}"}', NAMES)
+    as_string = parse_tool_calls(
+        '{"name": "get_weather", "arguments": "{\\"city\\":\\"Zürich\\",\\"days\\":2}"}', NAMES
+    )
     assert as_object == as_string
     assert json.loads(as_object.calls[0].arguments) == {"city": "Zürich", "days": 2}
 
@@ -151,7 +180,9 @@ def test_what_a_template_does_with_tools():
     assert qwen == ToolTemplate(True, True, '<tool_call>\n{"name": "', '", "arguments": ')
     assert qwen.prefill("get_weather") == '<tool_call>\n{"name": "get_weather", "arguments": '
     assert qwen.prefill(None) == '<tool_call>\n{"name": "'
-    assert inspect_template(renderer(tool_templates.LLAMA31)) == ToolTemplate(True, True, '{"name": "', '", "parameters": ')
+    assert inspect_template(renderer(tool_templates.LLAMA31)) == ToolTemplate(
+        True, True, '{"name": "', '", "parameters": '
+    )
     mistral = inspect_template(renderer(tool_templates.MISTRAL_V3))
     assert mistral == ToolTemplate(True, True, '[TOOL_CALLS] [{"name": "', '", "arguments": ')
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False

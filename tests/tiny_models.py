@@ -58,9 +58,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 import gguf
+import numpy as np
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -109,16 +108,51 @@ VOCABS = ("standard", "incompatible", "extended")
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 
 # Words that come with a leading "▁" (they follow a space), words that also come bare, fragments.
-_SPACE_WORDS = """the and of to in is for that it with as on be this are not or by from at an you we can
-if else def return import class self print None True False while int str list value data name Hello
-world let new get len range""".split()
-_BARE_WORDS = "the and in is if def return self print None True int str".split()
-_FRAGMENTS = ["():", "):", "==", "->", "+=", "//", "__", "self.", "▁▁", "▁▁▁", "▁▁▁▁",
-              "▁=", "▁==", "▁+", "▁(", "▁#", "▁0", "▁1"]
+_SPACE_WORDS = ["the", "and", "of", "to", "in", "is", "for", "that", "it", "with", "as", "on", "be", "this", "are", "not", "or", "by", "from", "at", "an", "you", "we", "can", "if", "else", "def", "return", "import", "class", "self", "print", "None", "True", "False", "while", "int", "str", "list", "value", "data", "name", "Hello", "world", "let", "new", "get", "len", "range"]
+_BARE_WORDS = ["the", "and", "in", "is", "if", "def", "return", "self", "print", "None", "True", "int", "str"]
+_FRAGMENTS = [
+    "():",
+    "):",
+    "==",
+    "->",
+    "+=",
+    "//",
+    "__",
+    "self.",
+    "▁▁",
+    "▁▁▁",
+    "▁▁▁▁",
+    "▁=",
+    "▁==",
+    "▁+",
+    "▁(",
+    "▁#",
+    "▁0",
+    "▁1",
+]
 # "extended" vocab: these, appended after the standard vocab (each one's prefix is a token).
-_EXTRA_PIECES = ["▁the▁", "▁self.", "▁return▁", "▁def▁", "▁if▁", "▁in▁", "▁is▁", "▁and▁",
-                 "▁▁▁▁▁", "▁▁▁▁▁▁", "▁▁▁▁▁▁▁", "▁▁▁▁▁▁▁▁", "():▁", "==▁", "->▁", "▁print(",
-                 "▁None▁", "▁True▁", "▁for▁", "▁import▁"]
+_EXTRA_PIECES = [
+    "▁the▁",
+    "▁self.",
+    "▁return▁",
+    "▁def▁",
+    "▁if▁",
+    "▁in▁",
+    "▁is▁",
+    "▁and▁",
+    "▁▁▁▁▁",
+    "▁▁▁▁▁▁",
+    "▁▁▁▁▁▁▁",
+    "▁▁▁▁▁▁▁▁",
+    "():▁",
+    "==▁",
+    "->▁",
+    "▁print(",
+    "▁None▁",
+    "▁True▁",
+    "▁for▁",
+    "▁import▁",
+]
 N_EXTRA_TOKENS = len(_EXTRA_PIECES)
 
 
@@ -205,8 +239,9 @@ def _vocab_rows(normal, key: int, n_vocab_std: int, n_vocab: int, n_embd: int, s
     return rows[:n_vocab]
 
 
-def _output_rows(normal, n_vocab_std: int, n_vocab: int, n_embd: int, byte_bias: bool,
-                 extra_scale: float, logit_std: float = 4.0) -> np.ndarray:
+def _output_rows(
+    normal, n_vocab_std: int, n_vocab: int, n_embd: int, byte_bias: bool, extra_scale: float, logit_std: float = 4.0
+) -> np.ndarray:
     out = _vocab_rows(normal, 3, n_vocab_std, n_vocab, n_embd, logit_std / np.sqrt(n_embd))
     out[:FIRST_BYTE_ID] *= _SPECIAL_ROW_SCALE
     if byte_bias:
@@ -216,8 +251,16 @@ def _output_rows(normal, n_vocab_std: int, n_vocab: int, n_embd: int, byte_bias:
     return out
 
 
-def _weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, n_ff: int,
-             byte_bias: bool, extra_scale: float = 1.0) -> dict[str, np.ndarray]:
+def _weights(
+    seed: int,
+    n_vocab_std: int,
+    n_vocab: int,
+    n_layer: int,
+    n_embd: int,
+    n_ff: int,
+    byte_bias: bool,
+    extra_scale: float = 1.0,
+) -> dict[str, np.ndarray]:
     # head_count_kv == head_count, so Q, K, V and the attention output are all n_embd x n_embd.
     normal = _rng(seed)
     w: dict[str, np.ndarray] = {}
@@ -253,14 +296,21 @@ _MAMBA_D = 1.0  # ssm_d: the skip connection around the scan
 
 def _qwen35_dims(n_embd: int, n_head: int, n_head_kv: int) -> dict[str, int]:
     head_dim = n_embd // n_head
-    return dict(head_dim=head_dim, n_head=n_head, n_head_kv=n_head_kv,
-                d_state=head_dim,  # head_k_dim == head_v_dim == ssm.state_size
-                n_k_heads=2, n_v_heads=4,  # ssm.group_count, ssm.time_step_rank
-                d_inner=head_dim * 4, d_conv=4)
+    return dict(
+        head_dim=head_dim,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        d_state=head_dim,  # head_k_dim == head_v_dim == ssm.state_size
+        n_k_heads=2,
+        n_v_heads=4,  # ssm.group_count, ssm.time_step_rank
+        d_inner=head_dim * 4,
+        d_conv=4,
+    )
 
 
-def _qwen35_attn_block(normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n_ff: int,
-                       d: dict[str, int]) -> None:
+def _qwen35_attn_block(
+    normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n_ff: int, d: dict[str, int]
+) -> None:
     hd, nh, nkv = d["head_dim"], d["n_head"], d["n_head_kv"]
     w[p + "attn_norm.weight"] = np.ones(n_embd)
     # attn_q holds, per head, head_dim query rows then head_dim output-gate rows
@@ -280,9 +330,20 @@ def _qwen35_ffn(normal, w: dict[str, np.ndarray], p: str, k: int, n_embd: int, n
     w[p + "ffn_down.weight"] = normal(k + 7, (n_embd, n_ff), 1.0 / np.sqrt(n_ff))
 
 
-def _qwen35_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_nextn: int, n_embd: int,
-                    n_ff: int, d: dict[str, int], recurrent: list[bool], byte_bias: bool,
-                    extra_scale: float, mtp_mimic: bool = False) -> dict[str, np.ndarray]:
+def _qwen35_weights(
+    seed: int,
+    n_vocab_std: int,
+    n_vocab: int,
+    n_layer: int,
+    n_nextn: int,
+    n_embd: int,
+    n_ff: int,
+    d: dict[str, int],
+    recurrent: list[bool],
+    byte_bias: bool,
+    extra_scale: float,
+    mtp_mimic: bool = False,
+) -> dict[str, np.ndarray]:
     normal = _rng(seed)
     hd, nv = d["d_state"], d["n_v_heads"]
     conv_dim = 2 * d["d_state"] * d["n_k_heads"] + d["d_inner"]  # q, k (n_k_heads each), v (n_v_heads)
@@ -336,8 +397,16 @@ def _make_mtp_mimic(w: dict[str, np.ndarray], n_layer: int, n_embd: int) -> None
     w[f"blk.{n_layer}.nextn.eh_proj.weight"] = np.concatenate([np.eye(n_embd), 0.1 * eh[:, n_embd:]], axis=1)
 
 
-def _mamba_weights(seed: int, n_vocab_std: int, n_vocab: int, n_layer: int, n_embd: int, d: dict[str, int],
-                   byte_bias: bool, extra_scale: float) -> dict[str, np.ndarray]:
+def _mamba_weights(
+    seed: int,
+    n_vocab_std: int,
+    n_vocab: int,
+    n_layer: int,
+    n_embd: int,
+    d: dict[str, int],
+    byte_bias: bool,
+    extra_scale: float,
+) -> dict[str, np.ndarray]:
     normal = _rng(seed)
     d_inner, d_state, dt_rank, d_conv = d["d_inner"], d["d_state"], d["dt_rank"], d["d_conv"]
     w: dict[str, np.ndarray] = {}
@@ -437,12 +506,25 @@ def write_model(
             raise ValueError("n_head must be a multiple of n_head_kv")
         recurrent = [(il + 1) % full_attention_interval != 0 for il in range(n_layer)]
         if all(recurrent) or not any(recurrent):
-            raise ValueError("qwen35 needs at least one recurrent and one attention layer "
-                             "(n_layer >= full_attention_interval >= 2)")
+            raise ValueError(
+                "qwen35 needs at least one recurrent and one attention layer (n_layer >= full_attention_interval >= 2)"
+            )
         if mtp_mimic and not n_nextn:
             raise ValueError("mtp_mimic needs n_nextn=1")
-        weights = _qwen35_weights(seed, n_vocab_std, n_vocab, n_layer, n_nextn, n_embd, n_ff, q35, recurrent,
-                                  byte_bias, extra_scale, mtp_mimic)
+        weights = _qwen35_weights(
+            seed,
+            n_vocab_std,
+            n_vocab,
+            n_layer,
+            n_nextn,
+            n_embd,
+            n_ff,
+            q35,
+            recurrent,
+            byte_bias,
+            extra_scale,
+            mtp_mimic,
+        )
     else:
         mamba = dict(d_inner=2 * n_embd, d_state=16, dt_rank=-(n_embd // -16), d_conv=4)
         weights = _mamba_weights(seed, n_vocab_std, n_vocab, n_layer, n_embd, mamba, byte_bias, extra_scale)
@@ -454,7 +536,7 @@ def write_model(
 
     w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     name = f"specllm-tiny-seed{seed}" + (f"-noise{noise:g}" if noise > 0 else "")
-    w.add_name(name if arch == "llama" else f"specllm-tiny-{arch}-seed{seed}" + name[len(f"specllm-tiny-seed{seed}"):])
+    w.add_name(name if arch == "llama" else f"specllm-tiny-{arch}-seed{seed}" + name[len(f"specllm-tiny-seed{seed}") :])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
