@@ -24,8 +24,9 @@ import time
 import llama_cpp as L
 import numpy as np
 
-from specllm.backend import Model, ModelOptions
-from specllm.sampling import SamplerSettings, candidates
+from specllm.engine.sampling import SamplerSettings, candidates
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
 
 PREFIX = list(range(1000, 1064))  # any tokens: the cost does not depend on them
 

@@ -17,7 +17,7 @@ size), and measures with every layer on the GPU:
 - the loop's own time per step (decode time minus the time inside llama.cpp's calls) for
   target-only, model drafting and auto;
 - speedups at controlled acceptance: random weights accept nothing, so a benchmark-only drafter
-  (SyntheticDrafter below, a subclass of specllm.drafters.ModelDrafter put in the engine's place for
+  (SyntheticDrafter below, a subclass of specllm.engine.drafters.ModelDrafter put in the engine's place for
   the run) makes the draft model's real calls but proposes the target's own greedy continuation
   (from a target-only pass; where the run's output leaves it at a near-tie, the continuation of
   the new context, decoded on the side and left out of the timing) with each token corrupted with
@@ -26,7 +26,7 @@ size), and measures with every layer on the GPU:
   what auto chose and the prediction E / (k c + V(k+1)), E = 1 + alpha + ... + alpha^k;
 - greedy fidelity: every speculative output against the target-only output; at a divergence, its
   position and the bench's replay verdict (a near-tie only if the verify call's batch shape
-  reproduces the flip: specllm.bench.check_fidelity).
+  reproduces the flip: specllm.bench.runner.check_fidelity).
 
 Results go to OUTDIR/gpu_check.json and OUTDIR/gpu_check.md, rewritten after every section, with
 progress on stdout, so a run cut short leaves what finished. The most valuable numbers come first
@@ -803,8 +803,8 @@ def synthetic_drafter_class(plan: SyntheticPlan):
     token, the same host work on each logits row) but proposes the target's own greedy
     continuation, each token replaced by another with probability 1 - alpha, and reports alpha as
     its confidence (a calibrated draft that cannot tell its good tokens from its bad ones)."""
-    from specllm.drafters import Draft, ModelDrafter, _top_probability
-    from specllm.sampling import candidates
+    from specllm.engine.drafters import Draft, ModelDrafter, _top_probability
+    from specllm.engine.sampling import candidates
 
     class SyntheticDrafter(ModelDrafter):
         def propose(self, context, gamma, keep_going=None):
@@ -847,9 +847,7 @@ class SyntheticPlan:
     acceptance stays at alpha. That decoding is no part of the run: its wall time is taken out of
     the run's decode time and its llama.cpp calls out of the call timer."""
 
-    def __init__(
-        self, prompt_len: int, reference: list[int], alpha: float, max_tokens: int, oracle, timer: CallTimer
-    ):
+    def __init__(self, prompt_len: int, reference: list[int], alpha: float, max_tokens: int, oracle, timer: CallTimer):
         self.prompt_len, self.reference, self.alpha, self.max_tokens = prompt_len, reference, alpha, max_tokens
         self.oracle, self.timer = oracle, timer
         self.reset(0)
@@ -888,7 +886,7 @@ def gpu_like_policy(t1: float):
     instead of its CPU calibration, where a draft model never pays: so that auto's drafting path
     (the synthetic drafter under its keep-going rule) runs too. Its own timings then pull the
     estimates towards the CPU's."""
-    from specllm.policy import AutoPolicy, CostTable
+    from specllm.engine.policy import AutoPolicy, CostTable
 
     target = CostTable.from_ratios(t1, {n: 1 + 0.03 * (n - 1) for n in (2, 3, 4, 5, 8, 12, 16, 32)})
     policy = AutoPolicy(target, CostTable.from_ratios(0.1 * t1, {2: 1.05, 5: 1.1}))
@@ -940,7 +938,8 @@ class Check:
         """Write (if needed) and load a model; False if it did not fit or failed."""
         if name in self.loaded:
             return True
-        from specllm.backend import Model, ModelOptions
+        from specllm.llama.model import Model
+        from specllm.llama.options import ModelOptions
 
         shape = self.s.shapes[name]
         size = model_bytes(shape)
@@ -1005,7 +1004,7 @@ class Check:
     def calibrate(self, name: str) -> None:
         if name in self.r.data["calibration"]:
             return
-        from specllm.calibration import time_calls
+        from specllm.engine.calibration import time_calls
 
         model = self.loaded[name]
         context = self.prompt
@@ -1053,8 +1052,8 @@ class Check:
     ) -> dict:
         """One generation (greedy unless a temperature is given) from empty KV caches. tok/s and the loop's time leave out the
         synthetic drafter's re-anchoring (SyntheticPlan.follow), which no real drafter does."""
-        from specllm.engine import Finished, GenerationConfig
-        from specllm.sampling import SamplerSettings
+        from specllm.engine.loop import Finished, GenerationConfig
+        from specllm.engine.sampling import SamplerSettings
 
         for model in (engine.target, engine.draft):
             if model is not None:
@@ -1118,7 +1117,7 @@ class Check:
     # plain decoding -------------------------------------------------------------------------
 
     def plain(self, name: str) -> None:
-        from specllm.engine import Engine
+        from specllm.engine.loop import Engine
 
         target = self.loaded[name]
         t1 = self.r.data["calibration"][name]["t1_ms"] / 1000
@@ -1186,7 +1185,7 @@ class Check:
         on the loaded weights, with a context of its own."""
         import llama_cpp as L
 
-        from specllm.backend import _new_context
+        from specllm.llama.model import _new_context
 
         decode, logits_ith = self.timer.original["llama_decode"], self.timer.original["llama_get_logits_ith"]
         ctx = _new_context(model._model, model.options, model.path, False)
@@ -1292,8 +1291,8 @@ class Check:
         return 1.3 * per_token * self.s.tokens * t1 + 2.0
 
     def e2e(self, draft: str, target: str) -> None:
-        import specllm.engine as engine_module
-        from specllm.engine import Engine
+        import specllm.engine.loop as engine_module
+        from specllm.engine.loop import Engine
 
         name = pair_name(draft, target)
         if not self.fits(f"speedups {name}", self.e2e_estimate(draft, target)):
@@ -1383,7 +1382,7 @@ class Check:
     def sampled_loop(self, draft: str, target: str) -> None:
         """The loop's own time per step when sampling (temperature 0.8, top-k 40: every verify row
         and draft row goes through the sampler chain), with the real draft model at g=4."""
-        from specllm.engine import Engine
+        from specllm.engine.loop import Engine
 
         name = pair_name(draft, target)
         loop = self.r.data["loop"].get(name)
@@ -1421,7 +1420,7 @@ class Check:
         if out["identical"]:
             fid["identical"] += 1
         else:
-            from specllm.bench import check_fidelity
+            from specllm.bench.runner import check_fidelity
 
             replays = self.replays.get(pair, 0)
             t1 = self.r.data["calibration"][self.loaded_name(engine.target)]["t1_ms"] / 1000
@@ -1444,7 +1443,7 @@ class Check:
     # stages ---------------------------------------------------------------------------------
 
     def run(self) -> None:
-        from specllm.engine import _Run
+        from specllm.engine.loop import _Run
 
         self.timer = CallTimer()
         original_prefill = _Run._prefill
@@ -1492,14 +1491,15 @@ class Check:
 
 
 def _physical_cores() -> int:
-    from specllm.backend import physical_cores
+    from specllm.llama.devices import physical_cores
 
     return physical_cores()
 
 
 def smoke(settings: Settings, report: Report, models_dir: Path) -> bool:
     """Import, a tiny model with every layer offloaded (none in a dry run), a few tokens."""
-    from specllm.backend import Model, ModelOptions
+    from specllm.llama.model import Model
+    from specllm.llama.options import ModelOptions
 
     t = time.perf_counter()
     path = write_gguf(models_dir / "smoke.gguf", SMOKE_SHAPE, seed=3)
@@ -1648,7 +1648,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import llama_cpp  # noqa: F401
 
-        from specllm.backend import ALL_LAYERS, gpu_offload_supported, system_info
+        from specllm.llama.devices import gpu_offload_supported
+        from specllm.llama.options import ALL_LAYERS
+        from specllm.llama.system import system_info
     except Exception as e:  # noqa: BLE001 - the CUDA build could not load: say why in the report
         failure = e
     gpu = failure is None and not args.dry_run and gpu_offload_supported()

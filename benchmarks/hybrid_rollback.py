@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import tiny_models as tm  # noqa: E402
 
 import specllm  # noqa: E402
-from specllm.backend import physical_cores  # noqa: E402
+from specllm.llama.devices import physical_cores  # noqa: E402
 
 # Target size: ~65M parameters (259 MB in F32). A one-token target call then takes ~10 ms of llama.cpp
 # compute on one core, against 1-3 ms of Python per speculative step (benchmarks/overhead.py).

@@ -8,9 +8,9 @@ instead is the bias (and noise) of the side-by-side measurement itself.
 import argparse
 
 import specllm
-from specllm import bench as b
-from specllm.bench import builtin_prompts
-from specllm.hub import resolve_models
+from specllm.bench import runner as b
+from specllm.bench.runner import builtin_prompts
+from specllm.models.hub import resolve_models
 
 
 def main() -> None:

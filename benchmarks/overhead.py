@@ -63,7 +63,9 @@ def instrument(parts: Parts) -> None:
 
     import llama_cpp
 
-    from specllm import backend, drafters, engine, policy, speculative, text
+    from specllm.engine import drafters, policy, speculative, text
+    from specllm.engine import loop as engine
+    from specllm.llama import model as backend
 
     for name in dir(llama_cpp):
         if name.startswith("llama_") and isinstance(getattr(llama_cpp, name), ctypes._CFuncPtr):

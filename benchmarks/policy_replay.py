@@ -35,17 +35,17 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from specllm.calibration import TARGET_WIDTHS, cache_path
-from specllm.drafters import AutoDrafter, Draft, NgramDrafter
-from specllm.policy import MATCH_EDGES, NGRAM_MAX, AutoPolicy, CostTable, bucket
+from specllm.engine.calibration import TARGET_WIDTHS, cache_path
+from specllm.engine.drafters import AutoDrafter, Draft, NgramDrafter
+from specllm.engine.policy import MATCH_EDGES, NGRAM_MAX, AutoPolicy, CostTable, bucket
 
 MAX_TOKENS = 128
 
 
 def record(out: Path, prompts_file: str | None) -> None:
     import specllm
-    from specllm.bench import builtin_prompts, load_prompts
-    from specllm.hub import resolve_models
+    from specllm.bench.runner import builtin_prompts, load_prompts
+    from specllm.models.hub import resolve_models
 
     prompts = load_prompts(prompts_file) if prompts_file else builtin_prompts()
     target, _, _ = resolve_models(None, None, None, check=False)
@@ -64,8 +64,8 @@ COST_WIDTHS = (*range(1, 21), 24, 28, 32, 40, 48, 64)
 
 def measure_costs(out: Path) -> None:
     import specllm
-    from specllm.calibration import time_calls
-    from specllm.hub import resolve_models
+    from specllm.engine.calibration import time_calls
+    from specllm.models.hub import resolve_models
 
     target, _, _ = resolve_models(None, None, None, check=False)
     engine = specllm.load(str(target))
@@ -76,8 +76,8 @@ def measure_costs(out: Path) -> None:
 
 
 def target_markup() -> frozenset[int]:
-    from specllm.backend import Model
-    from specllm.hub import resolve_models
+    from specllm.llama.model import Model
+    from specllm.models.hub import resolve_models
 
     target, _, _ = resolve_models(None, None, None, check=False)
     return Model(target, vocab_only=True).markup_tokens

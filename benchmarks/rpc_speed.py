@@ -42,7 +42,8 @@ from statistics import median
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import specllm  # noqa: E402
-from specllm import bench, hub  # noqa: E402
+from specllm.bench import runner as bench
+from specllm.models import hub  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NETNS, VETH_HOST, VETH_NS = "specllm-rpc", "spr-h", "spr-n"
@@ -67,7 +68,7 @@ def wait_until_it_answers(proc: subprocess.Popen, address: str, failure: str) ->
     deadline = time.monotonic() + 30
     while True:
         try:
-            specllm.backend.probe_rpc_server(address, timeout=2)
+            specllm.llama.rpc.probe_rpc_server(address, timeout=2)
             return
         except specllm.SpecllmError:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -202,7 +203,9 @@ def main():
         "--prompts", type=int, default=6, help="prompts from the built-in suite (spread over its categories)"
     )
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=specllm.backend.physical_cores(), help="local and server threads")
+    ap.add_argument(
+        "--threads", type=int, default=specllm.llama.devices.physical_cores(), help="local and server threads"
+    )
     ap.add_argument(
         "--configs", default="auto,model:2,model:4,ngram:4", help="speculative configurations, DRAFTER[:GAMMA]"
     )

@@ -12,7 +12,7 @@ many tokens each llama.cpp mode drafted, and llama.cpp's plain decoding (CPP_PLA
 specllm's target-only: where a mode drafted nothing, its speed is that of llama.cpp's plain loop.
 At the end, per prompt: medians over the rounds, auto against llama.cpp's fastest way through
 the prompt (the best drafting mode, or plain decoding pooled over every run that drafted nothing).
-specllm reads a CPU model's weights into memory on transparent huge pages (backend.py says why);
+specllm reads a CPU model's weights into memory on transparent huge pages (specllm/llama/huge_pages.py says why);
 llama.cpp memory-maps them by default. --cpp-huge-pages runs llama.cpp with the same memory, so
 that what is left between the two is the drafting.
 
@@ -42,9 +42,9 @@ from statistics import median
 import llama_cpp
 
 import specllm
-import specllm.backend
-from specllm.backend import physical_cores
-from specllm.hub import resolve_models
+import specllm.llama.model
+from specllm.llama.devices import physical_cores
+from specllm.models.hub import resolve_models
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime, with a docstring and type hints.",
@@ -130,8 +130,8 @@ class DecodeTimer:
 
     def __init__(self):
         self.calls: list[tuple[int, float]] = []
-        self._decode = specllm.backend.L.llama_decode
-        specllm.backend.L.llama_decode = self._timed
+        self._decode = specllm.llama.model.L.llama_decode
+        specllm.llama.model.L.llama_decode = self._timed
 
     def _timed(self, ctx, batch):
         start = time.perf_counter()
@@ -164,7 +164,7 @@ GROUNDED = HERE / "prompts" / "grounded.jsonl"
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 
 
-# llama.cpp with the memory specllm gives its weights (backend.weights_on_huge_pages): read into the
+# llama.cpp with the memory specllm gives its weights (huge_pages.weights_on_huge_pages): read into the
 # process's memory rather than mapped, and glibc's malloc asked to put its large blocks on
 # transparent huge pages. llama.cpp has no option of its own for huge pages.
 CPP_HUGE_PAGES_ARGS = ["--load-mode", "none"]

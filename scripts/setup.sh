@@ -19,7 +19,7 @@ if ! has_rpc; then
 fi
 "${pip[@]}" -e ".[test]"
 
-# The browser that tests/test_web_page.py drives: Debian's Chromium, which Playwright launches as
+# The browser that tests/serve/test_web_page.py drives: Debian's Chromium, which Playwright launches as
 # it is (Playwright's own browser download is not needed). Installed when missing, as root with apt.
 has_chromium() { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }
 apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; }
@@ -28,10 +28,10 @@ if ! has_chromium; then
     echo "installing chromium with apt-get, for the chat page's browser test" >&2
     # a fresh machine may have no package lists yet: fetch them only when the first try fails
     apt_install chromium || { apt-get update -qq >/dev/null 2>&1 && apt_install chromium; } ||
-      echo "warning: apt-get could not install chromium: tests/test_web_page.py will fail" >&2
+      echo "warning: apt-get could not install chromium: tests/serve/test_web_page.py will fail" >&2
   else
     echo "note: no chromium and no apt-get as root to install it: install Chromium for" \
-      "tests/test_web_page.py (or set SPECLLM_CHROMIUM=PATH, or SPECLLM_SKIP_BROWSER=1 to skip it)" >&2
+      "tests/serve/test_web_page.py (or set SPECLLM_CHROMIUM=PATH, or SPECLLM_SKIP_BROWSER=1 to skip it)" >&2
   fi
 fi
 echo "ggml-rpc-server: $(PYTHON="$python" bash benchmarks/build_llama_cpp_tools.sh --rpc)/ggml-rpc-server"

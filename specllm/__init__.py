@@ -6,34 +6,33 @@ result = engine.generate("raw prompt text", max_tokens=64, temperature=0.0)   # 
 result.tokens, result.text, result.stats
 """
 
-__version__ = "0.1.0"  # the one place it is written (pyproject.toml reads it)
-
 import importlib
 from typing import TYPE_CHECKING
 
-from .errors import SpecllmError
+from specllm._version import __version__
+from specllm.errors import SpecllmError
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from specllm.engine.loop import Engine
 
 # The rest of the API is imported when first used, not with the package: the `specllm` command
 # imports the package before it can handle a Ctrl-C, and llama_cpp takes half a second to import.
 _LAZY = {
-    "ModelOptions": "backend",
-    "Engine": "engine",
-    "Finished": "engine",
-    "GenerationConfig": "engine",
-    "Result": "engine",
-    "Stats": "engine",
-    "Step": "engine",
-    "SamplerSettings": "sampling",
+    "ModelOptions": "llama.options",
+    "Engine": "engine.loop",
+    "Finished": "engine.loop",
+    "GenerationConfig": "engine.loop",
+    "Result": "engine.loop",
+    "Stats": "engine.loop",
+    "Step": "engine.loop",
+    "SamplerSettings": "engine.sampling",
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    try:  # a submodule (specllm.backend, ...), as when the package imported them all
+    try:  # a subpackage (specllm.engine.loop, ...), as when the package imported them all
         return importlib.import_module(f".{name}", __name__)
     except ModuleNotFoundError as e:
         if e.name != f"{__name__}.{name}":  # one the submodule needs: say that
@@ -49,6 +48,7 @@ __all__ = [
     "Result",
     "SamplerSettings",
     "SpecllmError",
+    "__version__",
     "Stats",
     "Step",
     "load",
@@ -66,7 +66,7 @@ def load(
     defer_draft: bool = False,
     rpc: str | list[str] = (),
     draft_rpc: str | list[str] = (),
-    snapshots: int = 8,  # backend.DEFAULT_SNAPSHOTS
+    snapshots: int = 8,  # llama.options.DEFAULT_SNAPSHOTS
 ) -> "Engine":
     """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With
     defer_draft, only the draft's vocabulary is checked now and the model itself is loaded when a
@@ -77,10 +77,11 @@ def load(
     verify call (the longest draft on such a target; each costs a copy of its recurrent state).
     `target` and `draft` may name a model in another tool's store: ollama:NAME[:TAG],
     lmstudio:PUBLISHER/REPO/FILE.gguf, llamacpp:FILE.gguf (used in place, never copied)."""
-    from .backend import Model, ModelOptions, check_compatible
-    from .engine import Engine
-    from .stores import local_path
-    from .verdicts import check_once
+    from specllm.engine.loop import Engine
+    from specllm.llama.model import Model
+    from specllm.llama.options import ModelOptions
+    from specllm.llama.vocab import check_compatible, check_once
+    from specllm.models.stores import local_path
 
     target, draft = local_path(target), (None if draft is None else local_path(draft))
 

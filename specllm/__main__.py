@@ -17,7 +17,7 @@ def main() -> None:
     traceback from the middle of an import."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_while_starting)
-    from .cli import main as run_command
+    from specllm.cli.main import main as run_command
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is KeyboardInterrupt again
     run_command()  # which handles SIGTERM its own way

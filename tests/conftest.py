@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tiny_models as tm  # noqa: E402
 
+pytest_plugins = ["fakehub"]  # the fake Hub and package index fixtures, for every test
+
 EXTRA_SCALE = 1.3  # extra_heavy: the appended ids get ~14% of the mass at temperature 1, and ~16% of greedy picks
 
 

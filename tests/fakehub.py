@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specllm.registry import Mirror, ModelFile
+from specllm.models.registry import Mirror, ModelFile
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the one commit every fake repo is at
 
@@ -313,3 +313,43 @@ def model_file(repo: str, file: str, content: bytes, *, mirror: Mirror | None = 
     """A ModelFile whose size and checksum are those of `content`."""
     return ModelFile(repo=repo, file=file, size=len(content), sha256=hashlib.sha256(content).hexdigest(),
                      mirror=mirror, **fields)  # fmt: skip
+
+
+def pairs_file(path: Path, hub_url_repo: str, target: bytes, draft: bytes, name: str = "tiny") -> Path:
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    path.write_text(f"""
+[[pair]]
+name = "{name}"
+description = "two tiny test models"
+gamma = 3
+
+  [pair.target]
+  repo = "{hub_url_repo}"
+  file = "target.gguf"
+  size = {len(target)}
+  sha256 = "{sha(target)}"
+
+  [pair.draft]
+  repo = "{hub_url_repo}"
+  file = "draft.gguf"
+  size = {len(draft)}
+  sha256 = "{sha(draft)}"
+""")
+    return path
+
+
+def single_file(path: Path, repo: str, content: bytes, name: str = "tiny-one", file: str = "target.gguf") -> Path:
+    """A pairs file whose entry `name` is one file, without a draft."""
+    path.write_text(f"""
+[[pair]]
+name = "{name}"
+description = "one tiny model that drafts for itself"
+gamma = 2
+
+  [pair.target]
+  repo = "{repo}"
+  file = "{file}"
+  size = {len(content)}
+  sha256 = "{hashlib.sha256(content).hexdigest()}"
+""")
+    return path

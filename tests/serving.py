@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import http.client
+import json
+import logging
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import openai
+
+from specllm.serve.server import ServeSettings, address, create_app, listen, server
 
 
 @contextmanager
@@ -25,3 +35,59 @@ def serving(args: list, env: dict | None = None) -> Iterator[tuple[subprocess.Po
     finally:
         proc.kill()
         proc.wait()
+
+
+CTX = 2048
+
+
+class Server:
+    """create_app on uvicorn in a thread, on a free loopback port; its log lines are kept."""
+
+    def __init__(self, engine, **settings):
+        self.sock = listen("127.0.0.1", 0)
+        self.url = address(self.sock)
+        self.uvicorn = server(create_app(engine, ServeSettings(model="tiny", **settings)))
+        self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        while not self.uvicorn.started:
+            time.sleep(0.01)
+
+    def client(self, api_key="-"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=60)
+
+    def post(self, path, body: bytes, headers=None):
+        """A raw request (for bodies the openai client would not send): (status, JSON body)."""
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("POST", path, body, {"Content-Type": "application/json", **(headers or {})})
+        response = conn.getresponse()
+        status, data = response.status, json.loads(response.read())
+        conn.close()
+        return status, data
+
+    def get(self, path):
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("GET", path)
+        data = json.loads(conn.getresponse().read())
+        conn.close()
+        return data
+
+    def stop(self):
+        self.uvicorn.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+class LogLines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def wait_for_line(log, fragment, count):
+    deadline = time.time() + 30
+    while sum(fragment in line for line in log) < count and time.time() < deadline:
+        time.sleep(0.05)
+    return [line for line in log if fragment in line]

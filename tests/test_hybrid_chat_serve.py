@@ -15,19 +15,19 @@ from urllib.parse import urlsplit
 
 import pytest
 import tiny_models as tm
-from fakehub import isolated  # noqa: F401 (a fixture)
 from one_line import assert_one_line_error
-from test_serve import LogLines, Server
+from serving import LogLines, Server
 
 import specllm
-from specllm.backend import Model, ModelOptions
-from specllm.chat import ChatSession, extend_prompt
-from specllm.engine import Finished, make_config
+from specllm.chat.session import ChatSession, extend_prompt
+from specllm.engine.loop import Finished, make_config
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
 
 CTX = 512
 MAX_TOKENS = 16
 SYSTEM = "You are terse."
-NEAR_TIE = 0.02  # as tests/test_chat.py: llama.cpp's logits move with the batch shape by up to ~7e-3
+NEAR_TIE = 0.02  # as tests/chat/test_session.py: llama.cpp's logits move with the batch shape by up to ~7e-3
 SPECLLM = [sys.executable, "-m", "specllm"]
 
 # (target, draft, drafter): a noisy draft of the target's own arch, auto, and the target's MTP layers

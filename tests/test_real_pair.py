@@ -4,8 +4,8 @@ the package-index mirror) and checked for greedy fidelity. Minutes the first tim
 import pytest
 
 import specllm
-from specllm.bench import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
-from specllm.hub import resolve_models
+from specllm.bench.runner import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
+from specllm.models.hub import resolve_models
 
 pytestmark = pytest.mark.slow
 

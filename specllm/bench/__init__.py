@@ -1,0 +1,1 @@
+"""`specllm bench`: side-by-side measurements of drafting configurations, and their views."""

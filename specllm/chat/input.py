@@ -1,0 +1,143 @@
+"""Reading the chat's messages. On a terminal, prompt_toolkit's line editor (it runs on Linux,
+macOS and Windows alike, with no readline or select on stdin): arrow keys, history kept in a
+file across sessions, a bracketed paste or lines pasted at once arrive as one message, and a line
+ending in a backslash continues on the next. From a pipe, plain lines.
+
+Both readers give the same answers: read() returns the next message, None to quit (Ctrl-D or
+end of input, or Ctrl-C twice at an empty prompt), or "" after a Ctrl-C at the prompt, whose
+`notice` then says what to print (None: nothing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.keys import Keys
+
+from specllm.files import state_dir
+
+PROMPT = "> "
+CONTINUATION = ". "
+ASK_AGAIN = "(press Ctrl-C again or type /exit to quit)"
+
+
+def history_file() -> Path:
+    return state_dir() / "history"
+
+
+def message_reader(interactive: bool | None = None):
+    """The terminal reader when stdin and stdout are terminals, else the plain one."""
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    return TerminalReader(history_file()) if interactive else PlainReader()
+
+
+class _CtrlC:
+    """Ctrl-C at the prompt: a typed line is discarded; the first one at an empty prompt asks,
+    the second quits."""
+
+    def __init__(self):
+        self.armed = False
+        self.notice: str | None = None
+        self.history_note: str | None = None  # why the history is not kept, if it is not
+
+    def interrupted(self, typed: bool, ask: str, discarded: str | None) -> str | None:
+        if self.armed and not typed:
+            return None
+        self.armed = not typed
+        self.notice = ask if self.armed else discarded
+        return ""
+
+
+class PlainReader(_CtrlC):
+    """Lines from a pipe (or a terminal without the line editor): a line ending in a backslash
+    continues on the next."""
+
+    def read(self) -> str | None:
+        try:
+            lines = [input(PROMPT)]
+            while lines[-1].endswith("\\"):
+                lines[-1] = lines[-1][:-1]
+                lines.append(input(""))
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            return self.interrupted(False, "\n" + ASK_AGAIN, "\n")
+        self.armed = False
+        return "\n".join(lines)
+
+
+class TerminalReader(_CtrlC):
+    def __init__(self, history: Path):
+        super().__init__()
+        try:
+            history.parent.mkdir(parents=True, exist_ok=True)
+            kept = QuietFileHistory(str(history))
+        except OSError as e:
+            self.history_note = f"history is not kept: cannot create {history.parent} ({e.strerror or e})"
+            kept = InMemoryHistory()
+        self.typed = False
+        self.session = PromptSession(
+            PROMPT, prompt_continuation=CONTINUATION, history=kept, key_bindings=self._bindings()
+        )
+
+    def read(self) -> str | None:
+        self.typed = False
+        try:
+            text = self.session.prompt()
+        except EOFError:  # Ctrl-D at an empty prompt
+            return None
+        except KeyboardInterrupt:
+            # prompt_toolkit has already ended the line: nothing to say when a typed line goes
+            return self.interrupted(self.typed, ASK_AGAIN, None)
+        self.armed = False
+        return text
+
+    def _bindings(self) -> KeyBindings:
+        bindings = KeyBindings()
+
+        @bindings.add("enter")
+        def _enter(event):
+            buffer = event.current_buffer
+            if buffer.text.endswith("\\"):  # wherever the cursor is, as Enter sends the whole line
+                buffer.cursor_position = len(buffer.text)
+                buffer.delete_before_cursor()
+                buffer.newline(copy_margin=False)
+            elif any(k.key != Keys.CPRResponse for k in event.key_processor.input_queue):
+                # more keys already arrived with this Enter: lines pasted at once (a terminal
+                # without bracketed paste), one message
+                buffer.newline(copy_margin=False)
+            else:
+                buffer.validate_and_handle()
+
+        @bindings.add("escape", "enter")  # Alt-Enter: a new line in the message
+        def _newline(event):
+            event.current_buffer.newline(copy_margin=False)
+
+        @bindings.add("c-c")
+        def _interrupt(event):
+            self.typed = bool(event.current_buffer.text)
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
+
+        return bindings
+
+
+class QuietFileHistory(FileHistory):
+    """A history file that cannot be read or written (no permission, a full disk) costs the
+    history, not the chat."""
+
+    def load_history_strings(self):
+        try:
+            yield from super().load_history_strings()
+        except OSError:
+            return
+
+    def store_string(self, string: str) -> None:
+        try:
+            super().store_string(string)
+        except OSError:
+            pass

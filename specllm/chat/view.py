@@ -1,0 +1,152 @@
+"""Showing a generation: the only module that uses Rich's live display.
+
+LiveView colours each piece by where it came from: draft tokens the target accepted, the target's
+own tokens (the correction after a rejection, the bonus after a full accept), and rejected draft
+tokens, struck through before the correction that replaces them. While it runs, the tail of the
+text and a status line are redrawn in place; at the end the whole text is printed once, so the
+scrollback holds it in full. PlainView prints bare text, for pipes, NO_COLOR and --no-live.
+"""
+
+import os
+import sys
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from specllm.engine.loop import Result, Stats, Step
+
+ACCEPTED = "green"
+TARGET = "bold"
+REJECTED = "red strike"
+REDRAW_SECONDS = 1 / 12
+
+
+def use_live(no_live: bool, console: Console) -> bool:
+    return not no_live and console.is_terminal and "NO_COLOR" not in os.environ
+
+
+SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "mtp": "MTP", "none": "none"}
+
+
+def status_line(stats: Stats, drafter: str) -> str:
+    line = f"{stats.tokens_per_second:.1f} tok/s · {stats.generated_tokens} tokens"
+    if drafter != "none":
+        acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else "- (nothing drafted yet)"
+        line += f" · acceptance {acceptance} · {stats.mean_accepted_length:.2f} tokens/target call"
+    if drafter == "auto":
+        line += " · " + source_mix(stats)
+    return line
+
+
+def source_mix(stats: Stats) -> str:
+    """What auto drafted with, e.g. "auto: n-gram 31%, model 0%, none 69% of steps"."""
+    shares = stats.source_shares()
+    names = [n for n in SOURCE_NAMES if n != "mtp" or n in shares]  # MTP only for a model that has it
+    return "auto: " + ", ".join(f"{SOURCE_NAMES[n]} {shares.get(n, 0.0):.0%}" for n in names) + " of steps"
+
+
+def summary(result: Result, drafter: str) -> str:
+    s = result.stats
+    return (
+        f"[{result.stop_reason}] {status_line(s, drafter)} · drafter {drafter}"
+        f" · prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f}s"
+    )
+
+
+def chat_summary(result: Result, drafter: str) -> str:
+    """One chat turn: the KV reuse shows as how few of the prompt tokens needed a prefill."""
+    s = result.stats
+    return (
+        f"[{result.stop_reason}] {status_line(s, drafter)}"
+        f" · prefill {s.prefill_tokens} of {s.prompt_tokens} prompt tokens in {s.prefill_seconds:.2f}s"
+    )
+
+
+class PlainView:
+    """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped."""
+
+    def __init__(self, drafter: str, show_summary: bool = True, describe=summary):
+        self.drafter = drafter
+        self.show_summary = show_summary
+        self.describe = describe
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def step(self, step: Step) -> None:
+        sys.stdout.write(step.accepted_text + step.token_text)
+        sys.stdout.flush()
+
+    def finish(self, result: Result) -> None:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if self.show_summary:
+            print(self.describe(result, self.drafter), file=sys.stderr)
+
+
+class LiveView:
+    def __init__(self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary):
+        self.console = console
+        self.drafter = drafter
+        self.show_legend = show_legend  # chat shows the legend once, not after every reply
+        self.describe = describe
+        self.body = Text()
+        self._stats: Stats | None = None
+        # Redrawn from this thread, never Rich's refresh thread: that one would wrap `body` while
+        # step() appends to it (an IndexError inside Text.wrap that kills it, seen on long replies).
+        self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._render)
+        self._drawn_at = 0.0
+
+    def __enter__(self):
+        self._live.__enter__()
+        self._live.refresh()
+        return self
+
+    def __exit__(self, *exc):
+        self._live.__exit__(*exc)
+        if exc[0] is not None and self.body:  # interrupted: keep what was shown
+            self.console.print(self.body)
+        return False
+
+    def step(self, step: Step) -> None:
+        self.body.append(step.accepted_text, ACCEPTED)
+        if step.rejected_text:
+            # a rejected newline would move the real text around: show it as a symbol instead
+            self.body.append(step.rejected_text.replace("\n", "⏎"), REJECTED)
+        self.body.append(step.token_text, TARGET)
+        self._stats = step.stats
+        now = time.monotonic()
+        if now - self._drawn_at >= REDRAW_SECONDS:
+            self._drawn_at = now
+            self._live.refresh()
+
+    def finish(self, result: Result) -> None:
+        self._live.__exit__(None, None, None)
+        self.console.print(self.body)
+        if self.show_legend:
+            self.console.print(legend(self.drafter))
+        self.console.print(self.describe(result, self.drafter), style="dim", highlight=False, markup=False)
+        self.body = Text()
+
+    def _render(self):
+        # Only the last screenful of text, so the live region never scrolls away.
+        height, width = max(3, self.console.size.height - 3), self.console.size.width
+        # The last `height` lines hold at most (width + 1) * height characters: wrap only those.
+        body = self.body[-(width + 1) * height :] if len(self.body) > (width + 1) * height else self.body
+        lines = body.wrap(self.console, width)
+        tail = Text("\n").join(lines[-height:]) if len(lines) > height else body
+        status = status_line(self._stats, self.drafter) if self._stats else "prefilling…"
+        return Group(tail, Text(status, style="dim"))
+
+
+def legend(drafter: str) -> Text:
+    if drafter == "none":
+        return Text("target-only decoding", style="dim")
+    return Text.assemble(
+        ("accepted draft", ACCEPTED), "  ", ("target token", TARGET), "  ", ("rejected draft", REJECTED)
+    )

@@ -1,0 +1,146 @@
+"""The CLI's basics: option defaults from SPECLLM_... environment variables, `--version`, `doctor`.
+
+Environment variables are attached in one place, to the Click command Typer builds, rather than
+option by option: every option of every command (those added later too) reads
+SPECLLM_<LONG NAME> (--ctx-size: SPECLLM_CTX_SIZE), and one name means the same setting in every
+command (SPECLLM_THREADS sets --threads of run, chat, bench and any other command that has it).
+Click's own auto_envvar_prefix would instead give each command its own names
+(SPECLLM_RUN_THREADS, SPECLLM_CHAT_THREADS, ...). A flag given on the command line wins over
+its variable; a bad value in a variable is refused with the same one line as on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from typer.main import get_command
+
+ENV_PREFIX = "SPECLLM_"
+# Variables specllm reads for something else: no option may take their names.
+RESERVED = frozenset({"SPECLLM_CACHE", "SPECLLM_LMSTUDIO_HOME"})
+# Options that are not read from the environment, and why.
+NOT_FROM_ENV = {
+    # a flag in run, doctor and models, but bench's output file: one variable cannot be both
+    "--json",
+}
+
+
+def build_command(app: typer.Typer):
+    """The Click command of the Typer app, every command's options reading their variables."""
+    command = get_command(app)
+    add_env_defaults(command)
+    return command
+
+
+def add_env_defaults(group) -> None:
+    """Give each option of each subcommand (at any depth) its SPECLLM_ variable, shown in --help.
+    The group's own options (--version, completion) are not settings and get none."""
+    for command in getattr(group, "commands", {}).values():
+        for param in command.params:
+            name = env_name(param)
+            if name is not None:
+                param.envvar = name
+                param.show_envvar = True
+        add_env_defaults(command)
+
+
+def env_name(param) -> str | None:
+    """SPECLLM_ and the option's first long name, upper case, dashes as underscores; None for an
+    argument (`rm PAIR` must never come from the environment), an option without a long name, or
+    one left out on purpose."""
+    if param.param_type_name != "option":
+        return None
+    long = next((opt for opt in param.opts if opt.startswith("--")), None)
+    if long is None or long in NOT_FROM_ENV:
+        return None
+    name = ENV_PREFIX + long[2:].upper().replace("-", "_")
+    return None if name in RESERVED else name
+
+
+def env_options(command) -> dict[str, list[str]]:
+    """Every variable and the options that read it, as `command --option` (for tests and docs)."""
+    found: dict[str, list[str]] = {}
+
+    def walk(group, path: str) -> None:
+        for name, sub in getattr(group, "commands", {}).items():
+            for param in sub.params:
+                if getattr(param, "envvar", None):
+                    found.setdefault(param.envvar, []).append(f"{path}{name} {param.opts[0]}")
+            walk(sub, f"{path}{name} ")
+
+    walk(command, "")
+    return found
+
+
+# --- specllm --version -------------------------------------------------------------------------
+
+
+def version_lines() -> list[str]:
+    from specllm._version import __version__
+    from specllm.llama.system import system_info
+
+    info = system_info()
+    return [
+        f"specllm {__version__}",
+        f"llama-cpp-python {info['llama_cpp_python']}",
+        f"llama.cpp {info['llama_cpp']}",
+        info["system_info"],
+    ]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print("\n".join(version_lines()))
+        raise typer.Exit()
+
+
+def main_options(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the versions of specllm and llama.cpp, and exit.",
+        ),
+    ] = None,
+) -> None:
+    """Fast local LLM inference on llama.cpp GGUF models through speculative decoding."""
+
+
+# --- specllm doctor ----------------------------------------------------------------------------
+
+
+def doctor_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    rpc: Annotated[str | None, typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
+) -> None:
+    """Show the versions, the llama.cpp build, GPU offload and RPC support and devices (and, with
+    --rpc, whether each server answers and how much memory it offers)."""
+    from specllm._version import __version__
+    from specllm.llama.options import parse_rpc_servers
+    from specllm.llama.rpc import rpc_server_memory
+    from specllm.llama.system import system_info
+
+    servers = parse_rpc_servers(rpc or ())
+    info = {"specllm": __version__, **system_info()}
+    # An unusable server is the command's one-line error.
+    memory = {server: rpc_server_memory(server) for server in servers}
+    if as_json:
+        info["rpc_servers"] = {
+            server: [{"device": name, "free": free, "total": total} for name, free, total in devices]
+            for server, devices in memory.items()
+        }
+        print(json.dumps(info))
+        return
+    for key, value in info.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "none"
+        print(f"{key}: {value}")
+    for server, devices in memory.items():
+        listed = ", ".join(
+            f"{name} {free / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB" for name, free, total in devices
+        )
+        print(f"rpc server {server}: answers · {listed}")

@@ -1,0 +1,715 @@
+"""The `specllm` command: parse options, call the library, hand its events to a view."""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+try:  # typer >= 0.22 carries its own copy of click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
+from specllm.cli.basics import build_command, doctor_command, main_options
+from specllm.cli.models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command, rm_command
+from specllm.engine.sampling import default_seed
+from specllm.engine.text import check_utf8
+from specllm.errors import SpecllmError
+
+app = typer.Typer(
+    help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,  # --install-completion, --show-completion
+)
+app.callback()(main_options)  # --version
+
+# --- options shared by run, chat and bench, declared once ----------------------------------------
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-m",
+        help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
+    ),
+]
+Draft = Annotated[
+    str | None,
+    typer.Option(
+        "--draft",
+        "-md",
+        help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
+    ),
+]
+Drafter = Annotated[
+    str | None,
+    typer.Option(
+        help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
+        "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
+        "--gamma alone: model when a draft is given, else ngram."
+    ),
+]
+Gamma = Annotated[
+    int | None,
+    typer.Option(
+        "--gamma",
+        "-g",
+        show_default=False,
+        help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
+    ),
+]
+DEFAULT_GAMMA = 4
+PairOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False
+    ),
+]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")]
+Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", help="0 is greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
+TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set holding this much mass.")]
+MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
+MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
+Seed = Annotated[
+    int | None,
+    typer.Option(min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."),
+]
+CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
+Threads = Annotated[int | None, typer.Option(help="CPU threads (default: one per physical core).")]
+GpuLayers = Annotated[
+    int | None, typer.Option("--gpu-layers", "-ngl", help="Target layers on the GPU (default: all if supported).")
+]
+DraftGpuLayers = Annotated[
+    int | None,
+    typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported)."),
+]
+Snapshots = Annotated[
+    int,
+    typer.Option(
+        help="Hybrid and recurrent targets (Qwen3.5, Granite 4, LFM2, ...): recurrent-state snapshots kept "
+        "to take back rejected draft tokens, so the longest draft (each costs one more copy of the state).",
+    ),
+]
+DEFAULT_SNAPSHOTS = 8  # backend.DEFAULT_SNAPSHOTS, without importing llama_cpp for --help
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+Rpc = Annotated[
+    str | None,
+    typer.Option(help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."),
+]
+DraftRpc = Annotated[str | None, typer.Option(help="The same for the draft (default: the draft stays local).")]
+
+
+def load_engine(
+    target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+    *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
+    rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS,
+):  # fmt: skip
+    """Find the models the options name (a pair, by default the default pair, or --target
+    [--draft]), download what is missing, and load them; the draft only when the drafter needs it
+    (or always with keep_draft, for a chat that can switch drafters)."""
+    from specllm import load
+    from specllm.models.hub import resolve_models
+
+    if draft == "none" and target is None:
+        raise SpecllmError("--draft none goes with --target (for a pair without its draft use --drafter ngram or none)")
+    target_path, draft_path, _ = resolve_models(
+        pair,
+        target,
+        None if draft == "none" else draft,
+        source=source,
+        offline=offline,
+        models_file=models_file,
+        check=False,
+    )
+    wants_model = (default_drafter(drafter, gamma, False) or "auto") in ("auto", "model")
+    if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
+        from specllm.models.drafts import find_draft
+        from specllm.models.stores import store_name
+
+        draft_path = find_draft(
+            target_path,
+            drafter or "auto",
+            models_file=models_file,
+            source=source,
+            offline=offline,
+            verbose=verbose,
+            label=target if store_name(target) else None,  # an Ollama blob's file name would say nothing
+        )
+    drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
+    if drafter == "model" and draft_path is None:
+        if pair is not None:
+            raise SpecllmError(f"pair {pair} has no draft model: use --drafter auto|mtp|ngram|none")
+        raise SpecllmError(
+            "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"
+        )
+    if verbose:
+        report_backend(threads, gpu_layers)
+    # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
+    wanted = draft_path is not None and (drafter in ("model", "auto") or keep_draft)
+    engine = load(
+        str(target_path),
+        str(draft_path) if wanted else None,
+        n_ctx=ctx_size,
+        n_threads=threads,
+        n_gpu_layers=gpu_layers,
+        draft_gpu_layers=draft_gpu_layers,
+        defer_draft=drafter != "model",
+        rpc=rpc or (),
+        draft_rpc=draft_rpc or (),
+        snapshots=snapshots,
+    )
+    if verbose:
+        for line in describe_models(engine):
+            print(line, file=sys.stderr)
+    return engine, drafter
+
+
+def describe_models(engine) -> list[str]:
+    """-v: what kind of target this is, what its recurrent state and snapshots cost, its MTP layers."""
+    target, lines = engine.target, []
+    if target.recurrent:
+        from specllm.files import human_size
+
+        state = target.state_bytes
+        kind = "hybrid" if target.hybrid else "recurrent"
+        line = f"target: {kind} ({target.path.name}): recurrent state {human_size(state)}"
+        if target.snapshots:
+            line += f", {target.snapshots} snapshots for rejected draft tokens {human_size(state * target.snapshots)} more (--snapshots)"
+        else:
+            line += "; llama.cpp keeps no snapshots of it: a rejected draft is taken back from a checkpoint"
+        lines.append(line)
+        lines.append(
+            "target: a new prompt that extends the last one goes on from its state; one that changes it resumes "
+            "from a checkpoint of the state after the last prompt, or is evaluated again from its start"
+        )
+    if engine.mtp is not None:
+        lines.append(
+            f"target: {target.n_nextn} MTP layer(s): it drafts for itself (drafter mtp, and auto where it pays)"
+        )
+    return lines
+
+
+def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None, system=None) -> None:
+    """Refuse bad option values before any model is downloaded or loaded."""
+    from specllm.engine.loop import check_gamma, make_config
+    from specllm.llama.options import ModelOptions
+
+    for value in stop:
+        check_utf8(value, "--stop")
+    check_utf8(system, "--system")
+    make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or "auto", gamma=gamma, **sampler)
+    if ctx_size is not None and gamma is not None:
+        check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
+
+
+def check_model_options(
+    ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS
+) -> None:
+    """Refuse a bad context size, thread, layer or snapshot count or RPC server address before any
+    model is downloaded or loaded."""
+    from specllm.llama.options import ModelOptions
+
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or (), snapshots=snapshots)
+    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
+
+
+def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
+    """--drafter if given; with --gamma alone, the fixed drafter of before auto (model with a
+    draft, else ngram), so that `--gamma N` still means a fixed draft length; else auto."""
+    if drafter or gamma is None:
+        return drafter
+    return "model" if has_draft else "ngram"
+
+
+def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
+    """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
+    recommended draft length (4 for models given as files)."""
+    if gamma is not None or drafter == "auto":
+        return gamma
+    if target is not None:
+        return DEFAULT_GAMMA
+    from specllm.models.registry import get_pair, load_pairs
+
+    return get_pair(pair, load_pairs(models_file)).gamma
+
+
+def report_backend(threads, gpu_layers) -> None:
+    from specllm.llama.devices import default_gpu_layers, physical_cores
+    from specllm.llama.system import system_info
+
+    info = system_info()
+    layers = gpu_layers if gpu_layers is not None else ("all" if default_gpu_layers() else 0)
+    print(
+        f"llama-cpp-python {info['llama_cpp_python']} · GPU offload "
+        f"{'available' if info['gpu_offload'] else 'not available (CPU build)'} · devices: "
+        f"{', '.join(info['devices']) or 'CPU'} · threads {threads or physical_cores()} · GPU layers {layers}",
+        file=sys.stderr,
+    )
+
+
+def read_prompt(prompt: str) -> str:
+    if prompt != "-":
+        check_utf8(prompt, "the prompt")
+        return prompt
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError as e:
+        raise SpecllmError(f"standard input is not valid UTF-8 text ({e.reason})") from None
+    check_utf8(text, "standard input")
+    return text
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="The prompt, or - to read it from standard input.")],
+    pair: PairOption = None,
+    target: Target = None,
+    draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
+    drafter: Drafter = None,
+    gamma: Gamma = None,
+    max_tokens: MaxTokens = 256,
+    temperature: Temperature = 0.8,
+    top_k: TopK = 40,
+    top_p: TopP = 0.95,
+    min_p: MinP = 0.05,
+    seed: Seed = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    chat_template: Annotated[
+        bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
+    ] = True,
+    system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
+    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")] = False,
+    verbose: Verbose = False,
+):
+    """Complete a prompt, showing live which draft tokens the target accepted and rejected."""
+    from rich.console import Console
+
+    from specllm.chat.view import LiveView, PlainView, use_live
+    from specllm.engine.loop import Finished, make_config
+
+    seed = default_seed(seed)
+    sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    if system is not None and not chat_template:
+        raise SpecllmError("--system needs the chat template: drop --raw")
+    text = read_prompt(prompt)
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
+    )  # fmt: skip
+    if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
+        print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
+    events = engine.stream(text, config, chat=chat_template, system=system)
+    console = Console()
+    if as_json:
+        view = PlainView(drafter, show_summary=False)
+    elif use_live(no_live, console):
+        view = LiveView(console, drafter)
+    else:
+        view = PlainView(drafter)
+    with view:
+        for event in events:
+            if isinstance(event, Finished):
+                result = event.result
+            elif not as_json:
+                view.step(event)
+        if not as_json:
+            view.finish(result)
+    if verbose and result.stats.policy:
+        print(describe_policy(result.stats.policy), file=sys.stderr)
+    if as_json:
+        print(json.dumps(result_json(result, seed)))
+
+
+@app.command()
+def chat(
+    pair: PairOption = None,
+    target: Target = None,
+    draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
+    drafter: Drafter = None,
+    gamma: Gamma = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per reply at most.")] = 512,
+    temperature: Temperature = 0.8,
+    top_k: TopK = 40,
+    top_p: TopP = 0.95,
+    min_p: MinP = 0.05,
+    seed: Seed = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    system: Annotated[str | None, typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
+    ] = None,
+    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
+    verbose: Verbose = False,
+):
+    """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
+    from rich.console import Console
+
+    from specllm.chat.session import ChatSession, read_transcript, repl
+    from specllm.chat.view import use_live
+    from specllm.engine.loop import make_config
+
+    sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
+    check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
+    )  # fmt: skip
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
+    session = ChatSession(engine, config, system)
+    if saved:
+        session.notices.append(session.restore(saved))
+        session.system = system or session.system
+    # A chat template that cannot render a first message is refused now, not at every message.
+    engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
+    console = Console()
+    repl(session, console, use_live(no_live, console))
+
+
+def describe_policy(policy: dict) -> str:
+    """-v: where auto's costs came from and what they say."""
+    cal, target, draft = policy["calibration"], policy["target"], policy["draft"]
+    measured = ", ".join(cal["measured"])
+    how = f"measured ({measured}) in {cal['seconds']:.1f}s" if measured else "from the calibration cache"
+    V = ", ".join(f"V({n}) {v:.2f}" for n, v in target["V"].items())
+    line = f"auto: costs {how} ({cal['cache']}): target step {target['step_seconds'] * 1000:.1f} ms, {V}"
+    if draft:
+        verdict = "can pay here" if policy["model_could_pay"] else "cannot pay here: not used"
+        line += f"; draft step {draft['step_seconds'] * 1000:.1f} ms (c = {policy['c']:.2f}): the draft model {verdict}"
+    if policy.get("mtp"):
+        verdict = "can pay here" if policy["mtp_could_pay"] else "cannot pay here: not used"
+        line += f"; MTP step {policy['mtp']['step_seconds'] * 1000:.1f} ms (c = {policy['c_mtp']:.2f}): the MTP layers {verdict}"
+    if policy.get("draft_limit"):
+        line += f"\nauto: {policy['draft_limit']}"
+    return line
+
+
+def result_json(result, seed: int) -> dict:
+    return {
+        "text": result.text,
+        "tokens": result.tokens,
+        "stop_reason": result.stop_reason,
+        "seed": seed,
+        "stats": result.stats.to_dict(),
+    }
+
+
+app.command("models")(models_command)
+app.command("pull")(pull_command)
+app.command("rm")(rm_command)
+
+
+app.command("doctor")(doctor_command)
+
+
+@app.command()
+def bench(
+    pair: PairOption = None,
+    target: Target = None,
+    draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
+    drafter: Annotated[
+        str | None,
+        typer.Option(
+            help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, mtp for a target with MTP layers, and ngram."
+        ),
+    ] = None,
+    gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
+    prompts: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. Default: the built-in suite.'
+        ),
+    ] = None,
+    categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,
+    per_category: Annotated[int | None, typer.Option(help="At most this many prompts of each category.")] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Run the whole suite this many times and add the rounds up (a noisy machine averages out)."
+        ),
+    ] = 1,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            min=1,
+            show_default=False,
+            help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for).",
+        ),
+    ] = None,
+    drafts_for: Annotated[
+        str | None,
+        typer.Option(
+            "--drafts-for",
+            metavar="TARGET",
+            help="Measure every draft on disk that fits TARGET (a path or any model reference; those `models --drafts-for` "
+            "finds) against target-only decoding, and remember the fastest for TARGET: `run --target TARGET` then uses it. "
+            "Default: one prompt per category, 64 tokens each.",
+        ),
+    ] = None,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 40,
+    top_p: TopP = 0.95,
+    min_p: MinP = 0.05,
+    seed: Seed = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write every result to this JSON file.")] = None,
+    verbose: Verbose = False,
+):
+    """Measure speculative against target-only decoding on a prompt suite, and explain the result;
+    with --drafts-for, find the fastest draft on disk for a target."""
+    from rich.console import Console
+
+    from specllm.bench import runner as b
+    from specllm.bench.view import BenchProgress, render
+    from specllm.engine.sampling import SamplerSettings
+
+    if drafts_for is not None:
+        from specllm.bench.race import RACE_MAX_TOKENS, RACE_PROMPTS_PER_CATEGORY
+
+        if pair or target or draft or drafter:
+            raise SpecllmError(
+                "--drafts-for measures every draft on disk for one target: give it without --pair, --target, --draft and --drafter"
+            )
+        max_tokens = max_tokens or RACE_MAX_TOKENS
+        if per_category is None and prompts is None:
+            per_category = RACE_PROMPTS_PER_CATEGORY
+    max_tokens = max_tokens or 128
+    gammas = b.parse_gammas(gamma)
+    wanted = b.parse_list(drafter, "drafter") if drafter else None
+    if wanted:
+        b.configurations(wanted, gammas)  # refuse bad options before loading any model
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    seed = default_seed(seed)
+    sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
+    cats = b.parse_list(categories, "category") if categories else None
+    suite = b.select_prompts(suite, cats, per_category)
+    if drafts_for is not None:
+        settings = b.BenchSettings(
+            tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
+        )
+        options = dict(ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                       rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots)  # fmt: skip
+        race_drafts(drafts_for, suite, settings, options, source=source, offline=offline, models_file=models_file,
+                    json_file=json_file, verbose=verbose)  # fmt: skip
+        return
+    need = None if wanted is None else ("model" if "model" in wanted else wanted[0])
+    engine, _ = load_engine(
+        target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
+        pair=pair, source=source, offline=offline, models_file=models_file,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
+    )  # fmt: skip
+    # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
+    drafters = wanted or ["auto", *(["model"] if engine.has_draft else []), *(["mtp"] if engine.mtp else []), "ngram"]
+    settings = b.BenchSettings(
+        tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
+    )
+    with BenchProgress() as progress:
+        results = b.run_bench(engine, suite, settings, progress)
+    if json_file is not None:
+        b.write_json(results, json_file)
+    render(results, Console())
+
+
+def race_drafts(spec, suite, settings, options, *, source, offline, models_file, json_file, verbose) -> None:
+    """bench --drafts-for: the drafts on disk that fit the target, measured side by side against
+    target-only decoding; the fastest is remembered for the target (winners.py)."""
+    from rich.console import Console
+
+    from specllm import load
+    from specllm.bench.race import race
+    from specllm.bench.runner import write_json
+    from specllm.bench.view import BenchProgress, render_draft_race
+    from specllm.llama.options import ModelOptions
+    from specllm.models import winners
+    from specllm.models.drafts import candidates
+    from specllm.models.hub import resolve_models
+    from specllm.models.registry import load_pairs
+
+    target_path, _, _ = resolve_models(
+        None, spec, None, source=source, offline=offline, models_file=models_file, check=False
+    )
+    fits = [c for c in candidates(target_path, load_pairs(models_file)) if c.compatible]
+    if not fits:
+        raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
+    if verbose:
+        report_backend(options["threads"], options["gpu_layers"])
+    engine = load(str(target_path), n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["gpu_layers"],
+                  rpc=options["rpc"] or (), snapshots=options["snapshots"])  # fmt: skip
+    draft_options = ModelOptions(n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["draft_gpu_layers"],
+                                 rpc=options["draft_rpc"] or (), snapshots=0)  # fmt: skip
+    try:
+        with BenchProgress() as progress:
+            results = race(engine, fits, suite, settings, draft_options, progress)
+    finally:
+        engine.close()
+    if results["winner"] is not None:
+        winners.remember(target_path, winners.Winner(**results["winner"]))
+    results["remembered"] = results["winner"] is not None and winners.remembered(target_path) is not None
+    results["target"]["spec"] = spec
+    if json_file is not None:
+        write_json(results, json_file)
+    render_draft_race(results, Console())
+
+
+@app.command()
+def serve(
+    pair: PairOption = None,
+    target: Target = None,
+    draft: Draft = None,
+    source: SourceOption = "auto",
+    offline: OfflineOption = False,
+    models_file: ModelsFileOption = None,
+    drafter: Drafter = None,
+    gamma: Gamma = None,
+    ctx_size: CtxSize = 4096,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    draft_gpu_layers: DraftGpuLayers = None,
+    rpc: Rpc = None,
+    draft_rpc: DraftRpc = None,
+    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPECLLM_API_KEY",
+            show_envvar=False,
+            help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY).",
+        ),
+    ] = None,
+):
+    """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
+    with a chat page at / that colours each reply by where its tokens came from."""
+    from specllm.serve.server import ServeSettings, describe_server, listen
+    from specllm.serve.server import serve as serve_forever
+
+    check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
+    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    sock = listen(host, port)  # before loading the models: a port in use fails at once
+    engine, drafter = load_engine(
+        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, True,
+        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
+        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
+    )  # fmt: skip
+    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    from specllm.models.stores import store_name
+
+    name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
+    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key or None)
+    print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
+    try:
+        serve_forever(engine, settings, sock)
+    finally:
+        engine.close()
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt so that everything unwinds on the
+    way out (Rich's live view shows the cursor again, temporary files go), but not caught where
+    an interrupt is (chat goes on after Ctrl-C, not after SIGTERM)."""
+
+
+def _terminate(_signum, _frame):
+    raise Terminated
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+TERMINATED = 143  # 128 + SIGTERM
+
+
+def main() -> None:
+    """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code;
+    Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
+    stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
+        code = build_command(app)(standalone_mode=False, prog_name="specllm")
+        sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
+    except SpecllmError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except NoArgsIsHelpError as e:
+        print(e.ctx.get_help())
+        sys.exit(0)
+    except ClickException as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        code = INTERRUPTED
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        sys.exit(TERMINATED)
+    except SystemExit as e:
+        if isinstance(e.__context__, BrokenPipeError):  # Typer and Rich exit 1 on a closed stdout
+            _quiet_exit()
+        raise
+    except BrokenPipeError:  # from the flush above
+        _quiet_exit()
+    if code == INTERRUPTED:
+        print("interrupted", file=sys.stderr)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _quiet_exit() -> None:
+    """The reader of stdout went away: exit 0, having pointed stdout and stderr at /dev/null so
+    that flushing their buffers at interpreter exit cannot fail again ("Exception ignored ...
+    BrokenPipeError", exit code 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

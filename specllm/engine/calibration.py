@@ -1,0 +1,120 @@
+"""Call costs of the loaded models for the auto policy: measured once, cached on disk, refined.
+
+A calibration times target calls of a few widths (logits at every row, as a verify call asks) and
+draft calls of a few widths (one token drafts; wider ones are catch-up calls) on top of the real
+context: about a second or two for the default pair on a small CPU. The result is cached per model
+file (path, size, modification time), threads, GPU layers, RPC servers, huge pages and llama.cpp build, so the next run
+starts calibrated; the engine keeps refining the table from its own timed calls (the machine's
+speed drifts) and writes it back after each generation.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from specllm.engine.policy import CostTable
+from specllm.files import cache_dir, file_identity, is_current, read_json, update_json
+from specllm.llama.devices import gpu_layers, physical_cores
+from specllm.llama.huge_pages import weights_on_huge_pages
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+from specllm.llama.system import build_id
+
+# Wider verify calls are learned when first used; 32 anchors the estimate of the widest copies
+# (they cost about 0.35 one-token calls per token here, 0.5 at 16).
+TARGET_WIDTHS = (1, 2, 3, 4, 5, 8, 12, 16, 32)
+DRAFT_WIDTHS = (1, 2, 5)  # one-token drafting steps; wider calls are catch-ups
+NARROW = 5  # widths up to this are timed in rounds, against the one-token call of each round
+NARROW_ROUNDS = 3
+DRAFT_CONTEXT = 32  # the draft is timed on a short prefix: a draft that cannot pay costs no prefill
+CACHE_FILE = "calibration.json"
+CACHE_VERSION = 1
+
+
+def cache_path() -> Path:
+    return cache_dir() / CACHE_FILE
+
+
+def model_key(path: str | Path, options: ModelOptions, huge_pages: bool | None = None) -> str:
+    """What a model's call costs depend on: the file, threads, GPU layers, the RPC servers that
+    hold them (a network round trip per call), whether its weights are on huge pages (a loaded
+    model knows; otherwise it is decided as loading will) and the llama.cpp build (known without
+    loading the model)."""
+    file_id = file_identity(path) or str(Path(path).resolve())
+    threads = options.n_threads or physical_cores()
+    layers = gpu_layers(options)
+    rpc = f"|rpc={','.join(options.rpc)}" if options.rpc else ""
+    if huge_pages is None:
+        huge_pages = weights_on_huge_pages(Path(path), layers)
+    memory = "|huge_pages" if huge_pages else ""
+    return f"{file_id}|threads={threads}|gpu_layers={layers}{rpc}{memory}|{build_id()}"
+
+
+def load_costs(key: str) -> CostTable | None:
+    entry = _read(cache_path()).get(key)
+    try:
+        return CostTable.from_dict(entry) if entry else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # an entry this version cannot read: calibrate again
+
+
+def save_costs(tables: dict[str, CostTable]) -> None:
+    """Write the tables back, with the other entries of models whose files are still there as they
+    were. A cache that cannot be written only costs the next run a calibration."""
+
+    def update(data) -> dict:
+        models = {key: entry for key, entry in _models(data).items() if is_current(key)}
+        models.update((key, table.to_dict()) for key, table in tables.items())
+        return {"version": CACHE_VERSION, "models": models}
+
+    update_json(cache_path(), update)
+
+
+def _read(path: Path) -> dict:
+    return _models(read_json(path))
+
+
+def _models(data) -> dict:
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("models"), dict):
+        return {}
+    return data["models"]
+
+
+def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTable:
+    """Time calls of each width on top of `context` (its KV cache is left holding `context`).
+
+    One-token and narrow calls, which decide short drafts, in NARROW_ROUNDS rounds of back-to-back
+    calls: a narrow width costs the median of its ratios to the one-token call of the same round,
+    so a slow spell of a busy machine, which slows both, cancels out, and so does the first call
+    of a width (it sets up llama.cpp's graph for it). A ratio of unpaired fastest timings once read
+    V(4) = 3.2 where it is 2.7, and a width believed that dear is never used, so never corrected.
+    Wide calls, which cost the most, once: the engine refines them as it uses them."""
+    usable = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
+    narrow, wide = [w for w in usable if w <= NARROW], [w for w in usable if w > NARROW]
+    rounds = [time_calls([(model, w) for w in (1, *narrow)], context, reps=1) for _ in range(NARROW_ROUNDS)]
+    step = statistics.median(r[0] for r in rounds)
+    V = {w: statistics.median(r[i] / r[0] for r in rounds) for i, w in enumerate(narrow, start=1)}
+    if wide:
+        V.update((w, t / step) for w, t in zip(wide, time_calls([(model, w) for w in wide], context, reps=1)))
+    return CostTable.from_ratios(step, V)
+
+
+def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> list[float]:
+    """The median of `reps` timings of each (model, n) call: n tokens after `context`, logits for
+    all n (and their argmax, part of every real step). Every round times every call, so a slow
+    spell of a busy machine spreads over all of them. Each model's cache is left holding `context`."""
+    feed_len = max(n for _, n in jobs)
+    feed = (context * (feed_len // max(1, len(context)) + 1))[-feed_len:]  # real token ids
+    for model in dict.fromkeys(m for m, _ in jobs):
+        model.sync(context)
+        model.checkpoint()  # a recurrent state goes back to `context` from it after each call
+    samples: list[list[float]] = [[] for _ in jobs]
+    for _ in range(reps):
+        for (model, n), ts in zip(jobs, samples):
+            start = time.perf_counter()
+            model.eval(feed[:n], n).argmax(axis=1)
+            ts.append(time.perf_counter() - start)
+            model.truncate(len(context))
+    return [statistics.median(ts) for ts in samples]

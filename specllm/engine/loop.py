@@ -1,0 +1,637 @@
+"""The speculative decoding loop, as a generator of step events. It never prints.
+
+Invariant: the target's KV cache holds every context token but the last, so each step is one
+target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
+"""
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field, fields
+from itertools import zip_longest
+
+import numpy as np
+
+from specllm.engine import calibration
+from specllm.engine.drafters import (
+    CPU_MIN_MATCH,
+    GPU_MIN_MATCH,
+    AutoDrafter,
+    Draft,
+    ModelDrafter,
+    NgramDrafter,
+    NoDrafter,
+)
+from specllm.engine.policy import NGRAM_MAX, AutoPolicy
+from specllm.engine.sampling import SamplerSettings, sparse_distribution
+from specllm.engine.speculative import verify_greedy, verify_sampled
+from specllm.engine.text import TextStream
+from specllm.errors import SpecllmError
+from specllm.files import human_size
+from specllm.llama.model import Model, MtpHead
+from specllm.llama.options import ModelOptions
+from specllm.llama.system import llama_cpp_python_version
+from specllm.llama.vocab import check_compatible, check_once
+
+DRAFTERS = ("auto", "model", "mtp", "ngram", "none")
+FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """`drafter="auto"` chooses the source and length of every draft (up to `gamma` tokens when
+    given); a fixed drafter ("model", "mtp", "ngram", "none") drafts `gamma` tokens (default 4)
+    each step."""
+
+    max_tokens: int = 256
+    sampler: SamplerSettings = SamplerSettings()
+    drafter: str = "auto"
+    gamma: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):  # one stop string, not a sequence of one-letter stops
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if self.max_tokens < 1:
+            raise SpecllmError(f"max tokens must be >= 1, got {self.max_tokens}")
+        if self.gamma is not None and self.gamma < 1:
+            raise SpecllmError(f"gamma (draft length) must be >= 1, got {self.gamma}")
+        if self.drafter not in DRAFTERS:
+            raise SpecllmError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
+
+    @property
+    def draft_length(self) -> int:
+        """The longest draft of a step."""
+        if self.gamma is not None:
+            return self.gamma
+        return NGRAM_MAX if self.drafter == "auto" else FIXED_GAMMA
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens the target evaluated: not already in its KV cache
+    generated_tokens: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    calibration_seconds: float = 0.0  # auto: timing the models' calls (0 when the cache had it)
+    # per drafting source ("none", "ngram", "model"): steps, drafted and accepted tokens
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
+    # auto: the cost estimates at the end and where they came from; None for a fixed drafter
+    policy: dict | None = None
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target call."""
+        return self.generated_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    def record(self, drafted: int, accepted: int, source: str = "none") -> None:
+        counts = self.sources.setdefault(source, {"steps": 0, "drafted": 0, "accepted": 0})
+        counts["steps"] += 1
+        counts["drafted"] += drafted
+        counts["accepted"] += accepted
+        grow = drafted - len(self.drafted_per_position)
+        if grow > 0:
+            self.drafted_per_position += [0] * grow
+            self.accepted_per_position += [0] * grow
+        for i in range(drafted):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += i < accepted
+        self.n_drafted += drafted
+        self.n_accepted += accepted
+        self.target_calls += 1
+
+    def source_shares(self) -> dict[str, float]:
+        """The fraction of steps each source drafted (nothing drafted counts as "none")."""
+        steps = sum(c["steps"] for c in self.sources.values())
+        return {name: c["steps"] / steps for name, c in self.sources.items()} if steps else {}
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["sources"] = {name: dict(c) for name, c in self.sources.items()}
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            tokens_per_second=self.tokens_per_second,
+        )
+        return d
+
+
+def aggregate(stats: Iterable[Stats]) -> Stats:
+    """Sum of several generations' stats (counts, seconds, per-position and per-source counts;
+    the latest policy estimates)."""
+    total = Stats()
+    for s in stats:
+        for f in fields(Stats):
+            a, b = getattr(total, f.name), getattr(s, f.name)
+            if f.name == "policy":
+                value = b if b is not None else a
+            elif f.name == "sources":
+                value = {k: _add_counts(a.get(k, {}), b.get(k, {})) for k in dict.fromkeys([*a, *b])}
+            elif isinstance(a, list):
+                value = [x + y for x, y in zip_longest(a, b, fillvalue=0)]
+            else:
+                value = a + b
+            setattr(total, f.name, value)
+    return total
+
+
+def _add_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in dict.fromkeys([*a, *b])}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One target call: the draft, what the target kept of it, and the target's own token."""
+
+    drafted: list[int]
+    accepted: int  # leading draft tokens the target accepted and the output used (up to an EOS or a stop)
+    token: int  # the target's own token (correction or bonus); -1 if cut by a stop
+    accepted_text: str  # text the accepted draft tokens added
+    token_text: str  # text the target's own token added
+    rejected_text: str  # the rejected draft tokens, for display only
+    stats: "Stats"
+    source: str = "none"  # which drafter proposed the draft: "none", "ngram" or "model"
+
+
+@dataclass
+class Result:
+    text: str
+    tokens: list[int]
+    stop_reason: str  # "eos", "max_tokens", "stop", "context_full"
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: Result
+
+
+class Engine:
+    """A loaded target (and optional draft model) that can generate many times.
+
+    `draft_file` (a path and its ModelOptions) names a draft to load only when first needed: the
+    auto policy does not load a draft model that its cached costs say cannot pay on this machine.
+    The auto policy's state (costs, acceptance statistics, guard) lives here, so it carries over
+    from one generation to the next."""
+
+    def __init__(
+        self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None
+    ):
+        if draft is not None:
+            check_once(target.path, draft.path, lambda: check_compatible(target, draft))
+        self.target = target
+        self.draft = draft
+        self.draft_file = draft_file if draft is None else None
+        self.mtp = MtpHead(target) if target.n_nextn else None  # the target's own MTP layers
+        self.policy: AutoPolicy | None = None
+        self.calibration: dict = {}  # how the auto policy's costs were obtained
+        self._live = False  # a stream is under way: it owns both KV caches until it ends
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None or self.draft_file is not None
+
+    def load_draft(self) -> Model | None:
+        """The draft model, loaded now if it was deferred."""
+        if self.draft is None and self.draft_file is not None:
+            path, options = self.draft_file
+            draft = Model(path, options)
+            try:
+                check_once(self.target.path, draft.path, lambda: check_compatible(self.target, draft))
+            except SpecllmError:
+                draft.close()
+                raise
+            self.draft, self.draft_file = draft, None
+        return self.draft
+
+    def close(self) -> None:
+        for model in (self.mtp, self.target, self.draft):
+            if model is not None:
+                model.close()
+
+    def lane(self) -> "Engine":
+        """An engine on this one's loaded models (the same weights) with KV caches of its own,
+        sharing the auto policy: generations on two lanes can be interleaved step by step. Close
+        it before this engine."""
+        draft = self.draft.sibling() if self.draft is not None else None
+        twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
+        twin.policy, twin.calibration = self.policy, self.calibration
+        return twin
+
+    # --- the auto policy's costs ------------------------------------------------------------
+
+    def auto_policy(self, context: list[int]) -> AutoPolicy:
+        """The auto policy, created on first use with the models' call costs: from the on-disk
+        calibration cache, else measured now on top of `context` (held by the target's KV cache)."""
+        if self.policy is None:
+            start, measured = time.perf_counter(), []
+            target = calibration.load_costs(self._key(self.target))
+            if target is None:
+                longest = longest_draft(self.target, "auto")
+                widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
+                target = calibration.measure(self.target, tuple(widths), context)
+                measured.append("target")
+            draft = mtp = None
+            if self.has_draft:
+                draft = calibration.load_costs(self._draft_key())
+                if draft is None:
+                    model = self.load_draft()
+                    draft = calibration.measure(model, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+                    measured.append("draft")
+            if self.mtp is not None:
+                mtp = calibration.load_costs(self._mtp_key())
+                if mtp is None:  # its inputs are the target's hidden states: timed on the target's context
+                    mtp = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
+                    measured.append("mtp")
+            self.policy = AutoPolicy(target, draft, mtp)
+            self.policy.replays = self.target.max_draft == 0  # no snapshots: a rejection is evaluated again
+            self.calibration = {
+                "measured": measured,  # [] when both came from the cache
+                "seconds": time.perf_counter() - start,
+                "cache": str(calibration.cache_path()),
+            }
+        return self.policy
+
+    def save_costs(self) -> None:
+        if self.policy is not None:
+            tables = {self._key(self.target): self.policy.target}
+            if self.policy.draft is not None and self.has_draft:
+                tables[self._draft_key()] = self.policy.draft
+            if "mtp" in self.policy.costs and self.mtp is not None:
+                tables[self._mtp_key()] = self.policy.costs["mtp"]
+            calibration.save_costs(tables)
+
+    def policy_report(self) -> dict | None:
+        """The auto policy's cost estimates now, for --json and -v."""
+        p = self.policy
+        if p is None:
+            return None
+        return {
+            "calibration": dict(self.calibration),
+            "target": p.target.to_dict(),
+            "draft": p.draft.to_dict() if p.draft else None,
+            "c": p.draft.step_seconds / p.target.step_seconds if p.draft else None,
+            "model_could_pay": p.model_could_pay(),
+            "mtp": p.costs["mtp"].to_dict() if "mtp" in p.costs else None,
+            "c_mtp": p.costs["mtp"].step_seconds / p.target.step_seconds if "mtp" in p.costs else None,
+            "mtp_could_pay": p.model_could_pay("mtp"),
+            "guard_backoffs": p.guard.backoffs,
+        }
+
+    @staticmethod
+    def _key(model: Model) -> str:
+        return calibration.model_key(model.path, model.options, model.on_huge_pages)
+
+    def _mtp_key(self) -> str:
+        return self._key(self.target) + "|mtp"
+
+    def _draft_key(self) -> str:
+        if self.draft is not None:
+            return self._key(self.draft)
+        return calibration.model_key(*self.draft_file)
+
+    # --- prompts ----------------------------------------------------------------------------
+
+    def prompt_tokens(self, prompt: str | list[int], *, chat: bool = False, system: str | None = None) -> list[int]:
+        """Token ids for a prompt: ids are used as given; text gets BOS as the model wants it, and
+        with chat=True is first rendered as one user message (after the system message, if any)
+        with the model's chat template, or ChatML for a model without one, as chat does."""
+        if not isinstance(prompt, str):
+            return [int(t) for t in prompt]
+        if chat:
+            system_message = [{"role": "system", "content": system}] if system else []
+            prompt = self.target.render_chat(system_message + [{"role": "user", "content": prompt}])
+        try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpecllmError("the prompt is not valid UTF-8 text") from None
+        tokens = self.target.tokenize(prompt, add_special=True, parse_special=True)
+        if len(tokens) > 1 and tokens[0] == tokens[1] == self.target.bos:  # template added one too
+            tokens = tokens[1:]
+        return tokens
+
+    # --- generation -------------------------------------------------------------------------
+
+    def generate(self, prompt: str | list[int], **kwargs) -> Result:
+        with closing(self.stream(prompt, **kwargs)) as events:  # releases the engine at once
+            for event in events:
+                if isinstance(event, Finished):
+                    return event.result
+        raise AssertionError("stream ended without a result")
+
+    def stream(
+        self,
+        prompt: str | list[int],
+        config: GenerationConfig | None = None,
+        *,
+        chat: bool = False,
+        system: str | None = None,
+        **kwargs,
+    ) -> Iterator[Step | Finished]:
+        """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
+        (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
+        defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
+        a second stream is refused until the first has finished or been closed."""
+        if config is not None and kwargs:
+            raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
+        config = config or make_config(**kwargs)
+        self._check_idle()
+        tokens = self.prompt_tokens(prompt, chat=chat, system=system)
+        return self._own(_Run(self, tokens, config))
+
+    def _check_idle(self) -> None:
+        if self._live:
+            raise SpecllmError(
+                "another stream of this engine is still running: finish or close() it first "
+                "(the models' KV caches are shared)"
+            )
+
+    def _own(self, run: "_Run") -> Iterator[Step | Finished]:
+        """Run's steps, holding the engine from the first step until the run ends or is closed."""
+        self._check_idle()  # two streams created, then both started
+        self._live = True
+        try:
+            yield from run.steps()
+        finally:
+            self._live = False
+
+
+class _LazyRows:
+    """What verification reads of each target row (its argmax, or its processed distribution),
+    computed only for the rows it reads: it stops at the first rejection, so the rows after it
+    cost nothing."""
+
+    def __init__(self, logits: np.ndarray, sampler: SamplerSettings):
+        self._logits, self._sampler, self._rows = logits, sampler, {}
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i: int):
+        if i not in self._rows:
+            row = self._logits[i]
+            self._rows[i] = int(row.argmax()) if self._sampler.greedy else sparse_distribution(row, self._sampler)
+        return self._rows[i]
+
+
+def make_config(**kwargs) -> GenerationConfig:
+    sampler_keys = SamplerSettings.__dataclass_fields__.keys()
+    sampler = SamplerSettings(**{k: v for k, v in kwargs.items() if k in sampler_keys})
+    rest = {k: v for k, v in kwargs.items() if k not in sampler_keys}
+    unknown = set(rest) - set(GenerationConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown generation options: {', '.join(sorted(unknown))}")
+    return GenerationConfig(sampler=sampler, **rest)
+
+
+def check_snapshots(gamma: int, target: Model) -> None:
+    """A hybrid target takes back rejected draft tokens with its recurrent-state snapshots: a fixed
+    draft must fit in them."""
+    if target.max_draft and gamma > target.max_draft:
+        raise SpecllmError(
+            f"gamma (draft length) {gamma} is longer than the {target.max_draft} recurrent-state snapshots "
+            f"{target.path.name} keeps to take back rejected tokens: use --gamma {target.max_draft} or less, "
+            f"or --snapshots {gamma} (each snapshot costs {human_size(target.state_bytes)} of memory)"
+        )
+
+
+def longest_draft(target: Model, drafter: str) -> int | None:
+    """The longest draft a generation may verify on this target (None: no limit). A hybrid keeps
+    its snapshots; a model whose recurrent layers llama.cpp keeps none of (Mamba, RWKV, Granite 4,
+    Jamba) takes a rejection back from a checkpoint and evaluates the kept tokens again: no limit,
+    but a second target call, which auto counts in its costs."""
+    limit = target.max_draft
+    if limit is None or drafter == "none":
+        return None
+    if not target.can_take_back:
+        if drafter != "auto":
+            raise SpecllmError(
+                f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens back out of the "
+                f"recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later, or use --drafter none"
+            )
+        return 0
+    return limit or None
+
+
+def draft_limit_note(target: Model) -> str | None:
+    """Why auto's drafts on this target are limited, or cost more (for -v), or None."""
+    limit, name = target.max_draft, target.path.name
+    if limit is None:
+        return None
+    if not target.can_take_back:
+        return (
+            f"no drafts: this llama-cpp-python build cannot take rejected tokens back out of {name}'s recurrent state"
+        )
+    if limit > 0:
+        return (
+            f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "
+            f"taken back with its {limit} recurrent-state snapshots ({human_size(target.state_bytes)} each; --snapshots)"
+        )
+    return (
+        f"{name} has recurrent layers and llama.cpp keeps no snapshots of their state: a rejected draft is "
+        "taken back from a checkpoint and the kept tokens are evaluated again, a second target call that auto "
+        "counts in each draft's cost"
+    )
+
+
+def check_gamma(gamma: int, n_batch: int) -> None:
+    """A verify call evaluates gamma + 1 tokens and reads a logit row for each: they must fit in
+    one batch of the target's context (n_batch: 512, or the context size if smaller)."""
+    if gamma >= n_batch:
+        raise SpecllmError(
+            f"gamma (draft length) {gamma} is too long: a verify call holds at most {n_batch} tokens "
+            f"(the batch size), so gamma must be at most {n_batch - 1}"
+        )
+
+
+class _Run:
+    """State of one generation."""
+
+    def __init__(self, engine: Engine, prompt: list[int], config: GenerationConfig):
+        target = engine.target
+        if not prompt:
+            raise SpecllmError("the prompt is empty")
+        if len(prompt) >= target.n_ctx:
+            raise SpecllmError(
+                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}: "
+                "raise --ctx-size or shorten the prompt"
+            )
+        if config.gamma is not None:  # auto's own lengths stay within the batch (see steps)
+            check_gamma(config.gamma, target.n_batch)
+            if config.drafter not in ("auto", "none"):
+                check_snapshots(config.gamma, target)
+        self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
+        self.longest_draft = longest_draft(target, config.drafter)
+        self.rng = np.random.default_rng(config.sampler.seed)
+        self.drafter = self._make_drafter(engine)
+        self.context = list(prompt)
+        self.generated: list[int] = []
+        self.text = TextStream(config.stop)
+        self.stats = Stats(prompt_tokens=len(prompt))
+
+    def _make_drafter(self, engine: Engine):
+        name = self.config.drafter
+        if name == "model":
+            if not engine.has_draft:
+                raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
+            return ModelDrafter(engine.load_draft(), self.sampler, self.rng)
+        if name == "mtp":
+            if engine.mtp is None:
+                raise SpecllmError(
+                    f"drafter 'mtp' needs a target with MTP layers (nextn), and {self.target.path.name} has none: "
+                    "use --drafter auto, ngram or model"
+                )
+            return ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
+        if name == "auto":
+            return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
+        if name == "ngram":
+            min_match = GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH
+            return NgramDrafter(min_match=min_match, markup=self.target.markup_tokens)
+        return NoDrafter()
+
+    def steps(self) -> Iterator[Step | Finished]:
+        self._prefill()
+        # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
+        # step (rendering it, writing to a slow pipe), between the yield and the next request.
+        start = time.perf_counter()
+        reason = None
+        while reason is None:
+            # A step evaluates [last, d_1..d_k] on top of len(context) - 1 cached tokens.
+            room = self.target.n_ctx - len(self.context)
+            if room < 0:
+                reason = "context_full"
+                break
+            budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
+            longest = min(self.config.draft_length, room, budget, self.target.n_batch - 1)
+            if self.longest_draft is not None:
+                longest = min(longest, self.longest_draft)
+            step, reason = self._step(longest)
+            self.stats.decode_seconds += time.perf_counter() - start
+            yield step
+            start = time.perf_counter()
+        self.drafter.finish(self.context)
+        if self.config.drafter == "auto":
+            self.engine.save_costs()
+            self.stats.policy = self.engine.policy_report()
+            if self.stats.policy is not None:
+                self.stats.policy["draft_limit"] = draft_limit_note(self.target)
+        tail = self.text.finish()
+        self.stats.decode_seconds += time.perf_counter() - start
+        if tail:
+            yield Step([], 0, -1, "", tail, "", self.stats)
+        yield Finished(Result(self.text.text, self.generated, reason, self.stats))
+
+    def _prefill(self) -> None:
+        start, evaluated = time.perf_counter(), self.target.n_evaluated
+        # Whatever the KV cache already holds of this prompt (an earlier turn) is reused; a
+        # recurrent state may have to evaluate more than the tokens after the common prefix again.
+        self.target.sync(self.context[:-1])
+        self.stats.prefill_tokens = self.target.n_evaluated - evaluated
+        self.target.checkpoint("prompt")  # a recurrent state: the next prompt (a chat's next turn) resumes here
+        if self.config.drafter == "auto":
+            self.drafter = self._auto_drafter()
+        self.drafter.prefill(self.context)
+        self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds
+
+    def _auto_drafter(self) -> AutoDrafter:
+        engine, first = self.engine, self.engine.policy is None
+        policy = engine.auto_policy(self.context[:-1])
+        if first and engine.calibration["measured"]:  # reading the cache is not calibrating
+            self.stats.calibration_seconds = engine.calibration["seconds"]
+        model = mtp = None
+        if policy.model_could_pay() and engine.load_draft() is not None:
+            model = ModelDrafter(engine.draft, self.sampler, self.rng)
+        if policy.model_could_pay("mtp") and engine.mtp is not None:
+            mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
+        return AutoDrafter(policy, model, self.target.markup_tokens, mtp)
+
+    def _step(self, gamma: int) -> tuple[Step, str | None]:
+        draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()
+        draft.tokens = draft.tokens[:gamma]
+        t0 = time.perf_counter()
+        if draft.tokens and self.target.recurrent and len(draft.tokens) > self.target.snapshots:
+            self.target.checkpoint()  # more than its snapshots can take back
+        verdict = self._verify(draft)
+        verify_seconds = time.perf_counter() - t0
+        self.stats.verify_seconds += verify_seconds
+        self.stats.draft_seconds += draft.seconds
+        self.stats.draft_calls += draft.calls
+        kept = draft.tokens[: verdict.n_accepted]
+        # The target evaluated [last, d_1..d_k]; keep only what was accepted.
+        self.target.truncate(len(self.context) + len(kept))
+        source = draft.source if draft.tokens or draft.calls else "none"
+        step, reason = self._emit(draft.tokens, kept, verdict.token, source)
+        self.stats.record(len(draft.tokens), step.accepted, source)
+        self.drafter.observe(draft, verdict.n_accepted, verify_seconds, self.context)
+        return step, reason
+
+    def _verify(self, draft: Draft):
+        # A draft token outside the target's vocabulary (a draft vocab may be larger) has p = 0:
+        # it is rejected for certain, so the target is shown only the tokens before it and gives
+        # the row p_i its rejection samples from. The tokens after it are never reached.
+        n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
+        logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
+        rows = _LazyRows(logits, self.sampler)
+        if self.sampler.greedy:
+            return verify_greedy(draft.tokens, rows)
+        return verify_sampled(draft.tokens, draft.q, rows, self.rng)
+
+    def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
+        """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.
+        Accepted draft tokens after the one that ends the generation (an EOS, or the token that
+        completes a stop string) are never emitted: Step.accepted counts up to that one only."""
+        accepted_text, reason, n_used = "", None, 0
+        for tok in kept:
+            accepted_text += self._append(tok)
+            n_used += 1
+            reason = self._stop_reason(tok)
+            if reason:
+                break
+        token_text = ""
+        if reason is None:
+            token_text = self._append(token)
+            reason = self._stop_reason(token)
+        else:
+            token = -1  # never emitted: the step ended inside the accepted draft
+        self.stats.generated_tokens = len(self.generated)
+        rejected = self._draft_text(drafted[len(kept) :])
+        return Step(drafted, n_used, token, accepted_text, token_text, rejected, self.stats, source), reason
+
+    def _draft_text(self, tokens: list[int]) -> str:
+        """Text of draft tokens, for display; an id the target lacks is the draft model's own."""
+        pieces = (self.target.piece(t) if t < self.target.n_vocab else self.engine.draft.piece(t) for t in tokens)
+        return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def _append(self, token: int) -> str:
+        if self.target.is_eog(token):
+            return ""
+        self.context.append(token)
+        self.generated.append(token)
+        return self.text.push(self.target.piece(token))
+
+    def _stop_reason(self, token: int) -> str | None:
+        if self.target.is_eog(token):
+            return "eos"
+        if self.text.stopped:
+            return "stop"
+        if len(self.generated) >= self.config.max_tokens:
+            return "max_tokens"
+        return None

@@ -1,0 +1,173 @@
+"""Sampler settings and logits -> processed distribution, in numpy.
+
+The target's p and the draft's q must be processed by the same chain, or speculative sampling
+would not reproduce the target's own distribution. The chain is llama.cpp's default order (as in
+llama-cli, llama-server and llama-cpp-python's Llama.create_completion):
+top-k -> top-p -> min-p on the raw logits, then temperature -> softmax over the survivors.
+So top-p's mass and min-p's threshold are measured on the untempered distribution (restricted to
+the top-k survivors), and the temperature only reshapes what is kept. Temperature 0 means greedy
+(argmax). Ties at a cut keep the lower token ids (llama.cpp keeps an unspecified one of them).
+"""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from specllm.errors import SpecllmError
+
+# When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
+# and fall back to a full sort only if they do not reach top_p (exact either way).
+_TOP_P_HEAD = 1024
+_SAMPLE_STRIDE = 16  # top-k: one value in this many is sampled to find a floor (see _top_k)
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise SpecllmError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise SpecllmError(f"top-k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SpecllmError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise SpecllmError(f"min-p must be in [0, 1), got {self.min_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def default_seed(seed: int | None) -> int:
+    """The seed given, or a fresh random one (reported back, so a run can be repeated)."""
+    return seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+
+
+def distribution(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
+    """The processed next-token distribution as a dense float64 vector over the vocabulary."""
+    return dense(*candidates(logits, s), logits.shape[-1])
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A distribution over `size` token ids as its nonzero entries, in ascending id order: what
+    verification needs of a 150k-token row (its top-k survivors) without a pass over the whole
+    vocabulary. In id order, its cumulative sums are those of the dense vector (the zeros add
+    nothing), so `sample` draws the very token that sampling the dense vector would."""
+
+    ids: np.ndarray
+    p: np.ndarray
+    size: int
+
+    @classmethod
+    def of(cls, ids: np.ndarray, p: np.ndarray, size: int) -> "Sparse":
+        order = np.argsort(ids, kind="stable")
+        return cls(ids[order], p[order], size)
+
+    @classmethod
+    def from_dense(cls, row: np.ndarray) -> "Sparse":
+        ids = np.flatnonzero(row)
+        return cls(ids, np.asarray(row, dtype=np.float64)[ids], row.size)
+
+    def __getitem__(self, token: int) -> float:
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.p[i]) if i < self.ids.size and self.ids[i] == token else 0.0
+
+    def at(self, ids: np.ndarray) -> np.ndarray:
+        """The probabilities of `ids`, ascending ids that include all of this row's."""
+        out = np.zeros(ids.size)
+        out[np.searchsorted(ids, self.ids)] = self.p
+        return out
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return int(self.ids[sample(self.p, rng)])
+
+    def dense(self) -> np.ndarray:
+        return dense(self.ids, self.p, self.size)
+
+
+def sparse_distribution(logits: np.ndarray, s: SamplerSettings) -> Sparse:
+    """`distribution`, sparse."""
+    return Sparse.of(*candidates(logits, s), logits.shape[-1])
+
+
+def dense(ids: np.ndarray, p: np.ndarray, size: int) -> np.ndarray:
+    """A sparse distribution (ids, probabilities) as a dense float64 vector of `size`."""
+    probs = np.zeros(size, dtype=np.float64)
+    probs[ids] = p
+    return probs
+
+
+def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The same distribution, sparse: the token ids kept by the chain, by decreasing
+    probability, and their probabilities."""
+    if s.greedy:
+        return np.array([int(np.argmax(logits))]), np.ones(1)
+    if 0 < s.top_k < logits.size:
+        # select on the raw float32 logits, so only the k survivors are converted and sorted
+        ids = _top_k(logits, s.top_k)
+        x = logits[ids].astype(np.float64)
+        p = _softmax_sorted(x)
+    else:
+        x = np.asarray(logits, dtype=np.float64)
+        ids, p = _sorted_head(x, _logsumexp(x), s.top_p)
+        x = x[ids]
+    # the survivors are sorted by decreasing probability, so top-p and min-p each keep a prefix
+    keep = ids.size
+    if s.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), s.top_p)) + 1
+    if s.min_p > 0:
+        keep = int(np.count_nonzero(p[:keep] >= s.min_p * p[0]))
+    # temperature last: it reshapes the survivors' probabilities, not which tokens survive
+    return ids[:keep], _softmax_sorted(x[:keep] / s.temperature)
+
+
+def _softmax_sorted(x: np.ndarray) -> np.ndarray:
+    """softmax of values sorted in decreasing order (so x[0] is their maximum)."""
+    e = np.exp(x - x[0])
+    return e / e.sum()
+
+
+def _top_k(x: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest values, by decreasing value (at a tie, the lowest ids first, so a tie
+    at the k-th value keeps the lowest ids). A full sort of a 150k vocabulary costs milliseconds,
+    so first narrow the row down: the k-th largest value of a strided sample of the row is at
+    most the row's own k-th largest (the sample is part of the row), so one pass keeping the
+    values at or above it keeps the k largest (exact, not an approximation): about k x stride."""
+    sample = x[::_SAMPLE_STRIDE]
+    if sample.size <= k:
+        return np.argsort(-x, kind="stable")[:k]
+    floor = np.partition(sample, sample.size - k)[sample.size - k]
+    near = np.flatnonzero(x >= floor)  # in id order: a stable sort puts the lowest ids first at a tie
+    return near[np.argsort(-x[near], kind="stable")[:k]]
+
+
+def _sorted_head(x: np.ndarray, logz: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """All ids sorted by probability, or, when top-p will cut, only a head long enough for it."""
+    if top_p < 1.0 and x.size > _TOP_P_HEAD:
+        head = np.argpartition(-x, _TOP_P_HEAD - 1)[:_TOP_P_HEAD]
+        head = head[np.lexsort((head, -x[head]))]  # by value, ties by id
+        p = np.exp(x[head] - logz)
+        if p.sum() >= top_p:
+            return head, p
+    ids = np.argsort(-x, kind="stable")
+    return ids, np.exp(x[ids] - logz)
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = x.max()
+    return float(m + np.log(np.exp(x - m).sum()))
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from a (not necessarily normalised) non-negative vector."""
+    cdf = np.cumsum(probs)
+    u = rng.random() * cdf[-1]
+    return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))

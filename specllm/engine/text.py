@@ -1,0 +1,66 @@
+"""Streaming detokenization: token bytes in, printable text out.
+
+A character can span several tokens, and a model can emit bytes that are not UTF-8 at all. The
+incremental decoder holds back an incomplete sequence until it completes and replaces invalid
+bytes with U+FFFD, so the stream never shows broken UTF-8. Text that could still become a stop
+string is held back too, so a stop string is never shown.
+"""
+
+import codecs
+
+from specllm.errors import SpecllmError
+
+
+def check_utf8(text: str | None, what: str) -> None:
+    """Python keeps bytes that are not UTF-8 (in arguments, stdin in a C locale, "\\ud800" in
+    JSON) as lone surrogates, which no tokenizer takes and no UTF-8 file can hold: say so now."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
+
+
+class TextStream:
+    def __init__(self, stop: tuple[str, ...] = ()):
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = tuple(s for s in stop if s)
+        self.text = ""  # everything decoded so far, cut at a stop string once one is seen
+        self._shown = 0  # how much of self.text has been handed out
+        self.stopped = False  # a stop string was seen
+
+    def push(self, data: bytes) -> str:
+        """Feed a token's bytes; return the new text that is safe to show."""
+        if self.stopped:
+            return ""
+        self.text += self._decoder.decode(data)
+        self._cut_at_stop()
+        return self._release(len(self.text) if self.stopped else self._safe_end())
+
+    def finish(self) -> str:
+        """End of generation: flush whatever is held back (an unfinished byte sequence becomes U+FFFD)."""
+        if not self.stopped:
+            self.text += self._decoder.decode(b"", final=True)
+            self._cut_at_stop()
+        return self._release(len(self.text))
+
+    def _cut_at_stop(self) -> None:
+        hits = [i for i in (self.text.find(s, self._shown) for s in self._stop) if i >= 0]
+        if hits:
+            self.text = self.text[: min(hits)]
+            self.stopped = True
+
+    def _safe_end(self) -> int:
+        """End of the text that cannot be the start of a stop string."""
+        hold = 0
+        for s in self._stop:
+            for n in range(min(len(s) - 1, len(self.text)), hold, -1):
+                if self.text.endswith(s[:n]):
+                    hold = n
+                    break
+        return len(self.text) - hold
+
+    def _release(self, end: int) -> str:
+        end = max(end, self._shown)
+        out = self.text[self._shown : end]
+        self._shown = end
+        return out

@@ -1,0 +1,602 @@
+"""A GGUF model and its context: the heart of the one package that talks to llama.cpp (through llama-cpp-python's low-level API).
+
+A `Model` owns one GGUF model and one context with a single sequence. It remembers which tokens
+are in its KV cache, so callers can append, cut back and reuse a common prefix. Logits are asked
+for only at the rows that need them; there is never an n_ctx x n_vocab buffer.
+"""
+
+import copy
+import ctypes
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as L
+import numpy as np
+
+from specllm.errors import SpecllmError
+from specllm.llama import huge_pages
+from specllm.llama.devices import gpu_layers, gpu_offload_supported, physical_cores
+from specllm.llama.gguf_header import check_gguf_header
+from specllm.llama.log import first_error, init_backend, recent_errors
+from specllm.llama.options import CTX_STEP, ModelOptions
+from specllm.llama.rpc import model_devices, rpc_connected
+from specllm.llama.templates import CHATML_TEMPLATE, compile_chat_template, render_bounded
+
+# What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and
+# copy it out and back in (checkpoints). Builds before 0.3.36 have neither.
+SNAPSHOT_API = hasattr(L, "llama_n_rs_seq")
+STATE_API = hasattr(L, "llama_state_seq_get_size_ext") and hasattr(L, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY")
+
+
+class _Views:
+    """numpy views of llama.cpp's float buffers, kept per address and shape. Making one costs
+    ~50 us (numpy parses the ctypes type each time), and llama.cpp moves a buffer only when it
+    grows, so a step's few calls reuse a handful of views."""
+
+    def __init__(self):
+        self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+
+    def of(self, pointer, shape: tuple[int, ...]) -> np.ndarray:
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        view = self._views.get((address, shape))
+        if view is None:
+            if len(self._views) > 256:  # a moved buffer leaves stale views behind
+                self._views.clear()
+            floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+            view = self._views[(address, shape)] = np.ctypeslib.as_array(floats, shape=shape)
+        return view
+
+
+class Model:
+    """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
+
+    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, vocab_only=False):
+        init_backend()
+        self.path = Path(path)
+        self.options = options
+        self._model = self._ctx = None
+        self._weights_of: Model | None = None  # a sibling's: the model whose weights it uses
+        check_gguf_header(self.path)
+        self._devices = model_devices(options.rpc)  # kept alive while loading
+        self.on_huge_pages = not vocab_only and huge_pages.weights_on_huge_pages(self.path, gpu_layers(options))
+        self._model = _load_model(self.path, options, vocab_only, self._devices, self.on_huge_pages)
+        rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
+        self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
+        self._vocab = L.llama_model_get_vocab(self._model)
+        self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
+        # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
+        # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
+        self.hybrid = bool(L.llama_model_is_hybrid(self._model))
+        self.recurrent = self.hybrid or bool(L.llama_model_is_recurrent(self._model))
+        self.n_nextn = _nextn_layers(self._model)  # MTP layers: the model can draft for itself
+        self._hidden: np.ndarray | None = None  # per position, the hidden state its MTP layers read
+        self._pieces: dict[int, bytes] = {}
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        if not vocab_only:
+            self._open_context()
+
+    def _open_context(self) -> None:
+        self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
+        self.n_ctx = L.llama_n_ctx(self._ctx)
+        self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
+        for i in range(self.n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+        # numpy views of the batch's arrays: one vector write per field instead of a ctypes
+        # assignment per token and field
+        self._batch_token, self._batch_pos, self._batch_logits = (
+            np.ctypeslib.as_array(array, shape=(self.n_batch,))
+            for array in (self._batch.token, self._batch.pos, self._batch.logits)
+        )
+        self._views = _Views()
+        # Snapshots llama.cpp really keeps: it turns them off for architectures whose kernels
+        # write none (Mamba, RWKV, Jamba, ...).
+        self.snapshots = L.llama_n_rs_seq(self._ctx) if self.recurrent and SNAPSHOT_API else 0
+        self._rollback_room = 0  # trailing tokens the snapshots can take back right now
+        self._checkpoints: dict[str, _Checkpoint] = {}  # by slot: "prompt", "step"
+        self.n_evaluated = 0  # tokens llama.cpp has evaluated, all calls together
+        self._unsure = False  # a state change was interrupted: the state must be rebuilt
+
+    def sibling(self) -> "Model":
+        """The same loaded weights with a KV cache of its own, so that two generations can run
+        side by side (bench interleaves its configurations step by step). Close it before this."""
+        twin = copy.copy(self)  # shares the weights, the vocabulary and its caches
+        twin._weights_of, twin.tokens, twin._ctx = self, [], None  # a failed open frees nothing of ours
+        twin._open_context()
+        if self._hidden is not None:
+            twin._hidden = None
+            twin.keep_hidden_states()
+        return twin
+
+    def keep_hidden_states(self) -> None:
+        """From now on keep, for every position evaluated, the hidden state that the model's MTP
+        layers take as input (llama.cpp's "nextn" embeddings, one row per token)."""
+        if self._hidden is None:
+            from llama_cpp import llama_cpp_ext
+
+            llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # a row for every token
+            self._hidden = np.zeros((0, L.llama_model_n_embd_out(self._model)), dtype=np.float32)
+
+    def hidden_state(self, position: int) -> np.ndarray:
+        """The hidden state kept for a position the model holds (see keep_hidden_states)."""
+        if self._hidden is None or not 0 <= position < len(self.tokens):
+            raise ValueError(f"no hidden state kept for position {position}")
+        return self._hidden[position]
+
+    @property
+    def can_take_back(self) -> bool:
+        """Can rejected draft tokens be taken back without evaluating everything again: always
+        for attention models; with snapshots or checkpoints for recurrent ones."""
+        return not self.recurrent or self.snapshots > 0 or STATE_API
+
+    @property
+    def max_draft(self) -> int | None:
+        """The longest draft whose rejected tokens this model can take back after a verify call
+        without restoring a checkpoint: None (no limit) for attention models, the snapshots for
+        hybrid and recurrent ones (0 where llama.cpp keeps none)."""
+        return self.snapshots if self.recurrent else None
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            if getattr(self, "_batch", None) is not None:  # an __init__ interrupted before it: none
+                L.llama_batch_free(self._batch)
+                self._batch = None
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None) is not None and self._weights_of is None:
+            L.llama_model_free(self._model)
+            rpc_connected.subtract(self.options.rpc)
+        self._model = None
+
+    def __del__(self):
+        self.close()
+
+    # --- vocabulary -------------------------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return L.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return L.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(L.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(L.llama_vocab_get_add_eos(self._vocab))
+
+    @property
+    def vocab_type(self) -> int:
+        return L.llama_vocab_type(self._vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self._vocab, token))
+
+    @functools.cached_property
+    def markup_tokens(self) -> frozenset[int]:
+        """Control and end-of-generation tokens: the chat template's markup (end of turn, role
+        headers), never text that an answer repeats. Read once (a pass over the vocabulary takes
+        ~50 ms for 150k tokens)."""
+        v = self._vocab
+        return frozenset(t for t in range(self.n_vocab) if L.llama_vocab_is_control(v, t) or L.llama_vocab_is_eog(v, t))
+
+    def token_text(self, token: int) -> bytes:
+        return L.llama_vocab_get_text(self._vocab, token) or b""
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text -> token ids; adds BOS where the model asks for it (add_special)."""
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (L.llama_token * size)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one token stands for (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            if not 0 <= token < self.n_vocab:  # llama.cpp would throw through ctypes: terminate
+                raise SpecllmError(f"token id {token} is outside {self.path.name}'s vocabulary (0..{self.n_vocab - 1})")
+            cached = self._pieces[token] = _token_to_piece(self._vocab, token)
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> bytes:
+        return b"".join(self.piece(t) for t in tokens)
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def render_chat(
+        self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
+        """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
+        Jinja environment configured like llama-cpp-python's, with bounded loops and output.
+        `tools` (OpenAI's function tools) go in the template's `tools` variable, as llama.cpp and
+        transformers pass them. Any template error, from compiling it or rendering it, is a
+        SpecllmError."""
+        try:
+            template = compile_chat_template(self.chat_template() or CHATML_TEMPLATE)
+            return render_bounded(
+                template,
+                messages=messages,
+                eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
+                bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+            )
+        except Exception as e:  # a template can raise anything from inside Jinja
+            raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def eval(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Append `tokens` after what the KV cache holds and return the logits of the last
+        `n_logits` of them, shape (n_logits, n_vocab). The array is a view into llama.cpp's buffer,
+        valid until the next call: copy what must outlive it."""
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
+        n_logits = min(n_logits, len(tokens))
+        if n_logits > self.n_batch:
+            raise ValueError(f"at most n_batch={self.n_batch} logit rows per call")
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
+            self._decode(chunk, n_out)
+        if n_logits == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return self._views.of(L.llama_get_logits(self._ctx), (n_logits, self.n_vocab))
+
+    def _decode(self, chunk: list[int], n_out: int) -> None:
+        batch, pos0, n = self._batch, len(self.tokens), len(chunk)
+        batch.n_tokens = n
+        self._batch_token[:n] = chunk
+        self._batch_pos[:n] = range(pos0, pos0 + n)
+        self._batch_logits[: n - n_out] = 0
+        self._batch_logits[n - n_out : n] = 1
+        self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
+        status = L.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
+        if self._hidden is not None:
+            self._keep_rows(pos0, n)
+        self.tokens.extend(chunk)
+        self.n_evaluated += n
+        # llama.cpp's recurrent kernels write a snapshot for each token of this batch but the last
+        # (and keeps the last n_rs_seq + 1 tokens in one micro-batch): so a call of n tokens can
+        # take back at most n - 1 of them. Taking back more answers True and leaves a wrong state.
+        self._rollback_room = min(self.snapshots, n - 1)
+        self._unsure = False
+
+    def _keep_rows(self, pos0: int, n: int) -> None:
+        from llama_cpp import llama_cpp_ext
+
+        hidden = self._hidden
+        if pos0 + n > len(hidden):  # grow by doubling, up to the context
+            grown = np.zeros((min(self.n_ctx, max(2 * len(hidden), pos0 + n, 64)), hidden.shape[1]), np.float32)
+            grown[: len(hidden)] = hidden
+            self._hidden = hidden = grown
+        rows = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
+        hidden[pos0 : pos0 + n] = self._views.of(rows, (n, hidden.shape[1]))
+
+    def truncate(self, n: int) -> None:
+        """Cut the KV cache back to its first n tokens. Always asks llama.cpp, even when our
+        record says there is nothing to cut, and forgets the tokens first: an interrupt (Ctrl-C)
+        landing mid-way then leaves the cache holding extra tokens (removed by the next call),
+        never fewer than `tokens` says. A recurrent state is rewound (see _rewind) and the tokens
+        between the point it could go back to and n are evaluated again."""
+        if not self.recurrent:
+            del self.tokens[n:]
+            L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)  # always True without recurrence
+            return
+        replay = self.tokens[:n]
+        self.eval(replay[self._rewind(n) :], 0)
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """How many leading `tokens` the KV cache holds already."""
+        return common_prefix(self.tokens, tokens)
+
+    def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
+        """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the
+        logits of the last `n_logits` tokens (re-evaluating them if they were already cached)."""
+        keep = min(common_prefix(self.tokens, tokens), len(tokens) - n_logits)
+        if self.recurrent:
+            keep = self._rewind(keep)
+        else:
+            self.truncate(keep)
+        return self.eval(tokens[keep:], n_logits)
+
+    # --- recurrent state ----------------------------------------------------------------------
+
+    def checkpoint(self, slot: str = "step") -> None:
+        """Remember the recurrent state here, so that a later rewind to any position from here
+        on restores it and evaluates only the tokens after it again, instead of starting over.
+        Only the recurrent part is copied (a hybrid's attention cache is cut back as usual). One
+        checkpoint is kept per slot: "prompt" (after a prompt: the next one resumes there) and
+        "step" (before a draft or verify call). Nothing to do for attention models."""
+        if not self.recurrent or self._unsure or not STATE_API:
+            return
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = L.llama_state_seq_get_size_ext(self._ctx, 0, flags)
+        old = self._checkpoints.pop(slot, None)  # until the new one is whole
+        data = old.data if old is not None and len(old.data) >= size else (ctypes.c_uint8 * size)()
+        written = L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, flags)
+        if written:
+            self._checkpoints[slot] = _Checkpoint(len(self.tokens), data, written)
+
+    @functools.cached_property
+    def state_bytes(self) -> int:
+        """Bytes of one copy of this model's recurrent state (0 for attention models): what a
+        checkpoint holds and what each snapshot costs. llama.cpp only says once a sequence holds a
+        token: before that, it is measured on a small scratch context."""
+        if not self.recurrent or not STATE_API:
+            return 0
+        if self.tokens and not self._unsure:
+            return L.llama_state_seq_get_size_ext(self._ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        ctx = _new_context(self._model, ModelOptions(n_ctx=CTX_STEP, n_threads=1, snapshots=0), self.path, True)
+        try:
+            batch = L.llama_batch_get_one((L.llama_token * 1)(self.bos if self.bos >= 0 else 0), 1)
+            if L.llama_decode(ctx, batch) != 0:
+                return 0
+            return L.llama_state_seq_get_size_ext(ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        finally:
+            L.llama_free(ctx)
+
+    def _rewind(self, n: int) -> int:
+        """Bring a recurrent state back to at most its first n tokens, as cheaply as it can: by
+        llama.cpp's snapshots when the last call wrote enough of them, else from the checkpoint,
+        else from nothing. Returns how many tokens it holds now (those after it are to be
+        evaluated again)."""
+        if self._unsure:
+            self._clear_state()
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        memory = L.llama_get_memory(self._ctx)
+        back = len(self.tokens) - n
+        self._unsure = True
+        if n > 0 and back <= self._rollback_room and L.llama_memory_seq_rm(memory, 0, n, -1):
+            del self.tokens[n:]
+            self._rollback_room = 0  # llama.cpp takes one partial removal per decode
+        elif cp := self._latest_checkpoint(n):
+            flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            if not L.llama_state_seq_set_data_ext(self._ctx, cp.data, cp.size, 0, flags):
+                raise SpecllmError(f"{self.path.name}: llama.cpp could not restore the recurrent state")
+            L.llama_memory_seq_rm(memory, 0, cp.n_tokens, -1)  # the attention cache after it
+            del self.tokens[cp.n_tokens :]
+            self._rollback_room = 0
+        else:
+            self._clear_state()
+        self._unsure = False
+        for slot, cp in list(self._checkpoints.items()):
+            if cp.n_tokens > len(self.tokens):
+                del self._checkpoints[slot]  # it holds tokens that are gone
+        return len(self.tokens)
+
+    def _latest_checkpoint(self, n: int) -> "_Checkpoint | None":
+        """The checkpoint closest to n tokens without going past them."""
+        usable = [cp for cp in self._checkpoints.values() if 0 < cp.n_tokens <= n]
+        return max(usable, key=lambda cp: cp.n_tokens, default=None)
+
+    def _clear_state(self) -> None:
+        L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
+        self.tokens.clear()
+        self._checkpoints.clear()
+        self._rollback_room, self._unsure = 0, False
+
+
+class MtpHead:
+    """A target's own MTP ("nextn") layers as a draft model, with the interface ModelDrafter uses
+    (tokens, n_ctx, n_vocab, sync, eval, truncate, checkpoint, cached_prefix).
+
+    As llama.cpp's draft-mtp: a context of type MTP over the target's loaded weights. Its position p
+    holds token p together with the target's hidden state at p - 1, so what it predicts there is
+    token p + 1. The first draft step pairs the last context token with the target's hidden
+    state before it; each further step pairs the drafted token with the MTP layer's own hidden
+    state. Only the entries built from the target's hidden states are kept from one proposal to
+    the next (`_exact`): a drafted token that the target then accepts is entered again with the
+    target's state for it."""
+
+    def __init__(self, target: Model):
+        from llama_cpp import llama_cpp_ext
+
+        if not target.n_nextn:
+            raise SpecllmError(
+                f"{target.path.name} has no MTP layers (nextn): drafter 'mtp' needs a model that carries them"
+            )
+        self.target, self.path, self.options = target, target.path, target.options
+        self.n_vocab, self.n_ctx, self.n_batch = target.n_vocab, target.n_ctx, target.n_batch
+        self.recurrent, self.snapshots, self.max_draft = False, 0, None
+        target.keep_hidden_states()
+        self._ctx = _new_context(target._model, target.options, target.path, False, mtp_of=target._ctx)
+        llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # the MTP layer's own rows, where asked
+        self._batch = L.llama_batch_ext_init(self._ctx)
+        self._n_embd = L.llama_model_n_embd_out(target._model)
+        self._zeros = np.zeros(self._n_embd, dtype=np.float32)
+        self._own = self._zeros  # the MTP layer's hidden state at its last output
+        self._views = _Views()
+        self.tokens: list[int] = []
+        self._exact = 0  # leading entries made with the target's hidden states
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            L.llama_batch_ext_free(self._batch)
+            L.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+    def cached_prefix(self, tokens: list[int]) -> int:
+        return min(common_prefix(self.tokens, tokens), self._exact)
+
+    def checkpoint(self) -> None:
+        pass  # attention only: cut back like any KV cache
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+        self._exact = min(self._exact, n)
+        L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)
+
+    def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
+        """Hold `tokens` (all but the last one already evaluated by the target, whose hidden
+        states go with them); the logits of the last `n_logits` (0 or 1) of them."""
+        keep = min(self.cached_prefix(tokens), len(tokens) - n_logits)
+        if len(tokens) - 1 > len(self.target.tokens):
+            raise ValueError("the MTP layers run one token behind the target at most")
+        self.truncate(keep)
+        states = [self.target.hidden_state(p - 1) if p else self._zeros for p in range(keep, len(tokens))]
+        logits = self._process(tokens[keep:], states, n_logits)
+        self._exact = len(self.tokens)
+        return logits
+
+    def eval(self, tokens: list[int], n_logits: int = 1) -> np.ndarray:
+        """Draft steps: each token with the MTP layer's own hidden state at the last output."""
+        return self._process(tokens, [self._own] * len(tokens), n_logits)
+
+    def _process(self, tokens: list[int], states: list[np.ndarray], n_logits: int) -> np.ndarray:
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
+        batch, pos0, n = self._batch, len(self.tokens), len(tokens)
+        L.llama_batch_ext_clear(batch)
+        rows = np.ascontiguousarray(np.stack(states), dtype=np.float32) if n else self._zeros[:0]
+        pointer = ctypes.POINTER(ctypes.c_float)
+        outputs = []
+        for i, token in enumerate(tokens):
+            index = L.llama_batch_ext_add_token(batch, 0, token)
+            position = ctypes.c_int32(pos0 + i)
+            L.llama_batch_ext_set_pos(batch, index, ctypes.byref(position))
+            row = rows[i].ctypes.data_as(pointer)
+            L.llama_batch_ext_set_embd_token(batch, index, L.llama_embd(row, 1, self._n_embd))
+            if i >= n - n_logits:
+                L.llama_batch_ext_set_output_logits(batch, index, True)
+                outputs.append(index)
+        if n:
+            status = L.llama_process(self._ctx, L.LLAMA_PROCESS_TYPE_DECODE, batch)
+            if status != 0:
+                raise SpecllmError(f"llama.cpp could not evaluate the MTP batch (llama_process returned {status})")
+        self.tokens.extend(tokens)
+        if not outputs:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        from llama_cpp import llama_cpp_ext
+
+        last = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, outputs[-1])
+        self._own = self._views.of(last, (self._n_embd,)).copy()
+        rows = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
+        return rows[0][np.newaxis] if len(rows) == 1 else np.stack(rows)  # a view, as Model.eval's
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _nextn_layers(model) -> int:
+    """MTP ("nextn") layers a model carries; llama.cpp also counts a router layer there."""
+    try:
+        return max(0, int(L.llama_model_n_layer_nextn(model)))
+    except AttributeError:  # a llama-cpp-python without MTP support
+        return 0
+
+
+def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on_huge_pages: bool):
+    params = L.llama_model_default_params()
+    params.n_gpu_layers = gpu_layers(options)
+    params.vocab_only = vocab_only
+    params.load_mtp = not vocab_only  # the MTP layers of a model that has them (a few % of its weights)
+    if devices is not None:
+        params.devices = ctypes.cast(devices, ctypes.c_void_p)
+    if on_huge_pages:
+        params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
+        params.progress_callback = (
+            huge_pages.ADVISE_HUGE_PAGES_ONCE
+        )  # called once the buffers exist, before they are filled
+    recent_errors.clear()
+    model = passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params)
+    if not model:
+        if options.rpc:
+            why = first_error("out of memory on an RPC server?")
+            raise SpecllmError(f"cannot load {path} over RPC ({','.join(options.rpc)}): {why}")
+        raise SpecllmError(f"cannot load {path}: {first_error('truncated, corrupt or unsupported')}")
+    return model
+
+
+def passing_signals_through(call, free, *args):
+    """call(*args), but a Ctrl-C (or SIGTERM) that lands while one of llama.cpp's callbacks (its
+    log, a load's progress) runs Python code is not lost: ctypes cannot pass an exception out of a
+    callback (it reports it as unraisable; a progress callback then answers False, which aborts a
+    load), so it is caught there and raised again here, after free(result) if there is one, as it
+    would be without a callback."""
+    signals: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def keep_signals(unraisable):
+        if isinstance(unraisable.exc_value, BaseException) and not isinstance(unraisable.exc_value, Exception):
+            signals.append(unraisable.exc_value)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = keep_signals
+    try:
+        result = call(*args)
+        if signals and result:
+            free(result)  # its log lines may be interrupted too
+    finally:
+        sys.unraisablehook = previous
+    if signals:
+        raise signals[0]
+    return result
+
+
+@dataclass
+class _Checkpoint:
+    n_tokens: int  # the state after this many tokens
+    data: ctypes.Array  # llama.cpp's serialised recurrent state (reused by the next checkpoint)
+    size: int
+
+
+def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_of=None):
+    params = L.llama_context_default_params()
+    if mtp_of is not None:  # the MTP layers of the model whose context this is
+        params.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+        params.ctx_other = mtp_of
+    params.n_ctx = options.n_ctx
+    params.n_batch = params.n_ubatch = options.n_batch
+    params.n_seq_max = 1
+    if SNAPSHOT_API:
+        params.n_rs_seq = options.snapshots if recurrent else 0
+    params.n_threads = params.n_threads_batch = options.n_threads or physical_cores()
+    params.swa_full = True  # sliding-window caches must keep every position to allow rollback
+    params.no_perf = True
+    recent_errors.clear()
+    ctx = passing_signals_through(L.llama_init_from_model, L.llama_free, model, params)
+    if not ctx:
+        why = first_error("out of memory?")
+        raise SpecllmError(f"cannot create a context for {path.name} (n_ctx={options.n_ctx}): {why}")
+    return ctx
+
+
+def _token_to_piece(vocab, token: int) -> bytes:
+    buf = ctypes.create_string_buffer(64)
+    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    return buf.raw[:n]

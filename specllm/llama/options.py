@@ -1,0 +1,77 @@
+"""The options a model is loaded with, checked: no llama_cpp import here, so that `--help` and
+the CLI's defaults stay quick."""
+
+from dataclasses import dataclass
+
+from specllm.errors import SpecllmError
+
+ALL_LAYERS = 0x7FFFFFFF
+
+
+# llama.cpp rounds a context up to a multiple of 256 (GGML_PAD in llama-context.cpp) but sizes the
+# batch from the size asked for, and its n_ctx is a uint32 that wraps around: so only sizes it uses
+# as they are get through, and the context in use is always the one asked for.
+CTX_STEP = 256
+MAX_CTX = 2**31 - CTX_STEP  # positions are int32
+
+
+def check_context_size(n_ctx: int) -> None:
+    if n_ctx < CTX_STEP:
+        raise SpecllmError(f"context size must be at least {CTX_STEP} tokens (llama.cpp's smallest), got {n_ctx}")
+    if n_ctx > MAX_CTX:
+        raise SpecllmError(f"context size must be at most {MAX_CTX} tokens, got {n_ctx}")
+    if n_ctx % CTX_STEP:
+        rounded = -(-n_ctx // CTX_STEP) * CTX_STEP
+        raise SpecllmError(
+            f"context size must be a multiple of {CTX_STEP} (llama.cpp would make {n_ctx} {rounded}), got {n_ctx}"
+        )
+
+
+def parse_rpc_servers(servers) -> tuple[str, ...]:
+    """ "host:port,host:port" (or a list of such) -> ("host:port", ...), checked; one clear line
+    for anything else."""
+    if isinstance(servers, str):
+        servers = servers.split(",")
+    servers = servers or ()
+    parsed = []
+    for server in servers:
+        host, sep, port = str(server).strip().rpartition(":")
+        ok = sep and host and ":" not in host and not any(c.isspace() for c in host)
+        if not (ok and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise SpecllmError(
+                f"malformed RPC server address {str(server).strip()!r}: expected HOST:PORT (e.g. 192.168.1.20:50052)"
+            )
+        parsed.append(f"{host}:{int(port)}")
+    return tuple(dict.fromkeys(parsed))
+
+
+# Recurrent-state snapshots a hybrid or recurrent model keeps per sequence, so that the last few
+# tokens of a verify call can be rejected (llama.cpp's n_rs_seq): each costs one more copy of the
+# recurrent state, and the longest draft such a model may verify is this long.
+DEFAULT_SNAPSHOTS = 8
+
+
+MAX_SNAPSHOTS = 64
+
+
+MAX_THREADS = 1024  # llama.cpp starts a thread per count: a typo must not ask for 100000
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: one per physical core
+    n_gpu_layers: int | None = None  # None: all when GPU offload or RPC servers are available, else 0
+    n_batch: int = 512
+    rpc: tuple[str, ...] = ()  # llama.cpp rpc-servers ("host:port") that hold the offloaded layers
+    snapshots: int = DEFAULT_SNAPSHOTS  # hybrid and recurrent models only (see DEFAULT_SNAPSHOTS)
+
+    def __post_init__(self):
+        check_context_size(self.n_ctx)
+        object.__setattr__(self, "rpc", parse_rpc_servers(self.rpc))
+        if self.n_threads is not None and not 1 <= self.n_threads <= MAX_THREADS:
+            raise SpecllmError(f"threads must be between 1 and {MAX_THREADS}, got {self.n_threads}")
+        if not 0 <= self.snapshots <= MAX_SNAPSHOTS:
+            raise SpecllmError(f"snapshots must be between 0 and {MAX_SNAPSHOTS}, got {self.snapshots}")
+        if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
+            raise SpecllmError(f"GPU layers must be >= 0, got {self.n_gpu_layers}")

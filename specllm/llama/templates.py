@@ -1,0 +1,69 @@
+"""Chat templates: compiled and rendered the way llama-cpp-python does, sandboxed and bounded."""
+
+import functools
+import io
+
+# The fallback for models that carry no chat template of their own.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+# --- chat templates -----------------------------------------------------------------------------
+
+# A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
+# access), rendering is bounded so that nested loops cannot grow memory or run without end.
+TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together
+TEMPLATE_MAX_CHARS = 32 * 2**20  # far more than any context holds (a token is a few characters)
+
+
+@functools.lru_cache(maxsize=8)
+def compile_chat_template(source: str):
+    """The template compiled as llama-cpp-python's Jinja2ChatFormatter does (same sandbox, options,
+    extensions and tojson); a syntax error raises here."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = Formatter.tojson
+    return env.from_string(source)
+
+
+def render_bounded(template, tools=None, **variables) -> str:
+    """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
+    that gives at most TEMPLATE_RANGE_BUDGET items in all, and at most TEMPLATE_MAX_CHARS characters
+    of output (counted as they are produced, so a runaway template stops early)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+    budget = [TEMPLATE_RANGE_BUDGET]
+
+    def bounded_range(*args):
+        items = range(*args)
+        budget[0] -= len(items)
+        if budget[0] < 0:
+            raise ValueError(f"its loops ask range() for more than {TEMPLATE_RANGE_BUDGET} items")
+        return items
+
+    def raise_exception(message: str):
+        raise ValueError(message)
+
+    out = io.StringIO()
+    chunks = template.generate(
+        **variables, raise_exception=raise_exception, strftime_now=Formatter.strftime_now, range=bounded_range,
+        functions=None, function_call=None, tools=tools, tool_choice=None,
+    )  # fmt: skip
+    for chunk in chunks:
+        if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:
+            raise ValueError(f"it renders more than {TEMPLATE_MAX_CHARS} characters")
+        out.write(chunk)
+    return out.getvalue()

@@ -1,0 +1,73 @@
+"""The fastest draft measured for each target, remembered.
+
+`specllm bench --drafts-for T` measures every draft on disk that fits T on this machine; the
+winner is kept in specllm's cache (best_drafts.json), keyed by the target file as it is (path,
+size, modification time), so that T given alone (run, chat, bench, serve) gets that draft instead
+of the first one the usual search finds. A remembered draft is used only while its file is still
+on disk as it was measured: a removed or changed draft is ignored and the usual search applies.
+Entries of targets that were removed or changed are dropped on the next write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specllm.files import cache_dir, file_identity, is_current, read_json, update_json
+
+FILE_NAME = "best_drafts.json"
+
+
+@dataclass(frozen=True)
+class Winner:
+    path: str  # the draft as it is loaded (not symlinks resolved: a split model's parts sit beside it)
+    name: str  # how `models` names it: hf:REPO/FILE, ollama:NAME, a path
+    tokens_per_second: float
+    speedup: float | None  # against target-only decoding in the same run
+    acceptance: float  # accepted / drafted draft tokens
+    gamma: int  # the draft length that was fastest
+    measured: int  # how many drafts were measured
+
+    def line(self, target_name: str) -> str:
+        """What a run says when it uses this draft."""
+        speed = f"{self.speedup:.2f}x target-only, " if self.speedup is not None else ""
+        return (
+            f"draft for {target_name}: {self.name}, the fastest of {self.measured} draft(s) measured here by "
+            f"`specllm bench --drafts-for` ({speed}{self.acceptance:.0%} accepted at gamma {self.gamma}); "
+            "--draft to choose another, --draft none to go without"
+        )
+
+
+def remember(target: str | Path, winner: Winner) -> None:
+    """Keep `winner` for this target file (a cache that cannot be written only costs the next run
+    the usual search)."""
+    key, identity = file_identity(target), file_identity(winner.path)
+    if key is None or identity is None:
+        return
+    entry = {**asdict(winner), "identity": identity}
+    update_json(_path(), lambda data: {**_current(data), key: entry})
+
+
+def remembered(target: str | Path) -> Winner | None:
+    """The winner kept for this target file, if its draft is still on disk as it was measured."""
+    key = file_identity(target)
+    entry = _entries(read_json(_path())).get(key) if key else None
+    if not isinstance(entry, dict) or file_identity(entry.get("path", "")) != entry.get("identity"):
+        return None
+    try:
+        return Winner(**{k: entry[k] for k in Winner.__dataclass_fields__})
+    except (KeyError, TypeError):  # an entry another version wrote: measure again
+        return None
+
+
+def _path() -> Path:
+    return cache_dir() / FILE_NAME
+
+
+def _entries(data) -> dict:
+    return data if isinstance(data, dict) else {}
+
+
+def _current(data) -> dict:
+    """The entries whose target files are still as they were."""
+    return {key: entry for key, entry in _entries(data).items() if is_current(key)}

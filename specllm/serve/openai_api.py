@@ -1,0 +1,410 @@
+"""The OpenAI API's shapes for `specllm serve`: request validation and response objects, as plain
+data (no HTTP, no engine). Errors are `ApiError`s carrying the OpenAI error body.
+
+Requests are validated strictly (a string where a number belongs is refused, not converted), unknown
+fields are ignored, and fields that ask for something specllm cannot do (logprobs, penalties, ...)
+are refused rather than silently ignored. Chat requests may offer tools (see `ToolChoice` and
+tool_calls.py); the model's calls come back as `tool_calls`.
+"""
+
+import json
+import os
+import secrets
+import string
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specllm.engine.loop import DRAFTERS, Result, Step
+from specllm.serve.tool_calls import ToolCall, ToolCallParser
+
+MAX_SEED = 2**32 - 1  # as the CLI's --seed
+MAX_STOPS = 4  # as OpenAI
+
+
+class ApiError(Exception):
+    """A request the server refuses: the HTTP status and OpenAI's {"error": {...}} body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = "invalid_request_error" if status < 500 else "server_error"
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+# Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing.
+UNSUPPORTED = (
+    "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",  # tools: chat only
+    "response_format", "presence_penalty", "frequency_penalty", "suffix", "echo", "best_of",
+)  # fmt: skip
+HARMLESS = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool = False
+
+
+class _Request(BaseModel):
+    """Fields common to chat and completions requests."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str | None = None  # any name is accepted: the server has one model
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)  # extension
+    min_p: float | None = Field(None, ge=0, lt=1)  # extension
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop: str | list[str] | None = None
+    n: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    drafter: str | None = None  # extension: auto | model | mtp | ngram | none
+    gamma: int | None = Field(None, ge=1)  # extension: draft length
+    specllm_steps: bool = False  # extension: streamed chunks carry each step's draft (specllm_step)
+
+    def check(self) -> None:
+        """What the types alone do not say."""
+        if self.n not in (None, 1):
+            raise ApiError(400, f"only n = 1 is supported (one choice per request), got {self.n}", "n")
+        if self.drafter is not None and self.drafter not in DRAFTERS:
+            raise ApiError(400, f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}", "drafter")
+        if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
+            raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
+        for name in UNSUPPORTED:
+            value = (self.model_extra or {}).get(name)
+            if value not in HARMLESS:
+                raise ApiError(400, f"{name} is not supported by specllm serve", name)
+
+    @property
+    def requested_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    @property
+    def sampler(self) -> dict:
+        """The sampler settings the request gives; the others keep specllm's defaults."""
+        given = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+        return {k: v for k, v in given.items() if v is not None}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+    arguments: str  # JSON, as OpenAI sends it
+
+
+class AssistantToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    def to_template(self, object_arguments: bool) -> dict:
+        """As a template wants it: most write the arguments with tojson, from an object."""
+        arguments = self.function.arguments
+        if object_arguments:
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # not JSON: the template gets the text the client sent
+        return {"id": self.id, "type": "function", "function": {"name": self.function.name, "arguments": arguments}}
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self):
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
+
+    def to_template(self, object_arguments: bool = True) -> dict:
+        """The message as a chat template gets it: OpenAI's "developer" is the system role, and
+        content is text (empty beside tool calls: templates concatenate it)."""
+        content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
+        message = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_template(object_arguments) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # as OpenAI
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: Function
+
+    def to_template(self) -> dict:
+        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ChatRequest(_Request):
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    def check(self) -> None:
+        super().check()
+        names = [tool.function.name for tool in self.tools or []]
+        if len(set(names)) < len(names):
+            raise ApiError(400, "tools: two tools have the same name", "tools")
+        if self.tool_choice not in (None, "none", "auto") and not names:
+            raise ApiError(400, "tool_choice: a call is asked for but no tools are given", "tool_choice")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            raise ApiError(400, f"tool_choice: no tool is named {self.tool_choice.function.name!r}", "tool_choice")
+
+    @property
+    def offered_tools(self) -> list[Tool]:
+        """The tools the model is shown: none with tool_choice "none" (it must not call)."""
+        return [] if self.tool_choice == "none" else list(self.tools or [])
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The tool a call must be to: the named one, or the only one when a call is required."""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.function.name
+        if self.tool_choice == "required" and len(self.offered_tools) == 1:
+            return self.offered_tools[0].function.name
+        return None
+
+    @property
+    def call_required(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[int] | list[str]
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.prompt, list) and (not self.prompt or isinstance(self.prompt[0], str)):
+            if len(self.prompt) != 1:
+                raise ApiError(400, "give one prompt per request (a string or a list of token ids)", "prompt")
+            self.prompt = self.prompt[0]
+
+
+def parse(kind: type[_Request], body: bytes) -> _Request:
+    """Validate a request body (JSON bytes) as `kind`; every problem is an ApiError 400."""
+    try:
+        request = kind.model_validate_json(body)
+    except ValidationError as e:
+        errors = e.errors(include_url=False)
+        if errors[0]["type"] == "json_invalid":
+            raise ApiError(400, f"the body is not valid JSON: {errors[0]['msg']}") from None
+        # A field of several types (stop: a string or a list) fails once per type: name the field.
+        where = ".".join(str(part) for part in os.path.commonprefix([error["loc"] for error in errors]))
+        raise ApiError(400, f"{where or 'body'}: {errors[0]['msg']}", where or None) from None
+    request.check()
+    return request
+
+
+# --- responses ----------------------------------------------------------------------------------
+
+
+def finish_reason(stop_reason: str) -> str:
+    """OpenAI's finish_reason for the engine's stop reason."""
+    return "length" if stop_reason in ("max_tokens", "context_full") else "stop"
+
+
+def usage(result: Result) -> dict:
+    """Exact token counts. The prompt's last token is evaluated with the first generated one, so
+    the tokens served from the KV cache are those neither prefilled nor that last one."""
+    prompt, generated = result.stats.prompt_tokens, len(result.tokens)
+    cached = max(0, prompt - 1 - result.stats.prefill_tokens)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": generated,
+        "total_tokens": prompt + generated,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def specllm_stats(result: Result, seed: int) -> dict:
+    """The `specllm` object: `run --json`'s fields but the text and tokens, and but where the
+    server's files are (a client has no business knowing the server's paths)."""
+    stats = result.stats.to_dict()
+    if stats.get("policy"):
+        stats["policy"] = dict(stats["policy"], calibration=dict(stats["policy"]["calibration"]))
+        stats["policy"]["calibration"].pop("cache", None)
+    return {"stop_reason": result.stop_reason, "seed": seed, "stats": stats}
+
+
+# A step's live stats: the counts and rates a status line needs, not the per-position lists.
+STEP_STATS = (
+    "generated_tokens", "n_drafted", "n_accepted", "target_calls",
+    "acceptance_rate", "mean_accepted_length", "tokens_per_second", "sources",
+)  # fmt: skip
+
+
+def specllm_step(step: Step) -> dict:
+    """The `specllm` object of a streamed chunk when `specllm_steps` is asked for: what the step
+    drafted and where from, split as the terminal view colours it. accepted + target is the
+    chunk's text; rejected is the draft the target turned down, shown but never part of it."""
+    stats = step.stats.to_dict()
+    return {
+        "source": step.source,
+        "accepted": step.accepted_text,
+        "rejected": step.rejected_text,
+        "target": step.token_text,
+        "stats": {name: stats[name] for name in STEP_STATS},
+    }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The id, time and model shared by every object of one response; `chat` picks the shape."""
+
+    chat: bool
+    model: str
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _object(self, kind: str, choices: list[dict]) -> dict:
+        prefix = "chatcmpl" if self.chat else "cmpl"
+        return {
+            "id": f"{prefix}-{self.id}",
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
+        """The whole response of a request that was not streamed; `tools` has read its calls."""
+        choice = {"index": 0, "finish_reason": finish_reason(result.stop_reason), "logprobs": None}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": result.text}
+            if tools is not None:
+                choice["message"] = tools.message()
+                choice["finish_reason"] = tools.finish_reason(choice["finish_reason"])
+        else:
+            choice["text"] = result.text
+        body = self._object("chat.completion" if self.chat else "text_completion", [choice])
+        return body | {"usage": usage(result), "specllm": specllm_stats(result, seed)}
+
+    def chunk(
+        self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list | None = None
+    ) -> dict:
+        """One streamed chunk: new text or calls, or (with `finish`) the end of the choice."""
+        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if self.chat:
+            choice["delta"] = (
+                ({"role": "assistant", "content": ""} if first else {})
+                | ({"content": text} if text else {})
+                | ({"tool_calls": tool_calls} if tool_calls else {})
+            )
+        else:
+            choice["text"] = text or ""
+        return self._object("chat.completion.chunk" if self.chat else "text_completion", [choice])
+
+    def last_chunk(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
+        """The chunk that ends the choice, with the speculative stats."""
+        finish = finish_reason(result.stop_reason)
+        if tools is not None:
+            finish = tools.finish_reason(finish)
+        return self.chunk(finish=finish) | {"specllm": specllm_stats(result, seed)}
+
+    def usage_chunk(self, result: Result) -> dict:
+        """stream_options.include_usage: a chunk with no choices and the usage, after the last."""
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return self._object(kind, []) | {"usage": usage(result)}
+
+
+class ToolReply:
+    """A chat reply read for tool calls as it is generated: its deltas hold text decided not to be
+    a call, and calls once complete (tool_calls.py). The reply may begin with `prefill`, the start
+    of a call the prompt ends with (tool_choice "required" or a named function): it is read as the
+    reply's first text. Streamed or not, the same reading gives the same calls and text."""
+
+    def __init__(self, tool_names: list[str], prefill: str = "", parallel: bool = True):
+        self.parser, self.parallel = ToolCallParser(tool_names), parallel
+        self.prefill = prefill
+        self.text, self.calls = "", []  # what the deltas so far hold
+
+    def feed(self, text: str) -> dict:
+        """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""
+        text, self.prefill = self.prefill + text, ""
+        return self._delta(*self.parser.feed(text))
+
+    def finish(self) -> dict:
+        """The delta the end of the reply decides."""
+        return self._delta(*self.parser.finish())
+
+    def message(self) -> dict:
+        """The whole reply as a message (after finish)."""
+        if not self.calls:
+            return {"role": "assistant", "content": self.text}
+        calls = [{k: v for k, v in call.items() if k != "index"} for call in self.calls]  # index: streams only
+        return {"role": "assistant", "content": self.text or None, "tool_calls": calls}
+
+    def finish_reason(self, otherwise: str) -> str:
+        return "tool_calls" if self.calls else otherwise
+
+    def _delta(self, text: str, calls: list[ToolCall]) -> dict:
+        if not self.parallel:  # parallel_tool_calls false: the first call only
+            calls = calls[: max(0, 1 - len(self.calls))]
+        new = [self._call(call, len(self.calls) + i) for i, call in enumerate(calls)]
+        self.text, self.calls = self.text + text, self.calls + new
+        return ({"text": text} if text else {}) | ({"tool_calls": new} if new else {})
+
+    @staticmethod
+    def _call(call: ToolCall, index: int) -> dict:
+        function = {"name": call.name, "arguments": call.arguments}
+        return {"index": index, "id": call_id(), "type": "function", "function": function}
+
+
+def call_id() -> str:
+    """A new call's id: 9 letters and digits, the only ids Mistral's templates take back."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))

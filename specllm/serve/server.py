@@ -1,0 +1,626 @@
+"""`specllm serve`: an OpenAI-compatible HTTP API on FastAPI and uvicorn. A thin layer like cli.py:
+validate a request (openai_api.py), build a generation config, run the engine, turn its events
+into OpenAI objects; no generation logic of its own. It also serves the chat page (web/index.html)
+at /, which reads the same API.
+
+One engine serves one generation at a time (its models' KV caches are shared). The engine runs on
+a thread of its own; requests take turns through an asyncio.Lock, whose waiters are woken first
+come, first served, and a turn ends when the generation has ended on that thread: finished, failed,
+or stopped because its client went away (checked after every step). A chat request renders the
+conversation with the GGUF's chat template and reuses the previous generation's tokens as `chat`
+does (chat.extend_prompt), so a conversation that grows turn by turn prefills only its new tokens.
+"""
+
+import asyncio
+import copy
+import dataclasses
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from functools import partial
+from importlib import resources
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from specllm.chat.session import describe_models, extend_prompt
+from specllm.engine.loop import Engine, Finished, Result, Step, make_config
+from specllm.engine.sampling import default_seed
+from specllm.errors import SpecllmError
+from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse, specllm_step
+from specllm.serve.tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
+
+log = logging.getLogger("specllm.serve")
+
+CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
+MIN_BODY_BYTES = 2**20
+BODY_BYTES_PER_TOKEN = 64  # a token is ~4 characters; JSON escapes can make one character 6 bytes
+PAGE_PATH = "/"
+# The page is one file with its own inline script and style: it may load nothing else and talk
+# only to this server, and no other site may frame it.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model: str  # the id /v1/models lists and responses carry (requests may name any model)
+    drafter: str = "auto"  # a request's default drafter and draft length
+    gamma: int | None = None
+    api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
+    max_body_bytes: int | None = None  # default: room for a full context (body_limit)
+    header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
+
+
+def body_limit(n_ctx: int) -> int:
+    """The largest request body: enough for a prompt that fills the context, and at least 1 MiB."""
+    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * n_ctx)
+
+
+# --- running the engine, one generation at a time ---------------------------------------------
+
+_END = object()
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
+@dataclass
+class Plan:
+    """A request ready to generate: its prompt and the engine's event stream (not started)."""
+
+    tokens: list[int]
+    seed: int
+    events: Iterator[Step | Finished]
+    continues: bool = False  # the prompt extends the previous request's whole transcript
+    tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
+    marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
+
+    def delta(self, step: Step) -> dict:
+        """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
+        if self.tools is not None:
+            return self.tools.feed(self.marked(step))
+        text = step.accepted_text + step.token_text
+        return {"text": text} if text else {}
+
+    def finish(self) -> dict:
+        """What only the end of the reply decides: text held back as maybe a call."""
+        return self.tools.finish() if self.tools is not None else {}
+
+    def reported(self, result: Result) -> Result:
+        """The result as a client is told it. The KV cache is one for all clients: the part of a
+        prompt that another request left in it is reported as evaluated, not as cached, or its
+        size would tell this client, token by token, what another one sent. A prompt that goes on
+        from the previous request's whole transcript (a conversation continued) learns nothing
+        new, and its reuse is reported."""
+        if self.continues:
+            return result
+        stats = dataclasses.replace(result.stats, prefill_tokens=max(0, result.stats.prompt_tokens - 1))
+        return dataclasses.replace(result, stats=stats)
+
+
+AHEAD = 4  # steps the engine may take before the client's side has taken the earlier ones
+
+
+class Job:
+    """One generation on the engine thread; its events reach the event loop through a queue.
+    `cancel()` (the client went away) stops it after the step under way. The engine runs at most
+    AHEAD steps ahead of the response: when a client goes away, what it would not read is not
+    generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
+    connection closed only when it waits for an event, cannot fall far behind."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
+        self.room = threading.Semaphore(AHEAD)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.room.release()  # an engine waiting for room sees it
+
+    def run(self, events: Iterator[Step | Finished], on_end: Callable[[], None]) -> None:
+        """On the engine thread: step the engine, handing each event over, until it ends."""
+        try:
+            with closing(events):  # closing ends the engine's stream: it is free for the next
+                for event in events:
+                    self.room.acquire()
+                    if self.cancelled.is_set():
+                        return
+                    self._put(event)
+        except Exception as e:  # given to the request, which reports it
+            self._put(e)
+        finally:
+            self._put(_END)
+            on_end()
+
+    def _put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            self.cancel()
+
+    async def events(self) -> AsyncIterator[Step | Finished]:
+        while (item := await self.queue.get()) is not _END:
+            self.room.release()
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+class EngineWorker:
+    """The engine, its thread, and the queue of requests waiting for it."""
+
+    def __init__(self, engine: Engine, settings: ServeSettings):
+        self.engine, self.settings = engine, settings
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-engine")
+        self.lock = asyncio.Lock()  # first come, first served
+        self.waiting = 0
+        self.job: Job | None = None  # the generation under way
+        self.stopping = False  # the server is shutting down: no new generations
+        # The previous generation's prompt + generated text and its tokens, for extend_prompt.
+        self.last: tuple[str, list[int]] | None = None
+        self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
+        self._tool_markers: dict[int, str] | None = None
+
+    async def start(self, request) -> tuple[Plan, Job]:
+        """Wait for the engine, then start generating for `request` on the engine thread.
+        Bad input raises ApiError, before anything is generated."""
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        loop = asyncio.get_running_loop()
+        try:
+            if self.stopping:
+                raise shutting_down()
+            plan = await loop.run_in_executor(self.thread, self.prepare, request)
+        except SpecllmError as e:
+            self.lock.release()
+            raise ApiError(400, self.without_paths(str(e))) from None
+        except BaseException:
+            self.lock.release()
+            raise
+        self.job = job = Job(loop)
+        self.thread.submit(job.run, plan.events, partial(loop.call_soon_threadsafe, self.lock.release))
+        return plan, job
+
+    def without_paths(self, message: str) -> str:
+        """An error for a client: the server's model files named by their file names only."""
+        engine = self.engine
+        paths = [
+            engine.target.path,
+            engine.draft.path if engine.draft else None,
+            engine.draft_file and engine.draft_file[0],
+        ]
+        for path in filter(None, paths):
+            for form in {str(path), str(Path(path).resolve())}:
+                message = message.replace(form, Path(path).name)
+        return message
+
+    def stop(self) -> None:
+        """Shutting down: stop the generation under way after its step, and start no other."""
+        self.stopping = True
+        if self.job is not None:
+            self.job.cancel()
+
+    def prepare(self, request) -> Plan:
+        """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
+        engine, chat = self.engine, isinstance(request, ChatRequest)
+        text, tools = None, None
+        if chat:
+            text, tools = self.render_chat(request)
+        elif isinstance(request.prompt, str):
+            text = request.prompt
+        continues = False
+        if text is not None:
+            tokens, _, continues = extend_prompt(engine, text, self.last)
+        else:
+            tokens = request.prompt
+            if not all(0 <= t < engine.target.n_vocab for t in tokens):
+                raise ApiError(400, f"prompt: token ids must be in 0..{engine.target.n_vocab - 1}", "prompt")
+        room = engine.target.n_ctx - len(tokens)
+        if room < 1:
+            raise ApiError(
+                400,
+                f"the prompt is {len(tokens)} tokens but the context holds {engine.target.n_ctx}",
+                "messages" if chat else "prompt",
+                "context_length_exceeded",
+            )
+        seed = default_seed(request.seed)
+        config = make_config(
+            max_tokens=min(request.requested_tokens or room, room),  # capped by the context
+            drafter=request.drafter or self.settings.drafter,
+            gamma=request.gamma if request.gamma is not None else self.settings.gamma,
+            stop=request.stops,
+            seed=seed,
+            **request.sampler,
+        )
+        self.last = None
+        events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
+        return Plan(
+            tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None
+        )
+
+    def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
+        """The prompt of a chat request, through the target's chat template with its tools, and
+        the reader of the reply's calls when tools are offered. A call that must be made is
+        begun in the prompt (ToolTemplate.prefill), so the model goes on with it."""
+        offered = request.offered_tools
+        uses_tools = offered or any(m.tool_calls for m in request.messages)
+        form = self.tool_template() if uses_tools else ToolTemplate(False)
+        if offered and not form.renders_tools:
+            name = self.engine.target.path.name
+            message = f"{name} cannot be offered tools: its chat template does not render them"
+            raise ApiError(400, message, "tools", "tools_not_supported")
+        messages = [m.to_template(form.object_arguments) for m in request.messages]
+        text = self.engine.target.render_chat(messages, tools=[t.to_template() for t in offered] or None)
+        if not offered:
+            return text, None
+        prefill = form.prefill(request.forced_tool) if request.call_required else ""
+        names = [t.function.name for t in offered]
+        self.tool_markers()  # found here, on the engine thread
+        return text + prefill, ToolReply(names, prefill, request.parallel_tool_calls is not False)
+
+    def tool_template(self) -> ToolTemplate:
+        if self._tool_template is None:
+            target = self.engine.target
+            self._tool_template = inspect_template(
+                lambda messages, tools, prompt: target.render_chat(messages, tools=tools, add_generation_prompt=prompt)
+            )
+        return self._tool_template
+
+    def tool_markers(self) -> dict[int, str]:
+        """The target's control tokens that are call markup, by id."""
+        if self._tool_markers is None:
+            target = self.engine.target
+            texts = {t: target.token_text(t).decode("utf-8", errors="replace") for t in target.markup_tokens}
+            self._tool_markers = {t: text for t, text in texts.items() if text in MARKERS}
+        return self._tool_markers
+
+    def marked_text(self, step: Step) -> str:
+        """A step's text with the call markup that control tokens wrote put back: generated
+        text leaves control tokens out, Mistral's [TOOL_CALLS] among them."""
+        emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
+        text = step.accepted_text + step.token_text
+        return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
+
+    def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
+        """The events, keeping the finished transcript for the next request's extend_prompt (not
+        after a stop string: the text is cut there but the tokens are not)."""
+        with closing(events):
+            for event in events:
+                if isinstance(event, Finished) and text is not None and event.result.stop_reason != "stop":
+                    self.last = (text + event.result.text, tokens + event.result.tokens)
+                if isinstance(event, Step):
+                    # The engine's stats change on as it runs ahead of the response (AHEAD): each
+                    # step carries them as they were after it, copied here on the engine's thread.
+                    event = dataclasses.replace(event, stats=copy.deepcopy(event.stats))
+                yield event
+
+    def status(self) -> dict:
+        return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting}
+
+
+# --- the HTTP layer -----------------------------------------------------------------------------
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose generation is stopped when the response ends for any reason: sent
+    to the end, or cut off by a client that went away (Starlette then cancels the body)."""
+
+    def __init__(self, chunks: AsyncIterator[str], job: Job):
+        super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+def sse(data) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
+    """The FastAPI app serving `engine`; run it with uvicorn (see `serve`)."""
+    worker = EngineWorker(engine, settings)
+    limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
+
+    def require_key(request: Request) -> None:
+        if request.url.path != PAGE_PATH:  # the page holds no data; it asks for the key itself
+            check_key(settings.api_key, request)
+
+    app = FastAPI(title="specllm", dependencies=[Depends(require_key)])
+    app.state.worker = worker
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError):
+        access(request, error.status, error.message)
+        return JSONResponse(error.body(), status_code=error.status, headers=_auth_header(error))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException):  # unknown path, wrong method
+        message = f"{error.detail}: {request.method} {request.url.path}"
+        return await api_error(request, ApiError(error.status_code, message))
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health(request: Request):
+        access(request, 200, "")
+        return worker.status()
+
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
+    async def models(request: Request):
+        access(request, 200, "")
+        model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
+        return {"object": "list", "data": [model]}
+
+    @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)
+    async def page(request: Request):
+        access(request, 200, "")
+        return HTMLResponse(page_html(), headers=PAGE_HEADERS)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await generate(worker, request, parse(ChatRequest, await read_body(request, limit)))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(worker, request, parse(CompletionRequest, await read_body(request, limit)))
+
+    return app
+
+
+def page_html() -> str:
+    """The chat page (specllm/serve/web/index.html): static, so any install serves the same bytes."""
+    try:
+        return resources.files("specllm.serve").joinpath("web/index.html").read_text(encoding="utf-8")
+    except OSError:
+        raise ApiError(
+            404, "this installation of specllm has no page (specllm/serve/web/index.html is missing)"
+        ) from None
+
+
+def check_key(api_key: str | None, request: Request) -> None:
+    """With an API key set, every request needs it as a bearer token (compared in constant time)."""
+    if api_key is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # Header values arrive as Latin-1 text: its bytes are what the client sent (UTF-8 for a key
+    # that is not ASCII), and are compared with the key's UTF-8 bytes.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), api_key.encode()):
+        raise ApiError(
+            401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key"
+        )
+
+
+def _auth_header(error: ApiError) -> dict | None:
+    return {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it is known to be longer than `limit`."""
+    too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+async def generate(worker: EngineWorker, request: Request, body) -> Response:
+    plan, job = await worker.start(body)
+    reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
+    if body.stream:
+        chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
+        return EventStream(chunks, job)
+    result, generated = None, 0
+    try:
+        async for event in job.events():
+            if isinstance(event, Finished):
+                result = event.result
+            else:
+                generated = event.stats.generated_tokens
+                plan.delta(event)  # a reply read for calls is read as it comes, as when streamed
+                if await request.is_disconnected():  # no wait: only what has arrived
+                    break
+    except Exception as e:
+        raise ApiError(500, worker.without_paths(f"generation failed: {type(e).__name__}: {e}")) from None
+    finally:
+        job.cancel()  # the client went away, or the server is shutting down
+    if result is None and worker.stopping:
+        raise shutting_down()
+    if result is None:
+        access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    plan.finish()
+    access(request, 200, describe(result))
+    return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
+
+
+async def stream(
+    reply: Reply,
+    plan: Plan,
+    job: Job,
+    include_usage: bool,
+    request: Request,
+    without_paths: Callable[[str], str],
+    steps: bool = False,
+) -> AsyncIterator[str]:
+    """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
+    is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
+    With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
+    result, generated, outcome = None, 0, None
+    try:
+        if reply.chat:
+            yield sse(reply.chunk(first=True))
+        async for event in job.events():
+            if isinstance(event, Finished):
+                result = event.result
+                continue
+            generated = event.stats.generated_tokens
+            delta = plan.delta(event)
+            if steps:  # even a step that added no text: its rejected draft and stats are news
+                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(event)})
+            elif delta:
+                yield sse(reply.chunk(**delta))
+        if result is None:  # the job was stopped, and not by this client: the server is stopping
+            error = shutting_down()
+            outcome = stopped(generated, error.message)
+            yield sse(error.body())
+        else:
+            outcome = describe(result)
+            if delta := plan.finish():
+                yield sse(reply.chunk(**delta))
+            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
+            if include_usage:
+                yield sse(reply.usage_chunk(plan.reported(result)))
+    except Exception as e:
+        error = ApiError(500, without_paths(f"generation failed: {type(e).__name__}: {e}"))
+        outcome = error.message
+        yield sse(error.body())
+    finally:  # not reached above: cancelled, as Starlette does when the client goes away
+        access(request, 200, outcome or stopped(generated, "the client went away"))
+    yield sse("[DONE]")
+
+
+# --- logging ------------------------------------------------------------------------------------
+
+
+def describe(result: Result) -> str:
+    s = result.stats
+    return (
+        f"prompt {s.prompt_tokens} tokens ({s.prefill_tokens} prefilled) · {s.generated_tokens} tokens "
+        f"({result.stop_reason}) · {s.tokens_per_second:.1f} tok/s · acceptance {s.acceptance_rate:.0%}"
+    )
+
+
+def stopped(generated: int, why: str) -> str:
+    return f"stopped after {generated} tokens: {why}"
+
+
+def access(request: Request, status: int, detail: str) -> None:
+    """The one log line of a request."""
+    client = request.client.host if request.client else "-"
+    log.info("%s %s %s %d%s", client, request.method, request.url.path, status, f" · {detail}" if detail else "")
+
+
+# --- running the server -------------------------------------------------------------------------
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), or one clear error."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
+    """The startup line: where, what, how."""
+    s, url = settings, address(sock)
+    return (
+        f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
+        f"drafter {s.drafter} · gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
+        f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
+    )
+
+
+def server(app: FastAPI):
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # Ctrl-C, SIGTERM
+            app.state.worker.stop()  # streams end now, so uvicorn need not cut them
+            super().handle_exit(sig, frame)
+
+    # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off",
+        http=_protocol(app.state.worker.settings.header_seconds),
+    )  # fmt: skip
+    return Server(config)
+
+
+def _protocol(header_seconds: float):
+    """uvicorn's HTTP/1.1 protocol, but a connection waiting for a request's headers (after it
+    opens, or after a response) is closed when they have not all come within `header_seconds`:
+    uvicorn would hold a half-sent request open for ever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._headers_due()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._waiting_for_headers():
+                self._deadline.cancel()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._headers_due()
+
+        def _headers_due(self) -> None:
+            self._deadline = self.loop.call_later(header_seconds, self._headers_too_slow)
+
+        def _waiting_for_headers(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _headers_too_slow(self) -> None:
+            if self._waiting_for_headers() and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
+def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:
+    """Serve until Ctrl-C (or SIGTERM); uvicorn stops accepting, gives streams under way 5 s, then
+    cancels them, which stops their generations."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    app = create_app(engine, settings)
+    try:
+        server(app).run(sockets=[sock])
+    finally:
+        app.state.worker.thread.shutdown(wait=True)
+        sock.close()

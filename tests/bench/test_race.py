@@ -1,0 +1,230 @@
+"""`specllm bench --drafts-for T`: the drafts on disk that fit T, measured on this machine and
+ranked; the fastest is remembered for T and used when T is given alone. Real llama.cpp on tiny
+models (the slow test: the real default target)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiny_models as tm
+from one_line import assert_one_line_error
+
+from specllm.bench.race import rank, winner
+from specllm.files import cache_dir, file_identity
+from specllm.models import winners
+
+
+def specllm_cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "250", **(env or {})})  # fmt: skip
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- remembering ---------------------------------------------------------------------------------
+
+
+def a_winner(path: Path, **changes) -> winners.Winner:
+    fields = dict(path=str(path), name=f"lmstudio:pub/repo/{path.name}", tokens_per_second=80.0, speedup=1.25,
+                  acceptance=0.75, gamma=4, measured=2)  # fmt: skip
+    return winners.Winner(**{**fields, **changes})
+
+
+def test_a_winner_is_remembered_per_target_while_both_files_are_as_they_were(tmp_path):
+    files = {name: tmp_path / name for name in ("t1.gguf", "t2.gguf", "d1.gguf", "d2.gguf")}
+    for path in files.values():
+        path.write_bytes(b"GGUF" + path.name.encode())
+    first, second = a_winner(files["d1.gguf"]), a_winner(files["d2.gguf"], speedup=None, gamma=2)
+    winners.remember(files["t1.gguf"], first)
+    winners.remember(files["t2.gguf"], second)
+    assert winners.remembered(files["t1.gguf"]) == first
+    assert winners.remembered(files["t2.gguf"]) == second
+    assert winners.remembered(files["d1.gguf"]) is None  # not a target that was measured
+
+    os.utime(files["d1.gguf"], ns=(1, 1))  # the draft changed since it was measured: not it any more
+    assert winners.remembered(files["t1.gguf"]) is None
+    winners.remember(files["t1.gguf"], first)
+    assert winners.remembered(files["t1.gguf"]) == first
+    files["d1.gguf"].unlink()  # removed: the usual search applies
+    assert winners.remembered(files["t1.gguf"]) is None
+
+    files["t2.gguf"].write_bytes(b"GGUF another model now")  # the target changed: its entry goes
+    assert winners.remembered(files["t2.gguf"]) is None
+    winners.remember(files["t1.gguf"], a_winner(files["d2.gguf"]))
+    kept = json.loads((cache_dir() / winners.FILE_NAME).read_text())
+    assert list(kept) == [file_identity(files["t1.gguf"])]
+
+    (cache_dir() / winners.FILE_NAME).write_text('{"cut short')
+    assert winners.remembered(files["t1.gguf"]) is None
+
+
+def measured(name: str, tokens_per_second: float, accepted: int) -> dict:
+    best = {"tokens_per_second": tokens_per_second, "n_accepted": accepted, "speedup": tokens_per_second / 100,
+            "acceptance_rate": accepted / 50, "gamma": 4}  # fmt: skip
+    return {"name": name, "path": f"/m/{name}", "best": best}
+
+
+def test_the_fastest_draft_that_was_ever_accepted_wins():
+    drafts = [measured("slow", 60.0, 30), measured("never-accepted", 300.0, 0), measured("fast", 90.0, 40)]
+    ranked = rank(drafts)
+    assert [d["name"] for d in ranked] == ["fast", "slow", "never-accepted"]
+    assert winner(ranked) == {"path": "/m/fast", "name": "fast", "tokens_per_second": 90.0, "speedup": 0.9,
+                              "acceptance": 0.8, "gamma": 4, "measured": 3}  # fmt: skip
+    assert winner(rank([measured("never-accepted", 300.0, 0)])) is None
+    assert winner([]) is None
+
+
+# --- measuring, on tiny models -------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_drafts(tmp_path, monkeypatch, tiny_models):
+    """The tiny target, and two drafts in other tools' stores: `same`, the target's own weights
+    without its chat template (a smaller file that always agrees), in LM Studio's folder, and
+    `other`, a one-layer model of another seed (it rarely agrees; the smallest, so the usual search
+    takes it first), in llama.cpp's cache."""
+    monkeypatch.setenv("SPECLLM_LMSTUDIO_HOME", str(tmp_path / "lmstudio"))
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama.cpp"))
+    target = Path(shutil.copyfile(tiny_models.target, tmp_path / "target.gguf"))
+    (tmp_path / "lmstudio" / "models" / "tiny-org" / "Tiny-GGUF").mkdir(parents=True)
+    (tmp_path / "llama.cpp").mkdir()
+    same = tm.write_model(
+        tmp_path / "lmstudio" / "models" / "tiny-org" / "Tiny-GGUF" / "same.gguf", seed=0, chat_template=None
+    )
+    other = tm.write_model(tmp_path / "llama.cpp" / "tiny-org_Tiny-GGUF_other.gguf", seed=2, n_layer=1)
+    assert other.stat().st_size < same.stat().st_size < target.stat().st_size
+    return {"target": target, "same": same, "other": other,
+            "same_name": "lmstudio:tiny-org/Tiny-GGUF/same.gguf", "other_name": "llamacpp:tiny-org_Tiny-GGUF_other.gguf"}  # fmt: skip
+
+
+def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_drafts, tmp_path):
+    out = tmp_path / "race.json"
+    proc = specllm_cli(
+        "bench", "--drafts-for", two_drafts["target"], "-n", 16, "--gamma", "2,4", "--threads", 1, "--json", out
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    assert [d["name"] for d in results["drafts"]] == [two_drafts["same_name"], two_drafts["other_name"]]
+    same, other = (d["best"] for d in results["drafts"])
+    assert same["acceptance_rate"] > 0.9 > 0.5 > other["acceptance_rate"]
+    assert same["tokens_per_second"] > other["tokens_per_second"]
+    for d in results["drafts"]:  # each draft at both lengths, its fastest first and taken as its best
+        speeds = [g["tokens_per_second"] for g in d["by_gamma"]]
+        assert sorted(g["gamma"] for g in d["by_gamma"]) == [2, 4] and speeds == sorted(speeds, reverse=True)
+        assert d["best"] == d["by_gamma"][0]
+    assert results["settings"]["prompts"] == 5 and results["target_only"]["runs"] == 5
+    assert results["winner"]["path"] == str(two_drafts["same"]) and results["remembered"]
+    assert two_drafts["same_name"] in proc.stdout and "target-only" in proc.stdout and "Remembered" in proc.stdout
+
+    used = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "-n", 8, "--threads", 1, "--json")
+    assert used.returncode == 0, used.stderr
+    assert (
+        f"specllm: draft for target.gguf: {two_drafts['same_name']}, the fastest of 2 draft(s) measured here"
+        in flat(used.stderr)
+    )
+
+    listed = specllm_cli("models", "--drafts-for", two_drafts["target"])
+    assert (
+        listed.returncode == 0
+        and "Measured fastest here" in listed.stdout
+        and two_drafts["same_name"] in flat(listed.stdout.split("Measured fastest")[1])
+    )
+    as_json = json.loads(specllm_cli("models", "--drafts-for", two_drafts["target"], "--json").stdout)
+    assert as_json["measured_fastest"]["path"] == str(two_drafts["same"])
+
+    chosen = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "--draft", two_drafts["other"], "-n", 8,
+                         "--threads", 1, "--json")  # fmt: skip
+    assert chosen.returncode == 0 and "fastest" not in chosen.stderr  # --draft overrides
+
+    two_drafts["same"].unlink()  # the winner is gone: the usual search (the smallest that fits)
+    usual = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "-n", 8, "--threads", 1, "--json")
+    assert usual.returncode == 0, usual.stderr
+    assert (
+        f"draft for target.gguf: {two_drafts['other_name']}" in flat(usual.stderr) and "smallest GGUF" in usual.stderr
+    )
+
+
+def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tiny_models):
+    assert_one_line_error(
+        specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for"
+    )
+    assert_one_line_error(specllm_cli("bench", "--drafts-for", tiny_models.target, "--target", tiny_models.target),
+                          "--drafts-for", "without --pair, --target")  # fmt: skip
+
+
+# --- the real default target ---------------------------------------------------------------------
+
+
+def write_random_draft_with_vocabulary_of(source: Path, dest: Path) -> Path:
+    """A tiny llama model with random weights and `source`'s tokenizer, copied field by field: a
+    draft that passes the vocabulary check and almost never agrees."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(source)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(dest, "llama")
+    n_embd, n_head, n_ff = 64, 4, 128
+    for add, value in ((writer.add_block_count, 1), (writer.add_context_length, 4096), (writer.add_embedding_length, n_embd),
+                       (writer.add_feed_forward_length, n_ff), (writer.add_head_count, n_head), (writer.add_head_count_kv, n_head),
+                       (writer.add_rope_dimension_count, n_embd // n_head), (writer.add_layer_norm_rms_eps, 1e-5)):  # fmt: skip
+        add(value)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for field in reader.fields.values():
+        if field.name.startswith("tokenizer."):
+            sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (n_vocab, n_embd), "output_norm.weight": (n_embd,), "output.weight": (n_vocab, n_embd),
+              "blk.0.attn_norm.weight": (n_embd,), "blk.0.ffn_norm.weight": (n_embd,),
+              **{f"blk.0.attn_{x}.weight": (n_embd, n_embd) for x in ("q", "k", "v", "output")},
+              "blk.0.ffn_gate.weight": (n_ff, n_embd), "blk.0.ffn_up.weight": (n_ff, n_embd), "blk.0.ffn_down.weight": (n_embd, n_ff)}  # fmt: skip
+    for name, shape in shapes.items():
+        data = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * 0.02
+        writer.add_tensor(name, data.astype(np.float16 if len(shape) == 2 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dest
+
+
+@pytest.mark.slow
+def test_bench_drafts_for_the_real_default_target_ranks_two_drafts_and_a_run_uses_the_winner(tmp_path):
+    """The real 1.5B target; its real 0.5B draft linked into a fake LM Studio folder (the same
+    file, not a copy), and a random-weight draft with Qwen's vocabulary in llama.cpp's cache. The
+    winner is remembered in a cache of the test's own, not the user's."""
+    from specllm.models.hub import resolve_models
+
+    target, draft, _ = resolve_models(progress=False)  # the default pair, from the real cache
+    linked = tmp_path / "lmstudio" / "models" / "Qwen" / "Qwen2.5-Coder-0.5B-Instruct-GGUF" / draft.name
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(draft)
+    random = write_random_draft_with_vocabulary_of(draft, tmp_path / "llama.cpp" / "random-qwen-vocab.gguf")
+    env = {"SPECLLM_CACHE": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"), "OLLAMA_MODELS": str(tmp_path / "ollama"),
+           "SPECLLM_LMSTUDIO_HOME": str(tmp_path / "lmstudio"), "LLAMA_CACHE": str(tmp_path / "llama.cpp")}  # fmt: skip
+    out = tmp_path / "race.json"
+    proc = specllm_cli("bench", "--drafts-for", target, "-n", 16, "--gamma", 4, "--ctx-size", 1024, "--json", out, env=env,
+                       timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    names = [d["name"] for d in results["drafts"]]
+    lms_name = f"lmstudio:Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF/{draft.name}"
+    assert names == [lms_name, "llamacpp:random-qwen-vocab.gguf"]
+    real, rand = (d["best"] for d in results["drafts"])
+    assert real["acceptance_rate"] > 0.3 > 0.05 > rand["acceptance_rate"]
+    assert results["winner"]["name"] == lms_name and results["remembered"]
+    print(proc.stdout)
+    used = specllm_cli("run", "def f(x):", "--target", target, "-n", 8, "--json", env=env, timeout=600)
+    assert used.returncode == 0, used.stderr
+    assert f"draft for {target.name}: {lms_name}, the fastest of 2 draft(s) measured here" in flat(used.stderr)
+    assert random.is_file()

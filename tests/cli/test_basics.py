@@ -1,0 +1,136 @@
+"""The CLI basics (issue 12, item 3): --version, shell completion, SPECLLM_... environment
+variables for every option, doctor --json. A real process, and the tiny models where a command
+needs one."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import llama_cpp
+import pytest
+
+import specllm
+from specllm.cli.basics import NOT_FROM_ENV, RESERVED, build_command, env_options
+from specllm.cli.main import app
+
+SPECLLM = [sys.executable, "-m", "specllm"]
+# Variables of the caller's own shell must not change what these tests see.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("SPECLLM_") or k in RESERVED}
+
+
+def run_specllm(*args, env=None):
+    return subprocess.run(
+        SPECLLM + list(map(str, args)), capture_output=True, text=True, timeout=120, env={**CLEAN_ENV, **(env or {})}
+    )
+
+
+def test_version_names_specllm_llama_cpp_python_and_the_llama_cpp_build():
+    proc = run_specllm("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"specllm {specllm.__version__}"
+    assert lines[1] == f"llama-cpp-python {llama_cpp.__version__}"
+    assert lines[2].startswith(f"llama.cpp {llama_cpp.llama_version().decode()}, ggml ")
+    assert "CPU" in lines[3]  # llama_print_system_info: the backends and CPU features compiled in
+
+
+def test_doctor_json_is_one_object():
+    proc = run_specllm("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["specllm"] == specllm.__version__ and info["llama_cpp_python"] == llama_cpp.__version__
+    assert isinstance(info["gpu_offload"], bool) and isinstance(info["devices"], list)
+    assert info["physical_cores"] >= 1 and info["llama_cpp"].startswith(llama_cpp.llama_version().decode())
+    assert info["transparent_huge_pages"] in ("always", "madvise", "never", "unavailable")
+    assert (
+        info["recurrent_models"].startswith("snapshots (--snapshots, default 8") and info["mtp_drafting"] == "supported"
+    )
+
+
+def test_shell_completion_completes_commands_and_options():
+    env = {"_SPECLLM_COMPLETE": "complete_bash", "COMP_WORDS": "specllm ch", "COMP_CWORD": "1"}
+    assert run_specllm(env=env).stdout.split() == ["chat"]
+    env = {"_SPECLLM_COMPLETE": "complete_bash", "COMP_WORDS": "specllm run --ctx", "COMP_CWORD": "2"}
+    assert run_specllm(env=env).stdout.split() == ["--ctx-size"]
+    # the script a user installs (--install-completion writes it into the shell's startup file)
+    script = run_specllm("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    assert script.returncode == 0 and "_SPECLLM_COMPLETE=complete_bash" in script.stdout
+
+
+def test_every_option_has_one_variable_shared_across_commands():
+    command = build_command(app)
+    found = env_options(command)
+    for name in ("run", "chat", "bench"):
+        for param in command.commands[name].params:
+            if param.param_type_name != "option":
+                continue
+            long = next(o for o in param.opts if o.startswith("--"))
+            expected = None if long in NOT_FROM_ENV else "SPECLLM_" + long[2:].upper().replace("-", "_")
+            assert param.envvar == expected, (name, long)
+    assert {"run --threads", "chat --threads", "bench --threads"} <= set(found["SPECLLM_THREADS"])
+    assert {"run --ctx-size", "chat --ctx-size", "bench --ctx-size"} <= set(found["SPECLLM_CTX_SIZE"])
+    assert not RESERVED & found.keys()  # SPECLLM_CACHE stays the cache folder
+    help_text = run_specllm("run", "--help", env={"COLUMNS": "250"}).stdout
+    assert re.search(r"--ctx-size .*\[env var: SPECLLM_CTX_SIZE\]", help_text)
+
+
+def test_a_variable_sets_a_default_and_a_flag_overrides_it(tiny_models):
+    base = ["run", "Hello", "-m", tiny_models.target, "--drafter", "none", "--threads", 1, "--json"]
+    env = {"SPECLLM_SEED": "7", "SPECLLM_MAX_TOKENS": "3", "SPECLLM_CTX_SIZE": "256", "SPECLLM_TEMPERATURE": "0"}
+    proc = run_specllm(*base, env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["seed"] == 7 and result["stats"]["generated_tokens"] == 3
+    proc = run_specllm(*base, "--seed", 9, "-n", 5, env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["seed"] == 9 and result["stats"]["generated_tokens"] == 5
+
+
+@pytest.mark.parametrize(
+    "option, value, fragment",
+    [
+        ("--ctx-size", "2", "context size must be at least 256"),
+        ("--threads", "abc", "Invalid value for '--threads' (env var: 'SPECLLM_THREADS')"),
+        ("--temperature", "-1", "temperature must be >= 0"),
+        ("--gamma", "0", "gamma (draft length) must be >= 1"),
+    ],
+)
+def test_a_bad_variable_is_the_same_one_line_as_the_bad_flag(tiny_models, option, value, fragment):
+    base = ["run", "Hello", "-m", tiny_models.target]
+    variable = "SPECLLM_" + option[2:].upper().replace("-", "_")
+    from_env, from_flag = run_specllm(*base, env={variable: value}), run_specllm(*base, option, value)
+    lines = from_env.stderr.strip().splitlines()
+    assert from_env.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), from_env.stderr
+    assert fragment in lines[0]
+    assert (from_flag.returncode, from_flag.stderr) == (from_env.returncode, from_env.stderr)
+
+
+def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
+    proc = run_specllm("run", "Hello", "-m", tiny_models.target, env={"SPECLLM_OFFLINE": "maybe"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: Invalid value for '--offline' (env var: 'SPECLLM_OFFLINE')")
+
+
+@pytest.mark.parametrize(
+    "signum, line, code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)]
+)
+def test_a_signal_while_the_command_starts_is_its_one_line(signum, line, code):
+    """Ctrl-C or SIGTERM while the command's modules are still being imported: the signal is sent
+    from inside the import of typer, which the command imports early."""
+    launch = (
+        "import builtins, os, sys, specllm.__main__ as command\n"
+        "real = builtins.__import__\n"
+        "def importing(name, *args, **kwargs):\n"
+        f"    if name == 'typer': os.kill(os.getpid(), {int(signum)})\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = importing\n"
+        "sys.argv = ['specllm', '--help']\n"
+        "command.main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (code, line + "\n")

@@ -1,0 +1,386 @@
+"""The `specllm` command as a user runs it: a real process on the tiny models."""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from one_line import assert_one_line_error
+from terminal import Terminal
+
+import specllm
+
+SPECLLM = [sys.executable, "-m", "specllm"]
+
+
+def specllm_run(*args, stdin=None, env=None):
+    return subprocess.run(
+        SPECLLM + ["run", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def run_in_pty(args, env=None, rows=30, cols=100):
+    """Run `specllm ARGS` on a pseudo-terminal; return everything it wrote, escape codes kept."""
+    return Terminal(args, rows=rows, cols=cols, env=env).output()
+
+
+@pytest.fixture(scope="module")
+def models(tiny_models):
+    return ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+
+
+def test_the_default_drafter_is_auto_and_reports_its_costs(models, tmp_path):
+    env = {"SPECLLM_CACHE": str(tmp_path)}
+    proc = specllm_run("def f(x):", *models, "--json", "-v", "--temperature", 0, "-n", 8, env=env)
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout)["stats"]
+    assert sum(s["steps"] for s in stats["sources"].values()) == stats["target_calls"]
+    policy = stats["policy"]
+    assert policy["calibration"]["measured"] == ["target", "draft"] and stats["calibration_seconds"] > 0
+    assert policy["target"]["step_seconds"] > 0 and isinstance(policy["model_could_pay"], bool)
+    assert "auto: costs measured (target, draft)" in proc.stderr
+    again = specllm_run("def f(x):", *models, "--json", "-v", "--temperature", 0, "-n", 8, env=env)
+    assert "auto: costs from the calibration cache" in again.stderr
+    assert json.loads(again.stdout)["stats"]["calibration_seconds"] == 0
+    fixed = specllm_run("def f(x):", *models, "--json", "--temperature", 0, "-n", 8, "--gamma", 3, env=env)
+    fixed_stats = json.loads(fixed.stdout)["stats"]
+    assert fixed_stats["policy"] is None and set(fixed_stats["sources"]) <= {"model", "none"}  # --gamma alone: model
+
+
+def test_json_output_has_the_documented_shape(models, tiny_models):
+    proc = specllm_run("def f(x):", *models, "--json", "--temperature", 0, "-n", 24, "--gamma", 3)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) >= {"text", "tokens", "stop_reason", "stats"}
+    stats = out["stats"]
+    for key in (
+        "n_drafted", "n_accepted", "acceptance_rate", "mean_accepted_length", "accepted_per_position",
+        "target_calls", "draft_calls", "prompt_tokens", "generated_tokens", "tokens_per_second",
+        "prefill_seconds", "decode_seconds",
+    ):  # fmt: skip
+        assert key in stats, key
+    assert out["stop_reason"] == "max_tokens" and stats["generated_tokens"] == len(out["tokens"]) == 24
+    assert stats["n_drafted"] > 0 and len(stats["accepted_per_position"]) == 3
+    # the same as the library gives for the same settings (chat template applied by default)
+    engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    expected = engine.generate(
+        engine.prompt_tokens("def f(x):", chat=True), max_tokens=24, temperature=0, drafter="none"
+    )
+    assert out["tokens"] == expected.tokens and out["text"] == expected.text
+
+
+def test_plain_output_when_not_a_terminal(models):
+    proc = specllm_run("hello", *models, "--temperature", 0, "-n", 16)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
+    as_json = json.loads(specllm_run("hello", *models, "--temperature", 0, "-n", 16, "--json").stdout)
+    assert proc.stdout == as_json["text"] + "\n"
+    assert "tok/s" in proc.stderr and "acceptance" in proc.stderr  # the summary, kept off stdout
+
+
+def test_prompt_from_stdin_and_raw_mode(models):
+    piped = specllm_run("-", *models, "--json", "--temperature", 0, "-n", 8, "--raw", stdin="import os")
+    given = specllm_run("import os", *models, "--json", "--temperature", 0, "-n", 8, "--raw")
+    templated = specllm_run("import os", *models, "--json", "--temperature", 0, "-n", 8)
+    assert json.loads(piped.stdout)["tokens"] == json.loads(given.stdout)["tokens"]
+    assert json.loads(templated.stdout)["stats"]["prompt_tokens"] > json.loads(given.stdout)["stats"]["prompt_tokens"]
+
+
+def test_ngram_and_target_only_drafters(models):
+    for drafter in ("ngram", "none"):
+        out = json.loads(specllm_run("the cat the cat the", *models, "--drafter", drafter, "--json", "-n", 8).stdout)
+        assert out["stats"]["draft_calls"] == 0
+        if drafter == "none":
+            assert out["stats"]["n_drafted"] == 0
+
+
+def test_live_view_in_a_terminal_marks_accepted_and_rejected_tokens(models):
+    out = run_in_pty(["run", "def f(x):", *models, "--temperature", "0", "-n", "48"])
+    assert "\x1b[" in out
+    assert "\x1b[9;31m" in out  # rejected draft tokens: struck through, red
+    assert "\x1b[32m" in out and "\x1b[1m" in out  # accepted draft tokens green, target tokens bold
+    assert "accepted draft" in out and "rejected draft" in out and "tok/s" in out
+
+
+def test_no_color_and_no_live_give_plain_text_in_a_terminal(models):
+    args = ["run", "def f(x):", *models, "--temperature", "0", "-n", "16"]
+    assert "\x1b" not in run_in_pty(args, env={"NO_COLOR": "1"})
+    assert "\x1b" not in run_in_pty(args + ["--no-live"])
+
+
+def test_a_missing_file_is_one_clear_line(models, tmp_path):
+    assert_one_line_error(specllm_run("hi", "--target", tmp_path / "nope.gguf"), "not found", "nope.gguf")
+
+
+def test_a_file_that_is_not_gguf_is_one_clear_line(tiny_models):
+    assert_one_line_error(specllm_run("hi", "--target", tiny_models.not_gguf), "not a GGUF")
+
+
+def test_a_truncated_gguf_is_one_clear_line(tiny_models):
+    assert_one_line_error(specllm_run("hi", "--target", tiny_models.truncated, "--threads", 1), "cannot load")
+
+
+def test_an_incompatible_pair_is_one_clear_line(tiny_models):
+    proc = specllm_run("hi", "--target", tiny_models.target, "--draft", tiny_models.incompatible, "--threads", 1)
+    assert_one_line_error(proc, "cannot draft", "token 261 differs")
+
+
+def test_a_prompt_longer_than_the_context_is_one_clear_line(models):
+    assert_one_line_error(specllm_run("the cat is in the house " * 200, *models, "--raw"), "context", "--ctx-size")
+
+
+@pytest.mark.parametrize(
+    "option,value,fragment",
+    [
+        ("--gamma", "abc", "--gamma"),
+        ("--gamma", "0", "gamma"),
+        ("--max-tokens", "0", "max tokens"),
+        ("--top-p", "1.5", "top-p"),
+        ("--temperature", "-1", "temperature"),
+        ("--drafter", "magic", "unknown drafter"),
+        ("--ctx-size", "2", "context size"),
+        ("--threads", "0", "threads"),
+        ("--threads", "100000", "threads must be between 1 and 1024"),
+        ("--snapshots", "65", "snapshots must be between 0 and 64"),
+        ("--drafter", "mtp", "drafter 'mtp' needs a target with MTP layers"),
+    ],
+)
+def test_invalid_option_values_are_one_clear_line(models, option, value, fragment):
+    assert_one_line_error(specllm_run("hi", *models, option, value), fragment)
+
+
+def test_an_unknown_option_is_one_clear_line(models):
+    assert_one_line_error(specllm_run("hi", *models, "--bogus"), "--bogus")
+
+
+def test_doctor_reports_the_backend():
+    proc = subprocess.run(SPECLLM + ["doctor"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "gpu_offload:" in proc.stdout and "devices:" in proc.stdout and "CPU" in proc.stdout
+
+
+# --- the chat template (issue 10, items 7 and 14) ------------------------------------------------
+
+
+def test_run_without_a_chat_template_uses_chatml_and_says_so_as_chat_does(tiny_models):
+    args = ["--target", tiny_models.no_template, "--threads", 1, "--ctx-size", 256, "--temperature", 0, "-n", 8]
+    proc = specllm_run("Hello world", *args, "--system", "You are terse.", "--json")
+    assert proc.returncode == 0, proc.stderr
+    notice = "note: no_template.gguf has no chat template: using ChatML"
+    assert proc.stderr.strip() == notice
+    chatml = (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n"
+    )
+    engine = specllm.load(str(tiny_models.no_template), n_ctx=256, n_threads=1)
+    expected = engine.generate(engine.target.tokenize(chatml), max_tokens=8, temperature=0, drafter="none")
+    out = json.loads(proc.stdout)
+    assert out["stats"]["prompt_tokens"] == len(engine.target.tokenize(chatml))  # the system message is in
+    assert out["tokens"] == expected.tokens
+    chat = subprocess.run(SPECLLM + ["chat", *map(str, args)], input="", capture_output=True, text=True, timeout=120)
+    assert chat.returncode == 0 and notice in chat.stdout  # chat's notice, word for word
+
+
+def test_system_without_the_chat_template_is_refused(models):
+    assert_one_line_error(specllm_run("hi", *models, "--raw", "--system", "Be brief."), "--system", "--raw")
+
+
+def model_with_template(tmp_path, template: str):
+    import tiny_models as tm
+
+    return tm.write_model(tmp_path / "templated.gguf", chat_template=template)
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_chat_template_with_a_syntax_error_is_one_clear_line(tmp_path, command):
+    path = model_with_template(tmp_path, "{% for message in messages %}{{ message['content'] }}")  # no endfor
+    args = [command, *(["hi"] if command == "run" else []), "--target", path, "--threads", "1", "--drafter", "none"]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="hi\n", capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, "chat template of templated.gguf failed")
+
+
+@pytest.mark.parametrize(
+    "template, fragment",
+    [
+        # 10^10 loop steps that output nothing: no memory, but no end
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range()"),
+        # 40 MB of output from few loop steps
+        ("{% for i in range(100000) %}{{ messages[0]['content'] }}{% endfor %}", "characters"),
+    ],
+)
+def test_a_chat_template_cannot_loop_or_grow_without_bound(tmp_path, template, fragment):
+    path = model_with_template(tmp_path, template)
+    proc = specllm_run("x" * 400, "--target", path, "--threads", 1, "--drafter", "none")
+    assert_one_line_error(proc, "chat template of templated.gguf failed", fragment)
+
+
+# --- bad input: one line, before any model is loaded (issue 10, items 14 and 16) -----------------
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "bench"])
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_out_of_range_is_refused_before_loading(tmp_path, command, seed):
+    missing = tmp_path / "not-loaded.gguf"  # the seed is refused first, so this is never looked at
+    args = [command, *(["hi"] if command == "run" else []), "--target", missing, "--seed", seed]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="", capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, "--seed")
+
+
+def test_the_seed_range_ends_are_accepted(models):
+    for seed in (0, 2**32 - 1):
+        proc = specllm_run("hi", *models, "--seed", seed, "-n", 2, "--json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["seed"] == seed, proc.stderr
+
+
+def test_bytes_that_are_not_utf8_are_one_clear_line(models):
+    def run(*args, stdin=None):
+        proc = subprocess.run(
+            [*SPECLLM, "run", *args, *map(str, models)], input=stdin, capture_output=True, timeout=120
+        )
+        proc.stderr = proc.stderr.decode(errors="replace")
+        return proc
+
+    assert_one_line_error(run("-", stdin=b"def f(\xff):"), "standard input is not valid UTF-8")
+    assert_one_line_error(run(b"def f(\xff):"), "the prompt is not valid UTF-8")
+    assert_one_line_error(run("hi", "--system", b"\xfe"), "--system is not valid UTF-8")
+
+
+@pytest.mark.parametrize(
+    "size, fragment",
+    [
+        (100, "at least 256"),  # llama.cpp would make it 256 but keep a batch of 100
+        (1000, "multiple of 256 (llama.cpp would make 1000 1024)"),
+        (2**32, "at most"),  # would wrap around to 0: the model's trained context
+    ],
+)
+def test_a_context_size_llama_cpp_would_change_is_refused(tmp_path, size, fragment):
+    missing = tmp_path / "not-loaded.gguf"
+    assert_one_line_error(specllm_run("hi", "--target", missing, "--ctx-size", size), "context size", fragment)
+    with pytest.raises(specllm.SpecllmError, match="context size"):
+        specllm.ModelOptions(n_ctx=size)
+
+
+def test_the_context_in_use_is_the_context_asked_for(tiny_models):
+    for n_ctx in (256, 768):
+        engine = specllm.load(str(tiny_models.target), n_ctx=n_ctx, n_threads=1)
+        assert engine.target.n_ctx == n_ctx and engine.target.n_batch == min(512, n_ctx)
+        engine.close()
+
+
+# --- signals and pipes (issue 10, items 8 and 17) -------------------------------------------------
+
+# Long enough that every signal below lands while the command still works (tiny models run
+# thousands of tokens a second; this context is far from full when the signal comes).
+ENDLESS = ["--threads", 1, "--ctx-size", 65536, "-n", 60000, "--temperature", 0]
+
+
+@pytest.fixture
+def start():
+    """start(ARGS): `specllm ARGS` as a process with pipes; any still running at the end is killed."""
+    procs = []
+
+    def start(*args):
+        procs.append(subprocess.Popen(SPECLLM + list(map(str, args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def first_output(stream, timeout=60) -> bytes:
+    """What a process first wrote on a pipe (b"" if it ended), without waiting forever."""
+    assert select.select([stream], [], [], timeout)[0], "no output"
+    return os.read(stream.fileno(), 65536)
+
+
+def interrupt(proc, signum=signal.SIGINT) -> tuple[int, str, str]:
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def assert_interrupted(rc, err):
+    assert rc == 130 and err.strip().splitlines()[-1:] == ["interrupted"], err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_during_run_exits_130(tiny_models, start):
+    proc = start("run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, *ENDLESS)
+    assert first_output(proc.stdout)  # the text is streaming
+    rc, _, err = interrupt(proc)
+    assert_interrupted(rc, err)
+
+
+def test_ctrl_c_during_run_json_exits_130_with_nothing_on_stdout(tiny_models, start):
+    # The model without a template says so on stderr just before it generates.
+    proc = start("run", "def f(x):", "--target", tiny_models.no_template, *ENDLESS, "--json")
+    assert first_output(proc.stderr).startswith(b"note: ")
+    rc, out, err = interrupt(proc)
+    assert_interrupted(rc, err)
+    assert out == ""
+
+
+def test_ctrl_c_in_a_slow_chat_template_exits_130(tmp_path, start):
+    digits = "'0123456789'"
+    loops = "".join(f"{{% for x{i} in {digits} %}}" for i in range(9)) + "{% endfor %}" * 9  # 10^9 steps
+    path = model_with_template(tmp_path, loops)
+    proc = start("run", "hi", "--target", path, "--threads", 1, "--drafter", "none", "-v")
+    assert first_output(proc.stderr).startswith(b"llama-cpp-python")  # -v: about to load the model
+    time.sleep(2)  # the model loads in a fraction of this; the template then renders for minutes
+    rc, _, err = interrupt(proc)
+    assert_interrupted(rc, err)
+
+
+def test_ctrl_c_during_pull_exits_130(isolated, monkeypatch, start):
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    server.settimeout(60)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    pairs = isolated / "pairs.toml"
+    file = 'repo = "tiny-org/tiny-GGUF"\nfile = "{}.gguf"\nsize = 1000\nsha256 = "{}"\n'
+    pairs.write_text('[[pair]]\nname = "slow"\ndescription = "d"\ngamma = 3\n[pair.target]\n'
+                     + file.format("target", "0" * 64) + "[pair.draft]\n" + file.format("draft", "1" * 64))  # fmt: skip
+    proc = start("pull", "slow", "--models", pairs, "--source", "hub")
+    connection, _ = server.accept()
+    connection.recv(65536)  # the request came: the pull waits for the answer
+    rc, out, err = interrupt(proc)
+    connection.close()
+    server.close()
+    assert_interrupted(rc, err)
+    assert "ready" not in out
+
+
+def test_sigterm_during_the_live_view_restores_the_cursor(tiny_models):
+    term = Terminal(["run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, *ENDLESS])
+    term.expect("tok/s")  # the live view is up, the cursor hidden
+    term.proc.send_signal(signal.SIGTERM)
+    rc = term.wait()
+    raw = term.raw.decode("utf-8", errors="replace")
+    assert rc == 143 and "terminated" in term.text and "Traceback" not in term.text, term.text[-2000:]
+    assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
+
+
+def test_a_closed_pipe_ends_a_command_quietly_with_exit_code_0(models, start, isolated):
+    streaming = start("run", "def f(x):", *models[:4], *ENDLESS)
+    assert len(streaming.stdout.read(20)) == 20  # `| head -c 20`
+    streaming.stdout.close()
+    # The reader is gone before anything is written: print (the JSON object), Rich (the table of
+    # models), Typer's help.
+    others = [start("run", "def f(x):", *models, "-n", 16, "--json"), start("models"), start("run", "--help")]
+    for proc in others:
+        proc.stdout.close()
+    for proc in (streaming, *others):
+        rc, err = proc.wait(timeout=120), proc.stderr.read().decode(errors="replace")
+        assert rc == 0 and err == "", (proc.args, err)  # no traceback, no "Exception ignored" at exit

@@ -1,0 +1,287 @@
+"""The auto drafter on real llama.cpp with the tiny models: exactness with mixed sources, the
+calibration cache, and not loading a draft model that cannot pay."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from costs import FixedCosts, gpu_like_policy
+from stats import chi_square_pvalue
+
+import specllm
+from specllm.engine import calibration
+from specllm.engine.policy import Acceptance, AutoPolicy, CostTable
+from specllm.engine.sampling import SamplerSettings, distribution
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+
+PROMPTS = [
+    "Hello world",
+    "def f(x): return",
+    "the cat is in the house and the cat is in the",
+    "print(self.x) print(self.x) print(self.x) print(self",
+    "for i in range(10): print(i) for i in range(10): print(i) for i in",
+]
+
+
+class FixedAcceptance(Acceptance):
+    """Acceptance estimates that do not learn: the policy then keeps choosing n-gram copies
+    wherever there is a match, whatever the target does."""
+
+    def __init__(self, rate):
+        super().__init__(lambda _: rate)
+
+    def record(self, context_bucket, position, accepted):
+        pass
+
+    def child(self, weight):
+        return self
+
+
+def mixed_policy() -> AutoPolicy:
+    """GPU-like costs where n-gram copies are always taken when there is a match and the draft
+    model drafts where there is none: both sources draft in one generation."""
+    policy = gpu_like_policy()
+    policy.learned["ngram"] = FixedAcceptance(0.95)
+    return policy
+
+
+def cpu_like_policy() -> AutoPolicy:
+    """This project's 2-core CPU's table: the draft model cannot pay."""
+    target = FixedCosts(0.0395, {2: 1.63, 3: 1.99, 5: 3.23, 8: 5.84, 12: 7.41, 17: 8.54, 24: 10.3, 33: 12.9})
+    return AutoPolicy(target, FixedCosts(0.0209, {2: 1.92, 3: 2.20, 5: 3.35, 8: 4.09}))
+
+
+@pytest.fixture()
+def engine(tiny_models):
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1)
+    yield e
+    e.close()
+
+
+def greedy(engine, prompt, drafter, gamma=None, max_tokens=48):
+    return engine.generate(prompt, max_tokens=max_tokens, temperature=0, drafter=drafter, gamma=gamma)
+
+
+@pytest.mark.parametrize("gamma", [None, 1, 3, 16])
+def test_greedy_auto_equals_target_only_with_mixed_sources(engine, gamma):
+    engine.policy = mixed_policy()
+    sources = {}
+    for prompt in PROMPTS:
+        expected = greedy(engine, prompt, "none").tokens
+        result = greedy(engine, prompt, "auto", gamma)
+        assert result.tokens == expected, prompt
+        for name, counts in result.stats.sources.items():
+            sources[name] = sources.get(name, 0) + counts["drafted"]
+        assert sum(c["steps"] for c in result.stats.sources.values()) == result.stats.target_calls
+    assert sources.get("model", 0) > 20 and sources.get("ngram", 0) > 0  # really speculated, from both
+    if gamma is not None:
+        assert max(len(engine.generate(p, max_tokens=8, temperature=0, gamma=gamma).tokens) for p in PROMPTS) == 8
+
+
+def test_greedy_auto_equals_target_only_with_measured_costs(engine):
+    for prompt in PROMPTS:
+        assert greedy(engine, prompt, "auto").tokens == greedy(engine, prompt, "none").tokens
+    assert engine.policy is not None and engine.calibration["measured"] == ["target", "draft"]
+
+
+def test_cpu_costs_never_spend_on_the_draft_model(engine):
+    engine.policy = cpu_like_policy()
+    before = list(engine.draft.tokens)
+    for prompt in PROMPTS:
+        result = greedy(engine, prompt, "auto")
+        assert "model" not in result.stats.sources and result.stats.draft_calls == 0
+    assert engine.draft.tokens == before  # no prefill, no catch-up call
+
+
+# --- sampling: the output is distributed as the target's, with both sources drafting ------------
+
+SAMPLER = SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+
+
+def target_joint_distribution(tiny_models, prompt_ids, n_tokens):
+    """P(t1..tn) of target-only sampling, from the target's own logits one token at a time."""
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    joint = {(): 1.0}
+    for _ in range(n_tokens):
+        longer = {}
+        for prefix, p in joint.items():
+            probs = distribution(np.array(model.sync(prompt_ids + list(prefix), n_logits=1)[0]), SAMPLER)
+            for t in np.flatnonzero(probs):
+                longer[prefix + (int(t),)] = p * probs[t]
+        joint = longer
+    model.close()
+    return joint
+
+
+def test_sampled_auto_follows_the_target_distribution_with_both_sources(engine, tiny_models):
+    engine.policy = mixed_policy()
+    ids = engine.prompt_tokens("a b a b a b a b a b a b a b a b a")
+    joint = target_joint_distribution(tiny_models, ids, 3)
+    cells = sorted(joint)
+    counts = dict.fromkeys(cells, 0)
+    drafted = {"model": 0, "ngram": 0}
+    n = 4000
+    for seed in range(n):
+        r = engine.generate(ids, max_tokens=3, drafter="auto", **SAMPLER.__dict__ | {"seed": seed})
+        counts[tuple(r.tokens)] += 1  # a KeyError is a sequence the target cannot produce
+        for name in drafted:
+            drafted[name] += r.stats.sources.get(name, {}).get("drafted", 0)
+    assert drafted["model"] > n / 2 and drafted["ngram"] > n / 2, drafted
+    observed = np.array([counts[c] for c in cells])
+    assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
+
+
+# --- calibration cache ---------------------------------------------------------------------------
+
+
+def run_auto(tiny_models, **options) -> specllm.Engine:
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, **options)
+    greedy(e, PROMPTS[1], "auto", max_tokens=4)
+    e.close()
+    return e
+
+
+def test_calibration_times_every_width_and_leaves_the_context(engine):
+    context = engine.prompt_tokens(PROMPTS[0], chat=False)
+    table = calibration.measure(engine.target, calibration.TARGET_WIDTHS, context)
+    assert table.step_seconds > 0 and sorted(table.V) == [w for w in calibration.TARGET_WIDTHS if w > 1]
+    assert all(1.0 <= v <= w for w, v in table.V.items())
+    assert engine.target.tokens == context  # its KV cache holds the context, as before
+
+
+def test_calibration_pairs_narrow_calls_with_the_one_token_call_of_their_round(engine, monkeypatch):
+    """The machine runs at a different speed in each round, and in one round it slows down
+    between the one-token call and the narrow ones: the medians of paired ratios still read the
+    true costs, where the fastest timings of each width (the one-token call's from one round, the
+    others' from another) would read them 30% too high."""
+    true_v = {1: 1.0, 2: 1.6, 3: 2.1, 4: 2.7, 5: 3.2, 8: 6.0, 12: 7.4, 16: 7.1, 32: 11.6}
+    rounds = iter([(2.0, 2.0), (1.0, 1.3), (1.5, 1.5)])  # (one-token call, narrow calls) speed
+
+    def timings(jobs, context, reps):
+        if any(n > calibration.NARROW for _, n in jobs):
+            return [0.01 * true_v[n] for _, n in jobs]  # wide calls: timed once
+        one, narrow = next(rounds)
+        return [0.01 * true_v[n] * (one if n == 1 else narrow) for _, n in jobs]
+
+    monkeypatch.setattr(calibration, "time_calls", timings)
+    table = calibration.measure(engine.target, calibration.TARGET_WIDTHS, [1, 2, 3])
+    assert table.step_seconds == pytest.approx(0.015)  # the median round's one-token call
+    for w in (2, 3, 4, 5):
+        assert table.V[w] == pytest.approx(true_v[w])
+    assert table.V[8] == pytest.approx(6.0 / 1.5)  # against the median one-token call
+
+
+def test_calibration_is_cached_and_reused(tiny_models):
+    first = run_auto(tiny_models, n_threads=1)
+    assert first.calibration["measured"] == ["target", "draft"]
+    cached = json.loads(calibration.cache_path().read_text())["models"]
+    assert len(cached) == 2 and all("step_seconds" in t for t in cached.values())
+    again = run_auto(tiny_models, n_threads=1)
+    assert again.calibration["measured"] == []
+
+
+@pytest.mark.parametrize("change", ["threads", "gpu_layers", "model_file"])
+def test_calibration_is_redone_when_what_it_depends_on_changes(tiny_models, tmp_path, change):
+    assert run_auto(tiny_models, n_threads=1).calibration["measured"] == ["target", "draft"]
+    if change == "threads":
+        again = run_auto(tiny_models, n_threads=2)
+    elif change == "gpu_layers":  # a CPU build offloads nothing either way, but the key differs
+        again = run_auto(tiny_models, n_threads=1, n_gpu_layers=1)
+        assert again.calibration["measured"] == ["target"]  # the draft's own layers did not change
+        return
+    else:
+        st = os.stat(tiny_models.target)
+        os.utime(tiny_models.target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the file was replaced
+        try:
+            again = run_auto(tiny_models, n_threads=1)
+        finally:
+            os.utime(tiny_models.target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert again.calibration["measured"] == ["target"]
+        return
+    assert again.calibration["measured"] == ["target", "draft"]
+
+
+def write_cache(tiny_models, target: CostTable, draft: CostTable, n_threads=1):
+    options = ModelOptions(n_ctx=256, n_threads=n_threads)
+    calibration.save_costs({
+        calibration.model_key(tiny_models.target, options): target,
+        calibration.model_key(tiny_models.draft, options): draft,
+    })  # fmt: skip
+
+
+def test_a_cached_verdict_that_the_draft_cannot_pay_means_it_is_never_loaded(tiny_models):
+    p = cpu_like_policy()
+    write_cache(tiny_models, p.target, p.draft)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1, defer_draft=True)
+    result = greedy(e, PROMPTS[3], "auto")
+    assert e.draft is None and e.has_draft  # not loaded: it cannot pay here
+    assert e.calibration["measured"] == [] and "model" not in result.stats.sources
+    assert result.stats.policy["model_could_pay"] is False
+    # asking for it loads it
+    assert e.generate(PROMPTS[3], max_tokens=8, temperature=0, drafter="model").stats.n_drafted > 0
+    assert e.draft is not None
+    e.close()
+
+
+def test_a_cached_verdict_that_the_draft_pays_loads_and_uses_it(tiny_models):
+    p = gpu_like_policy()
+    write_cache(tiny_models, p.target, p.draft)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1, defer_draft=True)
+    assert e.draft is None
+    e.policy = gpu_like_policy()  # keep the GPU-like costs: the tiny models' real ones would drift in
+    result = greedy(e, PROMPTS[0], "auto")
+    assert e.draft is not None and result.stats.sources["model"]["drafted"] > 0
+    e.close()
+
+
+def test_a_deferred_draft_is_still_checked_for_compatibility_at_load(tiny_models):
+    with pytest.raises(specllm.SpecllmError, match="cannot draft"):
+        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, defer_draft=True)
+
+
+def test_the_policy_report_says_where_the_costs_came_from(engine):
+    result = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
+    report = result.stats.policy
+    assert report["calibration"]["measured"] == ["target", "draft"] and report["calibration"]["seconds"] > 0
+    assert report["target"]["step_seconds"] > 0 and "2" in report["target"]["V"]
+    assert result.stats.calibration_seconds == report["calibration"]["seconds"]
+    second = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
+    assert second.stats.calibration_seconds == 0  # the engine keeps its policy
+    assert greedy(engine, PROMPTS[1], "ngram", max_tokens=4).stats.policy is None
+
+
+def test_a_passed_vocabulary_check_is_remembered_until_a_file_changes(tiny_models, tmp_path):
+    """The deferred draft's vocabulary check (1-2 s for a real pair) runs once per pair of files;
+    a changed file is checked again, so a draft replaced by an incompatible one is still refused."""
+    import shutil
+
+    from specllm.llama.vocab import known_compatible
+
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    shutil.copy(tiny_models.target, target)
+    shutil.copy(tiny_models.draft, draft)
+    assert not known_compatible(target, draft)
+    specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True).close()
+    assert known_compatible(target, draft)
+    specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True).close()  # from the cache
+
+    shutil.copy(tiny_models.incompatible, draft)
+    assert not known_compatible(target, draft)
+    with pytest.raises(specllm.SpecllmError, match="cannot draft for"):
+        specllm.load(str(target), str(draft), n_ctx=256, n_threads=1, defer_draft=True)
+
+
+def test_a_greedy_drafts_confidence_is_its_softmax_top_probability():
+    """The confidence leaves out logits far below the top: on peaked, flat and in-between rows of a
+    150k vocabulary it stays within 1e-3 of the full softmax's top probability."""
+    from specllm.engine.drafters import _top_probability
+
+    rng = np.random.default_rng(0)
+    for scale in (0.5, 2.0, 5.0, 20.0):
+        row = (rng.normal(0, scale, 151_936)).astype(np.float32)
+        row[17] += 3 * scale
+        x = row.astype(np.float64)
+        exact = 1.0 / np.exp(x - x.max()).sum()
+        assert abs(_top_probability(row) - exact) < 1e-3

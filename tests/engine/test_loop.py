@@ -1,0 +1,686 @@
+"""The engine on real llama.cpp with tiny generated models."""
+
+import numpy as np
+import pytest
+from stats import SAMPLER, chi_square_pvalue, target_joint_distribution
+
+import specllm
+from specllm.engine.drafters import Draft, NgramDrafter, NoDrafter
+from specllm.engine.loop import Engine, Finished, Step
+from specllm.engine.sampling import SamplerSettings, distribution
+from specllm.engine.text import TextStream
+from specllm.errors import SpecllmError
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+from specllm.llama.vocab import check_pair
+
+PROMPTS = [
+    "Hello world",
+    "def f(x): return",
+    "the cat is in the house and the cat is in the",
+    "print(self.x) print(self.x) print(self",
+    "a b c d e f",
+    "for i in range(10):",
+    "import os",
+    "The quick brown fox",
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1)
+    yield e
+    e.close()
+
+
+def greedy(engine, prompt, drafter, gamma=4, max_tokens=48):
+    return engine.generate(prompt, max_tokens=max_tokens, temperature=0, drafter=drafter, gamma=gamma)
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+def test_greedy_speculative_equals_target_only(engine, drafter, gamma):
+    for prompt in PROMPTS:
+        expected = greedy(engine, prompt, "none").tokens
+        result = greedy(engine, prompt, drafter, gamma)
+        assert result.tokens == expected, prompt
+        assert len(expected) == 48
+
+
+def test_greedy_runs_really_speculate(engine):
+    """Guard against a vacuous equality test: drafts were made and mostly accepted."""
+    model = greedy(engine, PROMPTS[0], "model", 4).stats
+    assert model.n_drafted > 20 and 0.3 < model.acceptance_rate < 1.0
+    assert model.mean_accepted_length > 1.5
+    ngram = engine.generate(PROMPTS[2], max_tokens=48, temperature=0, drafter="ngram", gamma=4).stats
+    assert ngram.n_drafted > 0
+
+
+def test_stats_add_up(engine):
+    steps, r = steps_and_result(engine, PROMPTS[1], max_tokens=48, temperature=0, drafter="model", gamma=4)
+    s = r.stats
+    assert s.generated_tokens == len(r.tokens) == 48
+    assert s.n_drafted == sum(s.drafted_per_position)
+    assert s.n_accepted == sum(s.accepted_per_position)
+    assert len(s.drafted_per_position) == 4
+    # per position: the steps whose draft reached it, and those whose accepted prefix did
+    assert s.drafted_per_position == [sum(len(st.drafted) > i for st in steps) for i in range(4)]
+    assert s.accepted_per_position == [sum(st.accepted > i for st in steps) for i in range(4)]
+    assert s.target_calls == len(steps) and s.drafted_per_position[0] >= s.target_calls - 1  # the last may not draft
+    assert all(a <= d for a, d in zip(s.accepted_per_position, s.drafted_per_position))
+    # every target call emits its accepted drafts plus one token of its own (the last may be cut)
+    assert s.n_accepted + s.target_calls >= s.generated_tokens >= s.n_accepted + s.target_calls - 4
+    assert s.acceptance_rate == pytest.approx(s.n_accepted / s.n_drafted)
+    assert s.mean_accepted_length == pytest.approx(48 / s.target_calls)
+    assert s.prompt_tokens == len(engine.prompt_tokens(PROMPTS[1]))
+    assert s.draft_calls >= s.target_calls - 1
+    assert s.decode_seconds > 0 and s.prefill_seconds > 0
+
+
+def test_decode_time_is_the_engines_own(engine):
+    """A consumer that takes its time between events (rendering, a slow pipe) must not count in
+    decode_seconds: an accounting check, not a benchmark (10 target calls on a tiny model take
+    milliseconds; the consumer sleeps 2 s in all)."""
+    import time
+
+    slept = 0.0
+    for event in engine.stream(PROMPTS[0], max_tokens=10, temperature=0, drafter="none"):
+        if isinstance(event, Step):
+            time.sleep(0.2)
+            slept += 0.2
+    stats = event.result.stats
+    assert stats.target_calls == 10 and slept == pytest.approx(2.0)
+    assert 0 < stats.decode_seconds < slept
+
+
+def test_stream_yields_steps_whose_text_adds_up(engine):
+    events = list(engine.stream(PROMPTS[0], max_tokens=40, temperature=0, drafter="model", gamma=3))
+    steps, final = events[:-1], events[-1]
+    assert isinstance(final, Finished) and all(isinstance(e, Step) for e in steps)
+    assert "".join(s.accepted_text + s.token_text for s in steps) == final.result.text
+    rejected_steps = [s for s in steps if s.accepted < len(s.drafted)]
+    assert rejected_steps and all(s.rejected_text for s in rejected_steps)
+    emitted = [t for s in steps for t in s.drafted[: s.accepted] + ([s.token] if s.token >= 0 else [])]
+    assert emitted == final.result.tokens
+
+
+def test_token_list_prompt_is_used_as_given(engine):
+    ids = engine.prompt_tokens("import os")
+    assert ids[0] == engine.target.bos
+    assert greedy(engine, ids, "model").tokens == greedy(engine, "import os", "model").tokens
+    no_bos = ids[1:]
+    assert engine.generate(no_bos, max_tokens=4, temperature=0).stats.prompt_tokens == len(no_bos)
+
+
+def test_one_engine_generates_many_times_identically(engine):
+    first = [greedy(engine, p, "model").tokens for p in PROMPTS[:3]]
+    again = [greedy(engine, p, "model").tokens for p in PROMPTS[:3]]
+    assert first == again
+
+
+def test_seeded_sampling_is_reproducible(engine):
+    kw = dict(max_tokens=32, temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, drafter="model", gamma=3)
+    a = engine.generate(PROMPTS[0], seed=123, **kw).tokens
+    assert engine.generate(PROMPTS[0], seed=123, **kw).tokens == a
+    assert engine.generate(PROMPTS[0], seed=124, **kw).tokens != a
+
+
+# --- sampling, end to end ---------------------------------------------------------------------
+
+
+# (target, draft, drafter, prompt): "scripted" proposes the target's greedy continuation, one-hot
+JOINT_CASES = {
+    "model drafter": ("target", "draft", "model", "the cat"),
+    "one-hot drafter": ("target", None, "scripted", "the cat"),
+    "n-gram drafter": ("target", None, "ngram", " ".join("abc" * 5)),  # it drafts "a b c": rarely accepted
+    "draft vocab larger": ("target", "extra_heavy", "model", "the cat"),
+    "target vocab larger": ("extra_heavy", "draft", "model", "the cat"),
+}
+
+
+@pytest.mark.parametrize("case", JOINT_CASES)
+def test_first_three_tokens_follow_the_target_distribution(tiny_models, monkeypatch, case):
+    """The joint distribution of the first three tokens, with drafts of three tokens: q rows 2..k,
+    the batched p rows 2..k+1 and the draft's KV cache in sampling mode all take part."""
+    target, draft, drafter, prompt = JOINT_CASES[case]
+    e = load_pair(getattr(tiny_models, target), draft and getattr(tiny_models, draft), n_ctx=256)
+    ids = e.prompt_tokens(prompt)
+    if drafter == "scripted":
+        use_drafter(monkeypatch, ScriptedDrafter(len(ids), greedy(e, ids, "none", max_tokens=4).tokens))
+    joint = target_joint_distribution(getattr(tiny_models, target), ids)
+    cells = sorted(joint)
+    counts = dict.fromkeys(cells, 0)
+    n, drafted, third, edge = 4000, 0, 0, 0
+    n_target, n_draft = e.target.n_vocab, e.draft.n_vocab if e.draft else None
+    for seed in range(n):
+        kw = SAMPLER.__dict__ | {"seed": seed, "drafter": "none" if drafter == "scripted" else drafter}
+        steps, r = steps_and_result(e, ids, max_tokens=4, gamma=3, **kw)
+        counts[tuple(r.tokens[:3])] += 1  # a KeyError here is a sequence the target cannot produce
+        drafted += len(steps[0].drafted) == 3
+        third += steps[0].accepted == 3
+        edge += any(t >= n_target for st in steps for t in st.drafted) or max(r.tokens) >= (n_draft or n_target)
+    assert drafted > n / 2  # three-token drafts ...
+    assert third > n / 50 or drafter == "ngram"  # ... some accepted to the end
+    if "vocab" in case:
+        assert edge > n / 50  # foreign ids were drafted / emitted
+    observed = np.array([counts[c] for c in cells])
+    assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
+    e.close()
+
+
+# --- the sampler chain against llama.cpp's own -------------------------------------------------
+
+
+def llama_cpp_chain(logits: np.ndarray, s: SamplerSettings) -> np.ndarray:
+    """The processed distribution by llama.cpp's sampler chain, built through the low-level API in
+    the order of llama-cpp-python's Llama.create_completion (top-k, typical, top-p, min-p, temp,
+    dist): dist leaves the final probabilities of the kept tokens in the array."""
+    import ctypes
+
+    import llama_cpp as L
+
+    n = logits.size
+    data = (L.llama_token_data * n)()
+    for i in range(n):
+        data[i].id, data[i].logit, data[i].p = i, float(logits[i]), 0.0
+    array = L.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    for sampler in (
+        L.llama_sampler_init_top_k(s.top_k),
+        L.llama_sampler_init_typical(1.0, 1),
+        L.llama_sampler_init_top_p(s.top_p, 1),
+        L.llama_sampler_init_min_p(s.min_p, 1),
+        L.llama_sampler_init_temp(s.temperature),
+        L.llama_sampler_init_dist(0),
+    ):
+        L.llama_sampler_chain_add(chain, sampler)
+    L.llama_sampler_apply(chain, ctypes.byref(array))
+    out = np.zeros(n)
+    for i in range(array.size):
+        out[data[i].id] = data[i].p
+    L.llama_sampler_free(chain)
+    return out
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),  # the CLI's defaults
+        SamplerSettings(temperature=0.4, top_k=0, top_p=0.8, min_p=0.0),
+        SamplerSettings(temperature=1.7, top_k=0, top_p=1.0, min_p=0.1),
+        SamplerSettings(temperature=2.5, top_k=10, top_p=0.9, min_p=0.02),
+    ],
+)
+def test_sampler_chain_matches_llama_cpp(engine, settings):
+    """Same kept tokens and the same probabilities as llama.cpp's chain, on a real model's logits."""
+    checked = 0
+    for prompt in PROMPTS[:4]:
+        logits = engine.target.sync(engine.prompt_tokens(prompt), n_logits=1)[0].copy()
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        np.testing.assert_array_equal(np.flatnonzero(ours), np.flatnonzero(theirs))
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+        checked += np.count_nonzero(ours) > 1
+    assert checked >= 2  # not only one-token distributions
+
+
+def test_ties_at_the_cut_keep_as_many_tokens_as_llama_cpp():
+    """At a tie at the top-k (or top-p) cut llama.cpp keeps the same number of tokens with the same
+    probabilities, but which of the tied ids depends on its sort; specllm keeps the lowest ids."""
+    logits = np.random.default_rng(0).normal(0, 1, 50).astype(np.float32) - 10
+    logits[[3, 40, 7, 20]] = 5.0  # four tied, below one clear winner
+    logits[30] = 6.0
+    for settings in (
+        SamplerSettings(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0),
+        SamplerSettings(temperature=0.7, top_k=0, top_p=0.6, min_p=0.0),
+    ):
+        ours, theirs = distribution(logits, settings), llama_cpp_chain(logits, settings)
+        assert np.count_nonzero(ours) == np.count_nonzero(theirs) == 3
+        assert ours[30] > 0 and theirs[30] > 0
+        np.testing.assert_allclose(np.sort(ours[ours > 0]), np.sort(theirs[theirs > 0]), atol=1e-6)
+        assert set(np.flatnonzero(ours)) == {3, 7, 30}
+
+
+# --- KV cache ---------------------------------------------------------------------------------
+
+
+def test_kv_rollback_gives_the_logits_of_a_fresh_decode(tiny_models):
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    prefix = model.tokenize("def f(x): return x")
+    model.eval(prefix + [300, 301, 302, 303], 1)
+    model.truncate(len(prefix))
+    assert model.tokens == prefix
+    after_rollback = model.eval([400, 401, 402], 3).copy()
+    model.truncate(0)
+    model.eval(prefix, 1)
+    fresh = model.eval([400, 401, 402], 3).copy()
+    np.testing.assert_array_equal(after_rollback, fresh)
+    model.close()
+
+
+def test_logit_rows_are_llama_cpps_rows_whatever_the_call_before(tiny_models):
+    """eval hands out numpy views kept per buffer address and row count: calls of growing and
+    shrinking widths (llama.cpp moves its output buffer when it grows) still read each row where
+    llama.cpp wrote it."""
+    import llama_cpp as L
+
+    model = Model(tiny_models.target, ModelOptions(n_ctx=512, n_threads=1))
+    prefix = model.tokenize("def f(x): return x")
+    model.eval(prefix, 1)
+    for width in (1, 3, 40, 2, 200, 5, 1):
+        rows = model.eval(list(range(300, 300 + width)), width)
+        from_llama = [
+            np.ctypeslib.as_array(L.llama_get_logits_ith(model._ctx, i), shape=(model.n_vocab,)) for i in range(width)
+        ]
+        np.testing.assert_array_equal(rows, np.stack(from_llama))
+        model.truncate(len(prefix))
+    model.close()
+
+
+def test_sync_reuses_the_common_prefix(tiny_models):
+    model = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    a = model.tokenize("the cat is in the house")
+    model.sync(a)
+    b = a[:4] + [300, 301]
+    logits = model.sync(b, n_logits=1)[0].copy()
+    assert model.tokens == b
+    model.truncate(0)
+    model.eval(b[:4], 0)
+    np.testing.assert_array_equal(model.eval(b[4:], 1)[0], logits)  # same batch shapes: exact
+    # asking for logits of tokens already cached re-evaluates the last one (a 1-token batch,
+    # so equal up to llama.cpp's batch-shape rounding)
+    np.testing.assert_allclose(model.sync(b, n_logits=1)[0], logits, atol=1e-3)
+    assert model.tokens == b
+    model.close()
+
+
+# --- stopping ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram", "none"])
+def test_a_full_context_stops_cleanly(tiny_models, drafter):
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    prompt = e.prompt_tokens("the cat is in the house")
+    r = e.generate(prompt, max_tokens=1000, temperature=0, drafter=drafter, gamma=8)
+    assert r.stop_reason == "context_full"
+    n_ctx = e.target.n_ctx  # llama.cpp may round the size up
+    assert len(prompt) + len(r.tokens) == n_ctx + 1  # the last token needs no KV slot of its own
+    roomy = specllm.load(str(tiny_models.target), n_ctx=2 * n_ctx, n_threads=1)
+    assert r.tokens == greedy(roomy, prompt, "none", max_tokens=len(r.tokens)).tokens
+    e.close()
+
+
+def test_a_prompt_longer_than_the_context_is_refused(tiny_models):
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    with pytest.raises(SpecllmError, match="context"):
+        e.generate("the cat is in the house " * 100, max_tokens=4, drafter="none")
+    e.close()
+
+
+def test_eos_stops_generation(tiny_models, tmp_path):
+    """A model whose EOS id is a token the target would produce greedily stops right there."""
+    import tiny_models as tm
+
+    base = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    tokens = greedy(base, "import os", "none", max_tokens=12).tokens
+    stop_token = tokens[5]
+    first = tokens.index(stop_token)
+    eos_model = tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=stop_token)
+    e = specllm.load(str(eos_model), n_ctx=256, n_threads=1)
+    r = e.generate(e.prompt_tokens("import os"), max_tokens=40, temperature=0, drafter="ngram")
+    assert r.stop_reason == "eos"
+    assert r.tokens == tokens[:first]
+
+
+class ScriptedDrafter(NoDrafter):
+    """Proposes the next tokens of a fixed script, from the position the generation has reached
+    (one-hot q), whatever was emitted so far."""
+
+    name = "scripted"
+
+    def __init__(self, prompt_length: int, script: list[int]):
+        self.prompt_length, self.script = prompt_length, script
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        at = len(context) - self.prompt_length
+        return Draft(list(self.script[at : at + gamma]))
+
+
+def use_drafter(monkeypatch, drafter) -> None:
+    """Make every generation use `drafter` (a test drafter is not among the engine's names)."""
+    import specllm.engine.loop
+
+    monkeypatch.setattr(specllm.engine.loop._Run, "_make_drafter", lambda run, engine: drafter)
+
+
+def test_eos_inside_an_accepted_draft(tiny_models, tmp_path, monkeypatch):
+    """The draft holds EOS in its middle and the target accepts all of it: generation ends at the
+    EOS; the draft tokens after it were never emitted, so they count in no stats."""
+    import tiny_models as tm
+
+    base = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    script = greedy(base, "import os", "none", max_tokens=12).tokens
+    base.close()
+    eos = script[3]
+    first = script.index(eos)
+    assert first + 1 < 8
+    e = specllm.load(str(tm.write_model(tmp_path / "eos.gguf", seed=0, eos_token_id=eos)), n_ctx=256, n_threads=1)
+    prompt = e.prompt_tokens("import os")
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(e, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8)
+    assert r.stop_reason == "eos" and r.tokens == script[:first]
+    assert len(steps) == 1 and steps[0].drafted == script[:8] and steps[0].token == -1
+    assert steps[0].accepted == first + 1  # up to and including the EOS
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.generated_tokens, s.target_calls) == (8, first + 1, first, 1)
+    assert s.accepted_per_position == [1] * (first + 1) + [0] * (7 - first)
+    e.close()
+
+
+def test_stop_string_inside_an_accepted_draft(engine, monkeypatch):
+    """The draft completes a stop string in its middle: the text ends before it, and only the draft
+    tokens up to the one that completed it count as accepted."""
+    full = greedy(engine, PROMPTS[1], "none", max_tokens=12)
+    script = full.tokens
+    texts = [engine.target.detokenize(script[:n]).decode("utf-8", errors="replace") for n in range(13)]
+    stop = next(
+        full.text[i : i + 3] for i in range(len(texts[1]), len(texts[6]))
+        if full.text.index(full.text[i : i + 3]) == i and "\ufffd" not in full.text[i : i + 3]
+    )  # fmt: skip
+    completed = next(n for n in range(13) if stop in texts[n])
+    assert 2 <= completed < 8  # in the middle of the first draft
+    prompt = engine.prompt_tokens(PROMPTS[1])
+    use_drafter(monkeypatch, ScriptedDrafter(len(prompt), script))
+    steps, r = steps_and_result(engine, prompt, max_tokens=40, temperature=0, drafter="none", gamma=8, stop=stop)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+    assert r.tokens == script[:completed] and steps[0].accepted == completed
+    s = r.stats
+    assert (s.n_drafted, s.n_accepted, s.target_calls) == (8, completed, 1)
+    assert s.accepted_per_position == [1] * completed + [0] * (8 - completed)
+
+
+def test_max_tokens_and_stop_strings(engine):
+    full = greedy(engine, PROMPTS[1], "model", max_tokens=40)
+    assert full.stop_reason == "max_tokens"
+    for n in (1, 2, 7):
+        assert greedy(engine, PROMPTS[1], "model", 8, max_tokens=n).tokens == full.tokens[:n]
+    stop = full.text[10:14]
+    cut = full.text.index(stop)
+    r = engine.generate(PROMPTS[1], max_tokens=40, temperature=0, drafter="model", stop=[stop])
+    assert r.stop_reason == "stop"
+    assert r.text == full.text[:cut]
+    streamed = "".join(
+        e.accepted_text + e.token_text
+        for e in engine.stream(PROMPTS[1], max_tokens=40, temperature=0, stop=[stop])
+        if isinstance(e, Step)
+    )
+    assert streamed == full.text[:cut]
+
+
+def test_gamma_at_the_batch_limit(tiny_models):
+    """A verify call on gamma + 1 tokens must fit in one batch: n_batch - 1 works, n_batch is refused
+    up front (by the engine, the CLI's option check and chat's /gamma), not mid-generation."""
+    from specllm.chat.session import ChatSession
+    from specllm.cli.main import check_options
+    from specllm.engine.loop import GenerationConfig
+
+    e = load_pair(tiny_models.target, tiny_models.draft, n_ctx=256, n_batch=16)
+    assert e.target.n_batch == 16
+    prompt = e.prompt_tokens(PROMPTS[0])
+    r = e.generate(prompt, max_tokens=40, temperature=0, drafter="model", gamma=15)
+    assert len(r.stats.drafted_per_position) == 15  # a 15-token draft was verified in one call
+    assert r.tokens == greedy(e, prompt, "none", max_tokens=40).tokens
+    with pytest.raises(SpecllmError, match="at most 15"):
+        e.stream(prompt, max_tokens=40, temperature=0, drafter="model", gamma=16)
+    session = ChatSession(e, GenerationConfig(gamma=4))
+    with pytest.raises(SpecllmError, match="at most 15"):
+        session.command("/gamma 16")
+    assert session.config.gamma == 4
+    assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
+    e.close()
+    check_options(8, "ngram", 511, {}, ctx_size=4096)
+    check_options(8, "ngram", 255, {}, ctx_size=256)  # llama.cpp caps the batch at the context
+    for gamma, ctx_size in ((512, 4096), (600, 4096), (256, 256)):
+        with pytest.raises(SpecllmError, match="gamma"):
+            check_options(8, "ngram", gamma, {}, ctx_size=ctx_size)
+
+
+def test_one_stop_string_is_one_stop(engine):
+    """GenerationConfig(stop="END") stops at "END", not at "E", "N" or "D"."""
+    from specllm.engine.loop import GenerationConfig
+
+    assert GenerationConfig(stop="END").stop == ("END",)
+    assert GenerationConfig(stop=["a", "bc"]).stop == ("a", "bc")
+    full = greedy(engine, PROMPTS[1], "model", max_tokens=40)
+    stop = next(full.text[i : i + 4] for i in range(8, 30) if len(set(full.text[i : i + 4])) == 4)
+    assert any(full.text.index(c) < full.text.index(stop) for c in stop)  # one letter comes earlier
+    config = GenerationConfig(max_tokens=40, sampler=SamplerSettings(temperature=0), stop=stop)
+    r = engine.generate(PROMPTS[1], config=config)
+    assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
+
+
+def test_a_config_and_keywords_together_are_refused(engine):
+    from specllm.engine.loop import GenerationConfig
+
+    with pytest.raises(TypeError, match="not both"):
+        engine.stream(PROMPTS[0], GenerationConfig(), temperature=0)
+
+
+def test_a_second_live_stream_is_refused(engine):
+    """Streams share the engine's KV caches: a second one is refused while the first runs; a
+    finished or closed stream releases the engine."""
+    expected = greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens
+    first = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    next(first)
+    with pytest.raises(SpecllmError, match="another stream"):
+        engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    assert list(first)[-1].result.tokens == expected  # the first went on undisturbed
+    closed = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)
+    next(closed)
+    closed.close()
+    a = engine.stream(PROMPTS[0], max_tokens=20, temperature=0, drafter="model")
+    b = engine.stream(PROMPTS[1], max_tokens=20, temperature=0)  # created, not started: allowed
+    next(a)
+    with pytest.raises(SpecllmError, match="another stream"):
+        next(b)  # ... but refused once it would run while the first is live
+    assert list(a)[-1].result.tokens == expected
+    assert greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens == expected
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+def test_multibyte_characters_split_across_tokens_stream_whole():
+    stream = TextStream()
+    euro = "€".encode()  # three bytes
+    assert stream.push(euro[:1]) == ""
+    assert stream.push(euro[1:2]) == ""
+    assert stream.push(euro[2:] + b"!") == "€!"
+    assert stream.finish() == ""
+
+
+def test_invalid_bytes_become_replacement_characters():
+    stream = TextStream()
+    out = stream.push(b"a\xffb") + stream.push(b"\xe2\x82") + stream.finish()
+    assert out == "a\ufffdb\ufffd"
+
+
+def test_stop_string_spanning_pushes_is_never_shown():
+    stream = TextStream(stop=("END",))
+    shown = stream.push(b"abc E") + stream.push(b"N") + stream.push(b"D tail")
+    assert shown == "abc " and stream.stopped and stream.text == "abc "
+
+
+def test_broken_utf8_from_a_model_streams_cleanly(tiny_models):
+    e = specllm.load(str(tiny_models.bytes), n_ctx=256, n_threads=1)
+    events = list(e.stream("hello", max_tokens=120, temperature=0.8, seed=3, drafter="ngram"))
+    result = events[-1].result
+    raw = e.target.detokenize(result.tokens)
+    with pytest.raises(UnicodeDecodeError):
+        raw.decode("utf-8")  # the model really emitted broken UTF-8 ...
+    pieces = [ev.accepted_text + ev.token_text for ev in events[:-1]]
+    assert "".join(pieces) == result.text == raw.decode("utf-8", errors="replace")  # ... shown cleanly
+    assert "\ufffd" in result.text
+    for piece in pieces:
+        piece.encode("utf-8")  # no lone surrogates or half characters in any streamed piece
+    e.close()
+
+
+# --- vocabularies -------------------------------------------------------------------------------
+
+
+def test_incompatible_vocabularies_are_refused(tiny_models):
+    with pytest.raises(SpecllmError, match=r"token 261 differs \('.*' vs '.*'\)"):
+        check_pair(tiny_models.target, tiny_models.incompatible)
+    with pytest.raises(SpecllmError, match="cannot draft"):
+        specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, n_threads=1)
+
+
+def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
+    check_pair(tiny_models.target, tiny_models.extended)
+    check_pair(tiny_models.target, tiny_models.draft)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=256, n_threads=1)
+    assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
+    e.close()
+
+
+def load_pair(target, draft, n_ctx=256, **options) -> Engine:
+    """An engine on two model files (options such as n_batch that specllm.load does not take)."""
+    opts = ModelOptions(n_ctx=n_ctx, n_threads=1, **options)
+    return Engine(Model(target, opts), Model(draft, opts) if draft else None)
+
+
+FULL_SAMPLING = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def steps_and_result(engine, prompt, **kwargs):
+    events = list(engine.stream(prompt, **kwargs))
+    return events[:-1], events[-1].result
+
+
+def test_draft_tokens_the_target_lacks_are_rejected_unseen(tiny_models):
+    """A draft vocabulary larger than the target's: the draft proposes ids the target lacks. They
+    are rejected (p = 0) without reaching the target, and shown with the draft's own text."""
+    e = load_pair(tiny_models.target, tiny_models.extra_heavy)
+    n_target = e.target.n_vocab
+    assert e.draft.n_vocab > n_target
+    foreign = 0
+    for prompt in PROMPTS[:4]:
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == greedy(e, prompt, "none", max_tokens=32).tokens
+        for step in steps:
+            outside = [i for i, t in enumerate(step.drafted) if t >= n_target]
+            if outside:
+                foreign += 1
+                assert step.accepted <= outside[0]
+                assert e.draft.piece(step.drafted[outside[0]]).decode().replace("\u2581", " ") in step.rejected_text
+    assert foreign > 0  # greedy drafts really held foreign ids
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        kw = dict(max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        steps, result = steps_and_result(e, PROMPTS[seed % 4], **kw)
+        assert result.stop_reason in ("max_tokens", "eos") and max(result.tokens) < n_target
+        foreign += sum(t >= n_target for step in steps for t in step.drafted)
+    assert foreign > 10
+    e.close()
+
+
+def test_a_target_token_the_draft_lacks_turns_drafting_off(tiny_models):
+    """A target vocabulary larger than the draft's: once the context holds an id the draft does not
+    have, the draft drafts nothing more in that generation, and the output stays exact."""
+    e = load_pair(tiny_models.extra_heavy, tiny_models.draft)
+    n_draft = e.draft.n_vocab
+    assert e.target.n_vocab > n_draft
+    reached = drafted_before = 0
+    for prompt in PROMPTS[:4]:
+        expected = greedy(e, prompt, "none", max_tokens=32).tokens
+        steps, result = steps_and_result(e, prompt, max_tokens=32, temperature=0, drafter="model", gamma=4)
+        assert result.tokens == expected
+        first = next((i for i, t in enumerate(expected) if t >= n_draft), None)
+        if first is None:
+            continue
+        reached += 1
+        emitted = 0
+        for step in steps:
+            if emitted > first:
+                assert step.drafted == []
+            else:
+                drafted_before += len(step.drafted)
+            emitted += step.accepted + (step.token >= 0)
+    assert reached > 0 and drafted_before > 0
+    foreign_prompt = e.prompt_tokens(PROMPTS[0]) + [n_draft]  # in the prompt already
+    r = greedy(e, foreign_prompt, "model", max_tokens=8)
+    assert r.tokens == greedy(e, foreign_prompt, "none", max_tokens=8).tokens and r.stats.n_drafted == 0
+    foreign = 0
+    for seed in range(20):  # sampling at temperature 1, top-k off
+        r = e.generate(PROMPTS[seed % 4], max_tokens=32, seed=seed, drafter="model", gamma=4, **FULL_SAMPLING)
+        assert r.stop_reason in ("max_tokens", "eos")
+        foreign += sum(t >= n_draft for t in r.tokens)
+    assert foreign > 10
+    e.close()
+
+
+# --- drafters -----------------------------------------------------------------------------------
+
+
+def test_ngram_drafter_drafts_only_after_a_long_enough_repeat():
+    text = [7, 1, 2, 3, 4, 5, 6, 8, 9, 1, 2, 3, 4, 5, 6]  # "1 2 3 4 5 6" repeats: 6 tokens
+    assert NgramDrafter(min_match=6).propose(text, 3).tokens == [8, 9, 1]
+    assert NgramDrafter(min_match=7).propose(text, 3).tokens == []
+    assert NgramDrafter(min_match=7).propose([7, *text[1:8], 7, *text[9:]], 3).tokens == [8, 7, 1]  # 7 now
+
+
+def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
+    d = NgramDrafter(max_ngram=3, min_ngram=2, min_match=2)
+    ctx = [1, 2, 3, 4, 5, 9, 9, 2, 3, 4, 6, 7, 8, 2, 3, 4]
+    assert d.propose(ctx, 3).tokens == [6, 7, 8]  # latest earlier "2 3 4" is followed by 6 7 8
+    assert d.propose(ctx + [6], 2).tokens == [7, 8]  # incremental index, 3-gram "3 4 6"
+    assert d.propose([1, 2, 3, 4], 3).tokens == []  # nothing repeats
+    assert d.propose([5, 6, 5, 6], 4).tokens == [5, 6]  # a match near the end proposes what exists
+    assert d.propose([7, 1, 2, 7, 1], 2).tokens == [2, 7]  # a new context resets the index
+
+
+def test_an_ngram_copy_stops_before_chat_markup():
+    text = [5, 1, 2, 3, 4, 6, 7, 99, 98, 8, 1, 2, 3, 4]  # the repeat was followed by 6 7, then markup
+    assert NgramDrafter(min_match=4).propose(text, 4).tokens == [6, 7, 99, 98]
+    assert NgramDrafter(min_match=4, markup=frozenset({98, 99})).propose(text, 4).tokens == [6, 7]
+    assert NgramDrafter(min_match=4, markup=frozenset({6})).propose(text, 4).tokens == []
+
+
+def test_the_markup_tokens_are_the_control_and_end_of_generation_ones(engine):
+    assert engine.target.markup_tokens == {1, 2, 3, 4}  # <s>, </s>, <|im_start|>, <|im_end|> (tiny_models)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "auto"])
+def test_no_drafter_copies_the_chat_markup_that_ends_a_message(engine, drafter):
+    """A prompt that ends by repeating the end of an earlier user message: the copy would go on
+    with the template's end-of-turn and role header, which an answer never writes."""
+    message = engine.target.tokenize("the cat is in the house and the dog", add_special=False)
+    header = engine.target.tokenize("assistant", add_special=False)
+    prompt = [engine.target.bos, 3, *message, 4, 3, *header, *message[:-1]]
+    steps = [s for s in engine.stream(prompt, max_tokens=16, temperature=0, drafter=drafter, gamma=8)
+             if isinstance(s, Step)]  # fmt: skip
+    drafted = [t for s in steps for t in s.drafted]
+    assert not set(drafted) & engine.target.markup_tokens
+    if drafter == "ngram":  # the first step copies the last token of the message, and stops there
+        assert steps[0].drafted == message[-1:]
+    assert [t for s in steps for t in s.drafted[: s.accepted] + [s.token]] == greedy(
+        engine, prompt, "none", max_tokens=16
+    ).tokens
+
+
+def test_model_drafter_needs_a_draft_model(tiny_models):
+    e = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    with pytest.raises(SpecllmError, match="draft model"):
+        e.generate("hi", drafter="model")
+    with pytest.raises(SpecllmError, match="unknown drafter"):
+        e.generate("hi", drafter="magic")
+    e.close()
+
+
+def test_chat_template_is_applied_when_asked(engine):
+    raw = engine.prompt_tokens("hi")
+    chat = engine.prompt_tokens("hi", chat=True, system="be brief")
+    text = engine.target.detokenize(chat).decode()
+    assert len(chat) > len(raw) and chat.count(engine.target.bos) <= 1
+    assert "be brief" in text and "hi" in text
+    assert 3 in chat  # <|im_start|> was parsed as the special token, not as text

@@ -1,0 +1,388 @@
+"""Models in other tools' stores (Ollama, LM Studio, llama.cpp's cache), used in place.
+
+The stores are laid out as those tools lay them out (Ollama: manifest/paths.go, server/images.go;
+LM Studio: <models>/<publisher>/<repo>/<file>.gguf, its home pointer and settings.json;
+llama.cpp: common.cpp's cache folder and the names its downloads get), in temporary folders the
+environment points at. The models are tiny real GGUFs run by real llama.cpp.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiny_models as tm
+from one_line import assert_one_line_error
+from serving import serving
+
+import specllm
+from specllm.errors import SpecllmError
+from specllm.models import local as local_models
+from specllm.models import stores
+
+REGISTRY = "registry.example"  # any registry folder: none is assumed (see stores.py)
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def specllm_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "COLUMNS": "250", **(env or {})})  # fmt: skip
+
+
+# --- laying out stores as the tools do -----------------------------------------------------------
+
+
+def write_blob(root: Path, content: bytes) -> str:
+    """Ollama's blobs/sha256-<hex> for `content`; returns its digest, sha256:<hex>."""
+    digest = hashlib.sha256(content).hexdigest()
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "blobs" / f"sha256-{digest}").write_bytes(content)
+    return f"sha256:{digest}"
+
+
+def ollama_pull(root: Path, model: Path, name: str, tag: str = "latest", namespace: str = "library",
+                registry: str = REGISTRY) -> Path:  # fmt: skip
+    """What `ollama pull` leaves: blobs (model, template, params, config) and the manifest at
+    manifests/<registry>/<namespace>/<model>/<tag>. Returns the model's blob."""
+
+    def layer(media_type: str, content: bytes) -> dict:
+        return {"mediaType": media_type, "digest": write_blob(root, content), "size": len(content)}
+
+    config = layer("application/vnd.docker.container.image.v1+json", b'{"model_format":"gguf","model_family":"llama"}')
+    manifest = {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": config, "layers": [
+        layer("application/vnd.ollama.image.model", model.read_bytes()),
+        layer("application/vnd.ollama.image.template", b"{{ .Prompt }}"),
+        layer("application/vnd.ollama.image.params", b'{"stop":["<|im_end|>"]}'),
+    ]}  # fmt: skip
+    path = root / "manifests" / registry / namespace / name / tag
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return root / "blobs" / manifest["layers"][0]["digest"].replace(":", "-")
+
+
+def into_folder(model: Path, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def small_draft(tmp_path_factory) -> Path:
+    """A draft smaller than the tiny target (one layer), with its vocabulary."""
+    d = tmp_path_factory.mktemp("small_draft")
+    return tm.write_model(d / "small.gguf", seed=0, noise=tm.DRAFT_NOISE, n_layer=1)
+
+
+@pytest.fixture
+def store_env(tmp_path, monkeypatch) -> dict[str, Path]:
+    """The three stores' folders, empty, with the environment pointing at them."""
+    folders = {"ollama": tmp_path / "ollama", "lmstudio": tmp_path / "lmstudio", "llamacpp": tmp_path / "llama.cpp"}
+    monkeypatch.setenv("OLLAMA_MODELS", str(folders["ollama"]))
+    monkeypatch.setenv("SPECLLM_LMSTUDIO_HOME", str(folders["lmstudio"]))
+    monkeypatch.setenv("LLAMA_CACHE", str(folders["llamacpp"]))
+    return folders
+
+
+@pytest.fixture
+def filled(store_env, tiny_models, small_draft):
+    """A model in each store: the tiny target in Ollama (twice: library/tiny:latest and
+    team/tiny:q8), the small draft in LM Studio, the draft in llama.cpp's cache (as an older
+    `-hf` download names it: <owner>_<repo>_<file>)."""
+    blob = ollama_pull(store_env["ollama"], tiny_models.target, "tiny")
+    ollama_pull(store_env["ollama"], tiny_models.target, "tiny", tag="q8", namespace="team")
+    lms = into_folder(small_draft, store_env["lmstudio"] / "models" / "tiny-org" / "Tiny-GGUF" / "tiny-small.gguf")
+    llama = into_folder(tiny_models.draft, store_env["llamacpp"] / "tiny-org_Tiny-GGUF_tiny-draft.gguf")
+    (store_env["llamacpp"] / "tiny-org_Tiny-GGUF_tiny-draft.gguf.json").write_text('{"etag": "x"}')  # not a model
+    return {"blob": blob, "lmstudio": lms, "llamacpp": llama}
+
+
+# --- listing -------------------------------------------------------------------------------------
+
+
+def test_models_lists_every_store_with_its_source_size_and_architecture(filled, small_draft, tiny_models):
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listing = json.loads(proc.stdout)
+    found = {m["spec"]: (m["cache"], m["path"], m["size"], m["architecture"]) for m in listing["models"]}
+    target_size = tiny_models.target.stat().st_size
+    assert found == {
+        "ollama:tiny:latest": ("Ollama", str(filled["blob"]), target_size, "llama"),
+        "ollama:team/tiny:q8": ("Ollama", str(filled["blob"]), target_size, "llama"),
+        "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf": (
+            "LM Studio",
+            str(filled["lmstudio"]),
+            small_draft.stat().st_size,
+            "llama",
+        ),
+        "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": (
+            "llama.cpp cache",
+            str(filled["llamacpp"]),
+            tiny_models.draft.stat().st_size,
+            "llama",
+        ),
+    }
+    # one blob under two names is counted once
+    assert listing["total_size"] == target_size + small_draft.stat().st_size + tiny_models.draft.stat().st_size
+    assert listing["problems"] == [] and proc.stderr == ""
+
+    table = specllm_cli("models")
+    assert table.returncode == 0, table.stderr
+    for spec, (source, *_) in found.items():
+        row = next(line for line in table.stdout.splitlines() if spec in line)
+        assert source in row and "llama" in row.replace(spec, "")
+
+
+def test_a_name_in_two_registries_is_listed_with_its_registry_and_must_be_named_so(store_env, tiny_models):
+    one = ollama_pull(store_env["ollama"], tiny_models.target, "tiny", registry="a.example")
+    ollama_pull(store_env["ollama"], tiny_models.draft, "tiny", registry="b.example")
+    listing = json.loads(specllm_cli("models", "--json").stdout)
+    assert sorted(m["spec"] for m in listing["models"]) == [
+        "ollama:a.example/library/tiny:latest",
+        "ollama:b.example/library/tiny:latest",
+    ]
+    assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:tiny"), "more than one registry",
+                          "ollama:a.example/library/tiny:latest", "ollama:b.example/library/tiny:latest")  # fmt: skip
+    assert stores.resolve("ollama:a.example/library/tiny") == one
+
+
+def test_ollama_names_resolve_as_ollama_parses_them(store_env, tiny_models):
+    blob = ollama_pull(store_env["ollama"], tiny_models.target, "qwen2.5-coder", tag="7b")
+    other = ollama_pull(store_env["ollama"], tiny_models.draft, "qwen2.5-coder")  # tag latest
+    team = ollama_pull(store_env["ollama"], tiny_models.extended, "coder", tag="v1.5", namespace="team")
+    assert stores.resolve("ollama:qwen2.5-coder:7b") == blob
+    assert stores.resolve("ollama:library/qwen2.5-coder:7b") == blob
+    assert stores.resolve(f"ollama:{REGISTRY}/library/qwen2.5-coder:7b") == blob
+    assert stores.resolve("ollama:qwen2.5-coder") == other
+    assert stores.resolve("ollama:team/coder:v1.5") == team
+    ported = ollama_pull(store_env["ollama"], tiny_models.no_template, "tiny", registry="localhost:5000")
+    assert stores.resolve("ollama:localhost:5000/library/tiny") == ported  # a port, not a tag
+
+
+def test_lmstudio_models_folder_from_its_settings_and_its_home_pointer(tmp_path, monkeypatch, tiny_models):
+    monkeypatch.delenv("SPECLLM_LMSTUDIO_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert stores.lmstudio_roots() == [tmp_path / ".lmstudio" / "models"]
+    (tmp_path / ".cache" / "lm-studio").mkdir(parents=True)  # an older install's home
+    assert stores.lmstudio_roots() == [tmp_path / ".cache" / "lm-studio" / "models"]
+    home = tmp_path / "elsewhere"
+    (tmp_path / ".lmstudio-home-pointer").write_text(f"{home}\n")
+    assert stores.lmstudio_roots() == [home / "models"]
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps({"downloadsFolder": str(tmp_path / "big-disk"), "other": 1}))
+    assert stores.lmstudio_roots() == [tmp_path / "big-disk", home / "models"]
+    into_folder(tiny_models.target, tmp_path / "big-disk" / "pub" / "Repo-GGUF" / "m.gguf")
+    assert [m.spec for m in stores.scan().models] == ["lmstudio:pub/Repo-GGUF/m.gguf"]
+
+
+def test_llamacpp_cache_is_found_where_llama_cpp_puts_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("LLAMA_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform not in ("win32", "darwin"):
+        assert stores.llamacpp_roots() == [tmp_path / "xdg" / "llama.cpp"]
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "mine"))
+    assert stores.llamacpp_roots() == [tmp_path / "mine"]
+
+
+def test_llamacpp_cache_in_the_hub_layout_is_listed_by_its_paths(store_env, tiny_models):
+    """Newer llama.cpp keeps `-hf` downloads in LLAMA_CACHE in the HF cache's layout: a snapshot
+    entry links to its blob (which has no .gguf name, and is not listed twice)."""
+    repo = store_env["llamacpp"] / "models--tiny-org--Tiny-GGUF"
+    blob = into_folder(tiny_models.target, repo / "blobs" / ("a" * 64))
+    link = repo / "snapshots" / ("c" * 40) / "tiny.gguf"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(Path("..", "..", "blobs", blob.name))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    name = f"llamacpp:models--tiny-org--Tiny-GGUF/snapshots/{'c' * 40}/tiny.gguf"
+    assert [(m.spec, m.path, m.size) for m in stores.scan().models] == [(name, link, blob.stat().st_size)]
+    assert stores.resolve(name) == link
+
+
+# --- using them ----------------------------------------------------------------------------------
+
+
+def greedy_tokens(*target_args, extra=()):
+    proc = specllm_cli("run", "def f(x):", *target_args, "--raw", "--json", "--temperature", 0, "-n", 24,
+                       "--threads", 1, *extra)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["tokens"], proc.stderr
+
+
+def test_run_with_a_store_target_generates_what_its_file_generates(filled):
+    by_path, _ = greedy_tokens("--target", filled["blob"], "--draft", "none")
+    assert len(by_path) == 24
+    by_name, _ = greedy_tokens("--target", "ollama:tiny", "--draft", "none")
+    assert by_name == by_path
+    tagged, _ = greedy_tokens("--target", "ollama:team/tiny:q8", "--draft", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf",
+                              extra=("--drafter", "model", "--gamma", 3))  # fmt: skip
+    assert tagged == by_path  # greedy speculation is exact, whichever draft
+    lms_path, _ = greedy_tokens("--target", filled["lmstudio"], "--draft", "none")
+    lms_name, _ = greedy_tokens("--target", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf", "--draft", "none")
+    assert lms_name == lms_path
+    llama_path, _ = greedy_tokens("--target", filled["llamacpp"], "--draft", "none")
+    llama_name, _ = greedy_tokens("--target", "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf", "--draft", "none")
+    assert llama_name == llama_path
+
+
+def test_the_python_api_loads_a_store_model(filled):
+    prompt, args = "def f(x):", dict(max_tokens=16, temperature=0.0, drafter="none")
+    engine = specllm.load("ollama:tiny:latest", n_ctx=256, n_threads=1)
+    try:
+        by_name = engine.generate(prompt, **args).tokens
+        assert engine.target.path == filled["blob"]
+    finally:
+        engine.close()
+    engine = specllm.load(str(filled["blob"]), n_ctx=256, n_threads=1)
+    try:
+        assert engine.generate(prompt, **args).tokens == by_name
+    finally:
+        engine.close()
+
+
+def test_a_target_alone_finds_its_draft_in_another_store(filled):
+    proc = specllm_cli("models", "--drafts-for", "ollama:tiny", "--json")
+    assert proc.returncode == 0, proc.stderr
+    fits = {c["name"]: (c["origin"], c["compatible"]) for c in json.loads(proc.stdout)["candidates"]}
+    assert fits == {
+        "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf": ("LM Studio", True),
+        "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf": ("llama.cpp cache", None),  # not smaller than the target
+    }
+    _, stderr = greedy_tokens("--target", "ollama:tiny")
+    assert (
+        "draft for ollama:tiny: lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in stderr
+    )  # named as given, not by its blob
+
+
+# --- what goes wrong -----------------------------------------------------------------------------
+
+
+def test_a_missing_blob_is_one_line_and_the_listing_skips_it(filled, store_env):
+    gone = ollama_pull(store_env["ollama"], tm.write_model(store_env["ollama"].parent / "x.gguf", seed=3), "gone")
+    gone.unlink()
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:gone"), "ollama:gone", "blob", str(gone), "missing"
+    )
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "ollama:gone:latest" not in {m["spec"] for m in json.loads(proc.stdout)["models"]}
+    assert proc.stderr.splitlines() == [
+        f"warning: ollama:gone:latest: its model blob {gone} is missing (`ollama pull` fetches it again); skipped"
+    ]
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("{not json", "not JSON"),
+    (json.dumps({"schemaVersion": 2, "layers": [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64}]}),
+     "no layer of type application/vnd.ollama.image.model"),
+    (json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../x"}]}), "digest"),
+    ("[1, 2]", "no layer of type"),
+])  # fmt: skip
+def test_a_bad_manifest_is_one_line_and_the_listing_skips_it(filled, store_env, content, fragment):
+    manifest = store_env["ollama"] / "manifests" / REGISTRY / "library" / "broken" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(content)
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:broken"), "bad Ollama manifest", str(manifest), fragment
+    )
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["models"]) == 4  # the good ones
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"warning: bad Ollama manifest {manifest}") and fragment in lines[0]
+
+
+@pytest.mark.parametrize("store, spec", [
+    ("ollama", "ollama:tiny"),
+    ("lmstudio", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf"),
+    ("llamacpp", "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf"),
+])  # fmt: skip
+def test_an_unreadable_store_is_one_line_and_the_listing_says_so(filled, store_env, store, spec):
+    """A store folder that cannot be listed: a file where the folder should be (the test runs as
+    root, for whom no permission bit makes a folder unreadable; see the next test for that)."""
+    folder = store_env[store] / "models" if store == "lmstudio" else store_env[store]
+    shutil.rmtree(folder)
+    folder.write_text("a file where a folder should be")
+    assert_one_line_error(specllm_cli("run", "hi", "--target", spec), "cannot read", str(folder), "Not a directory")
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["models"]) == {"ollama": 2, "lmstudio": 3, "llamacpp": 3}[store]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: cannot read") and str(folder) in lines[0]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads a folder whatever its permissions"
+)
+def test_a_folder_without_read_permission_is_one_line(filled, store_env):
+    manifests = store_env["ollama"] / "manifests"
+    manifests.chmod(0)
+    try:
+        assert_one_line_error(
+            specllm_cli("run", "hi", "--target", "ollama:tiny"), "cannot read", str(manifests), "Permission denied"
+        )
+        proc = specllm_cli("models", "--json")
+        assert proc.returncode == 0 and "cannot read" in proc.stderr
+    finally:
+        manifests.chmod(0o755)
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("ollama:nothing-here", "no Ollama model ollama:nothing-here"),
+    ("ollama:../../etc/passwd", "bad Ollama model name"),
+    ("ollama:", "nothing after 'ollama:'"),
+    ("ollama:a/b/c/d:e", "bad Ollama model name"),
+    ("lmstudio:tiny-org/Tiny-GGUF/nope.gguf", "no lmstudio:tiny-org/Tiny-GGUF/nope.gguf"),
+    ("lmstudio:../lmstudio/models/tiny-org/Tiny-GGUF/tiny-small.gguf", "expected a .gguf file's path inside LM Studio's folder"),
+    ("llamacpp:/etc/x.gguf", "expected a .gguf file's path inside llama.cpp cache's folder"),
+])  # fmt: skip
+def test_a_name_that_names_nothing_is_one_line(filled, spec, fragment):
+    assert_one_line_error(specllm_cli("run", "hi", "--target", spec), fragment)
+
+
+# --- rm never touches them -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what, store", [
+    ("ollama:tiny", "Ollama"),
+    ("lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf", "LM Studio"),
+    ("llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf", "llama.cpp cache"),
+    ("blob", "Ollama"),
+    ("lmstudio", "LM Studio"),
+    ("llamacpp", "llama.cpp cache"),
+])  # fmt: skip
+def test_rm_refuses_another_tools_models(filled, store_env, what, store):
+    before = {p: p.read_bytes() for folder in store_env.values() for p in folder.rglob("*") if p.is_file()}
+    proc = specllm_cli("rm", filled.get(what, what), "--yes")
+    assert_one_line_error(proc, "refusing to remove", f"it is in {store}'s store", "not specllm's")
+    after = {p: p.read_bytes() for folder in store_env.values() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_remove_refuses_a_store_model_even_when_handed_one(filled):
+    """The last guard: local_models.remove never acts on another tool's model."""
+    model = next(m for m in local_models.scan() if m.cache == "Ollama")
+    with pytest.raises(SpecllmError, match="refusing to remove ollama:"):
+        local_models.remove([model])
+    assert model.path.read_bytes() == filled["blob"].read_bytes() and model.path.is_file()
+
+
+def test_serve_a_store_model_under_its_name(filled):
+    import signal
+    import urllib.request
+
+    args = ["serve", "--target", "ollama:tiny", "--draft", "none", "--threads", 1, "--ctx-size", 512, "--port", 0]
+    with serving(args) as (proc, _, url):
+        with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
+            assert [m["id"] for m in json.load(response)["data"]] == ["ollama:tiny"]  # not its blob's hash
+        body = json.dumps({"prompt": "def f(x):", "max_tokens": 4, "temperature": 0}).encode()
+        request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.load(response)["usage"]["completion_tokens"] == 4
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130

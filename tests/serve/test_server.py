@@ -1,0 +1,437 @@
+"""`specllm serve`: a real server on a free loopback port, the real `openai` package as the client,
+real llama.cpp on the tiny models. Greedy answers are compared with `specllm run --json`."""
+
+import http.client
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import closing
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+from serving import CTX, LogLines, Server, serving, wait_for_line
+
+import specllm
+from specllm.serve.server import listen
+
+PROMPT = "def f(x):"
+GREEDY = dict(temperature=0, max_tokens=24)
+SPECLLM = [sys.executable, "-m", "specllm"]
+
+
+@pytest.fixture(scope="module")
+def log():
+    logger = logging.getLogger("specllm.serve")
+    handler = LogLines()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler.lines
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(engine, log):
+    s = Server(engine)
+    yield s
+    s.stop()
+
+
+def specllm_run(tiny_models, *args):
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", CTX]
+    proc = subprocess.run(
+        SPECLLM + ["run", *map(str, [*args, *models, "--json", "--temperature", 0])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def stream_text(chunks, chat=True):
+    """The text of a stream, its finish_reason, its specllm object and its usage chunk."""
+    text, finish, stats, usage = "", None, None, None
+    for chunk in chunks:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text += (choice.delta.content if chat else choice.text) or ""
+            finish = choice.finish_reason or finish
+        stats = chunk.to_dict().get("specllm", stats)
+    return text, finish, stats, usage
+
+
+def test_chat_streamed_and_not_equals_run_json(srv, tiny_models):
+    expected = specllm_run(tiny_models, PROMPT, "-n", 24, "--drafter", "model", "--gamma", 3)
+    client, messages = srv.client(), [{"role": "user", "content": PROMPT}]
+    extensions = {"drafter": "model", "gamma": 3}
+    whole = client.chat.completions.create(model="x", messages=messages, extra_body=extensions, **GREEDY)
+    assert whole.choices[0].message.content == expected["text"] and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == len(expected["tokens"]) == 24
+    assert whole.usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 24
+    stats = whole.to_dict()["specllm"]
+    assert stats["stop_reason"] == "max_tokens" and set(stats["stats"]) == set(expected["stats"])
+    assert stats["stats"]["n_drafted"] > 0 and stats["stats"]["sources"].keys() <= {"model", "none"}
+    assert whole.model == "tiny" and whole.id.startswith("chatcmpl-")
+    chunks = client.chat.completions.create(
+        model="x",
+        messages=messages,
+        extra_body=extensions,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,
+    )
+    text, finish, stats, usage = stream_text(chunks)
+    assert (text, finish) == (expected["text"], "length")
+    assert usage.completion_tokens == 24 and usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    assert stats["stats"]["generated_tokens"] == 24
+
+
+def test_completions_streamed_and_not_equal_run_json(srv, tiny_models):
+    expected = specllm_run(tiny_models, PROMPT, "-n", 24, "--raw", "--drafter", "ngram", "--gamma", 2)
+    client, extensions = srv.client(), {"drafter": "ngram", "gamma": 2}
+    whole = client.completions.create(model="x", prompt=PROMPT, extra_body=extensions, **GREEDY)
+    assert whole.choices[0].text == expected["text"] and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 24 and whole.usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    chunks = client.completions.create(model="x", prompt=PROMPT, extra_body=extensions, stream=True, **GREEDY)
+    text, finish, stats, usage = stream_text(chunks, chat=False)
+    assert (text, finish, usage) == (expected["text"], "length", None)  # usage only when asked for
+    assert stats["stats"]["generated_tokens"] == 24
+    ids = client.completions.create(model="x", prompt=expected["tokens"][:5], **GREEDY)  # token ids as the prompt
+    assert ids.usage.prompt_tokens == 5
+
+
+def test_stop_strings_and_finish_reasons(srv):
+    client = srv.client()
+    full = client.completions.create(model="x", prompt=PROMPT, **GREEDY).choices[0].text
+    stop = full[8:11]
+    cut = full[: full.index(stop)]
+    for stops in (stop, ["not in it", stop]):
+        whole = client.completions.create(model="x", prompt=PROMPT, stop=stops, **GREEDY)
+        assert (whole.choices[0].text, whole.choices[0].finish_reason) == (cut, "stop")
+        assert whole.to_dict()["specllm"]["stop_reason"] == "stop"
+        chunks = client.completions.create(model="x", prompt=PROMPT, stop=stops, stream=True, **GREEDY)
+        assert stream_text(chunks, chat=False)[:2] == (cut, "stop")
+    # End of text: near-uniform sampling reaches an end-of-generation token (2 of ~570 ids) soon.
+    flat = dict(temperature=5, top_p=1, seed=7, extra_body={"top_k": 0, "min_p": 0})
+    eos = client.completions.create(model="x", prompt=PROMPT, max_tokens=CTX // 2, **flat)
+    assert eos.choices[0].finish_reason == "stop" and eos.to_dict()["specllm"]["stop_reason"] == "eos"
+    assert eos.usage.completion_tokens == eos.to_dict()["specllm"]["stats"]["generated_tokens"] < CTX // 2
+    # A full context: max_tokens is capped by the room the prompt leaves.
+    full_ctx = client.completions.create(model="x", prompt=[300] * (CTX - 3), max_tokens=100, temperature=0)
+    assert (full_ctx.choices[0].finish_reason, full_ctx.usage.completion_tokens) == ("length", 3)
+
+
+def test_a_growing_chat_prefills_only_its_new_tokens(srv):
+    client = srv.client()
+    first = [{"role": "user", "content": PROMPT}]
+    one = client.chat.completions.create(model="x", messages=first, **GREEDY)
+    second = first + [
+        {"role": "assistant", "content": one.choices[0].message.content},
+        {"role": "user", "content": "and g(y)?"},
+    ]
+    two = client.chat.completions.create(model="x", messages=second, **GREEDY)
+    reused = one.usage.prompt_tokens + one.usage.completion_tokens
+    stats = two.to_dict()["specllm"]["stats"]
+    assert stats["prefill_tokens"] == two.usage.prompt_tokens - reused
+    assert two.usage.prompt_tokens_details.cached_tokens == reused - 1  # the last one is evaluated with the reply
+    client.completions.create(model="x", prompt="something else entirely", **GREEDY)
+    # Cold, the same conversation is tokenized whole (the tiny model's replies hold broken UTF-8,
+    # which tokenizes back differently: why the reply's own tokens are reused) and prefilled whole.
+    cold = client.chat.completions.create(model="x", messages=second, **GREEDY)
+    cold_stats = cold.to_dict()["specllm"]["stats"]
+    # (BOS was left in the cache by another request: a reuse that is not reported, see
+    # test_cached_tokens_do_not_tell_one_client_what_another_sent; the last token goes with the reply)
+    assert cold_stats["prefill_tokens"] == cold.usage.prompt_tokens - 1
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_concurrent_clients_both_get_complete_answers(srv):
+    client = srv.client()
+    prompts = ["def f(x):", "class A:", "import os"]
+    expected = [client.completions.create(model="x", prompt=p, **GREEDY).choices[0].text for p in prompts]
+    got = [None] * len(prompts)
+
+    def ask(i):
+        chunks = client.completions.create(model="x", prompt=prompts[i], stream=i % 2 == 0, **GREEDY)
+        got[i] = stream_text(chunks, chat=False)[0] if i % 2 == 0 else chunks.choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == expected
+
+
+def hold(engine, monkeypatch, max_tokens) -> threading.Event:
+    """Make the engine's generations of `max_tokens` tokens wait after their first step until the
+    event returned is set: a generation stays under way while a test acts on it, whatever the
+    model's speed (the tiny models write CTX tokens in well under a second)."""
+    release, stream = threading.Event(), engine.stream
+
+    def held(events):
+        with closing(events):
+            for i, event in enumerate(events):
+                yield event
+                if i == 0:
+                    release.wait(60)
+
+    def gated(prompt, config=None, **kwargs):
+        events = stream(prompt, config, **kwargs)
+        return held(events) if config is not None and config.max_tokens == max_tokens else events
+
+    monkeypatch.setattr(engine, "stream", gated)
+    return release
+
+
+def test_waiting_requests_are_served_in_arrival_order(srv, log, engine, monkeypatch):
+    client, before = srv.client(), len(log)
+    release = hold(engine, monkeypatch, CTX - 16)
+
+    def ask(max_tokens):
+        client.completions.create(model="x", prompt=PROMPT, max_tokens=max_tokens, temperature=0)
+
+    def wait_for(**status):
+        deadline = time.time() + 10
+        while not status.items() <= srv.get("/health").items() and time.time() < deadline:
+            time.sleep(0.005)
+        assert status.items() <= srv.get("/health").items()
+
+    threads = [threading.Thread(target=ask, args=(CTX - 16,))]  # held under way while the others queue up
+    threads[0].start()
+    wait_for(busy=True)
+    for waiting, max_tokens in ((1, 8), (2, 9)):
+        threads.append(threading.Thread(target=ask, args=(max_tokens,)))
+        threads[-1].start()
+        wait_for(waiting=waiting)
+    release.set()
+    for t in threads:
+        t.join(60)
+    served = [re.search(r"· (\d+) tokens \(", line)[1] for line in log[before:] if "/v1/completions" in line]
+    assert served == [str(CTX - 16), "8", "9"]
+    wait_for(busy=False)  # the engine thread frees the engine just after the last answer went out
+    assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0}
+
+
+def test_a_client_that_goes_away_frees_the_server(srv, log, engine, monkeypatch):
+    client, long = srv.client(), dict(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
+    release = hold(engine, monkeypatch, CTX - 16)
+    chunks = client.completions.create(stream=True, **long)
+    next(iter(chunks))
+    chunks.close()  # mid-stream
+    stopped = wait_for_line(log, "client went away", 1)  # Starlette cancels the stream: no step needed
+    release.set()
+    assert len(stopped) == 1 and " 200 · " in stopped[0]
+    assert int(re.search(r"stopped after (\d+) tokens", stopped[0])[1]) < CTX - 16
+    release = hold(engine, monkeypatch, CTX - 16)
+    with pytest.raises(openai.APITimeoutError):  # not streamed: gone before the answer (held: it cannot come)
+        srv.client().with_options(timeout=0.3).completions.create(**long)
+    release.set()  # its next step sees the client gone
+    stopped = wait_for_line(log, "client went away", 2)
+    assert len(stopped) == 2 and " 499 · " in stopped[1]
+    assert int(re.search(r"stopped after (\d+) tokens", stopped[1])[1]) < CTX - 16
+    again = client.completions.create(model="x", prompt=PROMPT, **GREEDY)  # served normally
+    assert again.usage.completion_tokens == 24 and again.choices[0].finish_reason == "length"
+
+
+LONG_PROMPT = json.dumps({"prompt": "word " * (2 * CTX)}).encode()
+BAD_REQUESTS = [
+    (b'{"prompt": "x", ', 400, None, None),  # malformed JSON
+    (b'["prompt"]', 400, None, None),
+    (b'{"prompt": "x", "max_tokens": "8"}', 400, "max_tokens", None),  # a string, not a number
+    (b'{"prompt": "x", "temperature": -1}', 400, "temperature", None),
+    (b'{"prompt": "x", "stop": [1]}', 400, "stop", None),
+    (b'{"prompt": "x", "n": 2}', 400, "n", None),
+    (b'{"prompt": "x", "drafter": "magic"}', 400, "drafter", None),
+    (b'{"prompt": "x", "gamma": 0}', 400, "gamma", None),
+    (b'{"prompt": "x", "gamma": 5000}', 400, None, None),  # longer than a verify batch holds
+    (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
+    (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
+    (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
+    (b'{"max_tokens": 8}', 400, "prompt", None),
+    (LONG_PROMPT, 400, "prompt", "context_length_exceeded"),
+    (json.dumps({"prompt": "x" * 2**21}).encode(), 413, None, "request_too_large"),
+]
+
+
+@pytest.mark.parametrize("body,status,param,code", BAD_REQUESTS, ids=range(len(BAD_REQUESTS)))
+def test_bad_input_gets_an_openai_error_and_one_log_line(srv, log, body, status, param, code):
+    before = len(log)
+    got, data = srv.post("/v1/completions", body)
+    assert got == status, data
+    assert set(data["error"]) == {"message", "type", "param", "code"} and data["error"]["message"]
+    assert (data["error"]["param"], data["error"]["code"]) == (param, code)
+    assert len(log) == before + 1 and f"/v1/completions {status} · " in log[-1]
+    assert srv.client().completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_bad_chat_requests(srv):
+    cases = [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages.0.content",
+        ),
+        ({"messages": [{"role": "user", "content": "word " * (2 * CTX)}]}, "messages"),
+    ]
+    for body, param in cases:
+        status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+        assert (status, data["error"]["param"]) == (400, param), data
+    client = srv.client()
+    with pytest.raises(openai.BadRequestError, match="only n = 1"):
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+    parts = [{"type": "text", "text": PROMPT}]  # content as a list of text parts
+    whole = client.chat.completions.create(model="x", messages=[{"role": "user", "content": parts}], **GREEDY)
+    assert whole.usage.completion_tokens == 24
+    as_text = client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPT}], **GREEDY)
+    assert whole.choices[0].message.content == as_text.choices[0].message.content
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    as_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    newer = client.chat.completions.create(model="x", messages=developer, max_completion_tokens=5, temperature=0)
+    older = client.chat.completions.create(model="x", messages=as_system, max_tokens=5, temperature=0)
+    assert newer.usage.completion_tokens == 5 and newer.choices[0].message.content == older.choices[0].message.content
+    assert newer.usage.prompt_tokens == older.usage.prompt_tokens
+
+
+def test_the_api_key_is_enforced(engine, log, srv):
+    keyed = Server(engine, api_key="s3cret")
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client("wrong").models.list()
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client("wrong").completions.create(model="x", prompt=PROMPT, max_tokens=2)
+        status, data = keyed.post("/v1/completions", b'{"prompt": "x"}')
+        assert (status, data["error"]["code"]) == (401, "invalid_api_key")
+        assert keyed.post("/v1/completions", b'{"prompt": "x"}', {"Authorization": "Bearer s3cret-not"})[0] == 401
+        assert [m.id for m in keyed.client("s3cret").models.list()] == ["tiny"]
+        unicode = Server(engine, api_key="clé-ключ")
+        try:  # a key that is not ASCII, sent as UTF-8 as clients send it
+            headers = {"Authorization": "Bearer clé-ключ".encode().decode("latin-1")}
+            assert unicode.post("/v1/completions", b'{"prompt": "x", "max_tokens": 1}', headers)[0] == 200
+            headers = {"Authorization": "Bearer clé-ключ-not".encode().decode("latin-1")}
+            assert unicode.post("/v1/completions", b'{"prompt": "x", "max_tokens": 1}', headers)[0] == 401
+        finally:
+            unicode.stop()
+        assert (
+            keyed.client("s3cret").completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens
+            == 2
+        )
+    finally:
+        keyed.stop()
+    assert [m.id for m in srv.client("anything").models.list()] == ["tiny"]  # no key set: none needed
+
+
+def test_the_serve_command(tiny_models):
+    """The CLI: the startup line, SPECLLM_API_KEY, one access-log line per request, Ctrl-C."""
+    # a context for a reply of minutes: Ctrl-C lands mid-stream whatever the model's speed
+    args = [
+        "serve",
+        "--target",
+        tiny_models.target,
+        "--draft",
+        tiny_models.draft,
+        "--threads",
+        1,
+        "--ctx-size",
+        65536,
+        "--port",
+        0,
+    ]
+    env = {**os.environ, "SPECLLM_API_KEY": "k"}
+    with serving(args, env) as (proc, lines, url):
+        assert "GPU offload" in lines[0]  # the backend, as -v says it
+        startup = lines[-1]
+        assert "target.gguf + draft.gguf" in startup and "drafter auto" in startup and "API key required" in startup
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        reply = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert reply.usage.completion_tokens == 4
+        log_line = proc.stderr.readline()
+        assert "POST /v1/chat/completions 200" in log_line and "4 tokens" in log_line and "tok/s" in log_line
+        chunks = iter(client.completions.create(model="x", prompt=PROMPT, max_tokens=60000, temperature=0, stream=True))
+        next(chunks)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C mid-stream: the stream ends with an error event
+        with pytest.raises(openai.APIError, match="the server is shutting down"):
+            for _ in chunks:
+                pass
+        rest = proc.stderr.read()
+        assert proc.wait(30) == 130 and "Traceback" not in rest and "ERROR" not in rest
+        assert re.fullmatch(
+            r".* 200 · stopped after \d+ tokens: the server is shutting down\ninterrupted", rest.strip()
+        )
+    taken = listen("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        busy = subprocess.run(SPECLLM + list(map(str, args[:-1] + [port])), capture_output=True, text=True, timeout=60)
+        assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [
+            f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        ]
+    finally:
+        taken.close()
+
+
+def test_no_answer_tells_a_client_where_the_servers_files_are(tiny_models, tmp_path):
+    """Neither the calibration cache's path in auto's stats, nor a model's path in an error (a
+    draft file removed after the server started, then wanted by drafter "model")."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(tiny_models.draft.read_bytes())
+    engine = specllm.load(str(tiny_models.target), str(draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    srv = Server(engine)
+    try:
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+        draft.unlink()  # before the draft was ever loaded
+        status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "model"}).encode())
+        assert status == 400 and "draft.gguf" in data["error"]["message"]
+        assert str(tmp_path) not in data["error"]["message"]
+        status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "ngram"}).encode())
+        assert status == 200
+    finally:
+        srv.stop()
+        engine.close()
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    try:
+        status, data = srv.post("/v1/completions", json.dumps(body).encode())
+        assert status == 200 and data["specllm"]["stats"]["policy"]["calibration"]["measured"]
+        assert os.environ["SPECLLM_CACHE"] not in json.dumps(data)
+    finally:
+        srv.stop()
+        engine.close()
+
+
+def test_head_requests_are_answered(srv):
+    for path in ("/health", "/v1/models"):
+        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=10)
+        conn.request("HEAD", path)
+        response = conn.getresponse()
+        assert response.status == 200 and response.read() == b""
+        conn.close()
+
+
+def test_cached_tokens_do_not_tell_one_client_what_another_sent(srv):
+    """Client A's prompt stays in the KV cache; client B guesses at it. B's cached_tokens (and
+    the prefill it is told of) must not depend on how far its guess matches A's prompt."""
+    secret = "Alice: the secret code is 4729, and the vault opens at noon"
+    a, b = srv.client(), srv.client()
+    a.completions.create(model="x", prompt=secret, **GREEDY)
+    told = []
+    for guess in ("0", "4", "47", "472", "4729"):
+        r = b.completions.create(model="x", prompt=f"Alice: the secret code is {guess}, and so on", **GREEDY)
+        stats = r.to_dict()["specllm"]["stats"]
+        told.append((r.usage.prompt_tokens_details.cached_tokens, stats["prompt_tokens"] - stats["prefill_tokens"]))
+        a.completions.create(model="x", prompt=secret, **GREEDY)  # A's prompt back in the cache
+    assert set(told) == {(0, 1)}

@@ -1,0 +1,112 @@
+"""A streamed request whose client goes away while the response lags behind the engine: the engine
+stops within a few steps of the last event the response took, however fast the model is. The
+engine's steps are handed out one by one, and the response is held up at its fourth event."""
+
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from contextlib import closing
+from urllib.parse import urlsplit
+
+from serving import CTX, LogLines, Server, wait_for_line
+
+import specllm
+from specllm.serve import openai_api
+from specllm.serve.server import AHEAD
+
+
+class Steps:
+    """The engine's steps wait for a permit each; `taken` counts the steps it has made."""
+
+    def __init__(self, engine, monkeypatch):
+        self.permits, self.taken, stream = threading.Semaphore(0), 0, engine.stream
+
+        def gated(*args, **kwargs):
+            def steps(events):
+                with closing(events):
+                    for event in events:
+                        self.permits.acquire(timeout=60)
+                        self.taken += 1
+                        yield event
+
+            return steps(stream(*args, **kwargs))
+
+        monkeypatch.setattr(engine, "stream", gated)
+
+
+def hold_the_response_at(n: int, monkeypatch) -> threading.Event:
+    """The response's n-th text chunk waits (on the event loop) until the event returned is set."""
+    go, chunk, made = threading.Event(), openai_api.Reply.chunk, [0]
+
+    def held(self, *args, **kwargs):
+        made[0] += 1
+        if made[0] == n:
+            go.wait(60)
+        return chunk(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai_api.Reply, "chunk", held)
+    return go
+
+
+def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkeypatch):
+    logger, lines = logging.getLogger("specllm.serve"), LogLines()
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    steps, go = Steps(engine, monkeypatch), hold_the_response_at(4, monkeypatch)
+    srv = Server(engine)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        client = socket.create_connection((host, int(port)))
+        body = json.dumps({"prompt": "def f(x):", "max_tokens": CTX - 16, "temperature": 0, "stream": True,
+                           "drafter": "none"}).encode()  # fmt: skip
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)  # fmt: skip
+        steps.permits.release(3)
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += client.recv(65536)
+        steps.permits.release(40)  # the response is held at its 4th event: the engine runs on
+        deadline = time.monotonic() + 2
+        while steps.taken < 40 and time.monotonic() < deadline:  # an engine without a bound takes all
+            time.sleep(0.01)
+        client.close()
+        time.sleep(0.1)  # the close reaches the server
+        go.set()
+        stopped = wait_for_line(lines.lines, "client went away", 1)
+        assert stopped, lines.lines
+        generated = int(re.search(r"stopped after (\d+) tokens", stopped[0])[1])
+        # 3 read; the held one; AHEAD in the queue and the one the engine made while it waited for
+        # room; and, since the log reads the engine's live count, the few steps the engine takes
+        # while the response works through its queue before it sees the connection closed. An
+        # engine without the bound had taken all 40 permits.
+        assert generated <= 3 + 1 + 4 + 1 + 6 and AHEAD == 4, stopped[0]
+    finally:
+        go.set()
+        steps.permits.release(CTX)
+        srv.stop()
+        engine.close()
+        logger.removeHandler(lines)
+
+
+def test_a_request_whose_headers_never_end_is_closed(tiny_models):
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine, header_seconds=2.0)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        half = socket.create_connection((host, int(port)), timeout=10)
+        half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")  # and nothing more
+        whole = socket.create_connection((host, int(port)), timeout=10)  # a slow but whole request is served
+        whole.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.2)
+        whole.sendall(b"\r\n")
+        assert whole.recv(65536).startswith(b"HTTP/1.1 200")
+        start = time.monotonic()
+        assert half.recv(65536) == b""  # closed by the server
+        assert time.monotonic() - start < 10
+    finally:
+        srv.stop()
+        engine.close()

@@ -1,0 +1,283 @@
+"""Tool calls in `specllm serve`, with the real `openai` client: validation and rendering on tiny
+models (one with Qwen2.5's chat template, one whose ChatML template renders no tools), and real
+calls from the default pair (slow)."""
+
+import json
+
+import openai
+import pytest
+import tiny_models as tm
+import tool_templates
+from serving import Server
+
+import specllm
+from specllm.engine.loop import Step
+from specllm.models.hub import resolve_models
+from specllm.serve.server import EngineWorker, ServeSettings
+
+CTX = 2048
+WEATHER = "What is the weather in Paris right now? Use the tool."
+
+
+def function(name: str, argument: str, description: str) -> dict:
+    parameters = {"type": "object", "properties": {argument: {"type": "string"}}, "required": [argument]}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+GET_WEATHER = function("get_weather", "city", "Get the current weather in a city")
+GET_TIME = function("get_time", "timezone", "Get the current time in a timezone")
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+ASK = [{"role": "user", "content": WEATHER}]
+CALL = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+ANSWERED = ASK + [
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "abc123XYZ", "content": '{"temperature_c": 18, "sky": "cloudy"}'},
+]
+
+
+def serve(path):
+    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
+    return engine, Server(engine)
+
+
+@pytest.fixture(scope="module")
+def qwen_templated(tmp_path_factory):
+    """The tiny target with Qwen2.5's chat template, served (its replies are noise: no real calls)."""
+    path = tm.write_model(
+        tmp_path_factory.mktemp("tools") / "qwen_templated.gguf", seed=0, chat_template=tool_templates.QWEN25
+    )
+    engine, srv = serve(path)
+    yield engine, srv
+    srv.stop()
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def chatml(tiny_models):
+    engine, srv = serve(tiny_models.target)
+    yield srv
+    srv.stop()
+    engine.close()
+
+
+def test_a_model_whose_template_renders_no_tools_gets_a_400(chatml):
+    client = chatml.client()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], max_tokens=4)
+    error = refused.value.body
+    assert (error["param"], error["code"]) == ("tools", "tools_not_supported")
+    assert error["message"] == "target.gguf cannot be offered tools: its chat template does not render them"
+    # tool_choice "none" offers no tools: that the template cannot render them does not matter
+    none = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=4
+    )
+    assert none.choices[0].message.tool_calls is None and none.usage.completion_tokens == 4
+    answered = client.chat.completions.create(model="x", messages=ANSWERED, max_tokens=4)
+    assert answered.usage.completion_tokens == 4
+
+
+BAD_TOOL_REQUESTS = [
+    ({"tools": [{"type": "function"}]}, "tools.0.function"),
+    ({"tools": [{"type": "function", "function": {"name": "two words"}}]}, "tools.0.function.name"),
+    ({"tools": [{"type": "retrieval", "function": {"name": "a"}}]}, "tools.0.type"),
+    (
+        {"tools": [{"type": "function", "function": {"name": "a", "parameters": "a string"}}]},
+        "tools.0.function.parameters",
+    ),
+    ({"tools": "get_weather"}, "tools"),
+    ({"tools": [GET_WEATHER, GET_WEATHER]}, "tools"),
+    ({"tools": [GET_WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [GET_WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [GET_WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"messages": ASK + [{"role": "tool", "content": "18 C"}]}, "messages.1"),  # no tool_call_id
+    ({"messages": ASK + [{"role": "assistant", "content": None}]}, "messages.1"),
+    (
+        {"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}]}]},
+        "messages.1.tool_calls.0.function.arguments",
+    ),
+    ({"functions": [GET_WEATHER["function"]]}, "functions"),  # the deprecated form
+]
+
+
+@pytest.mark.parametrize("fields,param", BAD_TOOL_REQUESTS, ids=range(len(BAD_TOOL_REQUESTS)))
+def test_bad_tool_requests_get_one_line_400s(qwen_templated, fields, param):
+    _, srv = qwen_templated
+    status, data = srv.post("/v1/chat/completions", json.dumps({"messages": ASK, "max_tokens": 2} | fields).encode())
+    assert (status, data["error"]["param"]) == (400, param), data
+    assert data["error"]["message"] and "\n" not in data["error"]["message"]
+
+
+def test_tools_on_the_completions_endpoint_get_a_400(qwen_templated):
+    _, srv = qwen_templated
+    status, data = srv.post("/v1/completions", json.dumps({"prompt": "x", "tools": [GET_WEATHER]}).encode())
+    assert (status, data["error"]["param"]) == (400, "tools")
+
+
+def prompt_length(engine, messages, tools=None, prefill=""):
+    return len(engine.prompt_tokens(engine.target.render_chat(messages, tools=tools) + prefill))
+
+
+def test_tools_and_tool_messages_go_through_the_models_template(qwen_templated):
+    """The prompt is the template's rendering with the tools, the call's arguments as an object
+    (Qwen's template writes them with tojson), and a forced call begun after it."""
+    engine, srv = qwen_templated
+    client = srv.client()
+    asked = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], max_tokens=2)
+    assert asked.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER])
+    assert asked.usage.prompt_tokens > prompt_length(engine, ASK) + 40  # the tool's JSON is in it
+    as_object = (
+        ANSWERED[:1]
+        + [dict(ANSWERED[1], tool_calls=[dict(CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})])]
+        + ANSWERED[2:]
+    )
+    answered = client.chat.completions.create(model="x", messages=ANSWERED, tools=[GET_WEATHER], max_tokens=2)
+    assert answered.usage.prompt_tokens == prompt_length(engine, as_object, [GET_WEATHER])
+    named = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice=NAMED, max_tokens=2
+    )
+    prefill = '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert named.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER, GET_TIME], prefill)
+    required = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER, GET_TIME], tool_choice="required", max_tokens=2
+    )
+    assert required.usage.prompt_tokens == prompt_length(
+        engine, ASK, [GET_WEATHER, GET_TIME], '<tool_call>\n{"name": "'
+    )
+    none = client.chat.completions.create(
+        model="x", messages=ASK, tools=[GET_WEATHER], tool_choice="none", max_tokens=2
+    )
+    assert none.usage.prompt_tokens == prompt_length(engine, ASK)
+
+
+def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
+    """The tiny model writes noise: no call, and the same text either way; a forced call that
+    the model leaves unfinished comes back as the text it is (held back until the end)."""
+    _, srv = qwen_templated
+    client = srv.client()
+    for choice, steps in (("auto", False), (NAMED, False), (NAMED, True)):
+        request = dict(model="x", messages=ASK, tools=[GET_WEATHER], tool_choice=choice, temperature=0, max_tokens=40)
+        whole = client.chat.completions.create(**request)
+        chunks = list(client.chat.completions.create(**request, stream=True, extra_body={"specllm_steps": steps}))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert whole.choices[0].message.content == streamed and whole.choices[0].message.tool_calls is None
+        assert whole.choices[0].finish_reason == chunks[-1].choices[0].finish_reason == "length"
+    # With specllm_steps, a chunk per step (its content empty while held back), then the held text.
+    assert len(chunks) > 4 and all("specllm" in c.to_dict() for c in chunks[1:-2])
+    assert chunks[-2].choices[0].delta.content == streamed
+    assert streamed.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
+
+
+def test_call_markup_from_control_tokens_is_read_in_a_steps_text(qwen_templated):
+    """A step's text leaves control tokens out; the reader of calls gets the markers among them
+    back, in the accepted draft or as the target's own token. (The tiny vocabulary has no
+    [TOOL_CALLS]: its <|im_start|> stands in for one.)"""
+    engine, _ = qwen_templated
+    worker = EngineWorker(engine, ServeSettings(model="tiny"))
+    assert worker.tool_markers() == {}  # none among the tiny model's control tokens
+    worker._tool_markers = {tm.IM_START_ID: "[TOOL_CALLS]"}
+    a, b, c, rejected = engine.target.tokenize("ab cd ef gh", add_special=False)[:4]
+    text = lambda *ids: engine.target.detokenize(list(ids)).decode()  # noqa: E731
+    step = Step([a, tm.IM_START_ID, b, rejected], 3, c, text(a, b), text(c), "", None)
+    assert worker.marked_text(step) == text(a) + "[TOOL_CALLS]" + text(b) + text(c)
+    ended = Step([a, b], 2, tm.IM_START_ID, text(a, b), "", "", None)
+    assert worker.marked_text(ended) == text(a, b) + "[TOOL_CALLS]"
+    cut = Step([a, tm.IM_START_ID], 1, -1, text(a), "", "", None)  # a stop cut the step after a
+    assert worker.marked_text(cut) == text(a)
+
+
+# --- the default pair: real calls -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target, draft, found = resolve_models(progress=False)
+    assert found is not None and found.default
+    engine = specllm.load(str(target), str(draft), n_ctx=CTX)
+    srv = Server(engine)
+    # The machine may be shared: a reply of ~100 tokens may take a while.
+    yield openai.OpenAI(base_url=srv.url + "/v1", api_key="-", max_retries=0, timeout=600)
+    srv.stop()
+    engine.close()
+
+
+GREEDY = dict(model="x", temperature=0, max_tokens=120)
+
+
+def city(call) -> str:
+    return json.loads(call.function.arguments)["city"]
+
+
+def streamed_reply(chunks):
+    """The content, the calls (id, name, arguments) and the finish_reason of a stream."""
+    content, calls, finish = "", {}, None
+    for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] += delta.id or ""
+                call["name"] += delta.function.name or ""
+                call["arguments"] += delta.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.slow
+def test_the_default_pair_calls_the_tool_streamed_and_not(pair):
+    whole = pair.chat.completions.create(messages=ASK, tools=[GET_WEATHER], **GREEDY)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert (call.type, call.function.name, city(call)) == ("function", "get_weather", "Paris") and call.id
+    content, calls, finish = streamed_reply(
+        pair.chat.completions.create(messages=ASK, tools=[GET_WEATHER], stream=True, **GREEDY)
+    )
+    assert (content, finish) == ("", "tool_calls")  # no markup streamed as text
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert calls[0]["id"]
+
+
+@pytest.mark.slow
+def test_the_tools_result_gets_a_text_answer(pair):
+    """The follow-up with the tool's result, the tools still sent (tool_choice "none") or not.
+    (With tool_choice "auto" the 1.5B model greedily calls the tool again.)"""
+    for tools in (dict(tools=[GET_WEATHER], tool_choice="none"), {}):
+        reply = pair.chat.completions.create(messages=ANSWERED, **tools, **GREEDY)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "stop" and choice.message.tool_calls is None
+        assert "18" in choice.message.content and "cloudy" in choice.message.content
+
+
+@pytest.mark.slow
+def test_tool_choice_none_required_and_named(pair):
+    tools = [GET_WEATHER, GET_TIME]
+    none = pair.chat.completions.create(messages=ASK, tools=tools, tool_choice="none", **GREEDY).choices[0]
+    assert none.finish_reason == "stop" and none.message.tool_calls is None and none.message.content
+    required = pair.chat.completions.create(messages=ASK, tools=tools, tool_choice="required", **GREEDY).choices[0]
+    assert required.finish_reason == "tool_calls"
+    assert [(c.function.name, city(c)) for c in required.message.tool_calls] == [("get_weather", "Paris")]
+    # A tool the question does not call for, named: called all the same.
+    named = {"type": "function", "function": {"name": "get_time"}}
+    chunks = pair.chat.completions.create(messages=ASK, tools=tools, tool_choice=named, stream=True, **GREEDY)
+    content, calls, finish = streamed_reply(chunks)
+    assert finish == "tool_calls" and [c["name"] for c in calls] == ["get_time"]
+    assert isinstance(json.loads(calls[0]["arguments"]), dict)
+
+
+@pytest.mark.slow
+def test_parallel_tool_calls(pair):
+    """Two cities: two calls (the model writes both in one fenced block), or the first only."""
+    ask = [
+        {
+            "role": "user",
+            "content": "What is the weather in Paris and in London right now? Call the tool once for each city.",
+        }
+    ]
+    both = pair.chat.completions.create(messages=ask, tools=[GET_WEATHER, GET_TIME], **GREEDY).choices[0]
+    assert [city(c) for c in both.message.tool_calls] == ["Paris", "London"]
+    assert len({c.id for c in both.message.tool_calls}) == 2
+    first = pair.chat.completions.create(
+        messages=ask, tools=[GET_WEATHER, GET_TIME], parallel_tool_calls=False, **GREEDY
+    ).choices[0]
+    assert [city(c) for c in first.message.tool_calls] == ["Paris"] and first.finish_reason == "tool_calls"

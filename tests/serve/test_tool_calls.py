@@ -1,0 +1,230 @@
+"""tool_calls.py on fixed model outputs: every form, the edge cases, and streaming split at every
+chunk boundary giving what the whole text gives. Templates are rendered as `serve` renders them."""
+
+import json
+import random
+
+import pytest
+import tiny_models
+import tool_templates
+
+from specllm.llama.templates import compile_chat_template, render_bounded
+from specllm.serve.tool_calls import (  # fmt: skip
+    Parsed,
+    ToolCall,
+    ToolCallParser,
+    ToolTemplate,
+    _balanced_end,
+    inspect_template,
+    parse_tool_calls,
+    with_markers,
+)
+
+NAMES = ["get_weather", "get_time"]
+PARIS = ToolCall("get_weather", '{"city": "Paris"}')
+LONDON = ToolCall("get_weather", '{"city": "London"}')
+UTC = ToolCall("get_time", '{"timezone": "UTC"}')
+W = '{"name": "get_weather", "arguments": {"city": "Paris"}}'  # a call as JSON
+L = '{"name": "get_weather", "arguments": {"city": "London"}}'
+
+# (model output, the content expected, the calls expected)
+CASES = [
+    # Hermes / Qwen
+    (f"<tool_call>\n{W}\n</tool_call>", None, [PARIS]),
+    (f"Let me check.\n<tool_call>\n{W}\n</tool_call>\nOne moment.", "Let me check.\n\nOne moment.", [PARIS]),
+    (f"<tool_call>\n{W}\n</tool_call>\n<tool_call>\n{L}\n</tool_call>", None, [PARIS, LONDON]),
+    (f"<tool_call>\n{W}", None, [PARIS]),  # the reply ended before the closing tag
+    (f"<tool_call>{W}<tool_call>{L}</tool_call>", None, [PARIS, LONDON]),  # a closing tag left out
+    (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}</tool_call>',
+        "<tool_call>" + W[:-1] + "</tool_call>",
+        [],
+    ),
+    ('<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}\n</tool_call>', None, [PARIS]),
+    ("<tool_call>\n" + W, None, [PARIS]),
+    ("<tool_call>\nnot json\n</tool_call>", "<tool_call>\nnot json\n</tool_call>", []),
+    # Llama 3.x
+    ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [PARIS]),
+    ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [PARIS]),
+    (
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {"timezone": "UTC"}}',
+        None,
+        [PARIS, UTC],
+    ),
+    ('<|python_tag|>brave_search.call(query="Paris")', '<|python_tag|>brave_search.call(query="Paris")', []),
+    # Mistral
+    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]', None, [PARIS]),
+    (f"[TOOL_CALLS] [{W}, {L}]", None, [PARIS, LONDON]),
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', None, [PARIS]),
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{"timezone": "UTC"}', None, [PARIS, UTC]),
+    ('[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}', None, [PARIS]),
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"', '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"', []),
+    ('[TOOL_CALLS]launch[ARGS]{"when": "now"}', '[TOOL_CALLS]launch[ARGS]{"when": "now"}', []),
+    # drift: fenced or bare JSON naming an offered tool
+    (f"```json\n{W}\n```", None, [PARIS]),
+    (f"Sure:\n```\n{W}\n```\nDone.", "Sure:\n\nDone.", [PARIS]),
+    (f"```json\n{W}\n{L}\n```", None, [PARIS, LONDON]),  # two calls in one block
+    (f"```json\n[{W}, {L}]\n```", None, [PARIS, LONDON]),
+    (f"```json\n{W}\n", None, [PARIS]),  # the reply ended inside the block
+    (W, None, [PARIS]),
+    (f"[{W}, {L}]", None, [PARIS, LONDON]),
+    (f"I will call it: {W}", "I will call it:", [PARIS]),
+    ('{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}', None, [PARIS]),
+    ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}', None, [PARIS]),
+    ('{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}', None, [PARIS]),
+    ('{"name": "get_time"}', None, [ToolCall("get_time", "{}")]),  # no arguments: an empty object
+    # not calls: they stay text
+    (
+        '{"name": "launch_rocket", "arguments": {"when": "now"}}',
+        '{"name": "launch_rocket", "arguments": {"when": "now"}}',
+        [],
+    ),
+    (
+        "```json\n" + W.replace("get_weather", "nope") + "\n```",
+        "```json\n" + W.replace("get_weather", "nope") + "\n```",
+        [],
+    ),
+    (
+        "<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>",
+        "<tool_call>\n" + W.replace("get_weather", "nope") + "\n</tool_call>",
+        [],
+    ),
+    (
+        '{"name": "get_weather", "description": "Get the weather", "parameters": {"type": "object"}}',
+        None,
+        None,
+    ),  # an echoed schema
+    ('{"name": "get_weather", "arguments": [1, 2]}', None, None),
+    ('{"name": "get_weather", "arguments": "not json"}', None, None),
+    ('{"name": "get_weather", "arguments": {"city": "Paris"}, "parameters": {}}', None, None),
+    ('{"name": ["get_weather"], "arguments": {}}', None, None),
+    ('{"name": "get_weather", "arguments": {"city": "Paris"}', None, None),  # unfinished JSON
+    ("```python\ndef f(x):\n    return {'a': [1, 2]}\n```", None, None),
+    ("if a < b and c[0] > d: print({x})", None, None),
+    ("", None, []),
+    ("  \n ", None, []),
+]
+CASES = [(text, text if calls is None else content, calls or []) for text, content, calls in CASES]
+
+
+def streamed(pieces: list[str]) -> Parsed:
+    parser = ToolCallParser(NAMES)
+    content, calls = "", []
+    for piece in pieces:
+        text, found = parser.feed(piece)
+        content, calls = content + text, calls + found
+    text, found = parser.finish()
+    return Parsed(content + text or None, calls + found)
+
+
+@pytest.mark.parametrize("text,content,calls", CASES, ids=range(len(CASES)))
+def test_a_reply_parsed_whole(text, content, calls):
+    assert parse_tool_calls(text, NAMES) == Parsed(content, calls)
+
+
+@pytest.mark.parametrize("text,content,calls", CASES, ids=range(len(CASES)))
+def test_any_split_into_chunks_gives_the_same(text, content, calls):
+    whole = Parsed(content, calls)
+    for cut in range(len(text) + 1):
+        assert streamed([text[:cut], text[cut:]]) == whole, cut
+    assert streamed(list(text)) == whole
+    rng = random.Random(0)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(len(text) + 1), min(4, len(text) + 1)))
+        assert streamed([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]) == whole
+
+
+def test_arguments_as_an_object_or_as_a_string_are_the_same_text():
+    as_object = parse_tool_calls('{"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}}', NAMES)
+    as_string = parse_tool_calls(
+        '{"name": "get_weather", "arguments": "{\\"city\\":\\"Zürich\\",\\"days\\":2}"}', NAMES
+    )
+    assert as_object == as_string
+    assert json.loads(as_object.calls[0].arguments) == {"city": "Zürich", "days": 2}
+
+
+def test_text_is_handed_out_as_soon_as_it_cannot_start_a_call():
+    parser = ToolCallParser(NAMES)
+    assert parser.feed("The answer is {x} and [1] ") == ("The answer is {x} and [1]", [])  # the space waits
+    assert parser.feed("<tool") == ("", [])  # may open a call: held back
+    assert parser.feed("box> is a tag ") == (" <toolbox> is a tag", [])
+    assert parser.feed("```") == ("", [])
+    assert parser.feed("python\nx = 1") == (" ```python\nx = 1", [])  # code, not JSON: at once
+    assert parser.feed('\n{"name": "get_weather"') == ("", [])  # may be a bare call
+    assert parser.feed(', "arguments": {"city": "Paris"}}') == ("", [PARIS])
+    assert parser.finish() == ("", [])
+
+
+def test_call_markup_is_never_handed_out_as_text():
+    text = f"Checking.\n<tool_call>\n{W}\n</tool_call>"
+    parser = ToolCallParser(NAMES)
+    handed = [parser.feed(c)[0] for c in text] + [parser.finish()[0]]
+    assert "".join(handed) == "Checking." and not any("<" in piece or "{" in piece for piece in handed)
+
+
+def renderer(source: str):
+    """A template rendered as `serve` renders it (the same sandbox and variables)."""
+    template = compile_chat_template(source)
+
+    def render(messages, tools, add_generation_prompt):
+        return render_bounded(
+            template, messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+            bos_token="<s>", eos_token="</s>",
+        )  # fmt: skip
+
+    return render
+
+
+def test_what_a_template_does_with_tools():
+    qwen = inspect_template(renderer(tool_templates.QWEN25))
+    assert qwen == ToolTemplate(True, True, '<tool_call>\n{"name": "', '", "arguments": ')
+    assert qwen.prefill("get_weather") == '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert qwen.prefill(None) == '<tool_call>\n{"name": "'
+    assert inspect_template(renderer(tool_templates.LLAMA31)) == ToolTemplate(
+        True, True, '{"name": "', '", "parameters": '
+    )
+    mistral = inspect_template(renderer(tool_templates.MISTRAL_V3))
+    assert mistral == ToolTemplate(True, True, '[TOOL_CALLS] [{"name": "', '", "arguments": ')
+    assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
+    assert inspect_template(renderer(tiny_models.CHATML_TEMPLATE)).renders_tools is False
+    assert inspect_template(renderer("{{ raise_exception('no tools here') }}")).renders_tools is False
+
+
+@pytest.mark.parametrize("source", [tool_templates.QWEN25, tool_templates.LLAMA31, tool_templates.MISTRAL_V3])
+def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
+    """tool_choice "required" / named: the reply begins with the prefill, the model finishes the call."""
+    form = inspect_template(renderer(source))
+    rest = {
+        tool_templates.QWEN25: '{"city": "Paris"}}\n</tool_call>',
+        tool_templates.LLAMA31: '{"city": "Paris"}}',
+        tool_templates.MISTRAL_V3: '{"city": "Paris"}, "id": "abcDEF123"}]',
+    }[source]
+    assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(None, [PARIS])
+
+
+def test_call_markup_written_as_control_tokens_is_put_back():
+    """Generated text leaves control tokens out; Mistral's [TOOL_CALLS] and [ARGS] are ones."""
+    pieces = {1: b"Sure. ", 2: b"get_", 3: b"weather", 4: b'{"city": ', 5: b'"Paris"}', 6: "é".encode()}
+    markers = {90: "[TOOL_CALLS]", 91: "[ARGS]"}
+    tokens = [1, 90, 2, 3, 91, 4, 5]
+    text = b"".join(pieces[t] for t in tokens if t in pieces).decode()
+    marked = with_markers(text, tokens, markers, pieces.__getitem__)
+    assert marked == 'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    assert parse_tool_calls(marked, NAMES) == Parsed("Sure.", [PARIS])
+    assert parse_tool_calls(text, NAMES) == Parsed(text, [])  # without them: no call
+    assert with_markers("é", [6, 90], markers, pieces.__getitem__) == "é[TOOL_CALLS]"
+    assert with_markers(text, [1, 2, 3], markers, pieces.__getitem__) == text
+
+
+def test_a_held_back_value_resumes_its_scan_where_it_stopped():
+    """A value read again as the reply grows resumes the scan of the text seen before: whatever
+    the point it stopped at (inside a string, after an escape, between brackets), it ends where a
+    scan from the start ends."""
+    text = '{"a": "x\\"}{[", "b": [1, {"c": "]\\\\"}], "d": {}} tail'
+    whole = _balanced_end(text, 0)
+    assert whole == text.index(" tail")
+    for cut in range(1, len(text)):
+        scans: dict = {}
+        first = _balanced_end(text[:cut], 0, scans)
+        assert first == (whole if cut >= whole else None)
+        assert _balanced_end(text, 0, scans) == whole, cut
