@@ -125,7 +125,13 @@ def _missing_references(relative: str) -> list[str]:
     path = ROOT / relative
     text = path.read_text(encoding="utf-8", errors="replace")
     markdown = relative.endswith(".md")
-    missing = []
+    missing: list[str] = []
+    reported: set[tuple[int, str]] = set()
+
+    def report(number: int, name: str, what: str = "") -> None:
+        if (number, name) not in reported:  # a link's target is also a path and a *.md name
+            reported.add((number, name))
+            missing.append(f"{relative}:{number}: {what}{name}")
 
     def exists(name: str, *bases: Path) -> bool:
         return any((base / name).exists() for base in bases)
@@ -138,7 +144,7 @@ def _missing_references(relative: str) -> list[str]:
             if not markdown and not name.endswith(SOURCE_SUFFIXES):
                 continue
             if not exists(name, ROOT):
-                missing.append(f"{relative}:{number}: {name}")
+                report(number, name)
         for match in _MD_NAME.finditer(line):
             name = match.group(1)
             first = name.split("/")[0]
@@ -147,12 +153,12 @@ def _missing_references(relative: str) -> list[str]:
             if not markdown and "/" not in name:
                 continue  # code names files it writes (gpu_check.md) by their bare names
             if not exists(name, ROOT, path.parent):
-                missing.append(f"{relative}:{number}: {name}")
+                report(number, name)
     if markdown:
         for number, target in _local_links(path):
             name = target.split("#")[0]
             if name and not exists(name, path.parent):
-                missing.append(f"{relative}:{number}: link {target}")
+                report(number, name, "link ")
     return missing
 
 
