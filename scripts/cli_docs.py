@@ -45,7 +45,11 @@ def help_text(*command: str) -> str:
     """`specllm COMMAND... --help`, at the fixed width, with trailing blanks removed."""
     proc = subprocess.run(
         [sys.executable, "-m", "specllm", *command, "--help"],
-        capture_output=True, text=True, encoding="utf-8", env=_environment(), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=_environment(),
+        cwd=ROOT,
     )
     if proc.returncode != 0:
         raise SystemExit(f"specllm {' '.join(command)} --help failed:\n{proc.stderr}")
@@ -76,8 +80,12 @@ def commands(top_help: str) -> list[str]:
 
 def render() -> str:
     top = help_text()
-    parts = [HEADER, "Commands: " + ", ".join(f"[{c}](#specllm-{c})" for c in commands(top)) + ".\n",
-             "## specllm\n", "```text\n" + top + "\n```\n"]
+    parts = [
+        HEADER,
+        "Commands: " + ", ".join(f"[{c}](#specllm-{c})" for c in commands(top)) + ".\n",
+        "## specllm\n",
+        "```text\n" + top + "\n```\n",
+    ]
     for name in commands(top):
         parts += [f"## specllm {name}\n", "```text\n" + help_text(name) + "\n```\n"]
     return "\n".join(parts)
@@ -85,15 +93,13 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write docs/cli.md from `specllm --help`.")
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if docs/cli.md is out of date")
+    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if docs/cli.md is out of date")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         current = CLI_MD.read_text(encoding="utf-8") if CLI_MD.exists() else None
         if current != text:
-            print(f"docs/cli.md is out of date with the CLI's --help: run `{REGENERATE}`",
-                  file=sys.stderr)
+            print(f"docs/cli.md is out of date with the CLI's --help: run `{REGENERATE}`", file=sys.stderr)
             return 1
         return 0
     CLI_MD.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,11 @@ PROJECT_DIRS = ("specllm", "tests", "benchmarks", "scripts", "docs", ".ci")
 # (code also builds paths inside caches and prints ratios such as "specllm/llama.cpp").
 SOURCE_SUFFIXES = (".py", ".md", ".sh", ".c", ".html", ".jsonl", ".toml", ".png", ".txt")
 
-_PATH = re.compile(r"(?<![\w./~$%-])(?:\./)?((?:" + "|".join(re.escape(d) for d in PROJECT_DIRS)
-                   + r")/[\w.-]*[\w-](?:/[\w.-]*[\w-])*)/?")
+_PATH = re.compile(
+    r"(?<![\w./~$%-])(?:\./)?((?:"
+    + "|".join(re.escape(d) for d in PROJECT_DIRS)
+    + r")/[\w.-]*[\w-](?:/[\w.-]*[\w-])*)/?"
+)
 _MD_NAME = re.compile(r"(?<![\w./~$%-])((?:\.\.?/)*[\w-][\w./-]*\.md)\b")
 _LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _FENCE = re.compile(r"^(\s*)(```|~~~)(.*)$")
@@ -58,8 +61,13 @@ def _option_names(command: str | None) -> frozenset[str]:
 
 def _project_files() -> list[str]:
     """Tracked files and new ones not ignored, as paths relative to the root."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [p for p in out.splitlines() if (ROOT / p).exists()]
 
 
@@ -196,15 +204,15 @@ def test_readme_is_a_front_door_of_at_most_250_lines():
 
 
 def test_cli_reference_is_what_the_cli_help_says_now():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "cli_docs.py"), "--check"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "cli_docs.py"), "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_every_specllm_command_in_the_readme_is_a_real_command_with_real_options():
     commands = _cli_docs().commands(_help(None))
-    invocations = [(line, args) for line in _readme_shell_lines()
-                   for args in _specllm_invocations(line)]
+    invocations = [(line, args) for line in _readme_shell_lines() for args in _specllm_invocations(line)]
     assert len(invocations) >= 5, "README.md shows no specllm commands in sh blocks"
     problems = []
     for line, args in invocations:
@@ -259,9 +267,11 @@ def test_links_between_documents_lead_to_a_page_and_heading_that_exist():
 
 
 def test_readme_indexes_every_page_under_docs():
-    readme_links = {(ROOT / t.split("#")[0]).resolve() for _, t in _local_links(README)
-                    if t.split("#")[0]}
+    readme_links = {(ROOT / t.split("#")[0]).resolve() for _, t in _local_links(README) if t.split("#")[0]}
     pages = [p for p in DOCS.rglob("*.md")]
-    unlisted = [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in readme_links
-                and p.parent.resolve() not in readme_links]
+    unlisted = [
+        str(p.relative_to(ROOT))
+        for p in pages
+        if p.resolve() not in readme_links and p.parent.resolve() not in readme_links
+    ]
     assert pages and not unlisted, f"README.md's index of docs/ lacks: {unlisted}"
