@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -27,7 +27,7 @@ class BenchProgress:
             console=self.console,
             transient=True,
         )
-        self._task = None
+        self._task: TaskID | None = None
 
     def __enter__(self):
         self._progress.__enter__()

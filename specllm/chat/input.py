@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.keys import Keys
 
@@ -76,12 +76,12 @@ class TerminalReader(_CtrlC):
         super().__init__()
         try:
             history.parent.mkdir(parents=True, exist_ok=True)
-            kept = QuietFileHistory(str(history))
+            kept: History = QuietFileHistory(str(history))
         except OSError as e:
             self.history_note = f"history is not kept: cannot create {history.parent} ({e.strerror or e})"
             kept = InMemoryHistory()
         self.typed = False
-        self.session = PromptSession(
+        self.session: PromptSession[str] = PromptSession(
             PROMPT, prompt_continuation=CONTINUATION, history=kept, key_bindings=self._bindings()
         )
 

@@ -93,7 +93,9 @@ class ToolCallParser:
         return self._decide()
 
     def _decide(self) -> tuple[str, list[ToolCall]]:
-        text, pieces, calls, i = self.pending, [], [], 0
+        text, i = self.pending, 0
+        pieces: list[str] = []
+        calls: list[ToolCall] = []
         while i < len(text):
             start = _next_candidate(text, i)
             pieces.append(text[i:start])
@@ -101,7 +103,7 @@ class ToolCallParser:
             if i == len(text):
                 break
             found = self._match(text[i:])
-            if found is MORE:
+            if isinstance(found, _More):
                 break
             if found is None:  # not a call: the character is text
                 pieces.append(text[i])
@@ -209,7 +211,10 @@ class ToolCallParser:
         after = _after_marker(text, FENCE, self.ended)
         if not isinstance(after, int):
             return after
-        calls, i = [], _skip_spaces(text, FENCE_LANGUAGE.match(text, after).end())
+        language = FENCE_LANGUAGE.match(text, after)
+        assert language is not None  # its pattern matches the empty string
+        calls: list[ToolCall] = []
+        i = _skip_spaces(text, language.end())
         while True:
             if i == len(text):  # the block may end with the reply
                 return (_Match(i, calls) if calls else None) if self.ended else MORE
@@ -256,7 +261,7 @@ class ToolCallParser:
             value = value["tool_calls"]
         items = value if isinstance(value, list) else [value]
         calls = [self._call(item) for item in items]
-        return calls if calls and all(calls) else []
+        return [call for call in calls if call] if calls and all(calls) else []
 
     def _call(self, item) -> ToolCall | None:
         if not isinstance(item, dict):
