@@ -9,6 +9,7 @@ from collections.abc import Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
+from pathlib import Path
 
 import numpy as np
 
@@ -451,6 +452,16 @@ class Engine:
             return (yield from run.steps())
         finally:
             self._live = False
+
+
+def describe_models(engine: Engine) -> str:
+    """The engine's models by file name, for a status line: "target.gguf + draft.gguf"."""
+    models = engine.target.path.name
+    if engine.draft is not None:
+        models += f" + {engine.draft.path.name}"
+    elif engine.draft_file is not None:
+        models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
+    return models
 
 
 class _LazyRows:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
 from urllib.parse import urlsplit
 
 import openai
@@ -19,6 +18,7 @@ import pytest
 from serving import CTX, LogLines, Server, serving, wait_for_line
 
 import specllm
+from specllm.engine.loop import Generation
 from specllm.serve.server import listen
 
 PROMPT = "def f(x):"
@@ -181,20 +181,23 @@ def hold(engine, monkeypatch, max_tokens) -> threading.Event:
     """Make the engine's generations of `max_tokens` tokens wait after their first step until the
     event returned is set: a generation stays under way while a test acts on it, whatever the
     model's speed (the tiny models write CTX tokens in well under a second)."""
-    release, stream = threading.Event(), engine.stream
+    release, start = threading.Event(), engine.start
 
-    def held(events):
-        with closing(events):
-            for i, event in enumerate(events):
-                yield event
+    def held(generation):
+        with generation:
+            for i, step in enumerate(generation):
+                yield step
                 if i == 0:
                     release.wait(60)
+            return generation.result
 
     def gated(prompt, config=None, **kwargs):
-        events = stream(prompt, config, **kwargs)
-        return held(events) if config is not None and config.max_tokens == max_tokens else events
+        generation = start(prompt, config, **kwargs)
+        if config is not None and config.max_tokens == max_tokens:
+            return Generation(held(generation))
+        return generation
 
-    monkeypatch.setattr(engine, "stream", gated)
+    monkeypatch.setattr(engine, "start", gated)
     return release
 
 
