@@ -373,7 +373,8 @@ def chat(
     """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
     from rich.console import Console
 
-    from specllm.chat.session import ChatSession, read_transcript, repl
+    from specllm.chat.repl import repl
+    from specllm.chat.session import ChatSession, read_transcript
     from specllm.chat.view import use_live
     from specllm.engine.loop import make_config
 

@@ -419,6 +419,7 @@ def test_max_tokens_and_stop_strings(engine):
 def test_gamma_at_the_batch_limit(tiny_models):
     """A verify call on gamma + 1 tokens must fit in one batch: n_batch - 1 works, n_batch is refused
     up front (by the engine, the CLI's option check and chat's /gamma), not mid-generation."""
+    from specllm.chat.repl import command
     from specllm.chat.session import ChatSession
     from specllm.cli.main import check_options
     from specllm.engine.loop import GenerationConfig
@@ -433,9 +434,9 @@ def test_gamma_at_the_batch_limit(tiny_models):
         e.stream(prompt, max_tokens=40, temperature=0, drafter="model", gamma=16)
     session = ChatSession(e, GenerationConfig(gamma=4))
     with pytest.raises(SpecllmError, match="at most 15"):
-        session.command("/gamma 16")
+        command(session, "/gamma 16")
     assert session.config.gamma == 4
-    assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
+    assert command(session, "/gamma 15").text == "gamma 15" and session.config.gamma == 15
     e.close()
     check_options(8, "ngram", 511, {}, ctx_size=4096)
     check_options(8, "ngram", 255, {}, ctx_size=256)  # llama.cpp caps the batch at the context
