@@ -415,7 +415,8 @@ class Engine:
         """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
         (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
         defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
-        a second stream is refused until the first has finished or been closed."""
+        a second stream is refused until the first has finished or been closed. `start` gives the
+        same generation as an iterator of Steps with a `result`."""
         return self.start(prompt, config, chat=chat, system=system, **kwargs).events()
 
     def start(
@@ -705,7 +706,17 @@ class _Run:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
         rejected = self._draft_text(drafted[len(kept) :])
-        return Step(drafted, n_used, token, accepted_text, token_text, rejected, self.stats, source), reason
+        step = Step(
+            drafted=drafted,
+            accepted=n_used,
+            token=token,
+            accepted_text=accepted_text,
+            token_text=token_text,
+            rejected_text=rejected,
+            stats=self.stats,
+            source=source,
+        )
+        return step, reason
 
     def _draft_text(self, tokens: list[int]) -> str:
         """Text of draft tokens, for display; an id the target lacks is the draft model's own."""
