@@ -40,7 +40,7 @@ class Turn:
 
     user: str
     reply: str = ""
-    stop_reason: str = ""  # eos, max_tokens, context_full, or interrupted (the partial reply kept)
+    stop_reason: str = ""  # eos, max_tokens, stop, context_full, or interrupted (the partial reply kept)
     stats: Stats | None = None
     in_context: bool = True  # False once dropped to make room in the context
     seed: int | None = None  # this turn's own seed, derived from the session's (turn_seed)

@@ -159,6 +159,24 @@ def test_a_growing_chat_prefills_only_its_new_tokens(srv):
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_a_reply_cut_by_a_stop_string_is_not_continued_from_its_tokens(srv):
+    """The conversation goes on from a reply cut by a stop string: its text ends before the stop
+    string, its tokens do not, so the next prompt is tokenized whole (engine/prompt_cache.py) and
+    reported as not continued; the same conversation after a whole reply is."""
+    client = srv.client()
+    first = [{"role": "user", "content": PROMPT}]
+    whole = client.chat.completions.create(model="x", messages=first, **GREEDY).choices[0].message.content
+    stop = whole[6:9]
+    cut = client.chat.completions.create(model="x", messages=first, stop=stop, **GREEDY).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.content == whole[: whole.index(stop)]
+    for reply, continued in ((cut.message.content, False), (whole, True)):
+        if continued:
+            client.chat.completions.create(model="x", messages=first, **GREEDY)  # the whole reply, again
+        second = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "and g(y)?"}]
+        r = client.chat.completions.create(model="x", messages=second, **GREEDY)
+        assert (r.usage.prompt_tokens_details.cached_tokens > 0) == continued
+
+
 def test_concurrent_clients_both_get_complete_answers(srv):
     client = srv.client()
     prompts = ["def f(x):", "class A:", "import os"]
