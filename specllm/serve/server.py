@@ -121,10 +121,10 @@ AHEAD = 4  # steps the engine may take before the client's side has taken the ea
 class Job:
     """One generation on the engine thread; its steps, then its result, reach the event loop
     through a queue. `cancel()` (the client went away) stops it after the step under way; `result`
-    stays None then. The engine runs at most
-    AHEAD steps ahead of the response: when a client goes away, what it would not read is not
-    generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
-    connection closed only when it waits for an event, cannot fall far behind."""
+    stays None then. The engine runs at most AHEAD steps ahead of the response: when a client goes
+    away, what it would not read is not generated (it was: 3 to 341 tokens past a closed stream),
+    and the response, which sees the connection closed only when it waits for a step, cannot fall
+    far behind."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
