@@ -1052,7 +1052,7 @@ class Check:
     ) -> dict:
         """One generation (greedy unless a temperature is given) from empty KV caches. tok/s and the loop's time leave out the
         synthetic drafter's re-anchoring (SyntheticPlan.follow), which no real drafter does."""
-        from specllm.engine.loop import Finished, GenerationConfig
+        from specllm.engine.loop import GenerationConfig
         from specllm.engine.sampling import SamplerSettings
 
         for model in (engine.target, engine.draft):
@@ -1066,17 +1066,12 @@ class Check:
             drafter=drafter,
             gamma=gamma,
         )
-        calls, result = [], None
-        events = engine.stream(list(self.prompt), config)
-        try:
-            for event in events:
-                if isinstance(event, Finished):
-                    result = event.result
-                    break
-                if event.drafted or event.token != -1:
-                    calls.append((list(event.drafted), event.accepted))
-        finally:
-            events.close()
+        calls = []
+        with engine.start(list(self.prompt), config) as generation:
+            for step in generation:
+                if step.drafted or step.token != -1:
+                    calls.append((list(step.drafted), step.accepted))
+        result = generation.result
         llama = self.timer.seconds - self.timer.mark
         st = result.stats
         steps = max(1, st.target_calls)

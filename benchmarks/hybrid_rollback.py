@@ -85,12 +85,11 @@ def parameters(path: Path) -> int:
 
 def generate(engine, prompt: str, drafter: str, gamma, tokens: int, tally: Tally) -> None:
     """One greedy generation added to `tally`; streamed, to count the steps that rejected."""
-    events = engine.stream(prompt, max_tokens=tokens, temperature=0.0, drafter=drafter, gamma=gamma)
-    for event in events:
-        if isinstance(event, specllm.Finished):
-            result = event.result
-        elif event.accepted < len(event.drafted):
+    generation = engine.start(prompt, max_tokens=tokens, temperature=0.0, drafter=drafter, gamma=gamma)
+    for step in generation:
+        if step.accepted < len(step.drafted):
             tally.rejections += 1
+    result = generation.result
     s = result.stats
     tally.generated += s.generated_tokens
     tally.seconds += s.decode_seconds

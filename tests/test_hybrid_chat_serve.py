@@ -19,8 +19,10 @@ from one_line import assert_one_line_error
 from serving import LogLines, Server
 
 import specllm
-from specllm.chat.session import ChatSession, extend_prompt
-from specllm.engine.loop import Finished, make_config
+from specllm.chat.repl import command
+from specllm.chat.session import ChatSession
+from specllm.engine.loop import make_config
+from specllm.engine.prompt_cache import PromptCache
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
 
@@ -120,7 +122,7 @@ class PrefillSpy:
 def turn(session, message):
     """One whole turn: (prepared, result)."""
     prepared = session.prepare(message)
-    result = next(e.result for e in session.stream(prepared) if isinstance(e, Finished))
+    result = session.stream(prepared).run()
     return prepared, result
 
 
@@ -161,24 +163,24 @@ def test_chat_turns_edits_and_reset_equal_fresh_target_only(chat_case, tmp_path)
     # An edited history: the transcript saved, turn 2's message changed and the last turn taken
     # back, loaded (/save and /load are what ChatSession offers to change earlier turns).
     saved = tmp_path / "chat.json"
-    session.command(f"/save {saved}")
+    command(session, f"/save {saved}")
     data = json.loads(saved.read_text())
     data["turns"][1]["user"] = "def sub(a, b):"
     del data["turns"][2]
     saved.write_text(json.dumps(data))
-    session.command(f"/load {saved}")
+    command(session, f"/load {saved}")
     prepared, result = checked_turn("return self.data")
     assert [t.user for t in session.turns] == ["Hello world", "def sub(a, b):", "return self.data"]
     assert prepared.tokens == engine.prompt_tokens(prepared.text) and "def sub(a, b):" in prepared.text
     assert "def add" not in prepared.text
 
     # A changed system prompt rewrites the start of the history.
-    session.command("/system You are verbose.")
+    command(session, "/system You are verbose.")
     prepared, result = checked_turn("Once upon a time")
     assert not prepared.extended and prepared.text.count("You are verbose.") == 1
 
     # /reset: a new conversation (the system prompt stays), on a cache holding another.
-    session.command("/reset")
+    command(session, "/reset")
     prepared, result = checked_turn("import os")
     assert len(session.turns) == 1
     assert prepared.tokens == engine.prompt_tokens(prepared.text) and prepared.text.count("<|im_start|>user") == 1
@@ -199,7 +201,7 @@ def test_regenerating_a_reply_resumes_from_the_prefill_checkpoint(paths, case):
         session = ChatSession(engine, greedy(drafter), system=SYSTEM)
         first, one = turn(session, "Hello world")
         assert engine.target.recurrent and len(engine.target.tokens) == len(first.tokens) + len(one.tokens) - 1
-        session.command("/reset")
+        command(session, "/reset")
         spy.start()
         again, two = turn(session, "Hello world")
         assert again.tokens == first.tokens and again.reused == len(first.tokens)
@@ -222,14 +224,14 @@ def test_prefill_tokens_counts_what_a_recurrent_target_evaluates(paths, tmp_path
         reported, evaluated = [], []
         for step in ("Hello world", "/reset", "Hello world", "def add(a, b):", "/save", "/load", "print the value"):
             if step == "/save":
-                session.command(f"/save {tmp_path / 'chat.json'}")
+                command(session, f"/save {tmp_path / 'chat.json'}")
                 data = json.loads((tmp_path / "chat.json").read_text())
                 data["turns"][-1]["user"] = "def sub(a, b):"  # edited: the text no longer extends
                 (tmp_path / "chat.json").write_text(json.dumps(data))
             elif step == "/load":
-                session.command(f"/load {tmp_path / 'chat.json'}")
+                command(session, f"/load {tmp_path / 'chat.json'}")
             elif step.startswith("/"):
-                session.command(step)
+                command(session, step)
             else:
                 spy.start()
                 reported.append(turn(session, step)[1].stats.prefill_tokens)
@@ -282,16 +284,16 @@ def whole_chat(srv, messages, **extensions):
 def fresh_texts(path, *texts):
     """Target-only greedy replies to rendered conversations, each extending the one before with
     its reply, from a freshly loaded engine: each prompt's tokens made as the server makes them
-    (extend_prompt: the previous prompt's and reply's tokens as they were, then the new text's)."""
+    (PromptCache: the previous prompt's and reply's tokens as they were, then the new text's)."""
     fresh = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    replies, last = [], None
+    replies, cache = [], PromptCache(fresh)
     try:
-        for text in texts:
-            tokens, _, extended = extend_prompt(fresh, text, last)
-            assert extended == (last is not None)
-            result = fresh.generate(tokens, config=greedy("none"))
+        for i, text in enumerate(texts):
+            prompt = cache.prompt(text)
+            assert prompt.extended == (i > 0)
+            result = fresh.generate(prompt.tokens, config=greedy("none"))
             replies.append(result.text)
-            last = (text + result.text, tokens + result.tokens)
+            cache.remember(text, prompt.tokens, result)
     finally:
         fresh.close()
     return replies

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from specllm.engine.calibration import time_calls
-from specllm.engine.loop import Engine, Finished, GenerationConfig, Result, Stats, aggregate
+from specllm.engine.loop import Engine, GenerationConfig, Result, Stats, aggregate
 from specllm.engine.sampling import SamplerSettings
 from specllm.errors import SpecllmError
 from specllm.files import write_text_atomic
@@ -291,21 +291,21 @@ class _Running:
         for model in (engine.target, engine.draft):
             if model is not None:
                 model.truncate(0)
-        self.events = engine.stream(self.tokens, gen)
+        self.generation = engine.start(self.tokens, gen)
         self.calls: list[tuple[list[int], int]] = []
         self.emitted: list[int] = []
         self.result: Result | None = None
 
     def advance(self) -> bool:
         """Take the next step; False once the generation has finished."""
-        event = next(self.events)
-        if isinstance(event, Finished):
-            self.result = event.result
-            self.events.close()  # releases the engine for its next generation at once
+        step = next(self.generation, None)
+        if step is None:
+            self.result = self.generation.result
+            self.generation.close()  # releases the engine for its next generation at once
             return False
-        if event.drafted or event.token != -1:
-            self.calls.append((list(event.drafted), event.accepted))
-            self.emitted += event.drafted[: event.accepted] + ([event.token] if event.token != -1 else [])
+        if step.drafted or step.token != -1:
+            self.calls.append((list(step.drafted), step.accepted))
+            self.emitted += step.drafted[: step.accepted] + ([step.token] if step.token != -1 else [])
         return True
 
     def done(self) -> PromptRun:

@@ -1,35 +1,37 @@
-"""A chat session on top of the engine: history, rendering to tokens, overflow trimming, slash
-commands and transcripts. `ChatSession` never prints and needs no terminal; `repl` at the bottom
-is the terminal front end `specllm chat` runs (chat/input.py reads the messages; Ctrl-C, views
-from view.py).
+"""A chat session on top of the engine: history, rendering to tokens, overflow trimming, settings,
+transcripts. `ChatSession` never prints and needs no terminal: the terminal front end `specllm
+chat` runs, slash commands included, is chat/repl.py.
 
 Staying fast turn after turn rests on the engine's KV reuse: a turn's prompt is the whole
-conversation rendered with the target's chat template, and the engine evaluates only what its
-caches do not already hold. To make that "only the new tokens", a turn whose rendered text extends
-the previous turn's text (its prompt plus the reply as generated) exactly reuses the previous
-turn's tokens as they were, the reply's generated tokens included, and tokenizes only the text
-after them. Re-tokenizing the whole text instead would re-prefill every reply whose text
-tokenizes differently from how it was generated (invalid UTF-8, non-canonical merges). When the
-text does not extend (a template that trims or rewrites history, a changed system prompt, dropped
-turns, an interrupted reply), the whole text is tokenized and the engine falls back to the
-longest common token prefix.
+conversation rendered with the target's chat template, and engine/prompt_cache.py turns it into
+tokens that reuse the previous turn's tokens (the reply as generated included) when the text
+extends it, else the longest common token prefix with what the KV cache holds.
 """
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from specllm.chat.view import source_mix
-from specllm.engine.loop import DRAFTERS, Engine, Finished, GenerationConfig, Stats, Step, aggregate, check_gamma
+from specllm.engine.loop import (
+    DRAFTERS,
+    Engine,
+    Generation,
+    GenerationConfig,
+    Result,
+    Stats,
+    Step,
+    aggregate,
+    check_gamma,
+)
+from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import SpecllmError
 from specllm.files import write_text_atomic
-from specllm.llama.model import common_prefix
 
 
 @dataclass
@@ -38,7 +40,7 @@ class Turn:
 
     user: str
     reply: str = ""
-    stop_reason: str = ""  # eos, max_tokens, context_full, or interrupted (the partial reply kept)
+    stop_reason: str = ""  # eos, max_tokens, stop, context_full, or interrupted (the partial reply kept)
     stats: Stats | None = None
     in_context: bool = True  # False once dropped to make room in the context
     seed: int | None = None  # this turn's own seed, derived from the session's (turn_seed)
@@ -72,31 +74,13 @@ class Prepared:
         return len(self.tokens) - self.reused
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    text: str = ""
-    exit: bool = False
-
-
-HELP = """\
-/help            this list
-/reset           forget the conversation (the system prompt stays)
-/stats           statistics of the whole session
-/gamma N|auto    draft length (with auto: the longest draft; auto: let it choose)
-/drafter NAME    auto | model | ngram | none
-/temp T          temperature (0 is greedy)
-/system [TEXT]   set the system prompt (alone: show it)
-/save FILE       write the transcript as JSON
-/load FILE       continue a conversation saved with /save
-/exit            quit (Ctrl-D too)
-Start a message with // to send one that begins with /. End a line with \\ to continue it."""
-
-
 class ChatSession:
     """A conversation with an engine. Typical use:
 
     prepared = session.prepare("Hello")   # may drop old turns (prepared.notices say so)
-    for event in session.stream(prepared): ...   # Step events, then Finished
+    with session.stream(prepared) as reply:   # a Generation
+        for step in reply: ...
+    reply.result
     """
 
     def __init__(self, engine: Engine, config: GenerationConfig, system: str | None = None):
@@ -113,7 +97,7 @@ class ChatSession:
         self.interrupted = 0
         self.dropped = 0
         # The previous turn's transcript, prompt + reply, as text and as the tokens in the KV cache.
-        self._last: tuple[str, list[int]] | None = None
+        self.cache = PromptCache(engine)
         self.notices: list[str] = []
         if engine.target.chat_template() is None:
             self.notices.append(f"{engine.target.path.name} has no chat template: using ChatML")
@@ -131,30 +115,35 @@ class ChatSession:
             prepared = self._drop_oldest(live, turn)
         return prepared
 
-    def stream(self, prepared: Prepared) -> Iterator[Step | Finished]:
-        """Generate the reply. The turn joins the history when generation ends or is cut short
-        (KeyboardInterrupt inside, or the consumer closing this generator): a partial reply is kept,
-        marked "interrupted"; a reply stopped before its first token is dropped with its message."""
+    def stream(self, prepared: Prepared) -> Generation:
+        """Generate the reply: its Steps, then its `result`. The turn joins the history when the
+        generation ends or is cut short (KeyboardInterrupt inside, or the consumer closing it): a
+        partial reply is kept, marked "interrupted"; a reply stopped before its first token is
+        dropped with its message."""
+        return Generation(self._reply(prepared))
+
+    def _reply(self, prepared: Prepared) -> Generator[Step, None, Result]:
+        """The reply's steps, from its first step on (nothing happens before: closed before it
+        started, the reply leaves no trace); returns its result."""
         result, stats, pieces = None, None, []
         prepared.turn.seed = turn_seed(self.config.sampler.seed, self.replies_started)
         self.replies_started += 1
         sampler = dataclasses.replace(self.config.sampler, seed=prepared.turn.seed)
         try:
-            for event in self.engine.stream(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)):
-                if isinstance(event, Finished):
-                    result = event.result
-                else:
-                    pieces.append(event.accepted_text + event.token_text)
-                    stats = event.stats
-                yield event
+            with self.engine.start(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)) as generation:
+                for step in generation:
+                    pieces.append(step.accepted_text + step.token_text)
+                    stats = step.stats
+                    yield step
+                result = generation.result
         finally:
             self._commit(prepared, result, "".join(pieces), stats)
+        return result
 
-    def send(self, message: str):
+    def send(self, message: str) -> Result:
         """prepare + stream to the end; returns the Result (for library use and tests)."""
-        for event in self.stream(self.prepare(message)):
-            if isinstance(event, Finished):
-                return event.result
+        with self.stream(self.prepare(message)) as reply:
+            return reply.run()
 
     @property
     def n_ctx(self) -> int:
@@ -175,7 +164,8 @@ class ChatSession:
 
     def _render(self, turns: list[Turn], pending: Turn) -> Prepared:
         text = self.engine.target.render_chat(self.messages(turns, pending))
-        return Prepared(pending, text, *extend_prompt(self.engine, text, self._last))
+        prompt = self.cache.prompt(text)
+        return Prepared(pending, text, prompt.tokens, prompt.reused, prompt.extended)
 
     def _drop_oldest(self, live: list[Turn], pending: Turn) -> Prepared:
         alone = self._render([], pending)
@@ -212,7 +202,7 @@ class ChatSession:
         stats = result.stats if result else stats
         if stats is not None:
             self.all_stats.append(stats)
-        self._last = None
+        self.cache.remember(prepared.text, prepared.tokens, result)
         if result is None:
             self.interrupted += 1
             if not partial:
@@ -222,88 +212,48 @@ class ChatSession:
         turn.stop_reason = result.stop_reason if result else "interrupted"
         turn.stats = stats
         self.turns.append(turn)
-        if result is not None:
-            self._last = (prepared.text + result.text, prepared.tokens + result.tokens)
 
-    # --- slash commands ---------------------------------------------------------------------
+    # --- settings (chat/repl.py's slash commands) ------------------------------------------------
 
-    def command(self, line: str) -> CommandResult:
-        """Run a slash command. Bad arguments raise SpecllmError."""
-        name, _, arg = line.strip().partition(" ")
-        handler = self._commands().get(name.lower())
-        if handler is None:
-            raise SpecllmError(f"unknown command {name}: /help lists them")
-        return handler(arg.strip())
-
-    def _commands(self):
-        return {
-            "/help": lambda _: CommandResult(HELP),
-            "/reset": self._reset,
-            "/stats": lambda _: CommandResult("\n".join(self.stats_lines())),
-            "/gamma": self._set_gamma,
-            "/drafter": self._set_drafter,
-            "/temp": self._set_temperature,
-            "/temperature": self._set_temperature,
-            "/system": self._set_system,
-            "/save": self._save,
-            "/load": self._load,
-            "/exit": lambda _: CommandResult(exit=True),
-            "/quit": lambda _: CommandResult(exit=True),
-        }
-
-    def _reset(self, _arg: str) -> CommandResult:
+    def reset(self) -> None:
+        """Forget the conversation; the system prompt stays."""
         self.turns.clear()
-        self._last = None
-        kept = " (the system prompt stays)" if self.system else ""
-        return CommandResult(f"conversation cleared{kept}")
+        self.cache.forget()
 
-    def _set_gamma(self, arg: str) -> CommandResult:
-        gamma = None if arg == "auto" else _parse(int, arg, "/gamma N|auto")
+    def set_gamma(self, gamma: int | None) -> None:
+        """The draft length (None: auto, or the drafter's default)."""
         if gamma is not None:
             check_gamma(gamma, self.engine.target.n_batch)
         self.config = dataclasses.replace(self.config, gamma=gamma)
-        return CommandResult(f"gamma {self.config.gamma or 'auto'}")
 
-    def _set_drafter(self, arg: str) -> CommandResult:
-        if arg not in DRAFTERS:
-            raise SpecllmError(f"usage: /drafter {'|'.join(DRAFTERS)}")
-        if arg == "model":
+    def set_drafter(self, name: str) -> None:
+        if name not in DRAFTERS:
+            raise SpecllmError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
+        if name == "model":
             if not self.engine.has_draft:
                 raise SpecllmError("no draft model: start the chat with --draft PATH or --pair NAME")
             self.engine.load_draft()  # now, so that a problem shows here and not mid-reply
-        if arg == "mtp" and self.engine.mtp is None:
+        if name == "mtp" and self.engine.mtp is None:
             raise SpecllmError(f"{self.engine.target.path.name} has no MTP layers: /drafter auto, ngram or model")
-        self.config = dataclasses.replace(self.config, drafter=arg)
-        return CommandResult(f"drafter {arg}")
+        self.config = dataclasses.replace(self.config, drafter=name)
 
-    def _set_temperature(self, arg: str) -> CommandResult:
-        sampler = dataclasses.replace(self.config.sampler, temperature=_parse(float, arg, "/temp T"))
+    def set_temperature(self, temperature: float) -> None:
+        sampler = dataclasses.replace(self.config.sampler, temperature=temperature)
         self.config = dataclasses.replace(self.config, sampler=sampler)
-        return CommandResult(f"temperature {sampler.temperature:g}" + (" (greedy)" if sampler.greedy else ""))
 
-    def _set_system(self, arg: str) -> CommandResult:
-        if not arg:
-            return CommandResult(f"system prompt: {self.system!r}" if self.system else "no system prompt")
-        check_utf8(arg, "the system prompt")
-        self.system = arg
-        return CommandResult("system prompt set; the conversation is prefilled again on the next turn")
+    def set_system(self, text: str) -> None:
+        """A new system prompt: the next turn prefills the conversation again."""
+        check_utf8(text, "the system prompt")
+        self.system = text
 
-    def _save(self, arg: str) -> CommandResult:
-        if not arg:
-            raise SpecllmError("usage: /save FILE")
-        path = Path(arg).expanduser()
+    def save(self, path: Path) -> None:
+        """Write the transcript as JSON (read_transcript reads it back)."""
         try:
             write_text_atomic(path, json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
         except (ValueError, TypeError) as e:  # nothing was written: the conversation goes on
             raise SpecllmError(f"cannot save to {path}: {e}") from None
-        return CommandResult(f"saved {len(self.turns)} turns to {path}")
-
-    def _load(self, arg: str) -> CommandResult:
-        if not arg:
-            raise SpecllmError("usage: /load FILE")
-        return CommandResult(self.restore(read_transcript(Path(arg).expanduser())))
 
     def restore(self, saved: "SavedChat") -> str:
         """Continue a saved conversation: its system prompt and turns replace this one's. Its
@@ -311,7 +261,7 @@ class ChatSession:
         turn prefills the whole conversation once and goes on as the saved session would have."""
         self.system = saved.system
         self.turns = [dataclasses.replace(t) for t in saved.turns]
-        self._last = None
+        self.cache.forget()
         live = [t for t in self.turns if t.in_context]
         if saved.context_tokens and live and live[-1].stop_reason != "interrupted":
             target = self.engine.target
@@ -319,7 +269,7 @@ class ChatSession:
             tokens = list(saved.context_tokens)
             in_vocabulary = all(0 <= t < target.n_vocab for t in tokens)
             if in_vocabulary and _spelled(target, tokens) == _spelled(target, self.engine.prompt_tokens(text)):
-                self._last = (text, tokens)
+                self.cache.restore(text, tokens)
         return f"loaded {len(self.turns)} turns from {saved.path}: the next message prefills the conversation once"
 
     # --- reporting --------------------------------------------------------------------------
@@ -346,7 +296,7 @@ class ChatSession:
             "session": self.totals(),
             # the conversation's tokens as the model last saw them, generated ones as generated, so
             # that /load continues exactly where this session would (absent after an interruption)
-            "context_tokens": self._last[1] if self._last else None,
+            "context_tokens": self.cache.tokens,
         }
 
     def totals(self) -> dict:
@@ -361,22 +311,11 @@ class ChatSession:
             "prefill_seconds": s.prefill_seconds,
         }  # fmt: skip
 
-    def stats_lines(self) -> list[str]:
-        t, c = self.totals(), self.config
-        in_use = len(self._last[1]) if self._last else len(self.engine.target.tokens)
-        return [
-            f"turns {t['turns']} ({t['interrupted']} interrupted, {t['dropped_turns']} dropped to fit)",
-            f"generated {t['generated_tokens']} tokens in {t['decode_seconds']:.2f}s: "
-            f"{t['tokens_per_second']:.1f} tok/s",
-            f"drafted {t['drafted']}, accepted {t['accepted']} ({t['acceptance_rate']:.0%}); "
-            f"{t['mean_accepted_length']:.2f} tokens per target call ({t['target_calls']} calls)",
-            f"prefilled {t['prefill_tokens']} of {t['prompt_tokens']} prompt tokens "
-            f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
-            f"context {in_use} of {self.n_ctx} tokens in use",
-            *([source_mix(aggregate(self.all_stats))] if c.drafter == "auto" else []),
-            f"drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g} · "
-            f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
-        ]
+    @property
+    def context_in_use(self) -> int:
+        """Tokens of the context the conversation holds now."""
+        held = self.cache.tokens
+        return len(held) if held is not None else len(self.engine.target.tokens)
 
 
 @dataclass(frozen=True)
@@ -482,122 +421,8 @@ def _spelled(target, tokens: list[int]) -> str:
     return target.detokenize(tokens).decode("utf-8", errors="replace")
 
 
-def extend_prompt(engine: Engine, text: str, last: tuple[str, list[int]] | None) -> tuple[list[int], int, bool]:
-    """The prompt tokens of `text` given the previous generation's transcript `last` (its prompt
-    text + generated text, and the tokens its KV cache holds for them): (tokens, how many of them
-    the KV cache already holds, whether `text` extended `last` so its tokens were reused as they
-    were). See the module docstring for why a text that extends `last` reuses its tokens."""
-    target = engine.target
-    full = engine.prompt_tokens(text)
-    if last is not None:
-        last_text, last_tokens = last
-        if text.startswith(last_text):
-            tail = target.tokenize(text[len(last_text) :], add_special=False, parse_special=True)
-            # The tail must tokenize on its own as it does at the end of the whole text, or
-            # the split would put tokens the model never sees in a fresh run.
-            if tail and full[-len(tail) :] == tail:
-                return last_tokens + tail, len(last_tokens), True
-    # What the engine will reuse: the longest common prefix with what the KV cache holds.
-    return full, common_prefix(target.tokens, full), False
-
-
 def turn_seed(session_seed: int, index: int) -> int:
     """The seed of a session's index-th reply: child `index` of the session seed's SeedSequence
     (numpy's way to derive independent streams), so replaying a session with its seed replays
     every reply."""
     return int(np.random.SeedSequence(session_seed, spawn_key=(index,)).generate_state(1)[0])
-
-
-def _parse(kind, arg: str, usage: str):
-    try:
-        return kind(arg)
-    except ValueError:
-        raise SpecllmError(f"usage: {usage}") from None
-
-
-def is_command(line: str) -> bool:
-    return line.startswith("/") and not line.startswith("//")
-
-
-# --- the terminal front end ------------------------------------------------------------------------
-
-
-def repl(session: ChatSession, console, live: bool) -> None:
-    """The chat loop: read, run a command or stream a reply, repeat."""
-    from specllm.chat.input import message_reader
-    from specllm.chat.view import legend
-
-    reader = message_reader()
-    for notice in session.notices + ([reader.history_note] if reader.history_note else []):
-        console.print(f"note: {notice}", style="yellow", markup=False)
-    console.print(describe_session(session), style="dim", markup=False, highlight=False)
-    if live and session.config.drafter != "none":
-        console.print(legend(session.config.drafter))
-    console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
-    while True:
-        line = reader.read()
-        if line is None:
-            console.print()
-            return
-        if reader.notice is not None:  # a Ctrl-C at the prompt: the typed line is gone
-            console.print(reader.notice, style="dim")
-            reader.notice = None
-        if not line.strip():
-            continue
-        try:
-            if is_command(line):
-                result = session.command(line)
-                if result.text:
-                    console.print(result.text, markup=False, highlight=False)
-                if result.exit:
-                    return
-            else:
-                _reply(session, line[1:] if line.startswith("//") else line, console, live)
-        except SpecllmError as e:
-            console.print(f"error: {e}", style="red", markup=False, highlight=False)
-        except KeyboardInterrupt:  # outside a reply (rendering, a command): the chat goes on
-            console.print("\n[interrupted]", style="yellow", markup=False)
-
-
-def describe_models(engine: Engine) -> str:
-    models = engine.target.path.name
-    if engine.draft is not None:
-        models += f" + {engine.draft.path.name}"
-    elif engine.draft_file is not None:
-        models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
-    return models
-
-
-def describe_session(session: ChatSession) -> str:
-    engine, c = session.engine, session.config
-    models = describe_models(engine)
-    return (
-        f"{models} · drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g}"
-        f" · context {session.n_ctx} tokens"
-    )
-
-
-def _reply(session: ChatSession, message: str, console, live: bool) -> None:
-    from specllm.chat.view import LiveView, PlainView, chat_summary
-
-    prepared = session.prepare(message)
-    for notice in prepared.notices:
-        console.print(f"note: {notice}", style="yellow", markup=False)
-    drafter = session.config.drafter
-    if live:
-        view = LiveView(console, drafter, show_legend=False, describe=chat_summary)
-    else:
-        view = PlainView(drafter, describe=chat_summary)
-    events = session.stream(prepared)
-    try:
-        with view:
-            for event in events:
-                if isinstance(event, Finished):
-                    view.finish(event.result)
-                else:
-                    view.step(event)
-    except KeyboardInterrupt:
-        events.close()  # the session keeps the partial reply (see ChatSession.stream)
-        kept = session.turns and session.turns[-1] is prepared.turn
-        what = "the partial reply is kept in the history" if kept else "nothing was generated; the message is dropped"
-        console.print(f"\n[reply interrupted: {what}]", style="yellow", markup=False)

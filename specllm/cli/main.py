@@ -301,7 +301,7 @@ def run(
     from rich.console import Console
 
     from specllm.chat.view import LiveView, PlainView, use_live
-    from specllm.engine.loop import Finished, make_config
+    from specllm.engine.loop import make_config
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
@@ -319,7 +319,7 @@ def run(
         print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
-    events = engine.stream(text, config, chat=chat_template, system=system)
+    generation = engine.start(text, config, chat=chat_template, system=system)
     console = Console()
     if as_json:
         view = PlainView(drafter, show_summary=False)
@@ -328,11 +328,10 @@ def run(
     else:
         view = PlainView(drafter)
     with view:
-        for event in events:
-            if isinstance(event, Finished):
-                result = event.result
-            elif not as_json:
-                view.step(event)
+        for step in generation:
+            if not as_json:
+                view.step(step)
+        result = generation.result
         if not as_json:
             view.finish(result)
     if verbose and result.stats.policy:
@@ -374,7 +373,8 @@ def chat(
     """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""
     from rich.console import Console
 
-    from specllm.chat.session import ChatSession, read_transcript, repl
+    from specllm.chat.repl import repl
+    from specllm.chat.session import ChatSession, read_transcript
     from specllm.chat.view import use_live
     from specllm.engine.loop import make_config
 

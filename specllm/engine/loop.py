@@ -5,10 +5,11 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
+from pathlib import Path
 
 import numpy as np
 
@@ -170,6 +171,12 @@ class Step:
     stats: "Stats"
     source: str = "none"  # which drafter proposed the draft: "none", "ngram" or "model"
 
+    @classmethod
+    def text_tail(cls, text: str, stats: "Stats") -> "Step":
+        """The last step of a generation whose text held back an end that might have begun a stop
+        string (TextStream): no target call, no token, only that text, released at the end."""
+        return cls(drafted=[], accepted=0, token=-1, accepted_text="", token_text=text, rejected_text="", stats=stats)
+
 
 @dataclass
 class Result:
@@ -181,7 +188,69 @@ class Result:
 
 @dataclass(frozen=True)
 class Finished:
+    """The last event of Engine.stream: the generation's Result."""
+
     result: Result
+
+
+class Generation:
+    """A generation under way, as Engine.start returns it: an iterator of its Steps, one per
+    target call; once they have run out, `result` is its Result. Leaving its `with` block (or
+    close()) before then stops the generation and frees the engine; `result` then stays unset
+    (reading it raises), so a cut-short generation cannot pass for a finished one.
+
+        with engine.start(prompt, max_tokens=64) as generation:
+            for step in generation:
+                show(step)
+        generation.result
+    """
+
+    def __init__(self, steps: Iterator[Step]):
+        self._steps = steps  # a generator of Steps whose return value is the Result
+        self._result: Result | None = None
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> Step:
+        if self._result is not None:
+            raise StopIteration
+        try:
+            return next(self._steps)
+        except StopIteration as end:  # its value is the Result (None once closed: cut short)
+            self._result = end.value
+            raise StopIteration from None
+
+    @property
+    def finished(self) -> bool:
+        return self._result is not None
+
+    @property
+    def result(self) -> Result:
+        if self._result is None:
+            raise RuntimeError("the generation has not finished: its steps were not all taken")
+        return self._result
+
+    def run(self) -> Result:
+        """Take the steps left and return the result."""
+        for _ in self:
+            pass
+        return self.result
+
+    def events(self) -> Iterator["Step | Finished"]:
+        """Engine.stream's form: the Steps, then Finished(result). Closing it closes the generation."""
+        with closing(self):
+            yield from self
+            yield Finished(self.result)
+
+    def close(self) -> None:
+        self._steps.close()
+
+    def __enter__(self) -> "Generation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class Engine:
@@ -331,11 +400,8 @@ class Engine:
     # --- generation -------------------------------------------------------------------------
 
     def generate(self, prompt: str | list[int], **kwargs) -> Result:
-        with closing(self.stream(prompt, **kwargs)) as events:  # releases the engine at once
-            for event in events:
-                if isinstance(event, Finished):
-                    return event.result
-        raise AssertionError("stream ended without a result")
+        with self.start(prompt, **kwargs) as generation:  # releases the engine at once
+            return generation.run()
 
     def stream(
         self,
@@ -349,13 +415,27 @@ class Engine:
         """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
         (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
         defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
-        a second stream is refused until the first has finished or been closed."""
+        a second stream is refused until the first has finished or been closed. `start` gives the
+        same generation as an iterator of Steps with a `result`."""
+        return self.start(prompt, config, chat=chat, system=system, **kwargs).events()
+
+    def start(
+        self,
+        prompt: str | list[int],
+        config: GenerationConfig | None = None,
+        *,
+        chat: bool = False,
+        system: str | None = None,
+        **kwargs,
+    ) -> Generation:
+        """The generation `stream` yields the events of, as a Generation: its Steps, then its
+        `result`. Bad options and prompts are refused now, before the first step."""
         if config is not None and kwargs:
             raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
         config = config or make_config(**kwargs)
         self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return self._own(_Run(self, tokens, config))
+        return Generation(self._own(_Run(self, tokens, config)))
 
     def _check_idle(self) -> None:
         if self._live:
@@ -364,14 +444,25 @@ class Engine:
                 "(the models' KV caches are shared)"
             )
 
-    def _own(self, run: "_Run") -> Iterator[Step | Finished]:
-        """Run's steps, holding the engine from the first step until the run ends or is closed."""
+    def _own(self, run: "_Run") -> Generator[Step, None, Result]:
+        """Run's steps and result, holding the engine from the first step until the run ends or is
+        closed."""
         self._check_idle()  # two streams created, then both started
         self._live = True
         try:
-            yield from run.steps()
+            return (yield from run.steps())
         finally:
             self._live = False
+
+
+def describe_models(engine: Engine) -> str:
+    """The engine's models by file name, for a status line: "target.gguf + draft.gguf"."""
+    models = engine.target.path.name
+    if engine.draft is not None:
+        models += f" + {engine.draft.path.name}"
+    elif engine.draft_file is not None:
+        models += f" + {Path(engine.draft_file[0]).name} (loaded when it pays)"
+    return models
 
 
 class _LazyRows:
@@ -507,7 +598,9 @@ class _Run:
             return NgramDrafter(min_match=min_match, markup=self.target.markup_tokens)
         return NoDrafter()
 
-    def steps(self) -> Iterator[Step | Finished]:
+    def steps(self) -> Generator[Step, None, Result]:
+        """A Step per target call (and a last text_tail step when the end releases held-back
+        text); returns the Result."""
         self._prefill()
         # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
         # step (rendering it, writing to a slow pipe), between the yield and the next request.
@@ -536,8 +629,8 @@ class _Run:
         tail = self.text.finish()
         self.stats.decode_seconds += time.perf_counter() - start
         if tail:
-            yield Step([], 0, -1, "", tail, "", self.stats)
-        yield Finished(Result(self.text.text, self.generated, reason, self.stats))
+            yield Step.text_tail(tail, self.stats)
+        return Result(self.text.text, self.generated, reason, self.stats)
 
     def _prefill(self) -> None:
         start, evaluated = time.perf_counter(), self.target.n_evaluated
@@ -613,7 +706,17 @@ class _Run:
             token = -1  # never emitted: the step ended inside the accepted draft
         self.stats.generated_tokens = len(self.generated)
         rejected = self._draft_text(drafted[len(kept) :])
-        return Step(drafted, n_used, token, accepted_text, token_text, rejected, self.stats, source), reason
+        step = Step(
+            drafted=drafted,
+            accepted=n_used,
+            token=token,
+            accepted_text=accepted_text,
+            token_text=token_text,
+            rejected_text=rejected,
+            stats=self.stats,
+            source=source,
+        )
+        return step, reason
 
     def _draft_text(self, tokens: list[int]) -> str:
         """Text of draft tokens, for display; an id the target lacks is the draft model's own."""

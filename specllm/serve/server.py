@@ -8,7 +8,8 @@ a thread of its own; requests take turns through an asyncio.Lock, whose waiters 
 come, first served, and a turn ends when the generation has ended on that thread: finished, failed,
 or stopped because its client went away (checked after every step). A chat request renders the
 conversation with the GGUF's chat template and reuses the previous generation's tokens as `chat`
-does (chat.extend_prompt), so a conversation that grows turn by turn prefills only its new tokens.
+does (engine/prompt_cache.py), so a conversation that grows turn by turn prefills only its new
+tokens.
 """
 
 import asyncio
@@ -20,9 +21,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -32,8 +32,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from specllm.chat.session import describe_models, extend_prompt
-from specllm.engine.loop import Engine, Finished, Result, Step, make_config
+from specllm.engine.loop import Engine, Generation, Result, Step, describe_models, make_config
+from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
 from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse, specllm_step
@@ -82,11 +82,12 @@ def shutting_down() -> ApiError:
 
 @dataclass
 class Plan:
-    """A request ready to generate: its prompt and the engine's event stream (not started)."""
+    """A request ready to generate: its prompt and the engine's generation (not started)."""
 
+    text: str | None  # the prompt as text (None: token ids), remembered for the next request
     tokens: list[int]
     seed: int
-    events: Iterator[Step | Finished]
+    generation: Generation
     continues: bool = False  # the prompt extends the previous request's whole transcript
     tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
@@ -118,29 +119,36 @@ AHEAD = 4  # steps the engine may take before the client's side has taken the ea
 
 
 class Job:
-    """One generation on the engine thread; its events reach the event loop through a queue.
-    `cancel()` (the client went away) stops it after the step under way. The engine runs at most
-    AHEAD steps ahead of the response: when a client goes away, what it would not read is not
-    generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
-    connection closed only when it waits for an event, cannot fall far behind."""
+    """One generation on the engine thread; its steps, then its result, reach the event loop
+    through a queue. `cancel()` (the client went away) stops it after the step under way; `result`
+    stays None then. The engine runs at most AHEAD steps ahead of the response: when a client goes
+    away, what it would not read is not generated (it was: 3 to 341 tokens past a closed stream),
+    and the response, which sees the connection closed only when it waits for a step, cannot fall
+    far behind."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
         self.room = threading.Semaphore(AHEAD)
+        self.result: Result | None = None  # set on the event loop once the steps have all come
 
     def cancel(self) -> None:
         self.cancelled.set()
         self.room.release()  # an engine waiting for room sees it
 
-    def run(self, events: Iterator[Step | Finished], on_end: Callable[[], None]) -> None:
-        """On the engine thread: step the engine, handing each event over, until it ends."""
+    def run(self, generation: Generation, on_result: Callable[[Result], None], on_end: Callable[[], None]) -> None:
+        """On the engine thread: step the engine, handing each step over, then the result
+        (given to `on_result` first, still on the engine thread)."""
         try:
-            with closing(events):  # closing ends the engine's stream: it is free for the next
-                for event in events:
+            with generation:  # closing ends the engine's generation: it is free for the next
+                for step in generation:
                     self.room.acquire()
                     if self.cancelled.is_set():
                         return
-                    self._put(event)
+                    # The engine's stats change on as it runs ahead of the response (AHEAD): each
+                    # step carries them as they were after it, copied here on the engine's thread.
+                    self._put(dataclasses.replace(step, stats=copy.deepcopy(step.stats)))
+                on_result(generation.result)
+                self._put(generation.result)
         except Exception as e:  # given to the request, which reports it
             self._put(e)
         finally:
@@ -153,11 +161,15 @@ class Job:
         except RuntimeError:  # the event loop is closed: the server is shutting down
             self.cancel()
 
-    async def events(self) -> AsyncIterator[Step | Finished]:
+    async def steps(self) -> AsyncIterator[Step]:
+        """The generation's steps as they come; then `result` is set, unless it was stopped."""
         while (item := await self.queue.get()) is not _END:
-            self.room.release()
             if isinstance(item, Exception):
                 raise item
+            if isinstance(item, Result):
+                self.result = item
+                continue
+            self.room.release()
             yield item
 
 
@@ -171,8 +183,8 @@ class EngineWorker:
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
         self.stopping = False  # the server is shutting down: no new generations
-        # The previous generation's prompt + generated text and its tokens, for extend_prompt.
-        self.last: tuple[str, list[int]] | None = None
+        # The previous generation's prompt + generated text and its tokens, for the next prompt.
+        self.cache = PromptCache(engine)
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
         self._tool_markers: dict[int, str] | None = None
 
@@ -196,7 +208,8 @@ class EngineWorker:
             self.lock.release()
             raise
         self.job = job = Job(loop)
-        self.thread.submit(job.run, plan.events, partial(loop.call_soon_threadsafe, self.lock.release))
+        remember = partial(self.cache.remember, plan.text, plan.tokens)
+        self.thread.submit(job.run, plan.generation, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
 
     def without_paths(self, message: str) -> str:
@@ -228,7 +241,8 @@ class EngineWorker:
             text = request.prompt
         continues = False
         if text is not None:
-            tokens, _, continues = extend_prompt(engine, text, self.last)
+            prompt = self.cache.prompt(text)
+            tokens, continues = prompt.tokens, prompt.extended
         else:
             tokens = request.prompt
             if not all(0 <= t < engine.target.n_vocab for t in tokens):
@@ -250,11 +264,9 @@ class EngineWorker:
             seed=seed,
             **request.sampler,
         )
-        self.last = None
-        events = engine.stream(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(
-            tokens, seed, self._remember(text, tokens, events), continues, tools, self.marked_text if tools else None
-        )
+        self.cache.forget()  # the KV cache changes now; Job.run remembers the finished generation
+        generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
+        return Plan(text, tokens, seed, generation, continues, tools, self.marked_text if tools else None)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and
@@ -298,19 +310,6 @@ class EngineWorker:
         emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
         text = step.accepted_text + step.token_text
         return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
-
-    def _remember(self, text: str | None, tokens: list[int], events) -> Iterator[Step | Finished]:
-        """The events, keeping the finished transcript for the next request's extend_prompt (not
-        after a stop string: the text is cut there but the tokens are not)."""
-        with closing(events):
-            for event in events:
-                if isinstance(event, Finished) and text is not None and event.result.stop_reason != "stop":
-                    self.last = (text + event.result.text, tokens + event.result.tokens)
-                if isinstance(event, Step):
-                    # The engine's stats change on as it runs ahead of the response (AHEAD): each
-                    # step carries them as they were after it, copied here on the engine's thread.
-                    event = dataclasses.replace(event, stats=copy.deepcopy(event.stats))
-                yield event
 
     def status(self) -> dict:
         return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting}
@@ -434,20 +433,18 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     if body.stream:
         chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
         return EventStream(chunks, job)
-    result, generated = None, 0
+    generated = 0
     try:
-        async for event in job.events():
-            if isinstance(event, Finished):
-                result = event.result
-            else:
-                generated = event.stats.generated_tokens
-                plan.delta(event)  # a reply read for calls is read as it comes, as when streamed
-                if await request.is_disconnected():  # no wait: only what has arrived
-                    break
+        async for step in job.steps():
+            generated = step.stats.generated_tokens
+            plan.delta(step)  # a reply read for calls is read as it comes, as when streamed
+            if await request.is_disconnected():  # no wait: only what has arrived
+                break
     except Exception as e:
         raise ApiError(500, worker.without_paths(f"generation failed: {type(e).__name__}: {e}")) from None
     finally:
         job.cancel()  # the client went away, or the server is shutting down
+    result = job.result
     if result is None and worker.stopping:
         raise shutting_down()
     if result is None:
@@ -470,20 +467,18 @@ async def stream(
     """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
     is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
     With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
-    result, generated, outcome = None, 0, None
+    generated, outcome = 0, None
     try:
         if reply.chat:
             yield sse(reply.chunk(first=True))
-        async for event in job.events():
-            if isinstance(event, Finished):
-                result = event.result
-                continue
-            generated = event.stats.generated_tokens
-            delta = plan.delta(event)
+        async for step in job.steps():
+            generated = step.stats.generated_tokens
+            delta = plan.delta(step)
             if steps:  # even a step that added no text: its rejected draft and stats are news
-                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(event)})
+                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(step)})
             elif delta:
                 yield sse(reply.chunk(**delta))
+        result = job.result
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
             outcome = stopped(generated, error.message)

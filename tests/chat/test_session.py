@@ -3,6 +3,7 @@ interrupts and slash commands. (tests/chat/test_repl.py drives the real `specllm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import signal
@@ -14,8 +15,9 @@ import tiny_models as tm
 
 import specllm
 from specllm.chat import session as chat
-from specllm.chat.session import ChatSession, is_command, read_transcript
-from specllm.engine.loop import Finished, make_config
+from specllm.chat.repl import command, is_command, stats_lines
+from specllm.chat.session import ChatSession, read_transcript
+from specllm.engine.loop import make_config
 from specllm.llama.model import common_prefix
 
 SYSTEM = "You are terse."
@@ -33,7 +35,7 @@ def greedy(**kw):
 def turn(session, message):
     """One whole turn: (prepared, result)."""
     prepared = session.prepare(message)
-    result = next(e.result for e in session.stream(prepared) if isinstance(e, Finished))
+    result = session.stream(prepared).run()
     return prepared, result
 
 
@@ -128,11 +130,30 @@ def test_retokenizing_the_transcript_would_reprefill_replies(engines):
     session = ChatSession(engine, greedy(), system=SYSTEM)
     lost = []
     for message in MESSAGES:
-        last = session._last
+        last = session.cache.tokens
         prepared, _ = turn(session, message)
         if last is not None:
-            lost.append(len(last[1]) - common_prefix(last[1], engine.prompt_tokens(prepared.text)))
+            lost.append(len(last) - common_prefix(last, engine.prompt_tokens(prepared.text)))
     assert sum(n > 0 for n in lost) >= len(lost) // 2
+
+
+def test_a_reply_cut_by_a_stop_string_is_not_reused_as_text(engines):
+    """A stop string cuts a reply's text, not its tokens: the KV cache holds the token that
+    completed the stop string, which the conversation's text no longer has. The next turn must
+    tokenize the conversation whole (engine/prompt_cache.py) rather than extend the cut reply's
+    tokens, or the model would see a stop string the transcript does not hold."""
+    engine, _ = engines
+    session = ChatSession(engine, greedy(drafter="none", max_tokens=32), system=SYSTEM)
+    _, full = turn(session, MESSAGES[0])
+    stop = full.text[8:12]
+    session.reset()
+    session.config = dataclasses.replace(session.config, stop=(stop,))
+    _, cut = turn(session, MESSAGES[0])
+    assert cut.stop_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
+    assert session.cache.tokens is None
+    prepared = session.prepare(MESSAGES[1])
+    assert not prepared.extended and prepared.tokens == engine.prompt_tokens(prepared.text)
+    assert prepared.reused > 0  # the common token prefix still came from the KV cache
 
 
 def test_template_that_rewrites_history_falls_back_to_common_prefix(tmp_path, tiny_models):
@@ -161,14 +182,14 @@ def test_system_prompt_and_reset(engines):
     engine, _ = engines
     session = ChatSession(engine, greedy(), system=SYSTEM)
     turn(session, "Hello world")
-    assert session.command("/system").text == f"system prompt: {SYSTEM!r}"
-    session.command("/system You are verbose.")
+    assert command(session, "/system").text == f"system prompt: {SYSTEM!r}"
+    command(session, "/system You are verbose.")
     prepared, result = turn(session, "def add(a, b):")
     assert not prepared.extended
     assert session.messages()[0] == {"role": "system", "content": "You are verbose."}
     assert "You are verbose." in prepared.text and SYSTEM not in prepared.text
     assert result.stats.prefill_tokens > len(prepared.tokens) // 2  # the history had to be redone
-    assert "system prompt stays" in session.command("/reset").text
+    assert "system prompt stays" in command(session, "/reset").text
     assert session.turns == [] and session.messages() == [{"role": "system", "content": "You are verbose."}]
     prepared, _ = turn(session, "x")
     assert prepared.text.count("<|im_start|>user") == 1
@@ -318,13 +339,13 @@ def test_slash_commands(tmp_path, engines):
     engine, _ = engines
     session = ChatSession(engine, greedy(seed=7), system=SYSTEM)
     assert is_command("/help") and not is_command("//not a command") and not is_command("hi /x")
-    help_text = session.command("/help").text
+    help_text = command(session, "/help").text
     for name in ("/help", "/reset", "/stats", "/gamma", "/drafter", "/temp", "/system", "/save", "/exit"):
         assert name in help_text
-    assert session.command("/gamma 2").text == "gamma 2" and session.config.gamma == 2
-    assert session.command("/drafter ngram").text == "drafter ngram" and session.config.drafter == "ngram"
-    assert session.command("/temp 0.5").text == "temperature 0.5" and session.config.sampler.temperature == 0.5
-    assert session.command("/temp 0").text == "temperature 0 (greedy)"
+    assert command(session, "/gamma 2").text == "gamma 2" and session.config.gamma == 2
+    assert command(session, "/drafter ngram").text == "drafter ngram" and session.config.drafter == "ngram"
+    assert command(session, "/temp 0.5").text == "temperature 0.5" and session.config.sampler.temperature == 0.5
+    assert command(session, "/temp 0").text == "temperature 0 (greedy)"
     for bad, why in [
         ("/gamma x", "usage: /gamma N"),
         ("/gamma 0", "gamma"),
@@ -336,15 +357,15 @@ def test_slash_commands(tmp_path, engines):
         (f"/save {tmp_path}", "cannot save to"),
     ]:
         with pytest.raises(specllm.SpecllmError, match=why):
-            session.command(bad)
+            command(session, bad)
     assert session.config.gamma == 2 and session.config.sampler.temperature == 0  # bad input changed nothing
-    assert session.command("/exit").exit and session.command("/quit").exit and not session.command("/stats").exit
+    assert command(session, "/exit").exit and command(session, "/quit").exit and not command(session, "/stats").exit
 
 
 def test_drafter_model_needs_a_draft(tiny_models):
     session = ChatSession(load(tiny_models.target), greedy(drafter="ngram"))
     with pytest.raises(specllm.SpecllmError, match="no draft model"):
-        session.command("/drafter model")
+        command(session, "/drafter model")
     assert session.config.drafter == "ngram"
 
 
@@ -352,16 +373,16 @@ def test_drafter_model_loads_a_deferred_draft_and_auto_is_a_drafter(tiny_models)
     engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1, defer_draft=True)
     session = ChatSession(engine, greedy(drafter="auto", gamma=None))
     session.send(MESSAGES[0])
-    assert any(line.startswith("auto: n-gram ") for line in session.stats_lines())
-    assert session.command("/gamma 3").text == "gamma 3" and session.config.gamma == 3
-    assert session.command("/gamma auto").text == "gamma auto" and session.config.gamma is None
-    session.command("/gamma 4")
-    session.command("/drafter model")
+    assert any(line.startswith("auto: n-gram ") for line in stats_lines(session))
+    assert command(session, "/gamma 3").text == "gamma 3" and session.config.gamma == 3
+    assert command(session, "/gamma auto").text == "gamma auto" and session.config.gamma is None
+    command(session, "/gamma 4")
+    command(session, "/drafter model")
     assert engine.draft is not None and session.config.drafter == "model"
     assert session.send(MESSAGES[1]).stats.n_drafted > 0
-    session.command("/drafter auto")
+    command(session, "/drafter auto")
     assert session.config.drafter == "auto"
-    assert not any(line.startswith("auto: ") for line in ChatSession(engine, greedy(drafter="none")).stats_lines())
+    assert not any(line.startswith("auto: ") for line in stats_lines(ChatSession(engine, greedy(drafter="none"))))
 
 
 def test_stats_and_save(tmp_path, engines):
@@ -372,11 +393,11 @@ def test_stats_and_save(tmp_path, engines):
     assert totals["turns"] == 3 and totals["generated_tokens"] == sum(len(r.tokens) for r in results)
     assert totals["drafted"] == sum(r.stats.n_drafted for r in results) > 0
     assert totals["prefill_tokens"] < totals["prompt_tokens"] / 2  # KV reuse across turns
-    lines = "\n".join(session.stats_lines())
+    lines = "\n".join(stats_lines(session))
     assert f"generated {totals['generated_tokens']} tokens" in lines and "turns 3 (0 interrupted" in lines
     assert f"context {len(engine.target.tokens) + 1} of 512" in lines
     path = tmp_path / "chat.json"
-    assert session.command(f"/save {path}").text == f"saved 3 turns to {path}"
+    assert command(session, f"/save {path}").text == f"saved 3 turns to {path}"
     saved = json.loads(path.read_text())
     assert [t["user"] for t in saved["turns"]] == MESSAGES[:3]
     assert [t["reply"] for t in saved["turns"]] == [r.text for r in results]
@@ -394,7 +415,7 @@ def replay_session(engine, seed):
     session = ChatSession(engine, sampled(seed=seed), system=SYSTEM)
     assert engine.target.tokens == engine.draft.tokens == []
     replies = [session.send("Hello world").tokens, session.send("Hello world").tokens]
-    session.command("/reset")
+    command(session, "/reset")
     replies.append(session.send("Hello world").tokens)
     return session, replies
 
@@ -412,8 +433,8 @@ def test_each_reply_continues_the_sessions_random_stream(engines, tmp_path):
     engine.draft.truncate(0)
     assert replay_session(engine, seed=11)[1] == replies
     # The session's one seed is what /stats and /save show.
-    assert "seed 11" in session.command("/stats").text
-    session.command(f"/save {tmp_path / 's.json'}")
+    assert "seed 11" in command(session, "/stats").text
+    command(session, f"/save {tmp_path / 's.json'}")
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["settings"]["seed"] == 11 and saved["turns"][0]["seed"] == chat.turn_seed(11, 2)
 
@@ -422,14 +443,14 @@ def test_a_session_without_a_seed_gets_one_and_shows_it(engines):
     engine, _ = engines
     session = ChatSession(engine, sampled())
     seed = session.config.sampler.seed
-    assert isinstance(seed, int) and f"seed {seed}" in session.command("/stats").text
+    assert isinstance(seed, int) and f"seed {seed}" in command(session, "/stats").text
 
 
 # --- /load and chat --resume (issue 12, item 4) -----------------------------------------------------
 
 
 def save(session, path):
-    assert "saved" in session.command(f"/save {path}").text
+    assert "saved" in command(session, f"/save {path}").text
     return path
 
 
@@ -442,7 +463,7 @@ def test_a_loaded_conversation_continues_with_the_tokens_the_saved_one_had(tiny_
     expected, expected_reply = turn(original, MESSAGES[2])
 
     resumed = ChatSession(load(tiny_models.target), config)
-    assert resumed.command(f"/load {path}").text.startswith(f"loaded 2 turns from {path}")
+    assert command(resumed, f"/load {path}").text.startswith(f"loaded 2 turns from {path}")
     assert resumed.system == SYSTEM and [t.reply for t in resumed.turns] == [t.reply for t in original.turns[:2]]
     prepared, reply = turn(resumed, MESSAGES[2])
     # the saved generated tokens are reused as they were: re-tokenizing the replies' text would
@@ -473,7 +494,7 @@ def test_saved_tokens_that_do_not_spell_the_conversation_are_not_used(engines, t
         data["context_tokens"] = None
     (tmp_path / "chat.json").write_text(json.dumps(data))
     resumed = ChatSession(engine, greedy(drafter="none"))
-    resumed.command(f"/load {tmp_path / 'chat.json'}")
+    command(resumed, f"/load {tmp_path / 'chat.json'}")
     prepared, reply = turn(resumed, MESSAGES[2])
     assert not prepared.extended  # the conversation's text, tokenized afresh
     assert prepared.tokens == engine.prompt_tokens(prepared.text)
@@ -492,7 +513,7 @@ def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_pa
     data = json.loads(save(session, tmp_path / "chat.json").read_text())
     assert data["context_tokens"] is None
     resumed = ChatSession(engine, greedy(drafter="none"))
-    resumed.command(f"/load {tmp_path / 'chat.json'}")
+    command(resumed, f"/load {tmp_path / 'chat.json'}")
     assert [(t.user, t.reply, t.stop_reason, t.in_context) for t in resumed.turns] == [
         (t.user, t.reply, t.stop_reason, t.in_context) for t in session.turns
     ]
@@ -527,16 +548,16 @@ def test_a_file_that_is_no_saved_conversation_is_one_clear_error(engines, tmp_pa
         path.write_text(content)
     session = ChatSession(engines[0], greedy())
     with pytest.raises(specllm.SpecllmError, match="^(cannot read|.* is not a conversation saved with /save)") as e:
-        session.command(f"/load {path}")
+        command(session, f"/load {path}")
     assert fragment in str(e.value)
-    assert "usage: /load FILE" in str(pytest.raises(specllm.SpecllmError, session.command, "/load").value)
+    assert "usage: /load FILE" in str(pytest.raises(specllm.SpecllmError, command, session, "/load").value)
 
 
 def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_saved(engines, tmp_path):
     session = ChatSession(engines[0], greedy(drafter="none"))
     turn(session, MESSAGES[0])
     with pytest.raises(specllm.SpecllmError, match="^the system prompt is not valid UTF-8 text"):
-        session.command("/system abc\udcffdef")
+        command(session, "/system abc\udcffdef")
     assert session.system is None
-    assert session.command(f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turns")
+    assert command(session, f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turns")
     assert read_transcript(tmp_path / "chat.json").turns[0].user == MESSAGES[0]

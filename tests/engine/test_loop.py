@@ -419,6 +419,7 @@ def test_max_tokens_and_stop_strings(engine):
 def test_gamma_at_the_batch_limit(tiny_models):
     """A verify call on gamma + 1 tokens must fit in one batch: n_batch - 1 works, n_batch is refused
     up front (by the engine, the CLI's option check and chat's /gamma), not mid-generation."""
+    from specllm.chat.repl import command
     from specllm.chat.session import ChatSession
     from specllm.cli.main import check_options
     from specllm.engine.loop import GenerationConfig
@@ -433,9 +434,9 @@ def test_gamma_at_the_batch_limit(tiny_models):
         e.stream(prompt, max_tokens=40, temperature=0, drafter="model", gamma=16)
     session = ChatSession(e, GenerationConfig(gamma=4))
     with pytest.raises(SpecllmError, match="at most 15"):
-        session.command("/gamma 16")
+        command(session, "/gamma 16")
     assert session.config.gamma == 4
-    assert session.command("/gamma 15").text == "gamma 15" and session.config.gamma == 15
+    assert command(session, "/gamma 15").text == "gamma 15" and session.config.gamma == 15
     e.close()
     check_options(8, "ngram", 511, {}, ctx_size=4096)
     check_options(8, "ngram", 255, {}, ctx_size=256)  # llama.cpp caps the batch at the context
@@ -684,3 +685,39 @@ def test_chat_template_is_applied_when_asked(engine):
     assert len(chat) > len(raw) and chat.count(engine.target.bos) <= 1
     assert "be brief" in text and "hi" in text
     assert 3 in chat  # <|im_start|> was parsed as the special token, not as text
+
+
+def test_a_generation_yields_only_steps_then_has_its_result(engine):
+    options = dict(max_tokens=40, temperature=0, drafter="model", gamma=3)
+    with engine.start(PROMPTS[0], **options) as generation:
+        with pytest.raises(RuntimeError, match="not finished"):
+            generation.result  # noqa: B018 (reading it is the test)
+        steps = list(generation)
+    assert steps and all(isinstance(s, Step) for s in steps)
+    result = generation.result
+    assert "".join(s.accepted_text + s.token_text for s in steps) == result.text
+    assert result.tokens == engine.generate(PROMPTS[0], **options).tokens
+
+
+def test_a_generation_closed_early_has_no_result_and_frees_the_engine(engine):
+    generation = engine.start(PROMPTS[0], max_tokens=40, temperature=0, drafter="none")
+    next(generation)
+    generation.close()
+    assert list(generation) == [] and not generation.finished
+    with pytest.raises(RuntimeError, match="not finished"):
+        generation.result  # noqa: B018
+    assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4
+
+
+def test_text_held_back_for_a_stop_string_ends_the_generation_as_a_text_tail_step(engine):
+    """At max_tokens the text's end still looks like the start of a stop string; the end releases
+    it as one last step that made no target call (Step.text_tail)."""
+    options = dict(max_tokens=20, temperature=0, drafter="none")
+    full = engine.generate(PROMPTS[1], **options)
+    held = full.text[-3:]
+    with engine.start(PROMPTS[1], stop=[held + "\x01 never generated"], **options) as generation:
+        steps = list(generation)
+    stats = generation.result.stats
+    assert len(steps) == stats.target_calls + 1 and generation.result.text == full.text
+    assert steps[-1] == Step.text_tail(steps[-1].token_text, stats) and steps[-1].token_text.endswith(held)
+    assert (steps[-1].drafted, steps[-1].token, steps[-1].accepted_text) == ([], -1, "")

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
 from urllib.parse import urlsplit
 
 import openai
@@ -19,6 +18,7 @@ import pytest
 from serving import CTX, LogLines, Server, serving, wait_for_line
 
 import specllm
+from specllm.engine.loop import Generation
 from specllm.serve.server import listen
 
 PROMPT = "def f(x):"
@@ -159,6 +159,24 @@ def test_a_growing_chat_prefills_only_its_new_tokens(srv):
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_a_reply_cut_by_a_stop_string_is_not_continued_from_its_tokens(srv):
+    """The conversation goes on from a reply cut by a stop string: its text ends before the stop
+    string, its tokens do not, so the next prompt is tokenized whole (engine/prompt_cache.py) and
+    reported as not continued; the same conversation after a whole reply is."""
+    client = srv.client()
+    first = [{"role": "user", "content": PROMPT}]
+    whole = client.chat.completions.create(model="x", messages=first, **GREEDY).choices[0].message.content
+    stop = whole[6:9]
+    cut = client.chat.completions.create(model="x", messages=first, stop=stop, **GREEDY).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.content == whole[: whole.index(stop)]
+    for reply, continued in ((cut.message.content, False), (whole, True)):
+        if continued:
+            client.chat.completions.create(model="x", messages=first, **GREEDY)  # the whole reply, again
+        second = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "and g(y)?"}]
+        r = client.chat.completions.create(model="x", messages=second, **GREEDY)
+        assert (r.usage.prompt_tokens_details.cached_tokens > 0) == continued
+
+
 def test_concurrent_clients_both_get_complete_answers(srv):
     client = srv.client()
     prompts = ["def f(x):", "class A:", "import os"]
@@ -181,20 +199,23 @@ def hold(engine, monkeypatch, max_tokens) -> threading.Event:
     """Make the engine's generations of `max_tokens` tokens wait after their first step until the
     event returned is set: a generation stays under way while a test acts on it, whatever the
     model's speed (the tiny models write CTX tokens in well under a second)."""
-    release, stream = threading.Event(), engine.stream
+    release, start = threading.Event(), engine.start
 
-    def held(events):
-        with closing(events):
-            for i, event in enumerate(events):
-                yield event
+    def held(generation):
+        with generation:
+            for i, step in enumerate(generation):
+                yield step
                 if i == 0:
                     release.wait(60)
+            return generation.result
 
     def gated(prompt, config=None, **kwargs):
-        events = stream(prompt, config, **kwargs)
-        return held(events) if config is not None and config.max_tokens == max_tokens else events
+        generation = start(prompt, config, **kwargs)
+        if config is not None and config.max_tokens == max_tokens:
+            return Generation(held(generation))
+        return generation
 
-    monkeypatch.setattr(engine, "stream", gated)
+    monkeypatch.setattr(engine, "start", gated)
     return release
 
 

@@ -8,12 +8,12 @@ import re
 import socket
 import threading
 import time
-from contextlib import closing
 from urllib.parse import urlsplit
 
 from serving import CTX, LogLines, Server, wait_for_line
 
 import specllm
+from specllm.engine.loop import Generation
 from specllm.serve import openai_api
 from specllm.serve.server import AHEAD
 
@@ -22,19 +22,20 @@ class Steps:
     """The engine's steps wait for a permit each; `taken` counts the steps it has made."""
 
     def __init__(self, engine, monkeypatch):
-        self.permits, self.taken, stream = threading.Semaphore(0), 0, engine.stream
+        self.permits, self.taken, start = threading.Semaphore(0), 0, engine.start
 
         def gated(*args, **kwargs):
-            def steps(events):
-                with closing(events):
-                    for event in events:
+            def steps(generation):
+                with generation:
+                    for step in generation:
                         self.permits.acquire(timeout=60)
                         self.taken += 1
-                        yield event
+                        yield step
+                    return generation.result
 
-            return steps(stream(*args, **kwargs))
+            return Generation(steps(start(*args, **kwargs)))
 
-        monkeypatch.setattr(engine, "stream", gated)
+        monkeypatch.setattr(engine, "start", gated)
 
 
 def hold_the_response_at(n: int, monkeypatch) -> threading.Event:
