@@ -257,8 +257,13 @@ def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configurati
     return run_interleaved([_Running(engine, index, prompt, config, settings, max_tokens)])[0]
 
 
-def run_side_by_side(lanes: dict[Configuration, Engine], index: int, prompt: BenchPrompt,
-                     order: list[Configuration], settings: BenchSettings) -> dict[Configuration, PromptRun]:  # fmt: skip
+def run_side_by_side(
+    lanes: dict[Configuration, Engine],
+    index: int,
+    prompt: BenchPrompt,
+    order: list[Configuration],
+    settings: BenchSettings,
+) -> dict[Configuration, PromptRun]:
     """One generation per configuration, each on its own lane (same weights, own KV caches),
     interleaved step by step: a step of each in `order`, then again. Each generation times only
     its own steps, so a slow spell of a shared machine (tens of milliseconds to seconds) falls on
@@ -285,7 +290,7 @@ class _Running:
             max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
             sampler=settings.sampler,
             drafter=config.drafter,
-            gamma=None if config.drafter == "auto" else max(config.gamma, 1),
+            gamma=None if config.drafter == "auto" else max(config.gamma or 1, 1),
         )
         self.tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
         for model in (engine.target, engine.draft):
@@ -310,6 +315,7 @@ class _Running:
 
     def done(self) -> PromptRun:
         result = self.result
+        assert result is not None, "done() before the generation finished"
         # The engine stops at the first end-of-generation token and never lists it in result.tokens;
         # keep it here, so an output that stops early is told apart from one that goes on.
         n = len(result.tokens)
@@ -638,9 +644,8 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
         alpha = per_token_acceptance(steps)
         c = _draft_cost_ratio(config, stats, calibration)
         out.update(alpha=alpha, c=c, predicted_speedup=predicted_speedup(steps, alpha, c, calibration["V"]))
-    if config != BASELINE:
-        if greedy and divergences is not None:
-            out["fidelity"] = _fidelity_summary(runs, divergences)
+    if config != BASELINE and greedy and divergences is not None:
+        out["fidelity"] = _fidelity_summary(runs, divergences)
     return out
 
 
@@ -700,7 +705,7 @@ def _best(results: list[dict], calibration: dict) -> dict:
         "auto": _auto_against_fixed(speculative),
     }
     for cat in baseline["categories"]:
-        r = fastest(speculative, lambda r: r["categories"][cat])
+        r = fastest(speculative, lambda r, cat=cat: r["categories"][cat])
         s = r["categories"][cat]
         best["by_category"][cat] = {
             "configuration": r["configuration"],

@@ -431,7 +431,8 @@ def render_draft_race(results: dict, console: Console) -> None:
     one is remembered."""
     m, s = results["machine"], results["settings"]
     console.print(Text(
-        f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · {m['threads']} thread{'s' * (m['threads'] != 1)} · "
+        f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · "
+        f"{m['threads']} thread{'s' * (m['threads'] != 1)} · "
         f"{s['prompts']} prompts{_rounds(s)} · up to {s['max_tokens']} tokens · "
         f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
         style="dim",
@@ -468,7 +469,10 @@ def _race_verdict(results: dict) -> str:
     win, spec = results["winner"], results["target"].get("spec") or results["target"]["path"]
     if win is None:
         return "No draft had a single token accepted: nothing remembered; a run finds its draft as before."
-    line = f"Fastest: {win['name']} at gamma {win['gamma']}, {_x(win['speedup'])} target-only decoding with the fixed model drafter"
+    line = (
+        f"Fastest: {win['name']} at gamma {win['gamma']}, {_x(win['speedup'])} target-only decoding "
+        "with the fixed model drafter"
+    )
     pays = win["speedup"] is not None and win["speedup"] >= 1 + NOISE
     line += "." if pays else ": no draft paid for itself on this machine with these settings."
     if results.get("remembered"):

@@ -10,6 +10,7 @@ end of input, or Ctrl-C twice at an empty prompt), or "" after a Ctrl-C at the p
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -137,7 +138,5 @@ class QuietFileHistory(FileHistory):
             return
 
     def store_string(self, string: str) -> None:
-        try:
+        with contextlib.suppress(OSError):
             super().store_string(string)
-        except OSError:
-            pass

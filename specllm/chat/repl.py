@@ -188,6 +188,7 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
     for notice in prepared.notices:
         console.print(f"note: {notice}", style="yellow", markup=False)
     drafter = session.config.drafter
+    view: LiveView | PlainView
     if live:
         view = LiveView(console, drafter, show_legend=False, describe=chat_summary)
     else:

@@ -49,7 +49,7 @@ class Turn:
         return [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
 
     def to_dict(self) -> dict:
-        d = {"user": self.user, "reply": self.reply, "stop_reason": self.stop_reason}
+        d: dict[str, object] = {"user": self.user, "reply": self.reply, "stop_reason": self.stop_reason}
         d["interrupted"] = self.stop_reason == "interrupted"
         d["dropped_from_context"] = not self.in_context
         d["seed"] = self.seed
@@ -421,7 +421,7 @@ def _spelled(target, tokens: list[int]) -> str:
     return target.detokenize(tokens).decode("utf-8", errors="replace")
 
 
-def turn_seed(session_seed: int, index: int) -> int:
+def turn_seed(session_seed: int | None, index: int) -> int:
     """The seed of a session's index-th reply: child `index` of the session seed's SeedSequence
     (numpy's way to derive independent streams), so replaying a session with its seed replays
     every reply."""
