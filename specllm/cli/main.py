@@ -117,6 +117,14 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     return engine, drafter
 
 
+def show_llama_log(verbose: bool) -> None:
+    """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet."""
+    if verbose:
+        from specllm.llama.log import set_verbose
+
+        set_verbose(True)
+
+
 def describe_models(engine) -> list[str]:
     """-v: what kind of target this is, what its recurrent state and snapshots cost, its MTP layers."""
     target, lines = engine.target, []
@@ -247,6 +255,7 @@ def run(
     check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
     options = LoadOptions.pick(locals())
     options.check()
+    show_llama_log(verbose)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
@@ -318,6 +327,7 @@ def chat(
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
     options = LoadOptions.pick(locals())
     options.check()
+    show_llama_log(verbose)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
@@ -457,6 +467,7 @@ def bench(
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
     options = LoadOptions.pick(locals())
     options.check()
+    show_llama_log(verbose)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()

@@ -152,6 +152,16 @@ def test_drafter_mtp_on_a_target_without_mtp_layers_names_the_other_drafters(mod
     assert_one_line_error(proc, "has none: use --drafter auto, ngram or model")
 
 
+def test_verbose_shows_llama_cpps_own_log_and_quiet_hides_it(tiny_models):
+    args = ["hi", "--target", tiny_models.target, "--drafter", "none", "-n", 2, "--threads", 1, "--ctx-size", 256]
+    verbose = specllm_run(*args, "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "llama_model_loader: loaded meta data" in verbose.stderr
+    quiet = specllm_run(*args)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "llama_model_loader" not in quiet.stderr
+
+
 @pytest.mark.parametrize(
     "option,value,fragment",
     [
