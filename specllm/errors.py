@@ -17,11 +17,21 @@ class ContextFull(SpecllmError):
 
 
 class NeedsDraftModel(SpecllmError):
-    """Drafter "model" was asked for, and there is no draft model (of the pair, when one is named)."""
+    """Drafter "model" was asked for, and there is no draft model: the pair named has none, or (for
+    a target given alone, `none_fits` its name) no file on disk fits it."""
 
-    def __init__(self, pair: str | None = None):
-        super().__init__(f"pair {pair} has no draft model" if pair else "drafter 'model' needs a draft model")
-        self.pair = pair
+    def __init__(self, pair: str | None = None, *, none_fits: str | None = None):
+        if pair:
+            message = f"pair {pair} has no draft model"
+        elif none_fits:
+            message = (
+                f"drafter 'model' needs a draft model, and none on disk fits {none_fits} "
+                f"(`specllm models --drafts-for {none_fits}` lists why)"
+            )
+        else:
+            message = "drafter 'model' needs a draft model"
+        super().__init__(message)
+        self.pair, self.none_fits = pair, none_fits
 
 
 class NoMtpLayers(SpecllmError):

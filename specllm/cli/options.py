@@ -193,6 +193,8 @@ def flag_hint(error: SpecllmError) -> str:
     if isinstance(error, NeedsDraftModel):
         if error.pair:
             return ": use --drafter auto|mtp|ngram|none"
+        if error.none_fits:  # a target given alone: --pair would not go with it
+            return ": give --draft, or use --drafter auto|ngram|none"
         return ": give --draft or --pair, or use --drafter auto|mtp|ngram|none"
     if isinstance(error, NoMtpLayers):
         return ": use --drafter auto, ngram or model"

@@ -147,6 +147,16 @@ def test_drafter_model_without_a_draft_names_the_flags_that_give_one(tiny_models
     )
 
 
+def test_drafter_model_for_a_target_no_draft_on_disk_fits_names_the_flags(tiny_models, isolated):
+    proc = specllm_run("hi", "--target", tiny_models.target, "--drafter", "model", "--threads", 1, "--offline")
+    name = tiny_models.target.name
+    assert_one_line_error(
+        proc,
+        f"drafter 'model' needs a draft model, and none on disk fits {name} (`specllm models --drafts-for {name}` "
+        "lists why): give --draft, or use --drafter auto|ngram|none",
+    )
+
+
 def test_drafter_mtp_on_a_target_without_mtp_layers_names_the_other_drafters(models):
     proc = specllm_run("hi", *models, "--drafter", "mtp")
     assert_one_line_error(proc, "has none: use --drafter auto, ngram or model")
