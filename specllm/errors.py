@@ -1,5 +1,58 @@
-"""The one exception type the CLI turns into a single clear line and a non-zero exit code."""
+"""The exception types the library raises for problems a user can fix. The CLI turns each into a
+single clear line and a non-zero exit code, the server into an HTTP 4xx. Their messages are true
+for any caller: the subclasses below carry what a caller needs to add its own hint (the CLI names
+its flags, the server its request fields)."""
 
 
 class SpecllmError(Exception):
     """A problem the user can fix: bad input, a missing file, an incompatible model pair."""
+
+
+class ContextFull(SpecllmError):
+    """The prompt leaves no room in the context for a token to be generated."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int):
+        super().__init__(f"the prompt is {prompt_tokens} tokens but the context holds {n_ctx}")
+        self.prompt_tokens, self.n_ctx = prompt_tokens, n_ctx
+
+
+class NeedsDraftModel(SpecllmError):
+    """Drafter "model" was asked for, and there is no draft model: the pair named has none, or (for
+    a target given alone, `none_fits` its name) no file on disk fits it."""
+
+    def __init__(self, pair: str | None = None, *, none_fits: str | None = None):
+        if pair:
+            message = f"pair {pair} has no draft model"
+        elif none_fits:
+            message = (
+                f"drafter 'model' needs a draft model, and none on disk fits {none_fits} "
+                f"(`specllm models --drafts-for {none_fits}` lists why)"
+            )
+        else:
+            message = "drafter 'model' needs a draft model"
+        super().__init__(message)
+        self.pair, self.none_fits = pair, none_fits
+
+
+class NoMtpLayers(SpecllmError):
+    """Drafter "mtp" was asked for, and the target has no MTP (nextn) layers."""
+
+    def __init__(self, target_name: str):
+        super().__init__(f"drafter 'mtp' needs a target with MTP layers (nextn), and {target_name} has none")
+
+
+class DraftTooLong(SpecllmError):
+    """A fixed draft length longer than the recurrent-state snapshots a hybrid target keeps to take
+    back rejected tokens."""
+
+    def __init__(self, gamma: int, snapshots: int, target_name: str, snapshot_bytes: int):
+        super().__init__(
+            f"gamma (draft length) {gamma} is longer than the {snapshots} recurrent-state snapshots "
+            f"{target_name} keeps to take back rejected tokens"
+        )
+        self.gamma, self.snapshots, self.snapshot_bytes = gamma, snapshots, snapshot_bytes
+
+
+class CannotTakeBack(SpecllmError):
+    """A fixed drafter on a recurrent target, with a llama-cpp-python too old to take rejected
+    draft tokens back out of its recurrent state."""

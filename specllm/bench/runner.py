@@ -37,7 +37,7 @@ import numpy as np
 from specllm.engine.calibration import time_calls
 from specllm.engine.loop import Engine, GenerationConfig, Result, Stats, aggregate
 from specllm.engine.sampling import SamplerSettings
-from specllm.errors import SpecllmError
+from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import write_text_atomic
 from specllm.llama.devices import gpu_layers, physical_cores
 from specllm.llama.model import Model, common_prefix
@@ -447,11 +447,9 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     if not prompts:
         raise SpecllmError("no prompts to run")
     if any(c.drafter == "model" for c in settings.configurations) and not engine.has_draft:
-        raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
+        raise NeedsDraftModel()
     if any(c.drafter == "mtp" for c in settings.configurations) and engine.mtp is None:
-        raise SpecllmError(
-            f"drafter 'mtp' needs a target with MTP layers (nextn), and {engine.target.path.name} has none"
-        )
+        raise NoMtpLayers(engine.target.path.name)
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
     total = 2 + len(configs) * len(prompts) * settings.rounds

@@ -15,10 +15,40 @@ except ImportError:
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 from specllm.cli.basics import build_command, doctor_command, main_options
-from specllm.cli.models import ModelsFileOption, OfflineOption, SourceOption, models_command, pull_command, rm_command
+from specllm.cli.models import models_command, pull_command, rm_command
+from specllm.cli.options import (
+    CTX_SIZE,
+    SAMPLER,
+    SNAPSHOTS,
+    CtxSize,
+    Draft,
+    DrafterOption,
+    DraftGpuLayers,
+    DraftRpc,
+    Gamma,
+    GpuLayers,
+    LoadOptions,
+    MaxTokens,
+    MinP,
+    ModelsFileOption,
+    OfflineOption,
+    PairOption,
+    Rpc,
+    Seed,
+    Snapshots,
+    SourceOption,
+    Target,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+    Verbose,
+    error_line,
+)
+from specllm.engine.names import Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
-from specllm.errors import SpecllmError
+from specllm.errors import NeedsDraftModel, SpecllmError
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -28,145 +58,71 @@ app = typer.Typer(
 )
 app.callback()(main_options)  # --version
 
-# --- options shared by run, chat and bench, declared once ----------------------------------------
-Target = Annotated[
-    str | None,
-    typer.Option(
-        "--target",
-        "-m",
-        help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
-    ),
-]
-Draft = Annotated[
-    str | None,
-    typer.Option(
-        "--draft",
-        "-md",
-        help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. Default with --target: a compatible GGUF on disk, if any.",
-    ),
-]
-Drafter = Annotated[
-    str | None,
-    typer.Option(
-        help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
-        "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
-        "--gamma alone: model when a draft is given, else ngram."
-    ),
-]
-Gamma = Annotated[
-    int | None,
-    typer.Option(
-        "--gamma",
-        "-g",
-        show_default=False,
-        help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
-    ),
-]
-DEFAULT_GAMMA = 4
-PairOption = Annotated[
-    str | None,
-    typer.Option(
-        "--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False
-    ),
-]
-MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")]
-Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", help="0 is greedy.")]
-TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
-TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set holding this much mass.")]
-MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
-MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
-Seed = Annotated[
-    int | None,
-    typer.Option(min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."),
-]
-CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
-Threads = Annotated[int | None, typer.Option(help="CPU threads (default: one per physical core).")]
-GpuLayers = Annotated[
-    int | None, typer.Option("--gpu-layers", "-ngl", help="Target layers on the GPU (default: all if supported).")
-]
-DraftGpuLayers = Annotated[
-    int | None,
-    typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported)."),
-]
-Snapshots = Annotated[
-    int,
-    typer.Option(
-        help="Hybrid and recurrent targets (Qwen3.5, Granite 4, LFM2, ...): recurrent-state snapshots kept "
-        "to take back rejected draft tokens, so the longest draft (each costs one more copy of the state).",
-    ),
-]
-DEFAULT_SNAPSHOTS = 8  # backend.DEFAULT_SNAPSHOTS, without importing llama_cpp for --help
-Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
-Rpc = Annotated[
-    str | None,
-    typer.Option(help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."),
-]
-DraftRpc = Annotated[str | None, typer.Option(help="The same for the draft (default: the draft stays local).")]
 
-
-def load_engine(
-    target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-    *, pair=None, source="auto", offline=False, models_file=None, keep_draft=False, gamma=None,
-    rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS,
-):  # fmt: skip
+def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_draft=False):
     """Find the models the options name (a pair, by default the default pair, or --target
     [--draft]), download what is missing, and load them; the draft only when the drafter needs it
     (or always with keep_draft, for a chat that can switch drafters)."""
     from specllm import load
     from specllm.models.hub import resolve_models
 
-    if draft == "none" and target is None:
+    o = options
+    if o.draft == "none" and o.target is None:
         raise SpecllmError("--draft none goes with --target (for a pair without its draft use --drafter ngram or none)")
     target_path, draft_path, _ = resolve_models(
-        pair,
-        target,
-        None if draft == "none" else draft,
-        source=source,
-        offline=offline,
-        models_file=models_file,
+        o.pair,
+        o.target,
+        None if o.draft == "none" else o.draft,
+        source=o.source,
+        offline=o.offline,
+        models_file=o.models_file,
         check=False,
     )
-    wants_model = (default_drafter(drafter, gamma, False) or "auto") in ("auto", "model")
-    if target is not None and draft is None and wants_model:  # a target alone: look for a draft on disk
+    wants_model = (default_drafter(drafter, gamma, False) or Drafter.AUTO) in (Drafter.AUTO, Drafter.MODEL)
+    if o.target is not None and o.draft is None and wants_model:  # a target alone: look for a draft on disk
         from specllm.models.drafts import find_draft
         from specllm.models.stores import store_name
 
         draft_path = find_draft(
             target_path,
-            drafter or "auto",
-            models_file=models_file,
-            source=source,
-            offline=offline,
-            verbose=verbose,
-            label=target if store_name(target) else None,  # an Ollama blob's file name would say nothing
+            drafter or Drafter.AUTO,
+            models_file=o.models_file,
+            source=o.source,
+            offline=o.offline,
+            verbose=o.verbose,
+            label=o.target if store_name(o.target) else None,  # an Ollama blob's file name would say nothing
         )
-    drafter = default_drafter(drafter, gamma, draft_path is not None) or "auto"
-    if drafter == "model" and draft_path is None:
-        if pair is not None:
-            raise SpecllmError(f"pair {pair} has no draft model: use --drafter auto|mtp|ngram|none")
-        raise SpecllmError(
-            "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"
-        )
-    if verbose:
-        report_backend(threads, gpu_layers)
+    drafter = default_drafter(drafter, gamma, draft_path is not None) or Drafter.AUTO
+    if drafter == Drafter.MODEL and draft_path is None:
+        raise NeedsDraftModel(o.pair)
+    if o.verbose:
+        report_backend(o.threads, o.gpu_layers)
     # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
-    wanted = draft_path is not None and (drafter in ("model", "auto") or keep_draft)
+    wanted = draft_path is not None and (drafter in (Drafter.MODEL, Drafter.AUTO) or keep_draft)
     engine = load(
         str(target_path),
         str(draft_path) if wanted else None,
-        n_ctx=ctx_size,
-        n_threads=threads,
-        n_gpu_layers=gpu_layers,
-        draft_gpu_layers=draft_gpu_layers,
-        defer_draft=drafter != "model",
-        rpc=rpc or (),
-        draft_rpc=draft_rpc or (),
-        snapshots=snapshots,
+        n_ctx=o.ctx_size,
+        n_threads=o.threads,
+        n_gpu_layers=o.gpu_layers,
+        draft_gpu_layers=o.draft_gpu_layers,
+        defer_draft=drafter != Drafter.MODEL,
+        rpc=o.rpc or (),
+        draft_rpc=o.draft_rpc or (),
+        snapshots=o.snapshots,
     )
-    if verbose:
+    if o.verbose:
         for line in describe_models(engine):
             print(line, file=sys.stderr)
     return engine, drafter
+
+
+def show_llama_log(verbose: bool) -> None:
+    """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet."""
+    if verbose:
+        from specllm.llama.log import set_verbose
+
+        set_verbose(True)
 
 
 def describe_models(engine) -> list[str]:
@@ -202,20 +158,9 @@ def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=N
     for value in stop:
         check_utf8(value, "--stop")
     check_utf8(system, "--system")
-    make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or "auto", gamma=gamma, **sampler)
+    make_config(max_tokens=max_tokens, stop=stop, drafter=drafter or Drafter.AUTO, gamma=gamma, **sampler)
     if ctx_size is not None and gamma is not None:
         check_gamma(gamma, min(ModelOptions(n_ctx=ctx_size).n_batch, ctx_size))  # llama.cpp caps the batch at n_ctx
-
-
-def check_model_options(
-    ctx_size, threads, gpu_layers, draft_gpu_layers, rpc=None, draft_rpc=None, snapshots=DEFAULT_SNAPSHOTS
-) -> None:
-    """Refuse a bad context size, thread, layer or snapshot count or RPC server address before any
-    model is downloaded or loaded."""
-    from specllm.llama.options import ModelOptions
-
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, rpc=rpc or (), snapshots=snapshots)
-    ModelOptions(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc or ())
 
 
 def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
@@ -223,16 +168,18 @@ def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
     draft, else ngram), so that `--gamma N` still means a fixed draft length; else auto."""
     if drafter or gamma is None:
         return drafter
-    return "model" if has_draft else "ngram"
+    return Drafter.MODEL if has_draft else Drafter.NGRAM
 
 
 def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
     """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
-    recommended draft length (4 for models given as files)."""
-    if gamma is not None or drafter == "auto":
+    recommended draft length (FIXED_GAMMA for models given as files)."""
+    if gamma is not None or drafter == Drafter.AUTO:
         return gamma
     if target is not None:
-        return DEFAULT_GAMMA
+        from specllm.engine.loop import FIXED_GAMMA
+
+        return FIXED_GAMMA
     from specllm.models.registry import get_pair, load_pairs
 
     return get_pair(pair, load_pairs(models_file)).gamma
@@ -273,21 +220,21 @@ def run(
     source: SourceOption = "auto",
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
-    drafter: Drafter = None,
+    drafter: DrafterOption = None,
     gamma: Gamma = None,
     max_tokens: MaxTokens = 256,
-    temperature: Temperature = 0.8,
-    top_k: TopK = 40,
-    top_p: TopP = 0.95,
-    min_p: MinP = 0.05,
+    temperature: Temperature = SAMPLER.temperature,
+    top_k: TopK = SAMPLER.top_k,
+    top_p: TopP = SAMPLER.top_p,
+    min_p: MinP = SAMPLER.min_p,
     seed: Seed = None,
-    ctx_size: CtxSize = 4096,
+    ctx_size: CtxSize = CTX_SIZE,
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
-    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    snapshots: Snapshots = SNAPSHOTS,
     chat_template: Annotated[
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
@@ -306,15 +253,13 @@ def run(
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    options = LoadOptions.pick(locals())
+    options.check()
+    show_llama_log(verbose)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
     text = read_prompt(prompt)
-    engine, drafter = load_engine(
-        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-        pair=pair, source=source, offline=offline, models_file=models_file, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
-    )  # fmt: skip
+    engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
@@ -348,21 +293,21 @@ def chat(
     source: SourceOption = "auto",
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
-    drafter: Drafter = None,
+    drafter: DrafterOption = None,
     gamma: Gamma = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per reply at most.")] = 512,
-    temperature: Temperature = 0.8,
-    top_k: TopK = 40,
-    top_p: TopP = 0.95,
-    min_p: MinP = 0.05,
+    temperature: Temperature = SAMPLER.temperature,
+    top_k: TopK = SAMPLER.top_k,
+    top_p: TopP = SAMPLER.top_p,
+    min_p: MinP = SAMPLER.min_p,
     seed: Seed = None,
-    ctx_size: CtxSize = 4096,
+    ctx_size: CtxSize = CTX_SIZE,
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
-    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    snapshots: Snapshots = SNAPSHOTS,
     system: Annotated[str | None, typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
@@ -380,13 +325,11 @@ def chat(
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    options = LoadOptions.pick(locals())
+    options.check()
+    show_llama_log(verbose)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
-    engine, drafter = load_engine(
-        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
-    )  # fmt: skip
+    engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system)
@@ -485,17 +428,17 @@ def bench(
         ),
     ] = None,
     temperature: Temperature = 0.0,
-    top_k: TopK = 40,
-    top_p: TopP = 0.95,
-    min_p: MinP = 0.05,
+    top_k: TopK = SAMPLER.top_k,
+    top_p: TopP = SAMPLER.top_p,
+    min_p: MinP = SAMPLER.min_p,
     seed: Seed = None,
-    ctx_size: CtxSize = 4096,
+    ctx_size: CtxSize = CTX_SIZE,
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
-    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    snapshots: Snapshots = SNAPSHOTS,
     json_file: Annotated[Path | None, typer.Option("--json", help="Write every result to this JSON file.")] = None,
     verbose: Verbose = False,
 ):
@@ -522,7 +465,9 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    options = LoadOptions.pick(locals())
+    options.check()
+    show_llama_log(verbose)
     seed = default_seed(seed)
     sampler = SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     suite = b.load_prompts(prompts) if prompts else b.builtin_prompts()
@@ -532,19 +477,17 @@ def bench(
         settings = b.BenchSettings(
             tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
         )
-        options = dict(ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                       rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots)  # fmt: skip
-        race_drafts(drafts_for, suite, settings, options, source=source, offline=offline, models_file=models_file,
-                    json_file=json_file, verbose=verbose)  # fmt: skip
+        race_drafts(drafts_for, suite, settings, options, json_file=json_file)
         return
-    need = None if wanted is None else ("model" if "model" in wanted else wanted[0])
-    engine, _ = load_engine(
-        target, draft, need, ctx_size, threads, gpu_layers, draft_gpu_layers, verbose,
-        pair=pair, source=source, offline=offline, models_file=models_file,
-        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
-    )  # fmt: skip
+    need = None if wanted is None else (Drafter.MODEL if Drafter.MODEL in wanted else wanted[0])
+    engine, _ = load_engine(options, need)
     # Default: auto and both fixed drafters when there is a draft model, auto and n-gram otherwise.
-    drafters = wanted or ["auto", *(["model"] if engine.has_draft else []), *(["mtp"] if engine.mtp else []), "ngram"]
+    drafters = wanted or [
+        Drafter.AUTO,
+        *([Drafter.MODEL] if engine.has_draft else []),
+        *([Drafter.MTP] if engine.mtp else []),
+        Drafter.NGRAM,
+    ]
     settings = b.BenchSettings(
         tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
     )
@@ -555,7 +498,7 @@ def bench(
     render(results, Console())
 
 
-def race_drafts(spec, suite, settings, options, *, source, offline, models_file, json_file, verbose) -> None:
+def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> None:
     """bench --drafts-for: the drafts on disk that fit the target, measured side by side against
     target-only decoding; the fastest is remembered for the target (winners.py)."""
     from rich.console import Console
@@ -564,27 +507,25 @@ def race_drafts(spec, suite, settings, options, *, source, offline, models_file,
     from specllm.bench.race import race
     from specllm.bench.runner import write_json
     from specllm.bench.view import BenchProgress, render_draft_race
-    from specllm.llama.options import ModelOptions
     from specllm.models import winners
     from specllm.models.drafts import candidates
     from specllm.models.hub import resolve_models
     from specllm.models.registry import load_pairs
 
+    o = options
     target_path, _, _ = resolve_models(
-        None, spec, None, source=source, offline=offline, models_file=models_file, check=False
+        None, spec, None, source=o.source, offline=o.offline, models_file=o.models_file, check=False
     )
-    fits = [c for c in candidates(target_path, load_pairs(models_file)) if c.compatible]
+    fits = [c for c in candidates(target_path, load_pairs(o.models_file)) if c.compatible]
     if not fits:
         raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
-    if verbose:
-        report_backend(options["threads"], options["gpu_layers"])
-    engine = load(str(target_path), n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["gpu_layers"],
-                  rpc=options["rpc"] or (), snapshots=options["snapshots"])  # fmt: skip
-    draft_options = ModelOptions(n_ctx=options["ctx_size"], n_threads=options["threads"], n_gpu_layers=options["draft_gpu_layers"],
-                                 rpc=options["draft_rpc"] or (), snapshots=0)  # fmt: skip
+    if o.verbose:
+        report_backend(o.threads, o.gpu_layers)
+    engine = load(str(target_path), n_ctx=o.ctx_size, n_threads=o.threads, n_gpu_layers=o.gpu_layers,
+                  rpc=o.rpc or (), snapshots=o.snapshots)  # fmt: skip
     try:
         with BenchProgress() as progress:
-            results = race(engine, fits, suite, settings, draft_options, progress)
+            results = race(engine, fits, suite, settings, o.draft_options(), progress)
     finally:
         engine.close()
     if results["winner"] is not None:
@@ -604,15 +545,15 @@ def serve(
     source: SourceOption = "auto",
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
-    drafter: Drafter = None,
+    drafter: DrafterOption = None,
     gamma: Gamma = None,
-    ctx_size: CtxSize = 4096,
+    ctx_size: CtxSize = CTX_SIZE,
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     draft_gpu_layers: DraftGpuLayers = None,
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
-    snapshots: Snapshots = DEFAULT_SNAPSHOTS,
+    snapshots: Snapshots = SNAPSHOTS,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
@@ -630,13 +571,10 @@ def serve(
     from specllm.serve.server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
-    check_model_options(ctx_size, threads, gpu_layers, draft_gpu_layers, rpc, draft_rpc, snapshots)
+    options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
+    options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once
-    engine, drafter = load_engine(
-        target, draft, drafter, ctx_size, threads, gpu_layers, draft_gpu_layers, True,
-        pair=pair, source=source, offline=offline, models_file=models_file, keep_draft=True, gamma=gamma,
-        rpc=rpc, draft_rpc=draft_rpc, snapshots=snapshots,
-    )  # fmt: skip
+    engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     from specllm.models.stores import store_name
 
@@ -673,7 +611,7 @@ def main() -> None:
         code = build_command(app)(standalone_mode=False, prog_name="specllm")
         sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
     except SpecllmError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {error_line(e)}", file=sys.stderr)
         sys.exit(1)
     except NoArgsIsHelpError as e:
         print(e.ctx.get_help())

@@ -1,8 +1,8 @@
 """`specllm models`, `pull` and `rm`: the curated pairs and the models on disk, getting them onto
 this machine and removing them.
 
-The main Typer app registers these (app.command("models")(models_command), "pull" and "rm"). The
-option aliases are shared with run/chat/bench. Problems are raised as SpecllmError; the app's
+The main Typer app registers these (app.command("models")(models_command), "pull" and "rm"); their
+option aliases are cli/options.py's, shared with run/chat/bench. Problems are raised as SpecllmError; the app's
 main() turns them into one line and exit code 1.
 """
 
@@ -20,30 +20,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specllm.cli.options import ModelsFileOption, OfflineOption, PairArgument, SourceOption
 from specllm.errors import SpecllmError
 from specllm.files import human_size
 from specllm.models import local as local_models
 from specllm.models import stores, winners
 from specllm.models.hub import Source, cache_dir, cached_path, hf_cache_dir, parse_model_spec, resolve_models
 from specllm.models.registry import ModelFile, Pair, load_pairs
-
-PairArgument = Annotated[
-    str | None,
-    typer.Argument(help="Pair name (see `specllm models`); default: the default pair.", show_default=False),
-]
-SourceOption = Annotated[
-    Source,
-    typer.Option(
-        "--source", help="Where to download files that are not cached: auto (the Hub, then the mirror), hub or mirror."
-    ),
-]
-OfflineOption = Annotated[bool, typer.Option("--offline", help="Use only files already downloaded; never the network.")]
-ModelsFileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--models", help="An extra pairs file (TOML, like models.toml), added to the built-in pairs.", dir_okay=False
-    ),
-]
 
 
 def models_command(

@@ -23,18 +23,19 @@ from specllm.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
+from specllm.engine.names import Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
 from specllm.engine.text import TextStream
-from specllm.errors import SpecllmError
+from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import human_size
 from specllm.llama.model import Model, MtpHead
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
 from specllm.llama.vocab import check_compatible, check_once
 
-DRAFTERS = ("auto", "model", "mtp", "ngram", "none")
+DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
 
 
@@ -46,7 +47,7 @@ class GenerationConfig:
 
     max_tokens: int = 256
     sampler: SamplerSettings = SamplerSettings()
-    drafter: str = "auto"
+    drafter: str = Drafter.AUTO
     gamma: int | None = None
     stop: tuple[str, ...] = ()
 
@@ -66,7 +67,7 @@ class GenerationConfig:
         """The longest draft of a step."""
         if self.gamma is not None:
             return self.gamma
-        return NGRAM_MAX if self.drafter == "auto" else FIXED_GAMMA
+        return NGRAM_MAX if self.drafter == Drafter.AUTO else FIXED_GAMMA
 
 
 @dataclass
@@ -314,7 +315,7 @@ class Engine:
             start, measured = time.perf_counter(), []
             target = calibration.load_costs(self._key(self.target))
             if target is None:
-                longest = longest_draft(self.target, "auto")
+                longest = longest_draft(self.target, Drafter.AUTO)
                 widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
                 target = calibration.measure(self.target, tuple(widths), context)
                 measured.append("target")
@@ -497,11 +498,7 @@ def check_snapshots(gamma: int, target: Model) -> None:
     """A hybrid target takes back rejected draft tokens with its recurrent-state snapshots: a fixed
     draft must fit in them."""
     if target.max_draft and gamma > target.max_draft:
-        raise SpecllmError(
-            f"gamma (draft length) {gamma} is longer than the {target.max_draft} recurrent-state snapshots "
-            f"{target.path.name} keeps to take back rejected tokens: use --gamma {target.max_draft} or less, "
-            f"or --snapshots {gamma} (each snapshot costs {human_size(target.state_bytes)} of memory)"
-        )
+        raise DraftTooLong(gamma, target.max_draft, target.path.name, target.state_bytes)
 
 
 def longest_draft(target: Model, drafter: str) -> int | None:
@@ -510,13 +507,13 @@ def longest_draft(target: Model, drafter: str) -> int | None:
     Jamba) takes a rejection back from a checkpoint and evaluates the kept tokens again: no limit,
     but a second target call, which auto counts in its costs."""
     limit = target.max_draft
-    if limit is None or drafter == "none":
+    if limit is None or drafter == Drafter.NONE:
         return None
     if not target.can_take_back:
-        if drafter != "auto":
-            raise SpecllmError(
+        if drafter != Drafter.AUTO:
+            raise CannotTakeBack(
                 f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens back out of the "
-                f"recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later, or use --drafter none"
+                f"recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later"
             )
         return 0
     return limit or None
@@ -561,13 +558,10 @@ class _Run:
         if not prompt:
             raise SpecllmError("the prompt is empty")
         if len(prompt) >= target.n_ctx:
-            raise SpecllmError(
-                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}: "
-                "raise --ctx-size or shorten the prompt"
-            )
+            raise ContextFull(len(prompt), target.n_ctx)
         if config.gamma is not None:  # auto's own lengths stay within the batch (see steps)
             check_gamma(config.gamma, target.n_batch)
-            if config.drafter not in ("auto", "none"):
+            if config.drafter not in (Drafter.AUTO, Drafter.NONE):
                 check_snapshots(config.gamma, target)
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.longest_draft = longest_draft(target, config.drafter)
@@ -580,20 +574,17 @@ class _Run:
 
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
-        if name == "model":
+        if name == Drafter.MODEL:
             if not engine.has_draft:
-                raise SpecllmError("drafter 'model' needs a draft model (--draft), or use --drafter ngram")
+                raise NeedsDraftModel()
             return ModelDrafter(engine.load_draft(), self.sampler, self.rng)
-        if name == "mtp":
+        if name == Drafter.MTP:
             if engine.mtp is None:
-                raise SpecllmError(
-                    f"drafter 'mtp' needs a target with MTP layers (nextn), and {self.target.path.name} has none: "
-                    "use --drafter auto, ngram or model"
-                )
+                raise NoMtpLayers(self.target.path.name)
             return ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
-        if name == "auto":
+        if name == Drafter.AUTO:
             return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
-        if name == "ngram":
+        if name == Drafter.NGRAM:
             min_match = GPU_MIN_MATCH if self.target.on_gpu else CPU_MIN_MATCH
             return NgramDrafter(min_match=min_match, markup=self.target.markup_tokens)
         return NoDrafter()
@@ -621,7 +612,7 @@ class _Run:
             yield step
             start = time.perf_counter()
         self.drafter.finish(self.context)
-        if self.config.drafter == "auto":
+        if self.config.drafter == Drafter.AUTO:
             self.engine.save_costs()
             self.stats.policy = self.engine.policy_report()
             if self.stats.policy is not None:
@@ -639,7 +630,7 @@ class _Run:
         self.target.sync(self.context[:-1])
         self.stats.prefill_tokens = self.target.n_evaluated - evaluated
         self.target.checkpoint("prompt")  # a recurrent state: the next prompt (a chat's next turn) resumes here
-        if self.config.drafter == "auto":
+        if self.config.drafter == Drafter.AUTO:
             self.drafter = self._auto_drafter()
         self.drafter.prefill(self.context)
         self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds

@@ -45,6 +45,9 @@ class SamplerSettings:
         return self.temperature == 0
 
 
+MAX_SEED = 2**32 - 1  # seeds are 32-bit, as llama.cpp's and the fresh ones default_seed draws
+
+
 def default_seed(seed: int | None) -> int:
     """The seed given, or a fresh random one (reported back, so a run can be repeated)."""
     return seed if seed is not None else int.from_bytes(os.urandom(4), "little")

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specllm.errors import SpecllmError
+from specllm.errors import NeedsDraftModel, SpecllmError
 from specllm.llama.gguf_header import read_metadata
 from specllm.models.hub import fetch_file
 from specllm.models.local import LocalModel, scan, size_on_disk
@@ -158,10 +158,7 @@ def find_draft(
     curated = curated_drafts(target, pairs)
     if path is None and drafter == "model":
         if not curated:
-            raise SpecllmError(
-                f"drafter 'model' needs a draft model, and none on disk fits {name} (`specllm models "
-                f"--drafts-for {name}` lists why): give --draft, or use --drafter auto|ngram|none"
-            )
+            raise NeedsDraftModel(none_fits=name)
         draft = curated[0][1]
         path = fetch_file(draft, source=source, offline=offline)
         line = f"draft for {name}: hf:{draft.label}, the curated draft of its family (downloaded)"

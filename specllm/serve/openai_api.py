@@ -19,9 +19,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specllm.engine.loop import DRAFTERS, Result, Step
+from specllm.engine.sampling import MAX_SEED
+from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
-MAX_SEED = 2**32 - 1  # as the CLI's --seed
 MAX_STOPS = 4  # as OpenAI
 
 
@@ -35,6 +36,22 @@ class ApiError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    @staticmethod
+    def message_for(error: SpecllmError) -> str:
+        """A library error's message for a client: for the errors a request can avoid, the request
+        field to change (the library names no CLI flags, and a client cannot restart the server)."""
+        if isinstance(error, NeedsDraftModel):
+            return f"{error}: this server has none; ask for drafter auto, mtp, ngram or none"
+        if isinstance(error, NoMtpLayers):
+            return f"{error}: ask for drafter auto, ngram or model"
+        if isinstance(error, DraftTooLong):
+            return f"{error}: ask for gamma {error.snapshots} or less"
+        if isinstance(error, CannotTakeBack):
+            return f"{error}, or ask for drafter none"
+        if isinstance(error, ContextFull):
+            return f"{error}: shorten the prompt"
+        return str(error)
 
 
 # Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing.

@@ -203,7 +203,7 @@ class EngineWorker:
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
-            raise ApiError(400, self.without_paths(str(e))) from None
+            raise ApiError(400, self.without_paths(ApiError.message_for(e))) from None
         except BaseException:
             self.lock.release()
             raise

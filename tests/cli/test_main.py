@@ -135,7 +135,41 @@ def test_an_incompatible_pair_is_one_clear_line(tiny_models):
 
 
 def test_a_prompt_longer_than_the_context_is_one_clear_line(models):
-    assert_one_line_error(specllm_run("the cat is in the house " * 200, *models, "--raw"), "context", "--ctx-size")
+    proc = specllm_run("the cat is in the house " * 200, *models, "--raw")
+    assert_one_line_error(proc, "but the context holds 256: raise --ctx-size or shorten the prompt")
+
+
+def test_drafter_model_without_a_draft_names_the_flags_that_give_one(tiny_models):
+    """The library says what is missing; the CLI adds which flags fix it."""
+    proc = specllm_run("hi", "--target", tiny_models.target, "--draft", "none", "--drafter", "model", "--threads", 1)
+    assert_one_line_error(
+        proc, "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"
+    )
+
+
+def test_drafter_model_for_a_target_no_draft_on_disk_fits_names_the_flags(tiny_models, isolated):
+    proc = specllm_run("hi", "--target", tiny_models.target, "--drafter", "model", "--threads", 1, "--offline")
+    name = tiny_models.target.name
+    assert_one_line_error(
+        proc,
+        f"drafter 'model' needs a draft model, and none on disk fits {name} (`specllm models --drafts-for {name}` "
+        "lists why): give --draft, or use --drafter auto|ngram|none",
+    )
+
+
+def test_drafter_mtp_on_a_target_without_mtp_layers_names_the_other_drafters(models):
+    proc = specllm_run("hi", *models, "--drafter", "mtp")
+    assert_one_line_error(proc, "has none: use --drafter auto, ngram or model")
+
+
+def test_verbose_shows_llama_cpps_own_log_and_quiet_hides_it(tiny_models):
+    args = ["hi", "--target", tiny_models.target, "--drafter", "none", "-n", 2, "--threads", 1, "--ctx-size", 256]
+    verbose = specllm_run(*args, "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "llama_model_loader: loaded meta data" in verbose.stderr
+    quiet = specllm_run(*args)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "llama_model_loader" not in quiet.stderr
 
 
 @pytest.mark.parametrize(

@@ -131,6 +131,20 @@ def test_a_fixed_draft_longer_than_the_snapshots_is_one_clear_error(models):
     engine.close()
 
 
+def test_the_cli_says_which_flags_fit_a_fixed_draft_in_the_snapshots(models):
+    """The engine's DraftTooLong names no flag; the CLI's one line adds --gamma and --snapshots."""
+    import subprocess
+    import sys
+
+    args = ["run", "Hello", "--target", str(models["qwen35"][0]), "--snapshots", 4, "--gamma", 5, "--drafter", "ngram",
+            "--threads", 1, "--ctx-size", 256, "-n", 4]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    line = proc.stderr.strip()
+    assert line.startswith("error: gamma (draft length) 5 is longer than the 4 recurrent-state snapshots qwen35.gguf")
+    assert ": use --gamma 4 or less, or --snapshots 5 (each snapshot costs " in line and "\n" not in line
+
+
 def test_auto_on_a_hybrid_drafts_within_the_snapshots_and_says_so(models):
     target, draft = models["qwen35"]
     engine = Engine(

@@ -456,3 +456,19 @@ def test_cached_tokens_do_not_tell_one_client_what_another_sent(srv):
         told.append((r.usage.prompt_tokens_details.cached_tokens, stats["prompt_tokens"] - stats["prefill_tokens"]))
         a.completions.create(model="x", prompt=secret, **GREEDY)  # A's prompt back in the cache
     assert set(told) == {(0, 1)}
+
+
+def test_library_errors_reach_a_client_in_api_terms_naming_no_cli_flag():
+    """The server's 400 for an engine error says which request field to change, never a CLI flag."""
+    from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers
+    from specllm.serve.openai_api import ApiError
+
+    errors = [ContextFull(300, 256), NeedsDraftModel(), NoMtpLayers("t.gguf"), DraftTooLong(12, 8, "h.gguf", 1),
+              CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later")]  # fmt: skip
+    messages = [ApiError.message_for(e) for e in errors]
+    assert not [m for m in messages if "--" in m]
+    assert (
+        messages[1]
+        == "drafter 'model' needs a draft model: this server has none; ask for drafter auto, mtp, ngram or none"
+    )
+    assert messages[3].endswith("keeps to take back rejected tokens: ask for gamma 8 or less")

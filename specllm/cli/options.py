@@ -1,0 +1,208 @@
+"""The options that several commands share, declared once: each an `Annotated` alias that a
+command's signature uses (`target: Target = None`), and the defaults read from the library's own
+dataclasses rather than written again. `LoadOptions` carries the model/loading options from a
+command to `load_engine`. `error_line` adds the flag that fixes a library error to its message:
+the library's messages name no flags, since its callers are not all this CLI.
+
+Nothing here may import llama_cpp: `--help` must stay quick."""
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specllm.engine.sampling import MAX_SEED, SamplerSettings
+from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.files import human_size
+from specllm.llama.options import DEFAULT_SNAPSHOTS, ModelOptions
+from specllm.models.hub import Source
+
+# Defaults of the options below, from the dataclasses that check their values.
+SAMPLER = SamplerSettings()
+CTX_SIZE = ModelOptions.n_ctx
+SNAPSHOTS = DEFAULT_SNAPSHOTS
+
+# --- which models ------------------------------------------------------------------------------
+PairArgument = Annotated[
+    str | None,
+    typer.Argument(help="Pair name (see `specllm models`); default: the default pair.", show_default=False),
+]
+PairOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pair", "-p", help="A curated pair (see `specllm models`); default: the default pair.", show_default=False
+    ),
+]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-m",
+        help="Target GGUF: a path, hf:REPO/FILE, or a model of another tool: ollama:NAME[:TAG], "
+        "lmstudio:PUBLISHER/REPO/FILE, llamacpp:FILE.",
+    ),
+]
+Draft = Annotated[
+    str | None,
+    typer.Option(
+        "--draft",
+        "-md",
+        help="Draft GGUF: a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME; none: no draft model. "
+        "Default with --target: a compatible GGUF on disk, if any.",
+    ),
+]
+SourceOption = Annotated[
+    Source,
+    typer.Option(
+        "--source", help="Where to download files that are not cached: auto (the Hub, then the mirror), hub or mirror."
+    ),
+]
+OfflineOption = Annotated[bool, typer.Option("--offline", help="Use only files already downloaded; never the network.")]
+ModelsFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--models", help="An extra pairs file (TOML, like models.toml), added to the built-in pairs.", dir_okay=False
+    ),
+]
+
+# --- drafting ----------------------------------------------------------------------------------
+DrafterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--drafter",
+        help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
+        "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
+        "--gamma alone: model when a draft is given, else ngram.",
+    ),
+]
+Gamma = Annotated[
+    int | None,
+    typer.Option(
+        "--gamma",
+        "-g",
+        show_default=False,
+        help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
+    ),
+]
+
+# --- sampling ----------------------------------------------------------------------------------
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens to generate at most.")]
+Temperature = Annotated[float, typer.Option("--temperature", "--temp", "-t", help="0 is greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0: off).")]
+TopP = Annotated[float, typer.Option("--top-p", help="Keep the smallest set holding this much mass.")]
+MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top probability.")]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        "--seed", min=0, max=MAX_SEED, help="Random seed, 0..2^32-1 (default: a fresh one, reported in --json)."
+    ),
+]
+
+# --- loading -----------------------------------------------------------------------------------
+CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
+Threads = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: one per physical core).")]
+GpuLayers = Annotated[
+    int | None, typer.Option("--gpu-layers", "-ngl", help="Target layers on the GPU (default: all if supported).")
+]
+DraftGpuLayers = Annotated[
+    int | None,
+    typer.Option("--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all if supported)."),
+]
+Rpc = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc", help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."
+    ),
+]
+DraftRpc = Annotated[
+    str | None, typer.Option("--draft-rpc", help="The same for the draft (default: the draft stays local).")
+]
+Snapshots = Annotated[
+    int,
+    typer.Option(
+        "--snapshots",
+        help="Hybrid and recurrent targets (Qwen3.5, Granite 4, LFM2, ...): recurrent-state snapshots kept "
+        "to take back rejected draft tokens, so the longest draft (each costs one more copy of the state).",
+    ),
+]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Which models to load and how: the options of those names that run, chat, bench and serve share."""
+
+    pair: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    source: Source = Source.auto
+    offline: bool = False
+    models_file: Path | None = None
+    ctx_size: int = CTX_SIZE
+    threads: int | None = None
+    gpu_layers: int | None = None
+    draft_gpu_layers: int | None = None
+    rpc: str | None = None
+    draft_rpc: str | None = None
+    snapshots: int = SNAPSHOTS
+    verbose: bool = False
+
+    @classmethod
+    def pick(cls, params: dict) -> "LoadOptions":
+        """The options among a command's parameters (its `locals()`), by name."""
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
+
+    def target_options(self) -> ModelOptions:
+        """The target's loading options, checked (a bad value is refused before any download)."""
+        return ModelOptions(
+            n_ctx=self.ctx_size,
+            n_threads=self.threads,
+            n_gpu_layers=self.gpu_layers,
+            rpc=self.rpc or (),
+            snapshots=self.snapshots,
+        )
+
+    def draft_options(self) -> ModelOptions:
+        """The draft's: its own layers and RPC servers, no snapshots (it never takes tokens back)."""
+        return ModelOptions(
+            n_ctx=self.ctx_size,
+            n_threads=self.threads,
+            n_gpu_layers=self.draft_gpu_layers,
+            rpc=self.draft_rpc or (),
+            snapshots=0,
+        )
+
+    def check(self) -> None:
+        """Refuse a bad context size, thread, layer or snapshot count or RPC server address before
+        any model is downloaded or loaded."""
+        self.target_options()
+        self.draft_options()
+
+
+# --- what to change on the command line ---------------------------------------------------------
+def error_line(error: SpecllmError) -> str:
+    """The one line the CLI prints for a library error: its message, and for the errors that a
+    flag can fix, which flag."""
+    return f"{error}{flag_hint(error)}"
+
+
+def flag_hint(error: SpecllmError) -> str:
+    if isinstance(error, ContextFull):
+        return ": raise --ctx-size or shorten the prompt"
+    if isinstance(error, NeedsDraftModel):
+        if error.pair:
+            return ": use --drafter auto|mtp|ngram|none"
+        if error.none_fits:  # a target given alone: --pair would not go with it
+            return ": give --draft, or use --drafter auto|ngram|none"
+        return ": give --draft or --pair, or use --drafter auto|mtp|ngram|none"
+    if isinstance(error, NoMtpLayers):
+        return ": use --drafter auto, ngram or model"
+    if isinstance(error, DraftTooLong):
+        return (
+            f": use --gamma {error.snapshots} or less, or --snapshots {error.gamma} "
+            f"(each snapshot costs {human_size(error.snapshot_bytes)} of memory)"
+        )
+    if isinstance(error, CannotTakeBack):
+        return ", or use --drafter none"
+    return ""

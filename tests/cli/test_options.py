@@ -1,0 +1,56 @@
+"""The CLI's shared options and the flag hints it adds to the library's typed errors."""
+
+import re
+
+import pytest
+
+from specllm.cli.options import SAMPLER, LoadOptions, error_line
+from specllm.engine.names import Drafter
+from specllm.engine.sampling import SamplerSettings
+from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+
+
+@pytest.mark.parametrize(
+    "error,line",
+    [
+        (ContextFull(300, 256),
+         "the prompt is 300 tokens but the context holds 256: raise --ctx-size or shorten the prompt"),
+        (NeedsDraftModel(),
+         "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"),
+        (NeedsDraftModel("tiny"), "pair tiny has no draft model: use --drafter auto|mtp|ngram|none"),
+        (NeedsDraftModel(none_fits="t.gguf"),
+         "drafter 'model' needs a draft model, and none on disk fits t.gguf (`specllm models --drafts-for t.gguf` "
+         "lists why): give --draft, or use --drafter auto|ngram|none"),
+        (NoMtpLayers("t.gguf"),
+         "drafter 'mtp' needs a target with MTP layers (nextn), and t.gguf has none: "
+         "use --drafter auto, ngram or model"),
+        (DraftTooLong(12, 8, "h.gguf", 2**20),
+         "gamma (draft length) 12 is longer than the 8 recurrent-state snapshots h.gguf keeps to take back rejected "
+         "tokens: use --gamma 8 or less, or --snapshots 12 (each snapshot costs 1.0 MB of memory)"),
+        (CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
+         "cannot take them back: install llama-cpp-python 0.3.36 or later, or use --drafter none"),
+        (SpecllmError("no such file"), "no such file"),
+    ],
+)  # fmt: skip
+def test_each_typed_error_gets_its_flag_hint_and_its_message_names_no_flag(error, line):
+    assert error_line(error) == line
+    # the library's own message is true for any caller: no flag, but for a whole `specllm ...` command
+    assert "--" not in re.sub(r"`specllm [^`]*`", "", str(error))
+
+
+def test_the_defaults_are_the_library_dataclasses():
+    assert SamplerSettings() == SAMPLER
+    assert LoadOptions().target_options().n_ctx == 4096
+
+
+def test_load_options_picks_its_fields_from_a_commands_parameters():
+    picked = LoadOptions.pick({"target": "t.gguf", "ctx_size": 512, "prompt": "hi", "verbose": True})
+    assert (picked.target, picked.ctx_size, picked.verbose, picked.draft) == ("t.gguf", 512, True, None)
+
+
+def test_drafter_names_compare_print_and_serialize_as_plain_strings():
+    import json
+
+    assert Drafter.AUTO == "auto" and f"{Drafter.NGRAM}" == "ngram" and str(Drafter.MODEL) == "model"
+    assert json.dumps({"drafter": Drafter.MTP}) == '{"drafter": "mtp"}'
+    assert [d.value for d in Drafter] == ["auto", "model", "mtp", "ngram", "none"]
