@@ -26,6 +26,7 @@ from specllm.bench.runner import (
     run_side_by_side,
 )
 from specllm.engine.loop import Engine, aggregate
+from specllm.engine.names import Drafter
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
 from specllm.models.drafts import Candidate
@@ -57,7 +58,7 @@ def race(engine: Engine, candidates: list[Candidate], prompts: list[BenchPrompt]
         lanes[BASELINE] = engine.lane()
         for c in candidates:
             for gamma in gammas:
-                config = DraftConfiguration("model", gamma, draft=str(c.path))
+                config = DraftConfiguration(Drafter.MODEL, gamma, draft=str(c.path))
                 lanes[config] = Engine(engine.target.sibling(), drafts[config.draft].sibling())
         runs = _measure(lanes, prompts, settings, progress)
     finally:

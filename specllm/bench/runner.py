@@ -36,6 +36,7 @@ import numpy as np
 
 from specllm.engine.calibration import time_calls
 from specllm.engine.loop import Engine, GenerationConfig, Result, Stats, aggregate
+from specllm.engine.names import Drafter
 from specllm.engine.sampling import SamplerSettings
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import write_text_atomic
@@ -65,7 +66,7 @@ UNSTABLE_SPREAD = 1.5
 WARMUP_TOKENS = 16
 CALIBRATION_REPS = 5
 DEFAULT_CATEGORY = "uncategorized"
-DRAFTER_CHOICES = ("auto", "model", "mtp", "ngram")
+DRAFTER_CHOICES = tuple(d for d in Drafter if d is not Drafter.NONE)
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -170,12 +171,12 @@ class Configuration:
 
     @property
     def name(self) -> str:
-        if self.drafter in ("none", "auto"):
-            return "target-only" if self.drafter == "none" else "auto"
+        if self.drafter in (Drafter.NONE, Drafter.AUTO):
+            return "target-only" if self.drafter == Drafter.NONE else "auto"
         return f"{self.drafter} g={self.gamma}"
 
 
-BASELINE = Configuration("none", 0)
+BASELINE = Configuration(Drafter.NONE, 0)
 
 
 def configurations(drafters: Iterable[str], gammas: Iterable[int]) -> list[Configuration]:
@@ -185,16 +186,16 @@ def configurations(drafters: Iterable[str], gammas: Iterable[int]) -> list[Confi
     for g in gammas:
         if isinstance(g, bool) or not isinstance(g, int) or g < 1:
             raise SpecllmError(f"gamma (draft length) must be a positive integer, got {g!r}")
-    drafters = [d for d in dict.fromkeys(drafters) if d != "none"]
+    drafters = [d for d in dict.fromkeys(drafters) if d != Drafter.NONE]
     for d in drafters:
         if d not in DRAFTER_CHOICES:
             raise SpecllmError(f"unknown drafter {d!r}: use {', '.join(DRAFTER_CHOICES)} (target-only always runs)")
     if not drafters or not gammas:
         raise SpecllmError("nothing to compare: give at least one drafter and one gamma")
     return [
-        Configuration(d, None) if d == "auto" else Configuration(d, g)
+        Configuration(d, None) if d == Drafter.AUTO else Configuration(d, g)
         for d in drafters
-        for g in (gammas if d != "auto" else [None])
+        for g in (gammas if d != Drafter.AUTO else [None])
     ]
 
 
@@ -290,7 +291,7 @@ class _Running:
             max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
             sampler=settings.sampler,
             drafter=config.drafter,
-            gamma=None if config.drafter == "auto" else max(config.gamma or 1, 1),
+            gamma=None if config.drafter == Drafter.AUTO else max(config.gamma or 1, 1),
         )
         self.tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
         for model in (engine.target, engine.draft):
@@ -446,9 +447,9 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
     configuration its overall, per-category and per-prompt results, then the best configuration."""
     if not prompts:
         raise SpecllmError("no prompts to run")
-    if any(c.drafter == "model" for c in settings.configurations) and not engine.has_draft:
+    if any(c.drafter == Drafter.MODEL for c in settings.configurations) and not engine.has_draft:
         raise NeedsDraftModel()
-    if any(c.drafter == "mtp" for c in settings.configurations) and engine.mtp is None:
+    if any(c.drafter == Drafter.MTP for c in settings.configurations) and engine.mtp is None:
         raise NoMtpLayers(engine.target.path.name)
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
@@ -457,7 +458,7 @@ def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSetting
 
     progress("warm-up", done, total)
     for drafter in dict.fromkeys(c.drafter for c in configs):
-        warm = Configuration(drafter, settings.max_gamma if drafter != "none" else 0)
+        warm = Configuration(drafter, settings.max_gamma if drafter != Drafter.NONE else 0)
         run_one(engine, 0, prompts[0], warm, settings, max_tokens=settings.warmup_tokens)
     done += 1
 
@@ -609,11 +610,11 @@ def predicted_speedup(steps: list[tuple[int, int]], alpha: float, c: float, V: d
 def _draft_cost_ratio(config: Configuration, stats: Stats, calibration: dict) -> float:
     """c for the prediction: the calibrated draft-model step, what an MTP call took in the run, or
     what the n-gram lookup took per drafted token (microseconds: about 0)."""
-    if config.drafter == "model":
+    if config.drafter == Drafter.MODEL:
         return calibration["c"]
-    if config.drafter == "mtp" and stats.draft_calls:
+    if config.drafter == Drafter.MTP and stats.draft_calls:
         return stats.draft_seconds / stats.draft_calls / calibration["target_step_seconds"]
-    if config.drafter == "ngram" and stats.n_drafted:
+    if config.drafter == Drafter.NGRAM and stats.n_drafted:
         return stats.draft_seconds / stats.n_drafted / calibration["target_step_seconds"]
     return 0.0
 
@@ -636,7 +637,7 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
         "predicted_speedup": None,
         "fidelity": None,
     }
-    if config.drafter == "auto":  # mixed sources and lengths: no one-formula prediction
+    if config.drafter == Drafter.AUTO:  # mixed sources and lengths: no one-formula prediction
         out.update(alpha=per_token_acceptance(steps), chose=stats.source_shares())
     elif config != BASELINE:
         alpha = per_token_acceptance(steps)
@@ -678,7 +679,7 @@ def _best(results: list[dict], calibration: dict) -> dict:
     """The fastest configuration overall, with the numbers that explain it, the fastest per
     category and per drafter, and what is recommended on this machine. A configuration whose
     drafts were never accepted cannot have gained anything: it is not named as a winner."""
-    baseline, speculative = results[0], [r for r in results if r["drafter"] != "none"]
+    baseline, speculative = results[0], [r for r in results if r["drafter"] != Drafter.NONE]
 
     def fastest(candidates, pick):
         useful = [r for r in candidates if pick(r)["stats"]["n_accepted"] > 0] or candidates
@@ -697,7 +698,7 @@ def _best(results: list[dict], calibration: dict) -> dict:
         "recommended": top["configuration"] if wins else BASELINE.name,
         "target_only_tokens_per_second": baseline["overall"]["stats"]["tokens_per_second"],
         "tokens_per_second": o["stats"]["tokens_per_second"],
-        **(_cost_terms(top, baseline, calibration) if top["drafter"] != "auto" else {}),
+        **(_cost_terms(top, baseline, calibration) if top["drafter"] != Drafter.AUTO else {}),
         "by_category": {},
         "by_drafter": {},
         "auto": _auto_against_fixed(speculative),
@@ -710,7 +711,7 @@ def _best(results: list[dict], calibration: dict) -> dict:
             "speedup": s["speedup"],
             "wins": (s["speedup"] or 0.0) >= 1 + NOISE and s["stats"]["n_accepted"] > 0,
         }
-    for drafter in dict.fromkeys(r["drafter"] for r in speculative if r["drafter"] != "auto"):
+    for drafter in dict.fromkeys(r["drafter"] for r in speculative if r["drafter"] != Drafter.AUTO):
         r = fastest([r for r in speculative if r["drafter"] == drafter], lambda r: r["overall"])
         best["by_drafter"][drafter] = {
             "configuration": r["configuration"],
@@ -724,8 +725,8 @@ def _best(results: list[dict], calibration: dict) -> dict:
 def _auto_against_fixed(speculative: list[dict]) -> dict | None:
     """How auto did against the best fixed configuration, overall and per category, and what it
     chose (the share of steps each source drafted)."""
-    auto = next((r for r in speculative if r["drafter"] == "auto"), None)
-    fixed = [r for r in speculative if r["drafter"] != "auto"]
+    auto = next((r for r in speculative if r["drafter"] == Drafter.AUTO), None)
+    fixed = [r for r in speculative if r["drafter"] != Drafter.AUTO]
     if auto is None:
         return None
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from specllm.chat.session import ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
-from specllm.errors import SpecllmError
+from specllm.engine.names import Drafter
+from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 
 HELP = """\
 /help            this list
@@ -127,7 +128,7 @@ def stats_lines(session: ChatSession) -> list[str]:
         f"prefilled {t['prefill_tokens']} of {t['prompt_tokens']} prompt tokens "
         f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
         f"context {session.context_in_use} of {session.n_ctx} tokens in use",
-        *([source_mix(aggregate(session.all_stats))] if c.drafter == "auto" else []),
+        *([source_mix(aggregate(session.all_stats))] if c.drafter == Drafter.AUTO else []),
         f"drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g} · "
         f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
     ]
@@ -153,7 +154,7 @@ def repl(session: ChatSession, console, live: bool) -> None:
     for notice in session.notices + ([reader.history_note] if reader.history_note else []):
         console.print(f"note: {notice}", style="yellow", markup=False)
     console.print(describe_session(session), style="dim", markup=False, highlight=False)
-    if live and session.config.drafter != "none":
+    if live and session.config.drafter != Drafter.NONE:
         console.print(legend(session.config.drafter))
     console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
     while True:
@@ -176,9 +177,19 @@ def repl(session: ChatSession, console, live: bool) -> None:
             else:
                 _reply(session, line[1:] if line.startswith("//") else line, console, live)
         except SpecllmError as e:
-            console.print(f"error: {e}", style="red", markup=False, highlight=False)
+            console.print(f"error: {e}{chat_hint(e)}", style="red", markup=False, highlight=False)
         except KeyboardInterrupt:  # outside a reply (rendering, a command): the chat goes on
             console.print("\n[interrupted]", style="yellow", markup=False)
+
+
+def chat_hint(error: SpecllmError) -> str:
+    """What the user can do about an error inside the chat: the chat's commands, or the flags
+    to start it with."""
+    if isinstance(error, ContextFull):
+        return ": shorten it or raise --ctx-size"
+    if isinstance(error, NeedsDraftModel):
+        return ": start the chat with --draft PATH or --pair NAME"
+    return ""
 
 
 def _reply(session: ChatSession, message: str, console, live: bool) -> None:

@@ -27,10 +27,11 @@ from specllm.engine.loop import (
     aggregate,
     check_gamma,
 )
+from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
-from specllm.errors import SpecllmError
+from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 from specllm.files import write_text_atomic
 
 
@@ -171,10 +172,7 @@ class ChatSession:
         alone = self._render([], pending)
         if len(alone.tokens) >= self.n_ctx:
             with_system = " with the system prompt" if self.system else ""
-            raise SpecllmError(
-                f"this message is {len(alone.tokens)} tokens{with_system} but the context holds "
-                f"{self.n_ctx}: shorten it or raise --ctx-size"
-            )
+            raise ContextFull(len(alone.tokens), self.n_ctx, what=f"this message{with_system}")
         # Drop a quarter of the context more than needed, so the next turns do not each have to
         # drop again and re-prefill the whole remaining history.
         goal = self.n_ctx - self._reserve() - self.n_ctx // 4
@@ -229,11 +227,11 @@ class ChatSession:
     def set_drafter(self, name: str) -> None:
         if name not in DRAFTERS:
             raise SpecllmError(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
-        if name == "model":
+        if name == Drafter.MODEL:
             if not self.engine.has_draft:
-                raise SpecllmError("no draft model: start the chat with --draft PATH or --pair NAME")
+                raise NeedsDraftModel()
             self.engine.load_draft()  # now, so that a problem shows here and not mid-reply
-        if name == "mtp" and self.engine.mtp is None:
+        if name == Drafter.MTP and self.engine.mtp is None:
             raise SpecllmError(f"{self.engine.target.path.name} has no MTP layers: /drafter auto, ngram or model")
         self.config = dataclasses.replace(self.config, drafter=name)
 

@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from specllm.engine.loop import Result, Stats, Step
+from specllm.engine.names import Drafter
 
 ACCEPTED = "green"
 TARGET = "bold"
@@ -32,10 +33,10 @@ SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "mtp": "MTP", "none": "none
 
 def status_line(stats: Stats, drafter: str) -> str:
     line = f"{stats.tokens_per_second:.1f} tok/s · {stats.generated_tokens} tokens"
-    if drafter != "none":
+    if drafter != Drafter.NONE:
         acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else "- (nothing drafted yet)"
         line += f" · acceptance {acceptance} · {stats.mean_accepted_length:.2f} tokens/target call"
-    if drafter == "auto":
+    if drafter == Drafter.AUTO:
         line += " · " + source_mix(stats)
     return line
 
@@ -43,7 +44,7 @@ def status_line(stats: Stats, drafter: str) -> str:
 def source_mix(stats: Stats) -> str:
     """What auto drafted with, e.g. "auto: n-gram 31%, model 0%, none 69% of steps"."""
     shares = stats.source_shares()
-    names = [n for n in SOURCE_NAMES if n != "mtp" or n in shares]  # MTP only for a model that has it
+    names = [n for n in SOURCE_NAMES if n != Drafter.MTP or n in shares]  # MTP only for a model that has it
     return "auto: " + ", ".join(f"{SOURCE_NAMES[n]} {shares.get(n, 0.0):.0%}" for n in names) + " of steps"
 
 
@@ -145,7 +146,7 @@ class LiveView:
 
 
 def legend(drafter: str) -> Text:
-    if drafter == "none":
+    if drafter == Drafter.NONE:
         return Text("target-only decoding", style="dim")
     return Text.assemble(
         ("accepted draft", ACCEPTED), "  ", ("target token", TARGET), "  ", ("rejected draft", REJECTED)

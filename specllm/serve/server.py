@@ -33,6 +33,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.exceptions import HTTPException
 
 from specllm.engine.loop import Engine, Generation, Result, Step, describe_models, make_config
+from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
@@ -59,7 +60,7 @@ PAGE_HEADERS = {
 @dataclass(frozen=True)
 class ServeSettings:
     model: str  # the id /v1/models lists and responses carry (requests may name any model)
-    drafter: str = "auto"  # a request's default drafter and draft length
+    drafter: str = Drafter.AUTO  # a request's default drafter and draft length
     gamma: int | None = None
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
     max_body_bytes: int | None = None  # default: room for a full context (body_limit)

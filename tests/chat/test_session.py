@@ -364,7 +364,7 @@ def test_slash_commands(tmp_path, engines):
 
 def test_drafter_model_needs_a_draft(tiny_models):
     session = ChatSession(load(tiny_models.target), greedy(drafter="ngram"))
-    with pytest.raises(specllm.SpecllmError, match="no draft model"):
+    with pytest.raises(specllm.SpecllmError, match="needs a draft model"):
         command(session, "/drafter model")
     assert session.config.drafter == "ngram"
 
