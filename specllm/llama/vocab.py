@@ -8,8 +8,6 @@ from specllm.files import JsonCache, file_identity
 from specllm.llama.model import Model
 from specllm.llama.system import build_id
 
-# --- pair compatibility -------------------------------------------------------------------------
-
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # as llama.cpp's speculative example
 VOCAB_CHECK_START_ID = 5
 
