@@ -80,7 +80,7 @@ def load(
     from specllm.engine.loop import Engine
     from specllm.llama.model import Model
     from specllm.llama.options import ModelOptions
-    from specllm.llama.vocab import check_compatible, check_once
+    from specllm.llama.vocab import ensure_compatible
     from specllm.models.stores import local_path
 
     target, draft = local_path(target), (None if draft is None else local_path(draft))
@@ -92,14 +92,6 @@ def load(
     # A draft never uses snapshots: its one-token steps leave none to go back to (see ModelDrafter).
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc, snapshots=0)
     if defer_draft:
-
-        def check() -> None:  # refuse a bad pair now, not mid-chat
-            vocabulary = Model(draft, vocab_only=True)
-            try:
-                check_compatible(target_model, vocabulary)
-            finally:
-                vocabulary.close()
-
-        check_once(target, draft, check)
+        ensure_compatible(target, draft, target=target_model)  # refuse a bad pair now, not mid-chat
         return Engine(target_model, draft_file=(draft, options))
     return Engine(target_model, Model(draft, options))

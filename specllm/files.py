@@ -67,14 +67,6 @@ def update_json(path: Path, update: Callable[[object], object]) -> None:
         pass
 
 
-def is_current(key: str) -> bool:
-    """Does a cache key that starts with a file_identity ("PATH:SIZE:MTIME|...") still name the file
-    as it is? Entries of removed or changed files are dropped, so caches do not grow for ever."""
-    identity = key.split("|", 1)[0]
-    path = identity.rsplit(":", 2)[0]
-    return file_identity(path) == identity
-
-
 def file_identity(path: str | Path) -> str | None:
     """ "PATH:SIZE:MTIME" of a file, symlinks resolved: while it stays the same, so does the file's
     content (as caches keyed by it assume); None when the file cannot be read."""
@@ -84,6 +76,56 @@ def file_identity(path: str | Path) -> str | None:
     except OSError:
         return None
     return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
+class JsonCache:
+    """A JSON file in specllm's cache (cache_dir() / name) whose entries are keyed by the files
+    they were made from: a key starts with `files` file identities ("PATH:SIZE:MTIME|...|the
+    rest", see file_identity). Every cache is read and written through this class:
+
+    - read(): the entries, a dict; none where the file is missing, damaged or of another layout
+      (a cache is rebuilt, never a reason to fail);
+    - update(changes): `changes` written over the entries under a lock (see update_json), so two
+      processes writing at once both keep theirs; entries of files that were removed or changed
+      since are dropped, so a cache does not grow for ever.
+
+    `load` takes the file's JSON to the entries and `dump` the entries back (each cache keeps its
+    own layout); a `load` that meets something else may raise (KeyError, TypeError, ...): no
+    entries."""
+
+    def __init__(self, name: str, load=lambda data: data, dump=lambda entries: entries, files: int = 1):
+        self.name, self._load, self._dump, self._files = name, load, dump, files
+
+    @property
+    def path(self) -> Path:
+        return cache_dir() / self.name  # SPECLLM_CACHE read on each use (every test sets its own)
+
+    def read(self) -> dict:
+        return self._entries(read_json(self.path))
+
+    def update(self, changes: dict) -> None:
+        """Write `changes` over the entries, keeping the others whose files are still as they
+        were. A cache that cannot be written only costs a later run some work: nothing is raised."""
+        update_json(self.path, lambda data: self._dump({**self._current(self._entries(data)), **changes}))
+
+    def _entries(self, data) -> dict:
+        try:
+            entries = self._load(data)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return {}
+        return {k: v for k, v in entries.items() if isinstance(k, str)} if isinstance(entries, dict) else {}
+
+    def _current(self, entries: dict) -> dict:
+        return {
+            key: entry
+            for key, entry in entries.items()
+            if all(_still_as_it_was(identity) for identity in key.split("|")[: self._files])
+        }
+
+
+def _still_as_it_was(identity: str) -> bool:
+    """Does a file_identity still name the file as it is?"""
+    return file_identity(identity.rsplit(":", 2)[0]) == identity
 
 
 def cache_dir() -> Path:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from specllm.engine.policy import CostTable
-from specllm.files import cache_dir, file_identity, is_current, read_json, update_json
+from specllm.files import JsonCache, file_identity
 from specllm.llama.devices import gpu_layers, physical_cores
 from specllm.llama.huge_pages import weights_on_huge_pages
 from specllm.llama.model import Model
@@ -33,8 +33,16 @@ CACHE_FILE = "calibration.json"
 CACHE_VERSION = 1
 
 
+# {"version": 1, "models": {model_key: CostTable.to_dict()}}; another version's file reads as empty
+_CACHE = JsonCache(
+    CACHE_FILE,
+    load=lambda data: data["models"] if data["version"] == CACHE_VERSION else None,
+    dump=lambda models: {"version": CACHE_VERSION, "models": models},
+)
+
+
 def cache_path() -> Path:
-    return cache_dir() / CACHE_FILE
+    return _CACHE.path
 
 
 def model_key(path: str | Path, options: ModelOptions, huge_pages: bool | None = None) -> str:
@@ -53,7 +61,7 @@ def model_key(path: str | Path, options: ModelOptions, huge_pages: bool | None =
 
 
 def load_costs(key: str) -> CostTable | None:
-    entry = _read(cache_path()).get(key)
+    entry = _CACHE.read().get(key)
     try:
         return CostTable.from_dict(entry) if entry else None
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -63,23 +71,7 @@ def load_costs(key: str) -> CostTable | None:
 def save_costs(tables: dict[str, CostTable]) -> None:
     """Write the tables back, with the other entries of models whose files are still there as they
     were. A cache that cannot be written only costs the next run a calibration."""
-
-    def update(data) -> dict:
-        models = {key: entry for key, entry in _models(data).items() if is_current(key)}
-        models.update((key, table.to_dict()) for key, table in tables.items())
-        return {"version": CACHE_VERSION, "models": models}
-
-    update_json(cache_path(), update)
-
-
-def _read(path: Path) -> dict:
-    return _models(read_json(path))
-
-
-def _models(data) -> dict:
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("models"), dict):
-        return {}
-    return data["models"]
+    _CACHE.update({key: table.to_dict() for key, table in tables.items()})
 
 
 def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTable:

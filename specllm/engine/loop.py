@@ -33,7 +33,7 @@ from specllm.files import human_size
 from specllm.llama.model import Model, MtpHead
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
-from specllm.llama.vocab import check_compatible, check_once
+from specllm.llama.vocab import ensure_compatible
 
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
@@ -266,7 +266,7 @@ class Engine:
         self, target: Model, draft: Model | None = None, *, draft_file: tuple[str, ModelOptions] | None = None
     ):
         if draft is not None:
-            check_once(target.path, draft.path, lambda: check_compatible(target, draft))
+            ensure_compatible(target.path, draft.path, target=target, draft=draft)
         self.target = target
         self.draft = draft
         self.draft_file = draft_file if draft is None else None
@@ -285,7 +285,7 @@ class Engine:
             path, options = self.draft_file
             draft = Model(path, options)
             try:
-                check_once(self.target.path, draft.path, lambda: check_compatible(self.target, draft))
+                ensure_compatible(self.target.path, draft.path, target=self.target, draft=draft)
             except SpecllmError:
                 draft.close()
                 raise

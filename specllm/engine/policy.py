@@ -162,11 +162,6 @@ class Acceptance:
         c[0] += accepted
         c[1] += 1
 
-    def record_run(self, context_bucket: int, judged: int, accepted: int) -> None:
-        """Positions 1..judged were judged and the first `accepted` of them accepted."""
-        for j in range(1, judged + 1):
-            self.record(context_bucket, j, j <= accepted)
-
 
 def _logit(p: float) -> float:
     p = min(max(p, 1e-4), 1 - 1e-4)

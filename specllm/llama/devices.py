@@ -40,7 +40,7 @@ def default_gpu_layers() -> int:
     return ALL_LAYERS if gpu_offload_supported() else 0
 
 
-def gpu_layers(options: "ModelOptions") -> int:
+def gpu_layers(options: ModelOptions) -> int:
     """The layers a model offloads: as asked, else all of them when it has RPC servers or a
     local GPU to put them on, else none."""
     if options.n_gpu_layers is not None:

@@ -1,4 +1,4 @@
-"""A GGUF model and its context: the heart of the one package that talks to llama.cpp (through llama-cpp-python's low-level API).
+"""A GGUF model and its context, through llama-cpp-python's low-level API.
 
 A `Model` owns one GGUF model and one context with a single sequence. It remembers which tokens
 are in its KV cache, so callers can append, cut back and reuse a common prefix. Logits are asked
@@ -28,6 +28,7 @@ from specllm.llama.templates import CHATML_TEMPLATE, compile_chat_template, rend
 # copy it out and back in (checkpoints). Builds before 0.3.36 have neither.
 SNAPSHOT_API = hasattr(L, "llama_n_rs_seq")
 STATE_API = hasattr(L, "llama_state_seq_get_size_ext") and hasattr(L, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY")
+DEFAULT_OPTIONS = ModelOptions()  # frozen: one instance serves every model loaded with the defaults
 
 
 class _Views:
@@ -52,7 +53,7 @@ class _Views:
 class Model:
     """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
 
-    def __init__(self, path: str | Path, options: ModelOptions = ModelOptions(), *, vocab_only=False):
+    def __init__(self, path: str | Path, options: ModelOptions = DEFAULT_OPTIONS, *, vocab_only=False):
         init_backend()
         self.path = Path(path)
         self.options = options
@@ -525,9 +526,8 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on
         params.devices = ctypes.cast(devices, ctypes.c_void_p)
     if on_huge_pages:
         params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
-        params.progress_callback = (
-            huge_pages.ADVISE_HUGE_PAGES_ONCE
-        )  # called once the buffers exist, before they are filled
+        # called once the buffers exist, before they are filled
+        params.progress_callback = huge_pages.ADVISE_HUGE_PAGES_ONCE
     recent_errors.clear()
     model = passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params)
     if not model:

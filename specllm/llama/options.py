@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from specllm.errors import SpecllmError
 
-ALL_LAYERS = 0x7FFFFFFF
+ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers for every layer (more than any model has)
 
 
 # llama.cpp rounds a context up to a multiple of 256 (GGML_PAD in llama-context.cpp) but sizes the
@@ -49,11 +49,7 @@ def parse_rpc_servers(servers) -> tuple[str, ...]:
 # tokens of a verify call can be rejected (llama.cpp's n_rs_seq): each costs one more copy of the
 # recurrent state, and the longest draft such a model may verify is this long.
 DEFAULT_SNAPSHOTS = 8
-
-
 MAX_SNAPSHOTS = 64
-
-
 MAX_THREADS = 1024  # llama.cpp starts a thread per count: a typo must not ask for 100000
 
 

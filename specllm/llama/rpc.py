@@ -1,4 +1,11 @@
-"""llama.cpp's RPC backend: a model's offloaded layers on `ggml-rpc-server`s on other machines."""
+"""llama.cpp's RPC backend: a model's offloaded layers on `ggml-rpc-server`s on other machines.
+
+The servers are registered in llama.cpp's backend registry exactly as its `--rpc` option does
+(common/arg.cpp: the RPC registry's ggml_backend_rpc_add_server, then ggml_backend_register), and
+each model is given its device list explicitly: a model with servers gets theirs and the local
+GPUs, any other model only the local GPUs (registered servers would otherwise take every model's
+layers).
+"""
 
 import collections
 import ctypes
@@ -10,13 +17,6 @@ import llama_cpp as L
 from specllm.errors import SpecllmError
 from specllm.llama.devices import dev_name, ggml_lib, local_gpus
 from specllm.llama.log import init_backend
-
-# --- llama.cpp's RPC backend ---------------------------------------------------------------------
-# A model's offloaded layers can live on llama.cpp `ggml-rpc-server`s on other machines. The servers
-# are registered in llama.cpp's backend registry exactly as its `--rpc` option does (common/arg.cpp:
-# the RPC registry's ggml_backend_rpc_add_server, then ggml_backend_register), and each model is
-# given its device list explicitly: a model with servers gets theirs and the local GPUs, any other
-# model only the local GPUs (registered servers would otherwise take every model's layers).
 
 NO_RPC_HINT = (  # --no-cache-dir: pip would reuse a cached build of the same version without RPC
     'this llama-cpp-python build has no RPC backend: reinstall it with CMAKE_ARGS="-DGGML_RPC=on" pip install '

@@ -28,9 +28,6 @@ def llama_cpp_python_version() -> str:
     return L.__version__
 
 
-# --- system -------------------------------------------------------------------------------------
-
-
 def system_info() -> dict:
     """Which llama.cpp build and devices are in use (for `specllm doctor` and `-v`)."""
     init_backend()

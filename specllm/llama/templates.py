@@ -11,9 +11,6 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-
-# --- chat templates -----------------------------------------------------------------------------
-
 # A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
 # access), rendering is bounded so that nested loops cannot grow memory or run without end.
 TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together

@@ -3,7 +3,7 @@
 In order: the curated draft of the target's family (a curated pair whose target differs from this
 one only in size and quantisation, e.g. Qwen2.5-Coder 3B -> the 0.5B draft; a single-file entry
 offers none), then every other GGUF on disk (specllm's cache and the HF cache), smallest first;
-the first whose vocabulary passes the engine's own compatibility check (llama.vocab.check_compatible,
+the first whose vocabulary passes the engine's own compatibility check (llama.vocab.ensure_compatible,
 the rule llama.cpp's speculative example applies) is chosen. A cheap look at each GGUF header
 (tokenizer type and vocabulary size) first rules out the plainly incompatible without asking
 llama.cpp to load anything; llama.cpp then loads only the vocabularies of the rest (the target's
@@ -195,7 +195,7 @@ class _Checker:
     def __init__(self, target: Path):
         self.target_path = target
         self.header = read_metadata(target, _VOCAB_KEYS)
-        self.vocabulary = None  # the target's llama.cpp vocabulary, loaded on first need
+        self.vocabulary = None  # the llama.vocab.Compatibility check, made on first need
 
     def problem(self, draft: Path) -> str | None:
         """Why `draft` cannot draft for the target (None: it can)."""
@@ -206,28 +206,18 @@ class _Checker:
         problem = _header_problem(self.header, header)
         if problem:
             return problem
-        from specllm.llama.model import Model
-        from specllm.llama.vocab import (
-            check_compatible,  # llama.cpp, only for files that got this far
-            known_compatible,
-            remember_compatible,
-        )
+        from specllm.llama.vocab import Compatibility, Incompatible  # llama.cpp, only for files that got this far
 
-        if known_compatible(self.target_path, draft):
-            return None
         if self.vocabulary is None:
-            self.vocabulary = Model(self.target_path, vocab_only=True)
+            self.vocabulary = Compatibility(self.target_path)
         try:
-            vocabulary = Model(draft, vocab_only=True)
+            self.vocabulary.ensure(draft)
+        except Incompatible as e:
+            return e.reason  # without "D cannot draft for T"
         except SpecllmError as e:
+            if self.vocabulary.target is None:  # the target's own vocabulary would not load
+                raise
             return str(e)
-        try:
-            check_compatible(self.vocabulary, vocabulary)
-        except SpecllmError as e:
-            return str(e).split(": ", 1)[-1]  # without "D cannot draft for T"
-        finally:
-            vocabulary.close()
-        remember_compatible(self.target_path, draft)
         return None
 
     def close(self) -> None:

@@ -637,9 +637,9 @@ def resolve_models(
 
 def check_pair_files(target_path: Path, draft_path: Path) -> None:
     """The engine's vocabulary check (it loads llama.cpp, hence imported only here)."""
-    from specllm.llama.vocab import check_pair
+    from specllm.llama.vocab import ensure_compatible
 
-    check_pair(target_path, draft_path)
+    ensure_compatible(target_path, draft_path)
 
 
 # --- output ------------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ def _refuse_store_reference(what: str) -> None:
     if store is not None:
         folder = stores.roots()[store][0]
         raise SpecllmError(
-            f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}"
+            f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; "
+            + stores.REMOVE_HINTS[store]
         )
 
 
@@ -212,7 +213,8 @@ def _refuse_store_path(path: Path) -> None:
     if found is not None:
         store, folder = found
         raise SpecllmError(
-            f"refusing to remove {path}: it is in {store}'s store ({folder}), not specllm's; {stores.REMOVE_HINTS[store]}"
+            f"refusing to remove {path}: it is in {store}'s store ({folder}), not specllm's; "
+            + stores.REMOVE_HINTS[store]
         )
 
 
@@ -232,7 +234,8 @@ def _by_path(path: Path, models: list[LocalModel]) -> LocalModel:
     real = path.resolve()
     if not any(_inside(real, root) for root in (cache_dir(), hf_cache_dir())):
         raise SpecllmError(
-            f"refusing to remove {path}: it is not in specllm's cache ({cache_dir()}) or the HF cache ({hf_cache_dir()})"
+            f"refusing to remove {path}: it is not in specllm's cache ({cache_dir()}) "
+            f"or the HF cache ({hf_cache_dir()})"
         )
     for model in models:
         if any(part.resolve() == real for part in model.parts):

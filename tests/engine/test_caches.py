@@ -1,5 +1,6 @@
-"""specllm's own caches (the auto policy's calibration, passed vocabulary checks): a damaged file is
-rebuilt, never a traceback; concurrent writers lose nothing; entries of gone files are dropped."""
+"""specllm's own caches (the auto policy's calibration, passed vocabulary checks, the fastest drafts),
+all written through files.JsonCache: a damaged file is rebuilt, never a traceback; concurrent
+writers lose nothing; entries of gone files are dropped."""
 
 import json
 import multiprocessing
@@ -12,6 +13,7 @@ from specllm.engine import calibration
 from specllm.engine.policy import CostTable
 from specllm.files import file_identity
 from specllm.llama import vocab as verdicts
+from specllm.models import winners
 
 GOOD = {"step_seconds": 0.02, "V": {"2": 1.5}}
 DAMAGED = {
@@ -90,3 +92,57 @@ def test_entries_of_files_that_are_gone_are_dropped_and_temp_files_of_killed_wri
     saved = json.loads(calibration.cache_path().read_text())["models"]
     assert list(saved) == [f"{file_identity(kept)}|x"]
     assert not stale.exists()
+
+
+def _files(folder, *names):
+    paths = [folder / name for name in names]
+    for path in paths:
+        path.write_bytes(b"GGUF " + path.name.encode())
+    return paths
+
+
+def _costs(folder):
+    (model,) = _files(folder, "model.gguf")
+    key = f"{file_identity(model)}|x"
+    return (
+        calibration.CACHE_FILE,
+        lambda: calibration.save_costs({key: CostTable(0.01, {})}),
+        lambda: calibration.load_costs(key) is not None,
+    )
+
+
+def _verdicts(folder):
+    target, draft = _files(folder, "t.gguf", "d.gguf")
+    pass_ = verdicts._pair_key(target, draft)
+    return (
+        verdicts.FILE_NAME,
+        lambda: verdicts._CACHE.update({pass_: True}),
+        lambda: verdicts.known_compatible(target, draft),
+    )
+
+
+def _winners(folder):
+    target, draft = _files(folder, "t.gguf", "d.gguf")
+    fastest = winners.Winner(str(draft), "d", 80.0, 1.25, 0.75, 4, 2)
+    return winners.FILE_NAME, lambda: winners.remember(target, fastest), lambda: winners.remembered(target) == fastest
+
+
+@pytest.mark.parametrize("cache", [_costs, _verdicts, _winners], ids=["calibration", "compatible", "best_drafts"])
+@pytest.mark.parametrize("damage", ['{"cut short', "[1, 2]", '{"version": 1, "models": [], "compatible": 7}', "null"])
+def test_each_cache_reads_a_damaged_file_as_empty_and_rebuilds_it(tmp_path, cache, damage):
+    name, write, holds = cache(tmp_path)
+    write()
+    assert holds()
+    path = calibration.cache_path().with_name(name)
+    path.write_text(damage)
+    assert not holds()
+    write()
+    assert holds()
+
+
+def test_a_pair_is_dropped_once_either_of_its_files_changes(tmp_path):
+    target, draft, other = _files(tmp_path, "t.gguf", "d.gguf", "o.gguf")
+    verdicts._CACHE.update({verdicts._pair_key(target, draft): True})
+    draft.write_bytes(b"GGUF another draft now")
+    verdicts._CACHE.update({verdicts._pair_key(target, other): True})
+    assert list(verdicts._CACHE.read()) == [verdicts._pair_key(target, other)]

@@ -12,7 +12,7 @@ from specllm.engine.text import TextStream
 from specllm.errors import SpecllmError
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
-from specllm.llama.vocab import check_pair
+from specllm.llama.vocab import ensure_compatible
 
 PROMPTS = [
     "Hello world",
@@ -531,14 +531,14 @@ def test_broken_utf8_from_a_model_streams_cleanly(tiny_models):
 
 def test_incompatible_vocabularies_are_refused(tiny_models):
     with pytest.raises(SpecllmError, match=r"token 261 differs \('.*' vs '.*'\)"):
-        check_pair(tiny_models.target, tiny_models.incompatible)
+        ensure_compatible(tiny_models.target, tiny_models.incompatible)
     with pytest.raises(SpecllmError, match="cannot draft"):
         specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, n_threads=1)
 
 
 def test_a_draft_with_a_slightly_larger_vocabulary_is_accepted(tiny_models):
-    check_pair(tiny_models.target, tiny_models.extended)
-    check_pair(tiny_models.target, tiny_models.draft)
+    ensure_compatible(tiny_models.target, tiny_models.extended)
+    ensure_compatible(tiny_models.target, tiny_models.draft)
     e = specllm.load(str(tiny_models.target), str(tiny_models.extended), n_ctx=256, n_threads=1)
     assert greedy(e, "import os", "model").tokens == greedy(e, "import os", "none").tokens
     e.close()

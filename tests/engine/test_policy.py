@@ -38,6 +38,12 @@ def copies_well(policy: AutoPolicy, repeat: int, observations: int = 200, rate: 
             policy.ngram.record(b, j, i < accepted)
 
 
+def record_run(acceptance: Acceptance, context_bucket: int, judged: int, accepted: int) -> None:
+    """One draft's outcome: positions 1..judged were judged and the first `accepted` of them accepted."""
+    for j in range(1, judged + 1):
+        acceptance.record(context_bucket, j, j <= accepted)
+
+
 def test_gpu_like_costs_choose_the_draft_model():
     policy = AutoPolicy(GPU_TARGET, GPU_DRAFT)
     assert policy.model_could_pay()
@@ -226,7 +232,7 @@ def test_each_generation_learns_on_top_of_what_earlier_ones_taught():
     policy.start_generation()
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 20) > 0.9  # a new text starts from that
     for _ in range(8):  # this text's copies break after a few tokens (rows in a new order)
-        policy.ngram.record_run(bucket(24, MATCH_EDGES), 5, 4)
+        record_run(policy.ngram, bucket(24, MATCH_EDGES), 5, 4)
     assert policy.ngram.rate(bucket(24, MATCH_EDGES), 5) < 0.5  # this text's own evidence wins fast
     assert policy.learned["ngram"].rate(bucket(24, MATCH_EDGES), 5) > 0.9  # the long run moves less
 
@@ -238,17 +244,17 @@ def test_a_text_that_copies_raises_estimates_it_has_no_evidence_for_yet():
     short, long = bucket(6, MATCH_EDGES), bucket(24, MATCH_EDGES)
     before = policy.ngram.rate(long, 10)
     for _ in range(30):  # this text's short repeats keep holding
-        policy.ngram.record_run(short, 4, 4)
+        record_run(policy.ngram, short, 4, 4)
     assert policy.ngram.shift > 0.3
     assert policy.ngram.rate(long, 10) > before + 0.03  # never judged in this text, raised anyway
     assert policy.learned["ngram"].rate(long, 10) == pytest.approx(before)  # nothing recorded there
     policy.start_generation()
     assert policy.ngram.shift == 0.0 and policy.ngram.rate(long, 10) == pytest.approx(before)
     for _ in range(30):  # a text whose copies break at once lowers every estimate
-        policy.ngram.record_run(short, 1, 0)
+        record_run(policy.ngram, short, 1, 0)
     assert policy.ngram.shift < -0.5 and policy.ngram.rate(long, 10) < before - 0.1
     for _ in range(2000):
-        policy.ngram.record_run(short, 1, 0)
+        record_run(policy.ngram, short, 1, 0)
     assert policy.ngram.shift == -TEXT_SHIFT_MAX  # bounded: earlier texts are never forgotten
 
 

@@ -177,10 +177,10 @@ def test_auto_on_mamba_counts_the_second_call_a_rejection_costs(models):
 def test_a_build_that_cannot_take_rejections_back_is_one_clear_error(models, monkeypatch):
     """An older llama-cpp-python keeps no snapshots and cannot copy a recurrent state: a fixed
     drafter is refused in one line, auto drafts nothing, target-only works."""
-    from specllm.llama import model as backend
+    from specllm.llama import model as llama_model
 
-    monkeypatch.setattr(backend, "SNAPSHOT_API", False)
-    monkeypatch.setattr(backend, "STATE_API", False)
+    monkeypatch.setattr(llama_model, "SNAPSHOT_API", False)
+    monkeypatch.setattr(llama_model, "STATE_API", False)
     engine = specllm.load(str(models["qwen35"][0]), n_ctx=256, n_threads=1)
     assert engine.target.snapshots == 0 and not engine.target.can_take_back
     with pytest.raises(

