@@ -11,8 +11,8 @@ class SpecllmError(Exception):
 class ContextFull(SpecllmError):
     """The prompt leaves no room in the context for a token to be generated."""
 
-    def __init__(self, prompt_tokens: int, n_ctx: int, what: str = "the prompt"):
-        super().__init__(f"{what} is {prompt_tokens} tokens but the context holds {n_ctx}")
+    def __init__(self, prompt_tokens: int, n_ctx: int, what: str = "the prompt", detail: str = ""):
+        super().__init__(f"{what} is {prompt_tokens} tokens{detail} but the context holds {n_ctx}")
         self.prompt_tokens, self.n_ctx = prompt_tokens, n_ctx
 
 

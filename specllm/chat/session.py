@@ -172,7 +172,7 @@ class ChatSession:
         alone = self._render([], pending)
         if len(alone.tokens) >= self.n_ctx:
             with_system = " with the system prompt" if self.system else ""
-            raise ContextFull(len(alone.tokens), self.n_ctx, what=f"this message{with_system}")
+            raise ContextFull(len(alone.tokens), self.n_ctx, what="this message", detail=with_system)
         # Drop a quarter of the context more than needed, so the next turns do not each have to
         # drop again and re-prefill the whole remaining history.
         goal = self.n_ctx - self._reserve() - self.n_ctx // 4
