@@ -14,6 +14,7 @@ try:  # typer >= 0.22 carries its own copy of click
 except ImportError:
     from click.exceptions import ClickException, NoArgsIsHelpError
 
+from specllm import report
 from specllm.cli.basics import build_command, doctor_command, main_options
 from specllm.cli.models import models_command, pull_command, rm_command
 from specllm.cli.options import (
@@ -45,6 +46,7 @@ from specllm.cli.options import (
     Verbose,
     error_line,
 )
+from specllm.cli.report import RichReporter
 from specllm.engine.names import Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
@@ -606,6 +608,7 @@ def main() -> None:
     Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
     stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
     signal.signal(signal.SIGTERM, _terminate)
+    report.use(RichReporter())
     try:
         # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
         code = build_command(app)(standalone_mode=False, prog_name="specllm")

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specllm import report
 from specllm.errors import NeedsDraftModel, SpecllmError
 from specllm.llama.gguf_header import read_metadata
 from specllm.models.hub import fetch_file
@@ -150,7 +151,7 @@ def find_draft(
     name = label or target.name
     fastest = remembered(target)  # measured here by `bench --drafts-for`: it comes first
     if fastest is not None:
-        _say(fastest.line(name))
+        report.say(fastest.line(name))
         return Path(fastest.path)
     pairs = load_pairs(models_file)
     chosen, line = choose(target, pairs, name)
@@ -165,16 +166,8 @@ def find_draft(
     if line is None and verbose:
         line = f"no draft for {name}: no other GGUF on disk"
     if line is not None:
-        _say(line)
+        report.say(line)
     return path
-
-
-def _say(line: str) -> None:
-    """One line on stderr, never wrapped (it names files)."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[dim]specllm:[/] {escape(line)}")
 
 
 def _candidate(model: LocalModel, origin: str, compatible: bool | None, reason: str) -> Candidate:

