@@ -12,8 +12,8 @@ each), alternating call by call:
   and hands over only the token (greedy) or the k surviving logits and their ids, and the host
   applies the rest of the chain to those k values (exact: top-k comes first in the chain).
 Reported: the median wall time of the whole call (decode plus selection), of the selection
-alone, and of the call-by-call difference (robust to a busy machine's drift). Where the graph's selection costs more inside the decode than it saves outside,
-the total shows it.
+alone, and of the call-by-call difference (robust to a busy machine's drift). Where the graph's
+selection costs more inside the decode than it saves outside, the total shows it.
 """
 
 import argparse
@@ -144,7 +144,8 @@ def main():
     print(f"{model.path.name}: verify calls of {args.width} tokens, {what}, {args.calls} calls each, alternating")
     for name in ("host", "graph"):
         print(
-            f"  {name:5s}  whole call {r[name + '_call_ms']:8.3f} ms   selection after the call {r[name + '_select_ms']:7.3f} ms"
+            f"  {name:5s}  whole call {r[name + '_call_ms']:8.3f} ms   selection after the call "
+            f"{r[name + '_select_ms']:7.3f} ms"
         )
     print(
         f"  graph - host, call by call: median {r['graph_minus_host_ms']:+.3f} ms "

@@ -21,7 +21,8 @@ size), and measures with every layer on the GPU:
   the run) makes the draft model's real calls but proposes the target's own greedy continuation
   (from a target-only pass; where the run's output leaves it at a near-tie, the continuation of
   the new context, decoded on the side and left out of the timing) with each token corrupted with
-  probability 1 - alpha, and reports alpha as its confidence. tok/s of target-only, model g = 2..8 and auto at alpha 0.6, 0.75, 0.9
+  probability 1 - alpha, and reports alpha as its confidence. tok/s of target-only, model
+  g = 2..8 and auto at alpha 0.6, 0.75, 0.9
   for 0.5B -> 7B, 0.5B -> 32B, 0.5B -> 14B, 1.5B -> 14B (and Llama 1B -> 8B if time allows), with
   what auto chose and the prediction E / (k c + V(k+1)), E = 1 + alpha + ... + alpha^k;
 - greedy fidelity: every speculative output against the target-only output; at a divergence, its
@@ -46,7 +47,10 @@ llama_cpp, filelock for the calibration cache, typing_extensions), and llama.cpp
 C loop. `.device` must be sent along with the working tree (it is an ignored path). There, from the
 repository root, one line:
 
-    site=$(mktemp -d) && tar xJf .device/llama_cpp_python-0.3.36-cuda13-sm90.tar.xz -C "$site" && for w in .device/*.whl; do python3 -m zipfile -e "$w" "$site"; done && PYTHONPATH="$site:$PWD" LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" SPECLLM_GPU_CHECK_SITE="$site" python3 benchmarks/gpu_check.py --out OUTDIR
+    site=$(mktemp -d) && tar xJf .device/llama_cpp_python-0.3.36-cuda13-sm90.tar.xz -C "$site" &&
+      for w in .device/*.whl; do python3 -m zipfile -e "$w" "$site"; done &&
+      PYTHONPATH="$site:$PWD" LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" \\
+      SPECLLM_GPU_CHECK_SITE="$site" python3 benchmarks/gpu_check.py --out OUTDIR
 
 (`python3 benchmarks/gpu_check.py --out OUTDIR` alone does the same: where /dev/nvidia0 exists and
 .device/ holds the archive, it unpacks it into a temporary folder and starts itself again with
@@ -670,7 +674,8 @@ def render_markdown(d: dict) -> str:
         c = p.get("c_loop") or {}
         lines.append(
             f"| {name} | {_f(p['specllm_tok_s'], 1)} | {_f(p['ctypes_tok_s'], 1)} | {_f(c.get('sampler_tok_s'), 1)} | "
-            f"{_f(c.get('argmax_tok_s'), 1)} | {_f(p.get('specllm_vs_c_sampler'), 3)} | {_f(p['loop_ms_per_step'], 3)} | "
+            f"{_f(c.get('argmax_tok_s'), 1)} | {_f(p.get('specllm_vs_c_sampler'), 3)} | "
+            f"{_f(p['loop_ms_per_step'], 3)} | "
             f"{_f(p['step_ms'], 3)} | {_f(p['loop_share'] and 100 * p['loop_share'], 1, '%')} |"
         )
     notes = [f"{n}: {p['c_loop_note']}" for n, p in d["plain_decoding"].items() if p.get("c_loop_note")]
@@ -692,7 +697,8 @@ def render_markdown(d: dict) -> str:
             )
     lines += [
         "",
-        "## The loop's own time per step (decode time minus llama.cpp's calls; greedy at alpha 0.75; sampled: the real draft, temperature 0.8)",
+        "## The loop's own time per step (decode time minus llama.cpp's calls; greedy at alpha 0.75; sampled: the "
+        "real draft, temperature 0.8)",
         "",
         "| pair | target-only ms | model g=4 ms | auto ms | model g=4 sampled ms | target step ms |",
         "|---|---|---|---|---|---|",
@@ -980,7 +986,8 @@ class Check:
             )
             self.loaded[name] = model
             self.r.log(
-                f"{name}: written in {info['write_seconds']} s, loaded in {info['load_seconds']} s (on GPU: {model.on_gpu})"
+                f"{name}: written in {info['write_seconds']} s, loaded in {info['load_seconds']} s (on GPU: "
+                f"{model.on_gpu})"
             )
             self.r.save()
             return True
@@ -1020,7 +1027,8 @@ class Check:
             "context_tokens": len(context),
         }
         self.r.log(
-            f"{name}: t1 {1000 * t1:.3f} ms, V(2) {times[1] / t1:.2f}, V(5) {times[4] / t1:.2f}, V(16) {times[15] / t1:.2f}"
+            f"{name}: t1 {1000 * t1:.3f} ms, V(2) {times[1] / t1:.2f}, V(5) {times[4] / t1:.2f}, V(16) "
+            f"{times[15] / t1:.2f}"
         )
         self.update_pairs()
         self.r.save()
@@ -1050,8 +1058,9 @@ class Check:
         seed=0,
         temperature: float = 0.0,
     ) -> dict:
-        """One generation (greedy unless a temperature is given) from empty KV caches. tok/s and the loop's time leave out the
-        synthetic drafter's re-anchoring (SyntheticPlan.follow), which no real drafter does."""
+        """One generation (greedy unless a temperature is given) from empty KV caches. tok/s and the
+        loop's time leave out the synthetic drafter's re-anchoring (SyntheticPlan.follow), which no
+        real drafter does."""
         from specllm.engine.loop import GenerationConfig
         from specllm.engine.sampling import SamplerSettings
 
@@ -1147,7 +1156,8 @@ class Check:
         self.r.log(
             f"{name}: specllm target-only {entry['specllm_tok_s']:.1f} tok/s, ctypes loop {entry['ctypes_tok_s']:.1f}, "
             f"C loop {_f((entry['c_loop'] or {}).get('sampler_tok_s'), 1)} (sampler) / "
-            f"{_f((entry['c_loop'] or {}).get('argmax_tok_s'), 1)} (argmax); loop {entry['loop_ms_per_step']:.3f} ms/step"
+            f"{_f((entry['c_loop'] or {}).get('argmax_tok_s'), 1)} (argmax); loop {entry['loop_ms_per_step']:.3f} "
+            "ms/step"
         )
         self.r.save()
         self.selection(name)
@@ -1170,8 +1180,10 @@ class Check:
         self.r.data["selection"][name] = results
         for r in results:
             self.r.log(
-                f"{name} {r['selection']}: host {r['host_call_ms']:.3f} ms a call ({r['host_select_ms']:.3f} selecting), "
-                f"graph {r['graph_call_ms']:.3f} ms ({r['graph_select_ms']:.3f}); graph - host {r['graph_minus_host_ms']:+.3f} ms"
+                f"{name} {r['selection']}: host {r['host_call_ms']:.3f} ms a call ({r['host_select_ms']:.3f} "
+                "selecting), "
+                f"graph {r['graph_call_ms']:.3f} ms ({r['graph_select_ms']:.3f}); graph - host "
+                f"{r['graph_minus_host_ms']:+.3f} ms"
             )
         self.r.save()
 
@@ -1322,7 +1334,8 @@ class Check:
                             name, alpha, f"model g={g}", run, base, reference, engine, predicted_speedup(alpha, g, c, V)
                         )
                     )
-                # auto: one generation to calibrate (or read the cache) and learn this text's acceptance, then the measured one
+                # auto: one generation to calibrate (or read the cache) and learn this text's acceptance,
+                # then the measured one
                 self.generate(engine, "auto", None, plan=plan, seed=[1000 + i, 98])
                 run = self.generate(engine, "auto", None, plan=plan, seed=[1000 + i, 99])
                 auto = self.summarise(name, alpha, "auto", run, base, reference, engine, None)
@@ -1423,7 +1436,7 @@ class Check:
                 f"fidelity replay {pair} {alpha} {config}", 3 * len(run["tokens"]) * t1 + 1
             ):
                 position = next((k for k, (a, b) in enumerate(zip(reference, run["tokens"])) if a != b), None)
-                div = {"kind": "not replayed (at most %d a pair, and the budget)" % MAX_REPLAYS, "position": position}
+                div = {"kind": f"not replayed (at most {MAX_REPLAYS} a pair, and the budget)", "position": position}
             else:
                 self.replays[pair] = replays + 1
                 try:
@@ -1533,11 +1546,19 @@ C_LOOP = r"""
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 static void quiet(enum ggml_log_level level, const char *text, void *data) { (void)level; (void)text; (void)data; }
-static llama_token argmax(const float *x, int n) { int best = 0; for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i; return best; }
+static llama_token argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
 
 int main(int argc, char **argv) {
-    if (argc != 8) { fprintf(stderr, "usage: %s MODEL N_GEN N_WARM GPU_LAYERS N_CTX THREADS ID,ID,...\n", argv[0]); return 2; }
-    int n_gen = atoi(argv[2]), n_warm = atoi(argv[3]), ngl = atoi(argv[4]), n_ctx = atoi(argv[5]), threads = atoi(argv[6]);
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s MODEL N_GEN N_WARM GPU_LAYERS N_CTX THREADS ID,ID,...\n", argv[0]);
+        return 2;
+    }
+    int n_gen = atoi(argv[2]), n_warm = atoi(argv[3]), ngl = atoi(argv[4]);
+    int n_ctx = atoi(argv[5]), threads = atoi(argv[6]);
     int n_prompt = 1;
     for (const char *c = argv[7]; *c; c++) n_prompt += *c == ',';
     llama_token *prompt = malloc(sizeof(llama_token) * n_prompt);
@@ -1563,7 +1584,8 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode < 2; mode++) {
         llama_memory_clear(llama_get_memory(ctx), 1);
         if (llama_decode(ctx, llama_batch_get_one(prompt, n_prompt))) return 1;
-        llama_token tok = mode == 0 ? llama_sampler_sample(smpl, ctx, -1) : argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        llama_token tok = mode == 0 ? llama_sampler_sample(smpl, ctx, -1)
+                                    : argmax(llama_get_logits_ith(ctx, -1), n_vocab);
         double start = now();
         for (int i = 0; i < n_warm + n_gen; i++) {
             if (i == n_warm) start = now();
@@ -1572,7 +1594,8 @@ int main(int argc, char **argv) {
         }
         secs[mode] = now() - start;
     }
-    printf("{\"load_seconds\": %.4f, \"tokens\": %d, \"sampler_seconds\": %.6f, \"argmax_seconds\": %.6f}\n", load, n_gen, secs[0], secs[1]);
+    printf("{\"load_seconds\": %.4f, \"tokens\": %d, \"sampler_seconds\": %.6f, \"argmax_seconds\": %.6f}\n",
+           load, n_gen, secs[0], secs[1]);
     llama_sampler_free(smpl);
     llama_free(ctx);
     llama_model_free(model);
@@ -1601,7 +1624,8 @@ def print_plan(shapes: dict) -> None:
     for name, shape in shapes.items():
         mix = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in quant_mix(shape).items())
         print(
-            f"{name:14s} {model_bytes(shape) / 1e9:6.2f} GB  ({mix} GB)  {shape.n_layer} layers, n_embd {shape.n_embd}, "
+            f"{name:14s} {model_bytes(shape) / 1e9:6.2f} GB  ({mix} GB)  {shape.n_layer} layers, n_embd "
+            f"{shape.n_embd}, "
             f"vocab {shape.n_vocab}{', tied' if shape.tied else ''}"
         )
 

@@ -185,10 +185,11 @@ def measure(folder: Path, args) -> dict:
     target, draft = write_models(folder)
     # Separate drafts: each engine's draft cache then goes through the same states as the other's.
     engines = {
-        mode: specllm.load(str(target), str(draft), n_ctx=1024, n_threads=args.threads,
-                           snapshots=SNAPSHOTS if mode == "on" else 0)
+        mode: specllm.load(
+            str(target), str(draft), n_ctx=1024, n_threads=args.threads, snapshots=SNAPSHOTS if mode == "on" else 0
+        )
         for mode in MODES
-    }  # fmt: skip
+    }
     try:
         agreement = draft_agreement(engines["on"], args.tokens)  # a warm-up of both models, too
         draft_agreement(engines["off"], args.tokens)
@@ -245,8 +246,11 @@ def main() -> None:
         "Counts are of the first round. target ms/step: decode time less drafting, per target call."
     )
     bad = [line for r in rounds for line in differences(r)]
-    bad += [f"round {i + 1} differs from round 1" for i, r in enumerate(rounds[1:], 1)
-            if any(r[k].outputs != rounds[0][k].outputs for k in r)]  # fmt: skip
+    bad += [
+        f"round {i + 1} differs from round 1"
+        for i, r in enumerate(rounds[1:], 1)
+        if any(r[k].outputs != rounds[0][k].outputs for k in r)
+    ]
     for line in bad:
         print(f"MISMATCH: {line}")
     if bad:

@@ -32,8 +32,28 @@ PROMPTS = ["Hello world", "def return self", "the value of data is", "import lis
 
 def llama_cpp(binary: Path, model: Path, prompt: str, k: int, n: int, draft: Path | None = None) -> dict:
     spec = ["-md", str(draft), "--spec-type", "draft-simple"] if draft else ["--spec-type", "draft-mtp"]
-    cmd = [str(binary), "-m", str(model), "-p", prompt, *spec, "--spec-draft-n-max", str(k),
-           "-n", str(n), "--temp", "0", "--top-k", "1", "-c", "1024", "-t", "2", "-ngl", "0"]  # fmt: skip
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "-p",
+        prompt,
+        *spec,
+        "--spec-draft-n-max",
+        str(k),
+        "-n",
+        str(n),
+        "--temp",
+        "0",
+        "--top-k",
+        "1",
+        "-c",
+        "1024",
+        "-t",
+        "2",
+        "-ngl",
+        "0",
+    ]
     for _ in range(3):  # llama.cpp's logger thread now and then loses its last lines at exit
         with tempfile.TemporaryFile() as err:
             run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, timeout=300)
@@ -89,8 +109,10 @@ def main() -> None:
                 for who, r in (("llama.cpp", theirs), ("specllm", ours)):
                     totals[who][0] += r["drafted"]
                     totals[who][1] += r["accepted"]
-                print(f"| {name} | {k} | {prompt} | {theirs['drafted']} / {theirs['accepted']} | "
-                      f"{ours['drafted']} / {ours['accepted']} | {'yes' if same else 'NO'} |")  # fmt: skip
+                print(
+                    f"| {name} | {k} | {prompt} | {theirs['drafted']} / {theirs['accepted']} | "
+                    f"{ours['drafted']} / {ours['accepted']} | {'yes' if same else 'NO'} |"
+                )
         engine.close()
     for who, (drafted, accepted) in totals.items():
         print(f"{who}: {accepted} of {drafted} drafted tokens accepted ({accepted / max(1, drafted):.1%})")

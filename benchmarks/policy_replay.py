@@ -10,9 +10,9 @@ output as speculative decoding would: at each step a policy proposes a copy, the
 the longest prefix that equals the recorded output (greedy verification is exactly that), and the
 step costs T(k + 1) from a cost table: by default the target's entry of specllm's calibration.json
 (auto's own calibration: widths 1-5, 8, 12, 16, 32 and those it used since), or one written by `costs`,
-which times every width from 1 to 20 and some up to 64, five times each (median). Target-only costs T(1) per token; the ratio is the
-modeled speed-up. Policies, each over the same lookup (the longest earlier repeat of the last 2-3
-tokens):
+which times every width from 1 to 20 and some up to 64, five times each (median). Target-only
+costs T(1) per token; the ratio is the modeled speed-up. Policies, each over the same lookup (the
+longest earlier repeat of the last 2-3 tokens):
 
 - ngram g=2, g=4: the fixed n-gram drafter (`--drafter ngram --gamma N`);
 - auto: specllm's AutoDrafter/AutoPolicy itself, learning as it goes (its costs fixed to the table);
@@ -220,10 +220,18 @@ def main() -> None:
     rep = sub.add_parser("replay")
     rep.add_argument("recorded", type=Path)
     rep.add_argument("--costs", type=Path, default=None, help="a calibration.json (default: specllm's)")
-    rep.add_argument("--order-seed", type=int, default=None, help="replay the prompts shuffled with this seed "
-                     "(auto learns as it goes: the order matters to it)")  # fmt: skip
-    rep.add_argument("--learn-costs", action="store_true", help="auto knows only the widths its calibration "
-                     "times and learns the others when it first uses them, as in the engine")  # fmt: skip
+    rep.add_argument(
+        "--order-seed",
+        type=int,
+        default=None,
+        help="replay the prompts shuffled with this seed (auto learns as it goes: the order matters to it)",
+    )
+    rep.add_argument(
+        "--learn-costs",
+        action="store_true",
+        help="auto knows only the widths its calibration "
+        "times and learns the others when it first uses them, as in the engine",
+    )
     args = parser.parse_args()
     if args.command == "record":
         record(args.out, args.prompts)

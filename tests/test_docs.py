@@ -39,12 +39,12 @@ def _cli_docs():
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _help(command: str | None) -> str:
     return _cli_docs().help_text(*([command] if command else []))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _option_names(command: str | None) -> frozenset[str]:
     """The option names (long, short and negative forms) in the first column of a help panel."""
     names = set()
@@ -103,7 +103,7 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _anchors(path: Path) -> frozenset[str]:
     prose, _ = _split_fences(path.read_text(encoding="utf-8"))
     seen: dict[str, int] = {}

@@ -384,8 +384,21 @@ def specllm_run(*args):
 
 @pytest.mark.parametrize("target,drafter", [("qwen35", None), ("mamba", None), ("qwen35_mtp", "mtp")])
 def test_run_on_hybrid_recurrent_and_mtp_targets(isolated, paths, target, drafter):  # noqa: F811
-    args = ["Hello world", "--target", paths[target], "--raw", "--max-tokens", MAX_TOKENS, "--temperature", 0,
-            "--no-live", "--threads", 1, "--ctx-size", CTX]  # fmt: skip
+    args = [
+        "Hello world",
+        "--target",
+        paths[target],
+        "--raw",
+        "--max-tokens",
+        MAX_TOKENS,
+        "--temperature",
+        0,
+        "--no-live",
+        "--threads",
+        1,
+        "--ctx-size",
+        CTX,
+    ]
     proc = specllm_run(*args, *(["--drafter", drafter] if drafter else []))
     stderr = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 0 and "Traceback" not in stderr, stderr
@@ -399,8 +412,21 @@ def test_run_on_hybrid_recurrent_and_mtp_targets(isolated, paths, target, drafte
 
 
 def test_run_with_mtp_on_a_model_without_mtp_layers_is_one_line(isolated, paths):  # noqa: F811
-    proc = specllm_run("Hello world", "--target", paths["qwen35"], "--raw", "--max-tokens", MAX_TOKENS,
-                       "--temperature", 0, "--no-live", "--threads", 1, "--drafter", "mtp")  # fmt: skip
+    proc = specllm_run(
+        "Hello world",
+        "--target",
+        paths["qwen35"],
+        "--raw",
+        "--max-tokens",
+        MAX_TOKENS,
+        "--temperature",
+        0,
+        "--no-live",
+        "--threads",
+        1,
+        "--drafter",
+        "mtp",
+    )
     proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
     assert_one_line_error(proc, "drafter 'mtp'", "qwen35.gguf has none")
     assert proc.stdout == ""

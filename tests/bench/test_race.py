@@ -21,8 +21,13 @@ from specllm.models import winners
 
 
 def specllm_cli(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "250", **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "250", **(env or {})},
+    )
 
 
 def flat(text: str) -> str:
@@ -33,8 +38,15 @@ def flat(text: str) -> str:
 
 
 def a_winner(path: Path, **changes) -> winners.Winner:
-    fields = dict(path=str(path), name=f"lmstudio:pub/repo/{path.name}", tokens_per_second=80.0, speedup=1.25,
-                  acceptance=0.75, gamma=4, measured=2)  # fmt: skip
+    fields = dict(
+        path=str(path),
+        name=f"lmstudio:pub/repo/{path.name}",
+        tokens_per_second=80.0,
+        speedup=1.25,
+        acceptance=0.75,
+        gamma=4,
+        measured=2,
+    )
     return winners.Winner(**{**fields, **changes})
 
 
@@ -67,8 +79,13 @@ def test_a_winner_is_remembered_per_target_while_both_files_are_as_they_were(tmp
 
 
 def measured(name: str, tokens_per_second: float, accepted: int) -> dict:
-    best = {"tokens_per_second": tokens_per_second, "n_accepted": accepted, "speedup": tokens_per_second / 100,
-            "acceptance_rate": accepted / 50, "gamma": 4}  # fmt: skip
+    best = {
+        "tokens_per_second": tokens_per_second,
+        "n_accepted": accepted,
+        "speedup": tokens_per_second / 100,
+        "acceptance_rate": accepted / 50,
+        "gamma": 4,
+    }
     return {"name": name, "path": f"/m/{name}", "best": best}
 
 
@@ -76,8 +93,15 @@ def test_the_fastest_draft_that_was_ever_accepted_wins():
     drafts = [measured("slow", 60.0, 30), measured("never-accepted", 300.0, 0), measured("fast", 90.0, 40)]
     ranked = rank(drafts)
     assert [d["name"] for d in ranked] == ["fast", "slow", "never-accepted"]
-    assert winner(ranked) == {"path": "/m/fast", "name": "fast", "tokens_per_second": 90.0, "speedup": 0.9,
-                              "acceptance": 0.8, "gamma": 4, "measured": 3}  # fmt: skip
+    assert winner(ranked) == {
+        "path": "/m/fast",
+        "name": "fast",
+        "tokens_per_second": 90.0,
+        "speedup": 0.9,
+        "acceptance": 0.8,
+        "gamma": 4,
+        "measured": 3,
+    }
     assert winner(rank([measured("never-accepted", 300.0, 0)])) is None
     assert winner([]) is None
 
@@ -101,8 +125,13 @@ def two_drafts(tmp_path, monkeypatch, tiny_models):
     )
     other = tm.write_model(tmp_path / "llama.cpp" / "tiny-org_Tiny-GGUF_other.gguf", seed=2, n_layer=1)
     assert other.stat().st_size < same.stat().st_size < target.stat().st_size
-    return {"target": target, "same": same, "other": other,
-            "same_name": "lmstudio:tiny-org/Tiny-GGUF/same.gguf", "other_name": "llamacpp:tiny-org_Tiny-GGUF_other.gguf"}  # fmt: skip
+    return {
+        "target": target,
+        "same": same,
+        "other": other,
+        "same_name": "lmstudio:tiny-org/Tiny-GGUF/same.gguf",
+        "other_name": "llamacpp:tiny-org_Tiny-GGUF_other.gguf",
+    }
 
 
 def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_drafts, tmp_path):
@@ -140,8 +169,19 @@ def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_d
     as_json = json.loads(specllm_cli("models", "--drafts-for", two_drafts["target"], "--json").stdout)
     assert as_json["measured_fastest"]["path"] == str(two_drafts["same"])
 
-    chosen = specllm_cli("run", "def f(x):", "--target", two_drafts["target"], "--draft", two_drafts["other"], "-n", 8,
-                         "--threads", 1, "--json")  # fmt: skip
+    chosen = specllm_cli(
+        "run",
+        "def f(x):",
+        "--target",
+        two_drafts["target"],
+        "--draft",
+        two_drafts["other"],
+        "-n",
+        8,
+        "--threads",
+        1,
+        "--json",
+    )
     assert chosen.returncode == 0 and "fastest" not in chosen.stderr  # --draft overrides
 
     two_drafts["same"].unlink()  # the winner is gone: the usual search (the smallest that fits)
@@ -156,8 +196,11 @@ def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tin
     assert_one_line_error(
         specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for"
     )
-    assert_one_line_error(specllm_cli("bench", "--drafts-for", tiny_models.target, "--target", tiny_models.target),
-                          "--drafts-for", "without --pair, --target")  # fmt: skip
+    assert_one_line_error(
+        specllm_cli("bench", "--drafts-for", tiny_models.target, "--target", tiny_models.target),
+        "--drafts-for",
+        "without --pair, --target",
+    )
 
 
 # --- the real default target ---------------------------------------------------------------------
@@ -174,9 +217,16 @@ def write_random_draft_with_vocabulary_of(source: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(dest, "llama")
     n_embd, n_head, n_ff = 64, 4, 128
-    for add, value in ((writer.add_block_count, 1), (writer.add_context_length, 4096), (writer.add_embedding_length, n_embd),
-                       (writer.add_feed_forward_length, n_ff), (writer.add_head_count, n_head), (writer.add_head_count_kv, n_head),
-                       (writer.add_rope_dimension_count, n_embd // n_head), (writer.add_layer_norm_rms_eps, 1e-5)):  # fmt: skip
+    for add, value in (
+        (writer.add_block_count, 1),
+        (writer.add_context_length, 4096),
+        (writer.add_embedding_length, n_embd),
+        (writer.add_feed_forward_length, n_ff),
+        (writer.add_head_count, n_head),
+        (writer.add_head_count_kv, n_head),
+        (writer.add_rope_dimension_count, n_embd // n_head),
+        (writer.add_layer_norm_rms_eps, 1e-5),
+    ):
         add(value)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for field in reader.fields.values():
@@ -184,10 +234,17 @@ def write_random_draft_with_vocabulary_of(source: Path, dest: Path) -> Path:
             sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
             writer.add_key_value(field.name, field.contents(), field.types[0], sub_type)
     rng = np.random.default_rng(0)
-    shapes = {"token_embd.weight": (n_vocab, n_embd), "output_norm.weight": (n_embd,), "output.weight": (n_vocab, n_embd),
-              "blk.0.attn_norm.weight": (n_embd,), "blk.0.ffn_norm.weight": (n_embd,),
-              **{f"blk.0.attn_{x}.weight": (n_embd, n_embd) for x in ("q", "k", "v", "output")},
-              "blk.0.ffn_gate.weight": (n_ff, n_embd), "blk.0.ffn_up.weight": (n_ff, n_embd), "blk.0.ffn_down.weight": (n_embd, n_ff)}  # fmt: skip
+    shapes = {
+        "token_embd.weight": (n_vocab, n_embd),
+        "output_norm.weight": (n_embd,),
+        "output.weight": (n_vocab, n_embd),
+        "blk.0.attn_norm.weight": (n_embd,),
+        "blk.0.ffn_norm.weight": (n_embd,),
+        **{f"blk.0.attn_{x}.weight": (n_embd, n_embd) for x in ("q", "k", "v", "output")},
+        "blk.0.ffn_gate.weight": (n_ff, n_embd),
+        "blk.0.ffn_up.weight": (n_ff, n_embd),
+        "blk.0.ffn_down.weight": (n_embd, n_ff),
+    }
     for name, shape in shapes.items():
         data = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * 0.02
         writer.add_tensor(name, data.astype(np.float16 if len(shape) == 2 else np.float32))
@@ -210,11 +267,29 @@ def test_bench_drafts_for_the_real_default_target_ranks_two_drafts_and_a_run_use
     linked.parent.mkdir(parents=True)
     linked.symlink_to(draft)
     random = write_random_draft_with_vocabulary_of(draft, tmp_path / "llama.cpp" / "random-qwen-vocab.gguf")
-    env = {"SPECLLM_CACHE": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"), "OLLAMA_MODELS": str(tmp_path / "ollama"),
-           "SPECLLM_LMSTUDIO_HOME": str(tmp_path / "lmstudio"), "LLAMA_CACHE": str(tmp_path / "llama.cpp")}  # fmt: skip
+    env = {
+        "SPECLLM_CACHE": str(tmp_path / "cache"),
+        "HF_HOME": str(tmp_path / "hf"),
+        "OLLAMA_MODELS": str(tmp_path / "ollama"),
+        "SPECLLM_LMSTUDIO_HOME": str(tmp_path / "lmstudio"),
+        "LLAMA_CACHE": str(tmp_path / "llama.cpp"),
+    }
     out = tmp_path / "race.json"
-    proc = specllm_cli("bench", "--drafts-for", target, "-n", 16, "--gamma", 4, "--ctx-size", 1024, "--json", out, env=env,
-                       timeout=1200)  # fmt: skip
+    proc = specllm_cli(
+        "bench",
+        "--drafts-for",
+        target,
+        "-n",
+        16,
+        "--gamma",
+        4,
+        "--ctx-size",
+        1024,
+        "--json",
+        out,
+        env=env,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
     names = [d["name"] for d in results["drafts"]]

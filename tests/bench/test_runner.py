@@ -191,8 +191,18 @@ def test_bench_results_have_every_field(results, engine, tmp_path):
     model_g3 = results["results"][2]["overall"]
     assert len(model_g3["per_position_acceptance"]) == 3
     assert model_g3["stats"]["n_drafted"] > 0
-    for key in ("configuration", "speedup", "predicted_speedup", "recommended", "c", "V_verify",
-                "expected_tokens_per_call", "break_even_c", "by_category", "by_drafter"):  # fmt: skip
+    for key in (
+        "configuration",
+        "speedup",
+        "predicted_speedup",
+        "recommended",
+        "c",
+        "V_verify",
+        "expected_tokens_per_call",
+        "break_even_c",
+        "by_category",
+        "by_drafter",
+    ):
         assert key in results["best"]
 
     # Every speculative token is what its own verify call picked: never a bug.
@@ -421,8 +431,18 @@ def render_text(results) -> str:
 
 def test_render(results):
     text = render_text(results)
-    for part in ("Cost on this machine", "V(n)", "Overall (3 prompts)", "code (1 prompt)", "edit (1 prompt)",
-                 "Decode speed", "target-only", "model g=3", "ngram g=1", "Measured costs"):  # fmt: skip
+    for part in (
+        "Cost on this machine",
+        "V(n)",
+        "Overall (3 prompts)",
+        "code (1 prompt)",
+        "edit (1 prompt)",
+        "Decode speed",
+        "target-only",
+        "model g=3",
+        "ngram g=1",
+        "Measured costs",
+    ):
         assert part in text
 
 
@@ -467,9 +487,30 @@ def test_cli_bench(tiny_models, tmp_path, monkeypatch, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "Hello", "category": "chat"}\n{"prompt": "def f(x):", "category": "code"}\n')
     out = tmp_path / "out.json"
-    argv = ["specllm", "bench", "--target", str(tiny_models.target), "--draft", str(tiny_models.draft),
-            "--gamma", "1,2", "--prompts", str(prompts), "--categories", "code",
-            "--max-tokens", "8", "--threads", "1", "--ctx-size", "512", "--seed", "7", "--json", str(out)]  # fmt: skip
+    argv = [
+        "specllm",
+        "bench",
+        "--target",
+        str(tiny_models.target),
+        "--draft",
+        str(tiny_models.draft),
+        "--gamma",
+        "1,2",
+        "--prompts",
+        str(prompts),
+        "--categories",
+        "code",
+        "--max-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--ctx-size",
+        "512",
+        "--seed",
+        "7",
+        "--json",
+        str(out),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     cli.main()
     data = json.loads(out.read_text())
@@ -477,8 +518,24 @@ def test_cli_bench(tiny_models, tmp_path, monkeypatch, capsys):
     assert data["settings"]["configurations"] == ["auto", "model g=1", "model g=2", "ngram g=1", "ngram g=2"]
     assert "Overall (1 prompt)" in capsys.readouterr().out  # default drafters with --draft: auto,model,ngram
 
-    argv = ["specllm", "bench", "--target", str(tiny_models.target), "--prompts", str(prompts), "--gamma", "3",
-            "--max-tokens", "4", "--threads", "1", "--ctx-size", "512", "--json", str(out)]  # fmt: skip
+    argv = [
+        "specllm",
+        "bench",
+        "--target",
+        str(tiny_models.target),
+        "--prompts",
+        str(prompts),
+        "--gamma",
+        "3",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "1",
+        "--ctx-size",
+        "512",
+        "--json",
+        str(out),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     cli.main()
     data = json.loads(out.read_text())
@@ -513,7 +570,7 @@ def test_bench_compares_auto_with_the_fixed_configurations(engine):
     assert versus["overall"]["best_fixed"] == "ngram g=2"
     assert versus["overall"]["speedup"] == auto["overall"]["speedup"]
     assert list(versus["by_category"]) == ["code", "edit", "chat"]
-    for cat, v in versus["by_category"].items():
+    for v in versus["by_category"].values():
         assert v["matches_best_fixed"] == (v["speedup"] >= v["best_fixed_speedup"] - b.NOISE)
     assert "auto" not in out["best"]["by_drafter"]
     sentence = next(line for line in explanation(out) if line.startswith("auto: "))

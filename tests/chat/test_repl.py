@@ -104,8 +104,14 @@ def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
     assert f"saved 6 turns to {path}" in flat(term.say(f"/save {path}"))
     saved = json.loads(path.read_text())
     users = [t["user"] for t in saved["turns"]]
-    assert users == ["Hello world", "def add(a, b):", "first line\nsecond line", "pasted one\npasted two",
-                     "alpha\nbeta", "/slash is text"]  # fmt: skip
+    assert users == [
+        "Hello world",
+        "def add(a, b):",
+        "first line\nsecond line",
+        "pasted one\npasted two",
+        "alpha\nbeta",
+        "/slash is text",
+    ]
     assert saved["system"] == "Be brief." and saved["settings"]["drafter"] == "ngram"
     assert saved["settings"]["gamma"] == 2 and saved["session"]["turns"] == 6
     assert "conversation cleared" in term.say("/reset")
@@ -165,10 +171,29 @@ def test_context_overflow_and_a_message_too_long(chat):
 
 def test_piped_input_without_a_terminal(tiny_models):
     proc = subprocess.run(
-        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--drafter", "ngram",
-         "--threads", "1", "--temperature", "0", "-n", "8", "--ctx-size", "512"],
-        input="Hello world\nsecond\\\nline\n/stats\n", capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "specllm",
+            "chat",
+            "-m",
+            tiny_models.target,
+            "--drafter",
+            "ngram",
+            "--threads",
+            "1",
+            "--temperature",
+            "0",
+            "-n",
+            "8",
+            "--ctx-size",
+            "512",
+        ],
+        input="Hello world\nsecond\\\nline\n/stats\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "turns 2 (0 interrupted" in proc.stdout and "Traceback" not in proc.stderr
     assert proc.stderr.count("[max_tokens] ") == 2  # the per-turn summary, on stderr in plain mode
@@ -186,8 +211,11 @@ def test_piped_input_without_a_terminal(tiny_models):
 def test_bad_options_give_one_line(tiny_models, args, fragment):
     proc = subprocess.run(
         [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--threads", "1", *args],
-        input="", capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
@@ -202,10 +230,28 @@ def test_the_default_drafter_is_auto_and_says_what_it_drafted_with(chat):
 
 def test_a_message_that_is_not_utf8_is_one_line_and_the_chat_goes_on(tiny_models):
     proc = subprocess.run(
-        [sys.executable, "-m", "specllm", "chat", "-m", tiny_models.target, "--drafter", "none",
-         "--threads", "1", "--temperature", "0", "-n", "4", "--ctx-size", "256"],
-        input=b"caf\xe9 au lait\nHello world\n", capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "specllm",
+            "chat",
+            "-m",
+            tiny_models.target,
+            "--drafter",
+            "none",
+            "--threads",
+            "1",
+            "--temperature",
+            "0",
+            "-n",
+            "4",
+            "--ctx-size",
+            "256",
+        ],
+        input=b"caf\xe9 au lait\nHello world\n",
+        capture_output=True,
+        timeout=120,
+    )
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert "error: the prompt is not valid UTF-8 text" in out
@@ -311,8 +357,11 @@ def test_resume_from_a_file_that_is_no_saved_chat_is_one_line_before_any_model_l
     for path, fragment in ((tmp_path / "missing.json", "cannot read"), (bad, "is not a conversation saved with /save")):
         proc = subprocess.run(
             [sys.executable, "-m", "specllm", "chat", "-m", tmp_path / "no-such-model.gguf", "--resume", path],
-            input="", capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
         assert fragment in lines[0] and "no-such-model" not in lines[0]

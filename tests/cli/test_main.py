@@ -63,10 +63,19 @@ def test_json_output_has_the_documented_shape(models, tiny_models):
     assert set(out) >= {"text", "tokens", "stop_reason", "stats"}
     stats = out["stats"]
     for key in (
-        "n_drafted", "n_accepted", "acceptance_rate", "mean_accepted_length", "accepted_per_position",
-        "target_calls", "draft_calls", "prompt_tokens", "generated_tokens", "tokens_per_second",
-        "prefill_seconds", "decode_seconds",
-    ):  # fmt: skip
+        "n_drafted",
+        "n_accepted",
+        "acceptance_rate",
+        "mean_accepted_length",
+        "accepted_per_position",
+        "target_calls",
+        "draft_calls",
+        "prompt_tokens",
+        "generated_tokens",
+        "tokens_per_second",
+        "prefill_seconds",
+        "decode_seconds",
+    ):
         assert key in stats, key
     assert out["stop_reason"] == "max_tokens" and stats["generated_tokens"] == len(out["tokens"]) == 24
     assert stats["n_drafted"] > 0 and len(stats["accepted_per_position"]) == 3
@@ -384,8 +393,12 @@ def test_ctrl_c_during_pull_exits_130(isolated, monkeypatch, start):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
     pairs = isolated / "pairs.toml"
     file = 'repo = "tiny-org/tiny-GGUF"\nfile = "{}.gguf"\nsize = 1000\nsha256 = "{}"\n'
-    pairs.write_text('[[pair]]\nname = "slow"\ndescription = "d"\ngamma = 3\n[pair.target]\n'
-                     + file.format("target", "0" * 64) + "[pair.draft]\n" + file.format("draft", "1" * 64))  # fmt: skip
+    pairs.write_text(
+        '[[pair]]\nname = "slow"\ndescription = "d"\ngamma = 3\n[pair.target]\n'
+        + file.format("target", "0" * 64)
+        + "[pair.draft]\n"
+        + file.format("draft", "1" * 64)
+    )
     proc = start("pull", "slow", "--models", pairs, "--source", "hub")
     connection, _ = server.accept()
     connection.recv(65536)  # the request came: the pull waits for the answer

@@ -13,25 +13,37 @@ from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraft
 @pytest.mark.parametrize(
     "error,line",
     [
-        (ContextFull(300, 256),
-         "the prompt is 300 tokens but the context holds 256: raise --ctx-size or shorten the prompt"),
-        (NeedsDraftModel(),
-         "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none"),
+        (
+            ContextFull(300, 256),
+            "the prompt is 300 tokens but the context holds 256: raise --ctx-size or shorten the prompt",
+        ),
+        (
+            NeedsDraftModel(),
+            "drafter 'model' needs a draft model: give --draft or --pair, or use --drafter auto|mtp|ngram|none",
+        ),
         (NeedsDraftModel("tiny"), "pair tiny has no draft model: use --drafter auto|mtp|ngram|none"),
-        (NeedsDraftModel(none_fits="t.gguf"),
-         "drafter 'model' needs a draft model, and none on disk fits t.gguf (`specllm models --drafts-for t.gguf` "
-         "lists why): give --draft, or use --drafter auto|ngram|none"),
-        (NoMtpLayers("t.gguf"),
-         "drafter 'mtp' needs a target with MTP layers (nextn), and t.gguf has none: "
-         "use --drafter auto, ngram or model"),
-        (DraftTooLong(12, 8, "h.gguf", 2**20),
-         "gamma (draft length) 12 is longer than the 8 recurrent-state snapshots h.gguf keeps to take back rejected "
-         "tokens: use --gamma 8 or less, or --snapshots 12 (each snapshot costs 1.0 MB of memory)"),
-        (CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
-         "cannot take them back: install llama-cpp-python 0.3.36 or later, or use --drafter none"),
+        (
+            NeedsDraftModel(none_fits="t.gguf"),
+            "drafter 'model' needs a draft model, and none on disk fits t.gguf (`specllm models --drafts-for t.gguf` "
+            "lists why): give --draft, or use --drafter auto|ngram|none",
+        ),
+        (
+            NoMtpLayers("t.gguf"),
+            "drafter 'mtp' needs a target with MTP layers (nextn), and t.gguf has none: "
+            "use --drafter auto, ngram or model",
+        ),
+        (
+            DraftTooLong(12, 8, "h.gguf", 2**20),
+            "gamma (draft length) 12 is longer than the 8 recurrent-state snapshots h.gguf keeps to take back rejected "
+            "tokens: use --gamma 8 or less, or --snapshots 12 (each snapshot costs 1.0 MB of memory)",
+        ),
+        (
+            CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
+            "cannot take them back: install llama-cpp-python 0.3.36 or later, or use --drafter none",
+        ),
         (SpecllmError("no such file"), "no such file"),
     ],
-)  # fmt: skip
+)
 def test_each_typed_error_gets_its_flag_hint_and_its_message_names_no_flag(error, line):
     assert error_line(error) == line
     # the library's own message is true for any caller: no flag, but for a whole `specllm ...` command

@@ -205,10 +205,12 @@ def test_calibration_is_redone_when_what_it_depends_on_changes(tiny_models, tmp_
 
 def write_cache(tiny_models, target: CostTable, draft: CostTable, n_threads=1):
     options = ModelOptions(n_ctx=256, n_threads=n_threads)
-    calibration.save_costs({
-        calibration.model_key(tiny_models.target, options): target,
-        calibration.model_key(tiny_models.draft, options): draft,
-    })  # fmt: skip
+    calibration.save_costs(
+        {
+            calibration.model_key(tiny_models.target, options): target,
+            calibration.model_key(tiny_models.draft, options): draft,
+        }
+    )
 
 
 def test_a_cached_verdict_that_the_draft_cannot_pay_means_it_is_never_loaded(tiny_models):

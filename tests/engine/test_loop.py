@@ -383,9 +383,10 @@ def test_stop_string_inside_an_accepted_draft(engine, monkeypatch):
     script = full.tokens
     texts = [engine.target.detokenize(script[:n]).decode("utf-8", errors="replace") for n in range(13)]
     stop = next(
-        full.text[i : i + 3] for i in range(len(texts[1]), len(texts[6]))
+        full.text[i : i + 3]
+        for i in range(len(texts[1]), len(texts[6]))
         if full.text.index(full.text[i : i + 3]) == i and "\ufffd" not in full.text[i : i + 3]
-    )  # fmt: skip
+    )
     completed = next(n for n in range(13) if stop in texts[n])
     assert 2 <= completed < 8  # in the middle of the first draft
     prompt = engine.prompt_tokens(PROMPTS[1])
@@ -658,8 +659,9 @@ def test_no_drafter_copies_the_chat_markup_that_ends_a_message(engine, drafter):
     message = engine.target.tokenize("the cat is in the house and the dog", add_special=False)
     header = engine.target.tokenize("assistant", add_special=False)
     prompt = [engine.target.bos, 3, *message, 4, 3, *header, *message[:-1]]
-    steps = [s for s in engine.stream(prompt, max_tokens=16, temperature=0, drafter=drafter, gamma=8)
-             if isinstance(s, Step)]  # fmt: skip
+    steps = [
+        s for s in engine.stream(prompt, max_tokens=16, temperature=0, drafter=drafter, gamma=8) if isinstance(s, Step)
+    ]
     drafted = [t for s in steps for t in s.drafted]
     assert not set(drafted) & engine.target.markup_tokens
     if drafter == "ngram":  # the first step copies the last token of the message, and stops there

@@ -129,8 +129,24 @@ def test_bench_compares_mtp_drafting_by_default_on_a_model_with_mtp_layers(mtp_m
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "the cat is in the house and", "category": "chat"}\n')
     out = tmp_path / "out.json"
-    argv = ["specllm", "bench", "--target", str(mtp_model), "--prompts", str(prompts), "--gamma", "2",
-            "--max-tokens", "16", "--threads", "1", "--ctx-size", "512", "--json", str(out)]  # fmt: skip
+    argv = [
+        "specllm",
+        "bench",
+        "--target",
+        str(mtp_model),
+        "--prompts",
+        str(prompts),
+        "--gamma",
+        "2",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "1",
+        "--ctx-size",
+        "512",
+        "--json",
+        str(out),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     cli.main()
     data = json.loads(out.read_text())

@@ -136,8 +136,24 @@ def test_the_cli_says_which_flags_fit_a_fixed_draft_in_the_snapshots(models):
     import subprocess
     import sys
 
-    args = ["run", "Hello", "--target", str(models["qwen35"][0]), "--snapshots", 4, "--gamma", 5, "--drafter", "ngram",
-            "--threads", 1, "--ctx-size", 256, "-n", 4]  # fmt: skip
+    args = [
+        "run",
+        "Hello",
+        "--target",
+        str(models["qwen35"][0]),
+        "--snapshots",
+        4,
+        "--gamma",
+        5,
+        "--drafter",
+        "ngram",
+        "--threads",
+        1,
+        "--ctx-size",
+        256,
+        "-n",
+        4,
+    ]
     proc = subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True)
     assert proc.returncode == 1
     line = proc.stderr.strip()

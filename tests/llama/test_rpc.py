@@ -39,8 +39,10 @@ def rpc_server_binary() -> Path:
     assert rpc.rpc_supported(), rpc.NO_RPC_HINT  # a failure, not a skip
     out = subprocess.run(
         ["bash", str(ROOT / "benchmarks/build_llama_cpp_tools.sh"), "--rpc"],
-        capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     binary = Path(out.stdout.strip().splitlines()[-1]) / "ggml-rpc-server"
     assert binary.is_file(), binary
@@ -57,8 +59,9 @@ def start_server(binary: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [str(binary), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -148,9 +151,13 @@ def test_a_hybrid_target_with_mtp_layers_over_rpc_equals_local_target_only(serve
 @pytest.mark.parametrize("draft_server", [1, 0])  # another server, or the target's (one connection serves both)
 def test_the_draft_can_go_over_rpc_too(tiny_models, servers, local_outputs, draft_server):
     engine = specllm.load(
-        str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1,
-        rpc=servers[:1], draft_rpc=servers[draft_server:draft_server + 1],
-    )  # fmt: skip
+        str(tiny_models.target),
+        str(tiny_models.draft),
+        n_ctx=512,
+        n_threads=1,
+        rpc=servers[:1],
+        draft_rpc=servers[draft_server : draft_server + 1],
+    )
     try:
         assert [greedy_tokens(engine, p, "model") for p in PROMPTS] == local_outputs
     finally:
@@ -159,19 +166,54 @@ def test_the_draft_can_go_over_rpc_too(tiny_models, servers, local_outputs, draf
 
 def test_the_cli_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
     proc = subprocess.run(
-        SPECLLM + ["run", PROMPTS[0], "--raw", "--target", str(tiny_models.target), "--draft", str(tiny_models.draft),
-                   "--rpc", ",".join(servers), "--threads", "1", "--ctx-size", "512", "--temperature", "0",
-                   "-n", "32", "--drafter", "model", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        SPECLLM
+        + [
+            "run",
+            PROMPTS[0],
+            "--raw",
+            "--target",
+            str(tiny_models.target),
+            "--draft",
+            str(tiny_models.draft),
+            "--rpc",
+            ",".join(servers),
+            "--threads",
+            "1",
+            "--ctx-size",
+            "512",
+            "--temperature",
+            "0",
+            "-n",
+            "32",
+            "--drafter",
+            "model",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tokens"] == local_outputs[0]
 
 
 def test_serve_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
     """`serve --rpc`: the server's greedy completion equals the local target's."""
-    args = ["serve", "--target", tiny_models.target, "--draft", "none", "--rpc", ",".join(servers),
-            "--threads", 1, "--ctx-size", 512, "--port", 0]  # fmt: skip
+    args = [
+        "serve",
+        "--target",
+        tiny_models.target,
+        "--draft",
+        "none",
+        "--rpc",
+        ",".join(servers),
+        "--threads",
+        1,
+        "--ctx-size",
+        512,
+        "--port",
+        0,
+    ]
     with serving(args) as (_, _, url):
         body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 32, "temperature": 0}).encode()
         request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
@@ -222,8 +264,10 @@ def test_the_calibration_cache_tells_remote_costs_apart():
 def run_with_rpc(target, rpc, *more):
     return subprocess.run(
         SPECLLM + ["run", "hi", "--target", str(target), "--rpc", rpc, "-n", "4", "--no-live", *more],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_dead_server_is_one_line(tiny_models, rpc_server_binary):
@@ -237,7 +281,7 @@ def test_a_server_that_accepts_but_never_answers_is_an_error_in_bounded_time():
     with socket.socket() as silent:  # a listening socket nobody serves: an rpc-server busy with another client
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        address = "127.0.0.1:%d" % silent.getsockname()[1]
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
         start = time.monotonic()
         with pytest.raises(SpecllmError, match="did not answer within 0.5 s .*serves one client at a time"):
             rpc.probe_rpc_server(address, timeout=0.5)
@@ -248,7 +292,7 @@ def test_something_else_than_an_rpc_server_is_refused_before_llama_cpp_sees_it()
     with socket.socket() as other:  # a server of another protocol: it answers, but not the greeting
         other.bind(("127.0.0.1", 0))
         other.listen()
-        address = "127.0.0.1:%d" % other.getsockname()[1]
+        address = f"127.0.0.1:{other.getsockname()[1]}"
 
         def answer_and_close():
             client, _ = other.accept()

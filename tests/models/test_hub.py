@@ -307,9 +307,14 @@ def test_parse_model_spec(isolated, tiny_models):
     with pytest.raises(SpecllmError, match="model file not found"):
         hub.parse_model_spec("./no/such/model.gguf")
     # parts that would become paths outside the caches
-    for bad, field in (("hf:a/b/../x.gguf", "file"), ("hf:a/b/./x.gguf", "file"),
-                       ("hf:a/b@../../x/m.gguf", "file"), ("hf:a/b@..%2F/m.gguf", "revision"),
-                       ("hf:a/..@v1/m.gguf", "repository"), ("hf:a/-b/m.gguf", "repository")):  # fmt: skip
+    for bad, field in (
+        ("hf:a/b/../x.gguf", "file"),
+        ("hf:a/b/./x.gguf", "file"),
+        ("hf:a/b@../../x/m.gguf", "file"),
+        ("hf:a/b@..%2F/m.gguf", "revision"),
+        ("hf:a/..@v1/m.gguf", "repository"),
+        ("hf:a/-b/m.gguf", "repository"),
+    ):
         with pytest.raises(SpecllmError, match=f"^bad model '{re.escape(bad)}': the {field} must be "):
             hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="not a GGUF"):
@@ -462,13 +467,29 @@ def specllm(*args, stdin=None):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
-    proc = specllm("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1,
-                   "--temperature", 0, "-n", 12, "--json", "--drafter", "model")  # fmt: skip
+    proc = specllm(
+        "run",
+        "def f(x):",
+        "--pair",
+        "tiny",
+        "--models",
+        tiny_pair,
+        "--threads",
+        1,
+        "--temperature",
+        0,
+        "-n",
+        12,
+        "--json",
+        "--drafter",
+        "model",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["stats"]["generated_tokens"] == 12 and out["stats"]["n_drafted"] > 0
@@ -489,7 +510,7 @@ def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
         12,
         "--json",
         "--offline",
-    )  # fmt: skip (auto: the same text)
+    )  # auto: the same text
     assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
 
 
@@ -499,8 +520,21 @@ def test_run_a_single_file_entry_loads_the_target_alone(fake_hub, isolated, tiny
     content = tiny_recurrent_models.qwen35_mtp.read_bytes()
     fake_hub.add(REPO, "q35-mtp.gguf", content)
     models = single_file(isolated / "one.toml", REPO, content, name="tiny-mtp", file="q35-mtp.gguf")
-    args = ("run", "def f(x):", "--pair", "tiny-mtp", "--models", models, "--threads", 1, "--temperature", 0,
-            "-n", 12, "--json")  # fmt: skip
+    args = (
+        "run",
+        "def f(x):",
+        "--pair",
+        "tiny-mtp",
+        "--models",
+        models,
+        "--threads",
+        1,
+        "--temperature",
+        0,
+        "-n",
+        12,
+        "--json",
+    )
     auto = specllm(*args, "-v")
     assert auto.returncode == 0, auto.stderr
     assert "1 MTP layer(s): it drafts for itself" in auto.stderr and "draft for" not in auto.stderr
@@ -522,8 +556,25 @@ def test_chat_and_bench_take_a_pair(tiny_pair, tmp_path):
     assert chat.returncode == 0, chat.stderr
     assert "[max_tokens]" in chat.stderr
     report = tmp_path / "bench.json"
-    bench = specllm("bench", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "--per-category", 1,
-                    "--categories", "math", "--max-tokens", 8, "--gamma", 2, "--json", report)  # fmt: skip
+    bench = specllm(
+        "bench",
+        "--pair",
+        "tiny",
+        "--models",
+        tiny_pair,
+        "--threads",
+        1,
+        "--per-category",
+        1,
+        "--categories",
+        "math",
+        "--max-tokens",
+        8,
+        "--gamma",
+        2,
+        "--json",
+        report,
+    )
     assert bench.returncode == 0, bench.stderr
     results = json.loads(report.read_text())
     assert [r["configuration"] for r in results["results"]] == ["target-only", "auto", "model g=2", "ngram g=2"]

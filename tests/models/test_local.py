@@ -66,8 +66,13 @@ def invoke(*args, **kwargs):
 
 
 def specllm(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # --- models --------------------------------------------------------------------------------------
@@ -264,8 +269,21 @@ def test_candidates_are_tried_smallest_first_and_checked(drafts_on_disk, tiny_mo
 
 
 def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tiny_models):
-    args = ("run", "def f(x):", "--target", tiny_models.target, "--threads", 1, "--ctx-size", 256,
-            "--temperature", 0, "-n", 16, "--json")  # fmt: skip
+    args = (
+        "run",
+        "def f(x):",
+        "--target",
+        tiny_models.target,
+        "--threads",
+        1,
+        "--ctx-size",
+        256,
+        "--temperature",
+        0,
+        "-n",
+        16,
+        "--json",
+    )
     proc = specllm(*args, "--drafter", "model")
     assert proc.returncode == 0, proc.stderr
     size = drafts_on_disk["smaller.gguf"].stat().st_size / 1e6
@@ -296,8 +314,9 @@ def test_draft_none_needs_a_target(isolated):
 
 def test_no_compatible_draft_on_disk_is_said(fake_hub, small_models, tiny_models):
     download(fake_hub, REPO, small_models["other-vocab.gguf"])
-    proc = specllm("run", "def f(x):", "--target", tiny_models.target, "--threads", 1, "--ctx-size", 256,
-                   "-n", 4, "--json")  # fmt: skip
+    proc = specllm(
+        "run", "def f(x):", "--target", tiny_models.target, "--threads", 1, "--ctx-size", 256, "-n", 4, "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no draft on disk fits target.gguf" in " ".join(proc.stderr.split())
     assert json.loads(proc.stdout)["stats"]["policy"]["draft"] is None

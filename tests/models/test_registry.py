@@ -75,16 +75,32 @@ def test_the_build_copies_models_toml_into_the_package_where_it_is_found(tmp_pat
     find = (
         "from specllm.models.registry import builtin_pairs_file, load_pairs; load_pairs(); print(builtin_pairs_file())"
     )
-    found = subprocess.run([sys.executable, "-c", find], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(built)},
-                           check=True, capture_output=True, text=True)  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-c", find],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(built)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert Path(found.stdout.strip()) == built / "specllm" / "models" / "models.toml"  # no repository beside it
 
 
 def test_builtin_pairs_cover_the_curated_families():
     pairs = load_pairs()
-    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-7b", "qwen2.5-coder-14b", "qwen2.5-coder-32b",
-                 "llama-3.2-3b", "llama-3.1-8b", "gemma-3-12b", "qwen3.5-4b-mtp", "granite-4.0-h-1b",
-                 "lfm2.5-1.2b", "qwen3.5-4b"):  # fmt: skip
+    for name in (
+        "qwen2.5-coder-1.5b",
+        "qwen2.5-coder-7b",
+        "qwen2.5-coder-14b",
+        "qwen2.5-coder-32b",
+        "llama-3.2-3b",
+        "llama-3.1-8b",
+        "gemma-3-12b",
+        "qwen3.5-4b-mtp",
+        "granite-4.0-h-1b",
+        "lfm2.5-1.2b",
+        "qwen3.5-4b",
+    ):
         assert name in pairs
     assert default_pair(pairs).name == "qwen2.5-coder-1.5b"
     assert sum(p.default for p in pairs.values()) == 1

@@ -31,8 +31,13 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def specllm_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "COLUMNS": "250", **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "250", **(env or {})},
+    )
 
 
 # --- laying out stores as the tools do -----------------------------------------------------------
@@ -46,8 +51,9 @@ def write_blob(root: Path, content: bytes) -> str:
     return f"sha256:{digest}"
 
 
-def ollama_pull(root: Path, model: Path, name: str, tag: str = "latest", namespace: str = "library",
-                registry: str = REGISTRY) -> Path:  # fmt: skip
+def ollama_pull(
+    root: Path, model: Path, name: str, tag: str = "latest", namespace: str = "library", registry: str = REGISTRY
+) -> Path:
     """What `ollama pull` leaves: blobs (model, template, params, config) and the manifest at
     manifests/<registry>/<namespace>/<model>/<tag>. Returns the model's blob."""
 
@@ -55,11 +61,16 @@ def ollama_pull(root: Path, model: Path, name: str, tag: str = "latest", namespa
         return {"mediaType": media_type, "digest": write_blob(root, content), "size": len(content)}
 
     config = layer("application/vnd.docker.container.image.v1+json", b'{"model_format":"gguf","model_family":"llama"}')
-    manifest = {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": config, "layers": [
-        layer("application/vnd.ollama.image.model", model.read_bytes()),
-        layer("application/vnd.ollama.image.template", b"{{ .Prompt }}"),
-        layer("application/vnd.ollama.image.params", b'{"stop":["<|im_end|>"]}'),
-    ]}  # fmt: skip
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": DOCKER_MANIFEST,
+        "config": config,
+        "layers": [
+            layer("application/vnd.ollama.image.model", model.read_bytes()),
+            layer("application/vnd.ollama.image.template", b"{{ .Prompt }}"),
+            layer("application/vnd.ollama.image.params", b'{"stop":["<|im_end|>"]}'),
+        ],
+    }
     path = root / "manifests" / registry / namespace / name / tag
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest))
@@ -146,8 +157,12 @@ def test_a_name_in_two_registries_is_listed_with_its_registry_and_must_be_named_
         "ollama:a.example/library/tiny:latest",
         "ollama:b.example/library/tiny:latest",
     ]
-    assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:tiny"), "more than one registry",
-                          "ollama:a.example/library/tiny:latest", "ollama:b.example/library/tiny:latest")  # fmt: skip
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:tiny"),
+        "more than one registry",
+        "ollama:a.example/library/tiny:latest",
+        "ollama:b.example/library/tiny:latest",
+    )
     assert stores.resolve("ollama:a.example/library/tiny") == one
 
 
@@ -208,8 +223,9 @@ def test_llamacpp_cache_in_the_hub_layout_is_listed_by_its_paths(store_env, tiny
 
 
 def greedy_tokens(*target_args, extra=()):
-    proc = specllm_cli("run", "def f(x):", *target_args, "--raw", "--json", "--temperature", 0, "-n", 24,
-                       "--threads", 1, *extra)  # fmt: skip
+    proc = specllm_cli(
+        "run", "def f(x):", *target_args, "--raw", "--json", "--temperature", 0, "-n", 24, "--threads", 1, *extra
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["tokens"], proc.stderr
 
@@ -219,8 +235,13 @@ def test_run_with_a_store_target_generates_what_its_file_generates(filled):
     assert len(by_path) == 24
     by_name, _ = greedy_tokens("--target", "ollama:tiny", "--draft", "none")
     assert by_name == by_path
-    tagged, _ = greedy_tokens("--target", "ollama:team/tiny:q8", "--draft", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf",
-                              extra=("--drafter", "model", "--gamma", 3))  # fmt: skip
+    tagged, _ = greedy_tokens(
+        "--target",
+        "ollama:team/tiny:q8",
+        "--draft",
+        "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf",
+        extra=("--drafter", "model", "--gamma", 3),
+    )
     assert tagged == by_path  # greedy speculation is exact, whichever draft
     lms_path, _ = greedy_tokens("--target", filled["lmstudio"], "--draft", "none")
     lms_name, _ = greedy_tokens("--target", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf", "--draft", "none")
@@ -276,13 +297,26 @@ def test_a_missing_blob_is_one_line_and_the_listing_skips_it(filled, store_env):
     ]
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ("{not json", "not JSON"),
-    (json.dumps({"schemaVersion": 2, "layers": [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64}]}),
-     "no layer of type application/vnd.ollama.image.model"),
-    (json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../x"}]}), "digest"),
-    ("[1, 2]", "no layer of type"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{not json", "not JSON"),
+        (
+            json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "layers": [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64}],
+                }
+            ),
+            "no layer of type application/vnd.ollama.image.model",
+        ),
+        (
+            json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../x"}]}),
+            "digest",
+        ),
+        ("[1, 2]", "no layer of type"),
+    ],
+)
 def test_a_bad_manifest_is_one_line_and_the_listing_skips_it(filled, store_env, content, fragment):
     manifest = store_env["ollama"] / "manifests" / REGISTRY / "library" / "broken" / "latest"
     manifest.parent.mkdir(parents=True)
@@ -297,11 +331,14 @@ def test_a_bad_manifest_is_one_line_and_the_listing_skips_it(filled, store_env, 
     assert len(lines) == 1 and lines[0].startswith(f"warning: bad Ollama manifest {manifest}") and fragment in lines[0]
 
 
-@pytest.mark.parametrize("store, spec", [
-    ("ollama", "ollama:tiny"),
-    ("lmstudio", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf"),
-    ("llamacpp", "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "store, spec",
+    [
+        ("ollama", "ollama:tiny"),
+        ("lmstudio", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf"),
+        ("llamacpp", "llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf"),
+    ],
+)
 def test_an_unreadable_store_is_one_line_and_the_listing_says_so(filled, store_env, store, spec):
     """A store folder that cannot be listed: a file where the folder should be (the test runs as
     root, for whom no permission bit makes a folder unreadable; see the next test for that)."""
@@ -332,15 +369,21 @@ def test_a_folder_without_read_permission_is_one_line(filled, store_env):
         manifests.chmod(0o755)
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("ollama:nothing-here", "no Ollama model ollama:nothing-here"),
-    ("ollama:../../etc/passwd", "bad Ollama model name"),
-    ("ollama:", "nothing after 'ollama:'"),
-    ("ollama:a/b/c/d:e", "bad Ollama model name"),
-    ("lmstudio:tiny-org/Tiny-GGUF/nope.gguf", "no lmstudio:tiny-org/Tiny-GGUF/nope.gguf"),
-    ("lmstudio:../lmstudio/models/tiny-org/Tiny-GGUF/tiny-small.gguf", "expected a .gguf file's path inside LM Studio's folder"),
-    ("llamacpp:/etc/x.gguf", "expected a .gguf file's path inside llama.cpp cache's folder"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("ollama:nothing-here", "no Ollama model ollama:nothing-here"),
+        ("ollama:../../etc/passwd", "bad Ollama model name"),
+        ("ollama:", "nothing after 'ollama:'"),
+        ("ollama:a/b/c/d:e", "bad Ollama model name"),
+        ("lmstudio:tiny-org/Tiny-GGUF/nope.gguf", "no lmstudio:tiny-org/Tiny-GGUF/nope.gguf"),
+        (
+            "lmstudio:../lmstudio/models/tiny-org/Tiny-GGUF/tiny-small.gguf",
+            "expected a .gguf file's path inside LM Studio's folder",
+        ),
+        ("llamacpp:/etc/x.gguf", "expected a .gguf file's path inside llama.cpp cache's folder"),
+    ],
+)
 def test_a_name_that_names_nothing_is_one_line(filled, spec, fragment):
     assert_one_line_error(specllm_cli("run", "hi", "--target", spec), fragment)
 
@@ -348,14 +391,17 @@ def test_a_name_that_names_nothing_is_one_line(filled, spec, fragment):
 # --- rm never touches them -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("what, store", [
-    ("ollama:tiny", "Ollama"),
-    ("lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf", "LM Studio"),
-    ("llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf", "llama.cpp cache"),
-    ("blob", "Ollama"),
-    ("lmstudio", "LM Studio"),
-    ("llamacpp", "llama.cpp cache"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "what, store",
+    [
+        ("ollama:tiny", "Ollama"),
+        ("lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf", "LM Studio"),
+        ("llamacpp:tiny-org_Tiny-GGUF_tiny-draft.gguf", "llama.cpp cache"),
+        ("blob", "Ollama"),
+        ("lmstudio", "LM Studio"),
+        ("llamacpp", "llama.cpp cache"),
+    ],
+)
 def test_rm_refuses_another_tools_models(filled, store_env, what, store):
     before = {p: p.read_bytes() for folder in store_env.values() for p in folder.rglob("*") if p.is_file()}
     proc = specllm_cli("rm", filled.get(what, what), "--yes")

@@ -54,8 +54,10 @@ def specllm_run(tiny_models, *args):
     models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", CTX]
     proc = subprocess.run(
         SPECLLM + ["run", *map(str, [*args, *models, "--json", "--temperature", 0])],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -463,8 +465,13 @@ def test_library_errors_reach_a_client_in_api_terms_naming_no_cli_flag():
     from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers
     from specllm.serve.openai_api import ApiError
 
-    errors = [ContextFull(300, 256), NeedsDraftModel(), NoMtpLayers("t.gguf"), DraftTooLong(12, 8, "h.gguf", 1),
-              CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later")]  # fmt: skip
+    errors = [
+        ContextFull(300, 256),
+        NeedsDraftModel(),
+        NoMtpLayers("t.gguf"),
+        DraftTooLong(12, 8, "h.gguf", 1),
+        CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
+    ]
     messages = [ApiError.message_for(e) for e in errors]
     assert not [m for m in messages if "--" in m]
     assert (

@@ -62,10 +62,13 @@ def test_a_closed_stream_stops_the_engine_within_a_few_steps(tiny_models, monkey
     host, port = urlsplit(srv.url).netloc.split(":")
     try:
         client = socket.create_connection((host, int(port)))
-        body = json.dumps({"prompt": "def f(x):", "max_tokens": CTX - 16, "temperature": 0, "stream": True,
-                           "drafter": "none"}).encode()  # fmt: skip
-        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n" % len(body) + body)  # fmt: skip
+        body = json.dumps(
+            {"prompt": "def f(x):", "max_tokens": CTX - 16, "temperature": 0, "stream": True, "drafter": "none"}
+        ).encode()
+        client.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
         steps.permits.release(3)
         received = b""
         while received.count(b"data: ") < 3:

@@ -9,7 +9,7 @@ import tiny_models
 import tool_templates
 
 from specllm.llama.templates import compile_chat_template, render_bounded
-from specllm.serve.tool_calls import (  # fmt: skip
+from specllm.serve.tool_calls import (
     Parsed,
     ToolCall,
     ToolCallParser,
@@ -47,7 +47,8 @@ CASES = [
     ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [PARIS]),
     ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', None, [PARIS]),
     (
-        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {"timezone": "UTC"}}',
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+        '{"name": "get_time", "parameters": {"timezone": "UTC"}}',
         None,
         [PARIS, UTC],
     ),
@@ -168,9 +169,13 @@ def renderer(source: str):
 
     def render(messages, tools, add_generation_prompt):
         return render_bounded(
-            template, messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
-            bos_token="<s>", eos_token="</s>",
-        )  # fmt: skip
+            template,
+            messages=messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            bos_token="<s>",
+            eos_token="</s>",
+        )
 
     return render
 

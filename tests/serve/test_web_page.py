@@ -35,8 +35,21 @@ def chromium() -> str | None:
 def server(tiny_models, tmp_path_factory):
     """`specllm serve` with an API key, drafting with the draft model so that every reply has
     accepted, rejected and target tokens; its log goes to a file (a pipe nobody reads fills)."""
-    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--drafter", "model",
-            "--threads", 1, "--ctx-size", 2048, "--port", 0]  # fmt: skip
+    args = [
+        "serve",
+        "--target",
+        tiny_models.target,
+        "--draft",
+        tiny_models.draft,
+        "--drafter",
+        "model",
+        "--threads",
+        1,
+        "--ctx-size",
+        2048,
+        "--port",
+        0,
+    ]
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = {**os.environ, "SPECLLM_API_KEY": KEY}
     with open(log, "w") as out:
@@ -130,8 +143,10 @@ def test_the_page_streams_a_reply_coloured_by_step_with_its_stats(page):
     # Every piece of every step, in order, as a span of its kind; a rejected newline as ⏎.
     expected = [
         (kind, step[kind].replace("\n", "⏎") if kind == "rejected" else step[kind])
-        for step in steps for kind in ("accepted", "rejected", "target") if step[kind]
-    ]  # fmt: skip
+        for step in steps
+        for kind in ("accepted", "rejected", "target")
+        if step[kind]
+    ]
     spans = "spans => spans.map(span => [span.className, span.textContent])"
     shown = page.eval_on_selector_all(".msg.assistant .text > *", spans)
     assert [tuple(s) for s in shown] == expected
