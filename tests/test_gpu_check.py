@@ -118,7 +118,7 @@ def test_plain_decoding_and_loop(dry_run):
             assert _number(p[key]), key
 
 
-def test_speedups_and_fidelity(dry_run):
+def test_dry_run_measures_every_pair_at_every_alpha_and_checks_greedy_fidelity(dry_run):
     data, _ = dry_run
     pairs = {gpc.pair_name(*pair) for _, pair in gpc.STAGES}
     assert set(data["speedups"]) == pairs

@@ -128,12 +128,12 @@ def test_special_tokens_and_tokenizer(target):
     assert tm.byte_token_id(0x0A) in chat
 
 
-def test_chat_template(tiny_models, target):
+def test_the_target_carries_chatml_and_one_model_carries_no_template(tiny_models, target):
     assert target.metadata["tokenizer.chat_template"] == tm.CHATML_TEMPLATE
     assert "tokenizer.chat_template" not in load(tiny_models.no_template).metadata
 
 
-def test_vocab_compatibility(tiny_models, target):
+def test_draft_and_extended_vocabularies_are_compatible_and_the_incompatible_one_is_not(tiny_models, target):
     assert spec_vocab_compatible(target, load(tiny_models.draft))
     extended = load(tiny_models.extended)
     assert spec_vocab_compatible(target, extended)

@@ -54,7 +54,7 @@ def results(engine):
 # --- prompts -----------------------------------------------------------------------------------
 
 
-def test_parse_prompts():
+def test_a_prompt_file_gives_one_prompt_per_line_with_defaults():
     text = '{"prompt": "a"}\n\n{"prompt": "b", "category": "x", "max_tokens": 5, "id": 7}\n'
     assert b.parse_prompts(text, "f") == [b.BenchPrompt("a", b.DEFAULT_CATEGORY), b.BenchPrompt("b", "x", 5)]
 
@@ -81,7 +81,7 @@ def test_malformed_lines_are_reported_with_their_numbers():
     assert "not valid JSON" in msg and '"max_tokens" must be a positive integer' in msg
 
 
-def test_load_prompts_file(tmp_path):
+def test_a_prompt_file_is_read_or_refused_in_one_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "hi", "category": "chat"}\n')
     assert b.load_prompts(path) == [b.BenchPrompt("hi", "chat")]
@@ -92,7 +92,7 @@ def test_load_prompts_file(tmp_path):
         b.load_prompts(tmp_path / "empty.jsonl")
 
 
-def test_builtin_suite():
+def test_the_builtin_suite_covers_every_category_at_least_three_times():
     suite = b.builtin_prompts()
     counts = {c: sum(p.category == c for p in suite) for c in b.categories_of(suite)}
     assert {"code-generation", "code-editing", "chat", "extraction", "math"} <= set(counts)
@@ -101,7 +101,7 @@ def test_builtin_suite():
     assert all("```" in p.prompt and len(p.prompt) > 200 for p in suite if p.category == "code-editing")
 
 
-def test_select_prompts():
+def test_prompts_are_selected_by_category_in_suite_order():
     suite = b.builtin_prompts()
     picked = b.select_prompts(suite, ["math", "chat"], per_category=1)
     assert [p.category for p in picked] == ["chat", "math"]  # suite order
@@ -111,7 +111,7 @@ def test_select_prompts():
         b.select_prompts(suite, None, per_category=0)
 
 
-def test_configurations():
+def test_configurations_are_each_drafter_at_each_gamma_once_and_auto_once():
     configs = b.configurations(["model", "none", "ngram", "model"], [2, 4, 2])
     assert [c.name for c in configs] == ["model g=2", "model g=4", "ngram g=2", "ngram g=4"]
     configs = b.configurations(["auto", "ngram"], [2, 4])  # auto chooses its own lengths: once
@@ -144,13 +144,13 @@ def test_expected_tokens_and_prediction():
     assert b.predicted_speedup([], 0.5, 0.0, V) is None
 
 
-def test_per_token_acceptance():
+def test_per_token_acceptance_counts_accepted_over_judged_tokens():
     # Accepted 2 then rejected; accepted all 3; rejected at once: 5 accepted, 2 rejections.
     assert b.per_token_acceptance([(3, 2), (3, 3), (2, 0), (0, 0)]) == pytest.approx(5 / 7)
     assert b.per_token_acceptance([(0, 0)]) == 0.0
 
 
-def test_aggregate():
+def test_aggregated_stats_add_up_tokens_time_and_positions():
     s1 = Stats(generated_tokens=3, decode_seconds=1.0, drafted_per_position=[2, 1], accepted_per_position=[1, 0])
     s2 = Stats(generated_tokens=5, decode_seconds=1.5, drafted_per_position=[3], accepted_per_position=[3])
     total = b.aggregate([s1, s2])
@@ -270,7 +270,7 @@ def speculative(engine, reference):
     return run
 
 
-def test_equal_outputs_pass(engine, speculative):
+def test_equal_outputs_pass_the_fidelity_check(engine, speculative):
     run = speculative
     assert b.check_fidelity(engine.target, run.prompt_tokens, run.emitted, list(run.emitted), run.calls) is None
 
@@ -429,7 +429,7 @@ def render_text(results) -> str:
     return console.export_text()
 
 
-def test_render(results):
+def test_the_text_report_explains_costs_speeds_and_acceptance(results):
     text = render_text(results)
     for part in (
         "Cost on this machine",
@@ -475,13 +475,13 @@ def test_explanation_says_plainly_when_speculation_loses(results):
     assert lines[1].startswith("Best on this machine")
 
 
-def test_timing_check(results):
+def test_the_timing_check_says_whether_target_steps_were_stable(results):
     check = results["timing_check"]
     assert len(check["target_only_step_seconds"]) == 3 and check["spread"] >= 1.0
     assert check["stable"] == (check["spread"] <= b.UNSTABLE_SPREAD)
 
 
-def test_cli_bench(tiny_models, tmp_path, monkeypatch, capsys):
+def test_the_bench_command_writes_its_json_and_prints_its_report(tiny_models, tmp_path, monkeypatch, capsys):
     from specllm.cli import main as cli
 
     prompts = tmp_path / "p.jsonl"

@@ -336,7 +336,7 @@ def test_keyboard_interrupts_anywhere_leave_the_kv_caches_consistent(engines):
     assert interrupted >= 6 and interrupted >= session.totals()["interrupted"] >= interrupted // 2
 
 
-def test_slash_commands(tmp_path, engines):
+def test_each_slash_command_changes_the_session_or_says_what_is_wrong(tmp_path, engines):
     engine, _ = engines
     session = ChatSession(engine, greedy(seed=7), system=SYSTEM)
     assert is_command("/help") and not is_command("//not a command") and not is_command("hi /x")
@@ -386,7 +386,7 @@ def test_drafter_model_loads_a_deferred_draft_and_auto_is_a_drafter(tiny_models)
     assert not any(line.startswith("auto: ") for line in stats_lines(ChatSession(engine, greedy(drafter="none"))))
 
 
-def test_stats_and_save(tmp_path, engines):
+def test_totals_add_up_the_turns_and_a_saved_session_loads_back(tmp_path, engines):
     engine, _ = engines
     session = ChatSession(engine, greedy(seed=7), system=SYSTEM)
     results = [session.send(m) for m in MESSAGES[:3]]

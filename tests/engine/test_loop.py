@@ -56,7 +56,7 @@ def test_greedy_runs_really_speculate(engine):
     assert ngram.n_drafted > 0
 
 
-def test_stats_add_up(engine):
+def test_stats_add_up_over_positions_sources_and_calls(engine):
     steps, r = steps_and_result(engine, PROMPTS[1], max_tokens=48, temperature=0, drafter="model", gamma=4)
     s = r.stats
     assert s.generated_tokens == len(r.tokens) == 48
@@ -316,7 +316,7 @@ def test_a_prompt_longer_than_the_context_is_refused(tiny_models):
     e.close()
 
 
-def test_eos_stops_generation(tiny_models, tmp_path):
+def test_an_eos_token_ends_the_generation_where_it_is_produced(tiny_models, tmp_path):
     """A model whose EOS id is a token the target would produce greedily stops right there."""
     import tiny_models as tm
 

@@ -260,7 +260,7 @@ def test_offline_without_a_cached_copy(fake_hub, monkeypatch):
     assert fake_hub.requests == []
 
 
-def test_sources_are_checked(fake_hub):
+def test_an_unknown_source_or_a_mirror_without_the_file_is_refused(fake_hub):
     with pytest.raises(SpecllmError, match="unknown source"):
         hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), source="ftp")
     with pytest.raises(SpecllmError, match="no mirror is known"):
@@ -293,7 +293,7 @@ def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
 # --- specs and resolve_models ------------------------------------------------------------------
 
 
-def test_parse_model_spec(isolated, tiny_models):
+def test_hf_references_name_repository_revision_file_and_every_split_part(isolated, tiny_models):
     assert hub.parse_model_spec("hf:me/repo/sub/m.gguf", {}) == ModelFile(repo="me/repo", file="sub/m.gguf")
     assert hub.parse_model_spec("hf:me/repo@v2/m.gguf", {}).revision == "v2"
     split = hub.parse_model_spec("hf:me/repo@v2/q/m-00003-of-00003.gguf", {})  # any part names the whole model

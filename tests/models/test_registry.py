@@ -304,7 +304,7 @@ def test_two_defaults_in_one_file_or_a_repeated_name_are_refused():
         parse_pairs(both_default + both_default.replace('"mine"', '"other"'))
 
 
-def test_pairs_are_frozen():
+def test_a_pair_cannot_be_changed_once_read():
     pair = default_pair()
     with pytest.raises(dataclasses.FrozenInstanceError):
         pair.gamma = 9

@@ -302,7 +302,7 @@ def test_bad_input_gets_an_openai_error_and_one_log_line(srv, log, body, status,
     assert srv.client().completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
 
 
-def test_bad_chat_requests(srv):
+def test_a_bad_chat_request_is_a_400_naming_the_field(srv):
     cases = [
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role"),
@@ -359,7 +359,7 @@ def test_the_api_key_is_enforced(engine, log, srv):
     assert [m.id for m in srv.client("anything").models.list()] == ["tiny"]  # no key set: none needed
 
 
-def test_the_serve_command(tiny_models):
+def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_ctrl_c(tiny_models):
     """The CLI: the startup line, SPECLLM_API_KEY, one access-log line per request, Ctrl-C."""
     # a context for a reply of minutes: Ctrl-C lands mid-stream whatever the model's speed
     args = [

@@ -266,7 +266,7 @@ def test_tool_choice_none_required_and_named(pair):
 
 
 @pytest.mark.slow
-def test_parallel_tool_calls(pair):
+def test_two_cities_give_two_calls_or_the_first_only_without_parallel_calls(pair):
     """Two cities: two calls (the model writes both in one fenced block), or the first only."""
     ask = [
         {
