@@ -7,6 +7,7 @@ result.tokens, result.text, result.stats
 """
 
 import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from specllm._version import __version__
@@ -64,8 +65,8 @@ def load(
     n_gpu_layers: int | None = None,
     draft_gpu_layers: int | None = None,
     defer_draft: bool = False,
-    rpc: str | list[str] = (),
-    draft_rpc: str | list[str] = (),
+    rpc: str | Sequence[str] = (),
+    draft_rpc: str | Sequence[str] = (),
     snapshots: int = 8,  # llama.options.DEFAULT_SNAPSHOTS
 ) -> "Engine":
     """Load a target GGUF (and optionally a draft GGUF with a compatible vocabulary). With

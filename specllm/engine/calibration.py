@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from specllm.engine.policy import CostTable
 from specllm.files import JsonCache, file_identity
 from specllm.llama.devices import gpu_layers, physical_cores
 from specllm.llama.huge_pages import weights_on_huge_pages
-from specllm.llama.model import Model
+from specllm.llama.model import Decoder
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import build_id
 
@@ -74,7 +75,7 @@ def save_costs(tables: dict[str, CostTable]) -> None:
     _CACHE.update({key: table.to_dict() for key, table in tables.items()})
 
 
-def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTable:
+def measure(model: Decoder, widths: tuple[int, ...], context: list[int]) -> CostTable:
     """Time calls of each width on top of `context` (its KV cache is left holding `context`).
 
     One-token and narrow calls, which decide short drafts, in NARROW_ROUNDS rounds of back-to-back
@@ -93,7 +94,7 @@ def measure(model: Model, widths: tuple[int, ...], context: list[int]) -> CostTa
     return CostTable.from_ratios(step, V)
 
 
-def time_calls(jobs: list[tuple[Model, int]], context: list[int], reps: int) -> list[float]:
+def time_calls(jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: int) -> list[float]:
     """The median of `reps` timings of each (model, n) call: n tokens after `context`, logits for
     all n (and their argmax, part of every real step). Every round times every call, so a slow
     spell of a busy machine spreads over all of them. Each model's cache is left holding `context`."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
 from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample
-from specllm.llama.model import Model
+from specllm.llama.model import Decoder
 
 
 @dataclass
@@ -69,7 +69,7 @@ class ModelDrafter(NoDrafter):
 
     name = "model"
 
-    def __init__(self, model: Model, sampler: SamplerSettings, rng: np.random.Generator, name: str = "model"):
+    def __init__(self, model: Decoder, sampler: SamplerSettings, rng: np.random.Generator, name: str = "model"):
         self.model, self.name = model, name  # or the target's MTP head (llama.model.MtpHead): name "mtp"
         self.sampler = sampler
         self.rng = rng
@@ -110,7 +110,10 @@ class ModelDrafter(NoDrafter):
             # A recurrent draft cannot take back its one-token steps: the next proposal starts
             # again from here, after the tokens the target kept.
             self.model.checkpoint()
-        tokens, rows, confidences, calls = [], [], [], 1
+        tokens: list[int] = []
+        rows: list[Sparse] = []
+        confidences: list[float] = []
+        calls = 1
         greedy = self.sampler.greedy
         while True:
             if greedy:  # q is one-hot

@@ -5,11 +5,12 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from specllm.llama.vocab import ensure_compatible
 
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
+RowT = TypeVar("RowT")  # what verification reads of a target row
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ class Generation:
         generation.result
     """
 
-    def __init__(self, steps: Iterator[Step]):
+    def __init__(self, steps: Generator[Step, None, Result]):
         self._steps = steps  # a generator of Steps whose return value is the Result
         self._result: Result | None = None
 
@@ -322,8 +324,7 @@ class Engine:
             draft = mtp = None
             if self.has_draft:
                 draft = calibration.load_costs(self._draft_key())
-                if draft is None:
-                    model = self.load_draft()
+                if draft is None and (model := self.load_draft()) is not None:
                     draft = calibration.measure(model, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
                     measured.append("draft")
             if self.mtp is not None:
@@ -376,6 +377,8 @@ class Engine:
     def _draft_key(self) -> str:
         if self.draft is not None:
             return self._key(self.draft)
+        if self.draft_file is None:
+            raise ValueError("this engine has no draft model")
         return calibration.model_key(*self.draft_file)
 
     # --- prompts ----------------------------------------------------------------------------
@@ -466,21 +469,21 @@ def describe_models(engine: Engine) -> str:
     return models
 
 
-class _LazyRows:
+class _LazyRows(Generic[RowT]):
     """What verification reads of each target row (its argmax, or its processed distribution),
     computed only for the rows it reads: it stops at the first rejection, so the rows after it
     cost nothing."""
 
-    def __init__(self, logits: np.ndarray, sampler: SamplerSettings):
-        self._logits, self._sampler, self._rows = logits, sampler, {}
+    def __init__(self, logits: np.ndarray, read: Callable[[np.ndarray], RowT]):
+        self._logits, self._read = logits, read
+        self._rows: dict[int, RowT] = {}
 
     def __len__(self) -> int:
         return len(self._logits)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> RowT:
         if i not in self._rows:
-            row = self._logits[i]
-            self._rows[i] = int(row.argmax()) if self._sampler.greedy else sparse_distribution(row, self._sampler)
+            self._rows[i] = self._read(self._logits[i])
         return self._rows[i]
 
 
@@ -512,8 +515,8 @@ def longest_draft(target: Model, drafter: str) -> int | None:
     if not target.can_take_back:
         if drafter != Drafter.AUTO:
             raise CannotTakeBack(
-                f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens back out of the "
-                f"recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later"
+                f"this llama-cpp-python build ({llama_cpp_python_version()}) cannot take rejected draft tokens "
+                f"back out of the recurrent state of {target.path.name}: install llama-cpp-python 0.3.36 or later"
             )
         return 0
     return limit or None
@@ -531,7 +534,8 @@ def draft_limit_note(target: Model) -> str | None:
     if limit > 0:
         return (
             f"drafts of at most {limit} tokens: {name} is a hybrid model, whose rejected draft tokens are "
-            f"taken back with its {limit} recurrent-state snapshots ({human_size(target.state_bytes)} each; --snapshots)"
+            f"taken back with its {limit} recurrent-state snapshots "
+            f"({human_size(target.state_bytes)} each; --snapshots)"
         )
     return (
         f"{name} has recurrent layers and llama.cpp keeps no snapshots of their state: a rejected draft is "
@@ -575,9 +579,10 @@ class _Run:
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
         if name == Drafter.MODEL:
-            if not engine.has_draft:
+            draft = engine.load_draft()
+            if draft is None:
                 raise NeedsDraftModel()
-            return ModelDrafter(engine.load_draft(), self.sampler, self.rng)
+            return ModelDrafter(draft, self.sampler, self.rng)
         if name == Drafter.MTP:
             if engine.mtp is None:
                 raise NoMtpLayers(self.target.path.name)
@@ -641,8 +646,8 @@ class _Run:
         if first and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None
-        if policy.model_could_pay() and engine.load_draft() is not None:
-            model = ModelDrafter(engine.draft, self.sampler, self.rng)
+        if policy.model_could_pay() and (draft := engine.load_draft()) is not None:
+            model = ModelDrafter(draft, self.sampler, self.rng)
         if policy.model_could_pay("mtp") and engine.mtp is not None:
             mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
         return AutoDrafter(policy, model, self.target.markup_tokens, mtp)
@@ -673,10 +678,10 @@ class _Run:
         # the row p_i its rejection samples from. The tokens after it are never reached.
         n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
         logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
-        rows = _LazyRows(logits, self.sampler)
         if self.sampler.greedy:
-            return verify_greedy(draft.tokens, rows)
-        return verify_sampled(draft.tokens, draft.q, rows, self.rng)
+            return verify_greedy(draft.tokens, _LazyRows(logits, lambda row: int(row.argmax())))
+        distributions = _LazyRows(logits, lambda row: sparse_distribution(row, self.sampler))
+        return verify_sampled(draft.tokens, draft.q, distributions, self.rng)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.
@@ -710,9 +715,17 @@ class _Run:
         return step, reason
 
     def _draft_text(self, tokens: list[int]) -> str:
-        """Text of draft tokens, for display; an id the target lacks is the draft model's own."""
-        pieces = (self.target.piece(t) if t < self.target.n_vocab else self.engine.draft.piece(t) for t in tokens)
-        return b"".join(pieces).decode("utf-8", errors="replace")
+        """Text of draft tokens, for display."""
+        return b"".join(self._draft_piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def _draft_piece(self, token: int) -> bytes:
+        """A draft token's bytes; an id the target lacks is the draft model's own (no other
+        drafter proposes one)."""
+        if token < self.target.n_vocab:
+            return self.target.piece(token)
+        if self.engine.draft is None:
+            raise ValueError(f"draft token {token} is outside the target's vocabulary, and there is no draft model")
+        return self.engine.draft.piece(token)
 
     def _append(self, token: int) -> str:
         if self.target.is_eog(token):

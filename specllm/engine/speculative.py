@@ -9,10 +9,19 @@ sampling from the target alone.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from specllm.engine.sampling import Sparse
+
+RowT_co = TypeVar("RowT_co", covariant=True)
+
+
+class Rows(Protocol[RowT_co]):
+    """The target's rows, read by index left to right: a list, or rows computed as they are read."""
+
+    def __getitem__(self, i: int, /) -> RowT_co: ...
 
 
 @dataclass(frozen=True)
@@ -21,7 +30,7 @@ class Verdict:
     token: int  # the target's own token: the correction after a rejection, or the bonus
 
 
-def verify_greedy(draft: list[int], target_argmax: Sequence[int]) -> Verdict:
+def verify_greedy(draft: list[int], target_argmax: Rows[int]) -> Verdict:
     """Greedy limit: accept while the draft equals the target's argmax; emit argmax at the stop.
     Reads target_argmax left to right, no further than the stop (the engine's rows are lazy)."""
     n = 0
@@ -33,7 +42,7 @@ def verify_greedy(draft: list[int], target_argmax: Sequence[int]) -> Verdict:
 def verify_sampled(
     draft: list[int],
     q: Sequence[Sparse | np.ndarray] | None,
-    p: Sequence[Sparse | np.ndarray],
+    p: Rows[Sparse | np.ndarray],
     rng: np.random.Generator,
 ) -> Verdict:
     """Sampling case. q: k draft distributions (over the draft's vocabulary), or None for a

@@ -11,6 +11,7 @@ import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import llama_cpp as L
 import numpy as np
@@ -31,6 +32,25 @@ STATE_API = hasattr(L, "llama_state_seq_get_size_ext") and hasattr(L, "LLAMA_STA
 DEFAULT_OPTIONS = ModelOptions()  # frozen: one instance serves every model loaded with the defaults
 
 
+class Decoder(Protocol):
+    """What drafting and calibration use of a model: a Model, or a target's MtpHead standing in
+    for a draft model."""
+
+    n_vocab: int
+    n_ctx: int
+    n_batch: int
+
+    def cached_prefix(self, tokens: list[int]) -> int: ...
+
+    def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray: ...
+
+    def eval(self, tokens: list[int], n_logits: int = 1) -> np.ndarray: ...
+
+    def truncate(self, n: int) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+
 class _Views:
     """numpy views of llama.cpp's float buffers, kept per address and shape. Making one costs
     ~50 us (numpy parses the ctypes type each time), and llama.cpp moves a buffer only when it
@@ -40,7 +60,7 @@ class _Views:
         self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
 
     def of(self, pointer, shape: tuple[int, ...]) -> np.ndarray:
-        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        address = ctypes.cast(pointer, ctypes.c_void_p).value or 0  # NULL's value is None (as_array refuses it)
         view = self._views.get((address, shape))
         if view is None:
             if len(self._views) > 256:  # a moved buffer leaves stale views behind
@@ -66,7 +86,7 @@ class Model:
         rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
         self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
         self._vocab = L.llama_model_get_vocab(self._model)
-        self.n_vocab = L.llama_vocab_n_tokens(self._vocab)
+        self.n_vocab: int = L.llama_vocab_n_tokens(self._vocab)
         # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
         # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
         self.hybrid = bool(L.llama_model_is_hybrid(self._model))
@@ -80,8 +100,8 @@ class Model:
 
     def _open_context(self) -> None:
         self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
-        self.n_ctx = L.llama_n_ctx(self._ctx)
-        self.n_batch = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self.n_ctx: int = L.llama_n_ctx(self._ctx)
+        self.n_batch: int = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
@@ -275,7 +295,7 @@ class Model:
         if status != 0:
             raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
         if self._hidden is not None:
-            self._keep_rows(pos0, n)
+            self._keep_rows(self._hidden, pos0, n)
         self.tokens.extend(chunk)
         self.n_evaluated += n
         # llama.cpp's recurrent kernels write a snapshot for each token of this batch but the last
@@ -284,10 +304,11 @@ class Model:
         self._rollback_room = min(self.snapshots, n - 1)
         self._unsure = False
 
-    def _keep_rows(self, pos0: int, n: int) -> None:
+    def _keep_rows(self, hidden: np.ndarray, pos0: int, n: int) -> None:
+        """Copy the hidden states the MTP layers read at the n positions from pos0 into `hidden`
+        (self._hidden), growing it first if they do not fit."""
         from llama_cpp import llama_cpp_ext
 
-        hidden = self._hidden
         if pos0 + n > len(hidden):  # grow by doubling, up to the context
             grown = np.zeros((min(self.n_ctx, max(2 * len(hidden), pos0 + n, 64)), hidden.shape[1]), np.float32)
             grown[: len(hidden)] = hidden
@@ -401,8 +422,8 @@ class Model:
 
 
 class MtpHead:
-    """A target's own MTP ("nextn") layers as a draft model, with the interface ModelDrafter uses
-    (tokens, n_ctx, n_vocab, sync, eval, truncate, checkpoint, cached_prefix).
+    """A target's own MTP ("nextn") layers as a draft model: a Decoder, the interface ModelDrafter
+    and calibration use (n_ctx, n_vocab, n_batch, sync, eval, truncate, checkpoint, cached_prefix).
 
     As llama.cpp's draft-mtp: a context of type MTP over the target's loaded weights. Its position p
     holds token p together with the target's hidden state at p - 1, so what it predicts there is
@@ -497,8 +518,8 @@ class MtpHead:
 
         last = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, outputs[-1])
         self._own = self._views.of(last, (self._n_embd,)).copy()
-        rows = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
-        return rows[0][np.newaxis] if len(rows) == 1 else np.stack(rows)  # a view, as Model.eval's
+        logits = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
+        return logits[0][np.newaxis] if len(logits) == 1 else np.stack(logits)  # a view, as Model.eval's
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

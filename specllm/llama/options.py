@@ -1,6 +1,7 @@
 """The options a model is loaded with, checked: no llama_cpp import here, so that `--help` and
 the CLI's defaults stay quick."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specllm.errors import SpecllmError
@@ -27,7 +28,7 @@ def check_context_size(n_ctx: int) -> None:
         )
 
 
-def parse_rpc_servers(servers) -> tuple[str, ...]:
+def parse_rpc_servers(servers: str | Sequence[str]) -> tuple[str, ...]:
     """ "host:port,host:port" (or a list of such) -> ("host:port", ...), checked; one clear line
     for anything else."""
     if isinstance(servers, str):
@@ -59,7 +60,9 @@ class ModelOptions:
     n_threads: int | None = None  # None: one per physical core
     n_gpu_layers: int | None = None  # None: all when GPU offload or RPC servers are available, else 0
     n_batch: int = 512
-    rpc: tuple[str, ...] = ()  # llama.cpp rpc-servers ("host:port") that hold the offloaded layers
+    # llama.cpp rpc-servers that hold the offloaded layers: given as "host:port,..." or a sequence of
+    # "host:port", kept parsed as a tuple of "host:port" (see __post_init__)
+    rpc: str | Sequence[str] = ()
     snapshots: int = DEFAULT_SNAPSHOTS  # hybrid and recurrent models only (see DEFAULT_SNAPSHOTS)
 
     def __post_init__(self):

@@ -11,6 +11,7 @@ import collections
 import ctypes
 import socket
 import struct
+from collections.abc import Sequence
 
 import llama_cpp as L
 
@@ -104,7 +105,7 @@ def _recv_exactly(sock, n: int) -> bytes:
     return data
 
 
-def add_rpc_servers(servers: tuple[str, ...]) -> list[int]:
+def add_rpc_servers(servers: Sequence[str]) -> list[int]:
     """Register each server's devices in llama.cpp's registry (once per process); their devices."""
     add_server = rpc_add_server_function()
     devices = []
@@ -134,7 +135,7 @@ def rpc_server_memory(server: str) -> list[tuple[str, int, int]]:
     return result
 
 
-def model_devices(servers: tuple[str, ...]):
+def model_devices(servers: Sequence[str]):
     """The NULL-terminated device list for a model's params, or None (llama.cpp's own choice)
     while no RPC server is registered in this process."""
     if not servers and not _rpc_servers:
