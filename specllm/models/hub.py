@@ -572,12 +572,17 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
     curated size, checksum and mirror when it is a curated file; with every part when FILE is a
     part NAME-0000i-of-0000N.gguf of a split model); ollama:NAME, lmstudio:PATH and llamacpp:FILE
     -> the file in that tool's store (stores.py); anything else is a local GGUF path, checked now."""
-    if not spec.startswith("hf:"):
-        from specllm.models.stores import resolve, store_name
+    if spec.startswith("hf:"):
+        return parse_hf_spec(spec, pairs)
+    from specllm.models.stores import resolve, store_name
 
-        path = resolve(spec) if store_name(spec) else Path(spec).expanduser()
-        check_gguf_header(path)
-        return path
+    path = resolve(spec) if store_name(spec) else Path(spec).expanduser()
+    check_gguf_header(path)
+    return path
+
+
+def parse_hf_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile:
+    """The ModelFile of an "hf:" spec (see parse_model_spec); `pairs` default: the built-in ones."""
     pieces = spec[3:].split("/")
     if len(pieces) < 3 or not all(pieces) or not pieces[-1].endswith(".gguf"):
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
