@@ -84,7 +84,7 @@ class ModelFile:
     @property
     def total_size(self) -> int | None:
         sizes = [part.size for part in self.parts if part.size is not None]
-        return sum(sizes) if len(sizes) == len(self.parts) else None  # unknown if any size is
+        return sum(sizes) if len(sizes) == len(self.parts) else None  # None: some size is not known
 
 
 @dataclass(frozen=True)
