@@ -1,5 +1,6 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
+import contextlib
 import json
 import os
 import signal
@@ -11,8 +12,8 @@ import typer
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
-except ImportError:
-    from click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # older typer: click's own classes, of the same names and API (unused where typer is newer)
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment, unused-ignore]
 
 from specllm import report
 from specllm.cli.basics import build_command, doctor_command, main_options
@@ -51,6 +52,7 @@ from specllm.engine.names import Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import NeedsDraftModel, SpecllmError
+from specllm.models.hub import Source
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -137,7 +139,8 @@ def describe_models(engine) -> list[str]:
         kind = "hybrid" if target.hybrid else "recurrent"
         line = f"target: {kind} ({target.path.name}): recurrent state {human_size(state)}"
         if target.snapshots:
-            line += f", {target.snapshots} snapshots for rejected draft tokens {human_size(state * target.snapshots)} more (--snapshots)"
+            more = human_size(state * target.snapshots)
+            line += f", {target.snapshots} snapshots for rejected draft tokens {more} more (--snapshots)"
         else:
             line += "; llama.cpp keeps no snapshots of it: a rejected draft is taken back from a checkpoint"
         lines.append(line)
@@ -219,7 +222,7 @@ def run(
     pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
-    source: SourceOption = "auto",
+    source: SourceOption = Source.auto,
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
     drafter: DrafterOption = None,
@@ -268,6 +271,7 @@ def run(
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     generation = engine.start(text, config, chat=chat_template, system=system)
     console = Console()
+    view: PlainView | LiveView
     if as_json:
         view = PlainView(drafter, show_summary=False)
     elif use_live(no_live, console):
@@ -292,7 +296,7 @@ def chat(
     pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
-    source: SourceOption = "auto",
+    source: SourceOption = Source.auto,
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
     drafter: DrafterOption = None,
@@ -356,7 +360,10 @@ def describe_policy(policy: dict) -> str:
         line += f"; draft step {draft['step_seconds'] * 1000:.1f} ms (c = {policy['c']:.2f}): the draft model {verdict}"
     if policy.get("mtp"):
         verdict = "can pay here" if policy["mtp_could_pay"] else "cannot pay here: not used"
-        line += f"; MTP step {policy['mtp']['step_seconds'] * 1000:.1f} ms (c = {policy['c_mtp']:.2f}): the MTP layers {verdict}"
+        line += (
+            f"; MTP step {policy['mtp']['step_seconds'] * 1000:.1f} ms (c = {policy['c_mtp']:.2f}): "
+            f"the MTP layers {verdict}"
+        )
     if policy.get("draft_limit"):
         line += f"\nauto: {policy['draft_limit']}"
     return line
@@ -385,20 +392,22 @@ def bench(
     pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
-    source: SourceOption = "auto",
+    source: SourceOption = Source.auto,
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
     drafter: Annotated[
         str | None,
         typer.Option(
-            help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, mtp for a target with MTP layers, and ngram."
+            help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, "
+            "mtp for a target with MTP layers, and ngram."
         ),
     ] = None,
     gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
     prompts: Annotated[
         Path | None,
         typer.Option(
-            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. Default: the built-in suite.'
+            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. '
+            "Default: the built-in suite."
         ),
     ] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,
@@ -424,9 +433,9 @@ def bench(
         typer.Option(
             "--drafts-for",
             metavar="TARGET",
-            help="Measure every draft on disk that fits TARGET (a path or any model reference; those `models --drafts-for` "
-            "finds) against target-only decoding, and remember the fastest for TARGET: `run --target TARGET` then uses it. "
-            "Default: one prompt per category, 64 tokens each.",
+            help="Measure every draft on disk that fits TARGET (a path or any model reference; those "
+            "`models --drafts-for` finds) against target-only decoding, and remember the fastest for TARGET: "
+            "`run --target TARGET` then uses it. Default: one prompt per category, 64 tokens each.",
         ),
     ] = None,
     temperature: Temperature = 0.0,
@@ -457,7 +466,8 @@ def bench(
 
         if pair or target or draft or drafter:
             raise SpecllmError(
-                "--drafts-for measures every draft on disk for one target: give it without --pair, --target, --draft and --drafter"
+                "--drafts-for measures every draft on disk for one target: "
+                "give it without --pair, --target, --draft and --drafter"
             )
         max_tokens = max_tokens or RACE_MAX_TOKENS
         if per_category is None and prompts is None:
@@ -523,8 +533,14 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
         raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
     if o.verbose:
         report_backend(o.threads, o.gpu_layers)
-    engine = load(str(target_path), n_ctx=o.ctx_size, n_threads=o.threads, n_gpu_layers=o.gpu_layers,
-                  rpc=o.rpc or (), snapshots=o.snapshots)  # fmt: skip
+    engine = load(
+        str(target_path),
+        n_ctx=o.ctx_size,
+        n_threads=o.threads,
+        n_gpu_layers=o.gpu_layers,
+        rpc=o.rpc or (),
+        snapshots=o.snapshots,
+    )
     try:
         with BenchProgress() as progress:
             results = race(engine, fits, suite, settings, o.draft_options(), progress)
@@ -544,7 +560,7 @@ def serve(
     pair: PairOption = None,
     target: Target = None,
     draft: Draft = None,
-    source: SourceOption = "auto",
+    source: SourceOption = Source.auto,
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
     drafter: DrafterOption = None,
@@ -645,10 +661,8 @@ def _quiet_exit() -> None:
     BrokenPipeError", exit code 120)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(devnull, stream.fileno())
-        except (OSError, ValueError):
-            pass
     sys.exit(0)
 
 

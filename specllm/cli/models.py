@@ -37,7 +37,8 @@ def models_command(
         typer.Option(
             "--drafts-for",
             metavar="TARGET",
-            help="List the GGUFs on disk that could draft for TARGET (a path, a downloaded hf:REPO/FILE, or ollama:/lmstudio:/llamacpp: NAME), compatible or not, and why.",
+            help="List the GGUFs on disk that could draft for TARGET (a path, a downloaded hf:REPO/FILE, "
+            "or ollama:/lmstudio:/llamacpp: NAME), compatible or not, and why.",
         ),
     ] = None,
 ) -> None:
@@ -54,7 +55,7 @@ def models_command(
     for problem in problems:  # (stderr: stdout stays one JSON object or the tables)
         print(f"warning: {problem}", file=sys.stderr)
     if as_json:
-        print(json.dumps({
+        listing = {
             "pairs": [_pair_dict(pair) for pair in pairs.values()],
             "models": [{**m.to_dict(), "architecture": architectures[m.path]} for m in on_disk],
             "total_size": total,
@@ -62,7 +63,8 @@ def models_command(
             "specllm_cache": str(cache_dir()),
             "stores": {name: [str(f) for f in folders] for name, folders in stores.roots().items()},
             "problems": problems,
-        }))  # fmt: skip
+        }
+        print(json.dumps(listing))
         return
     console = Console()
     console.print(_pairs_table(pairs))
@@ -103,9 +105,15 @@ def _files_table(on_disk: list[local_models.LocalModel], total: int, architectur
     for m in on_disk:
         name = m.spec + (f" ({len(m.parts)} files)" if len(m.parts) > 1 else "")
         name += "" if m.complete else " [parts missing]"
-        table.add_row(escape(name), m.cache + (f" @{','.join(m.refs) or m.revision[:8]}" if m.cache == local_models.HF else ""),
-                      architectures[m.path] or "?", _size(m.size))  # fmt: skip
+        table.add_row(escape(name), _location(m), architectures[m.path] or "?", _size(m.size))
     return table
+
+
+def _location(m: local_models.LocalModel) -> str:
+    """The cache or store that holds a model; in the HF cache, with the refs (or commit) it is at."""
+    if m.cache != local_models.HF or m.revision is None:  # every HF cache entry has its commit
+        return m.cache
+    return f"{m.cache} @{','.join(m.refs) or m.revision[:8]}"
 
 
 def _pair_dict(pair: Pair) -> dict:
@@ -133,7 +141,8 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
             )
         )
         return
-    title = f"Drafts on disk for {spec if stores.store_name(spec) else target.name} (tried in this order)"
+    what = spec if stores.store_name(spec) else target.name  # an Ollama blob's file name would say nothing
+    title = f"Drafts on disk for {what} (tried in this order)"
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
     for column in ("model", "where", "size", "fits", "why"):
         table.add_column(column, overflow="fold", justify="right" if column == "size" else "left")
@@ -141,9 +150,7 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
     Console().print(
-        table
-        if found
-        else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {spec if stores.store_name(spec) else target.name}"
+        table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {what}"
     )
     if fastest is not None:  # what a run of this target alone uses before the order above
         speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
@@ -215,6 +222,7 @@ def pull_command(
     """Download a pair's target and draft (if needed; a single-file entry has no draft), check them,
     and say where they are."""
     target, draft, chosen = resolve_models(pair=pair, source=source, offline=offline, models_file=models_file)
+    assert chosen is not None  # a pair was asked for, not --target
     console = Console(highlight=False)
     for role, path in (("target", target), ("draft", draft)):
         if path is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specllm import report
 from specllm.errors import NeedsDraftModel, SpecllmError
@@ -26,6 +27,9 @@ from specllm.llama.gguf_header import read_metadata
 from specllm.models.hub import fetch_file
 from specllm.models.local import LocalModel, scan, size_on_disk
 from specllm.models.registry import SPLIT_NAME, ModelFile, Pair, load_pairs
+
+if TYPE_CHECKING:  # imported where it is used: it loads llama.cpp
+    from specllm.llama.vocab import Compatibility
 
 _SIZE = re.compile(r"(?<=[-_])\d+(?:\.\d+)?[bm](?=[-_]|$)")  # "-1.5b-", "-500m"
 _QUANT = re.compile(r"[-_.](?:i?q\d\w*|f16|f32|bf16|fp16)$")  # "-q4_k_m", "-Q8_0", "-f16"
@@ -188,7 +192,7 @@ class _Checker:
     def __init__(self, target: Path):
         self.target_path = target
         self.header = read_metadata(target, _VOCAB_KEYS)
-        self.vocabulary = None  # the llama.vocab.Compatibility check, made on first need
+        self.vocabulary: Compatibility | None = None  # the vocabulary check, made on first need
 
     def problem(self, draft: Path) -> str | None:
         """Why `draft` cannot draft for the target (None: it can)."""

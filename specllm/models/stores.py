@@ -278,9 +278,10 @@ def _model_blob(manifest: Path, spec: str) -> Path:
         raise SpecllmError(f"bad Ollama manifest {manifest}: not JSON") from None
     layers = data.get("layers") if isinstance(data, dict) else None
     digests = [
-        layer.get("digest") for layer in (layers if isinstance(layers, list) else [])
+        layer.get("digest")
+        for layer in (layers if isinstance(layers, list) else [])
         if isinstance(layer, dict) and layer.get("mediaType") == _OLLAMA_MODEL_LAYER
-    ]  # fmt: skip
+    ]
     if not digests:
         raise SpecllmError(f"bad Ollama manifest {manifest}: no layer of type {_OLLAMA_MODEL_LAYER} (not a GGUF model)")
     match = _DIGEST.fullmatch(digests[-1]) if isinstance(digests[-1], str) else None
@@ -376,5 +377,13 @@ def _store_model(
     name: str, store: str, parts: tuple[Path, ...], *, file: str | None = None, complete: bool = True
 ) -> LocalModel:
     size = sum(p.stat().st_size for p in parts)
-    return LocalModel(path=parts[0], parts=parts, size=size, cache=store, repo=None,
-                      file=file or name.split(":", 1)[1], complete=complete, name=name)  # fmt: skip
+    return LocalModel(
+        path=parts[0],
+        parts=parts,
+        size=size,
+        cache=store,
+        repo=None,
+        file=file or name.split(":", 1)[1],
+        complete=complete,
+        name=name,
+    )

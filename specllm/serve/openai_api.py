@@ -7,6 +7,7 @@ are refused rather than silently ignored. Chat requests may offer tools (see `To
 tool_calls.py); the model's calls come back as `tool_calls`.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -59,7 +60,7 @@ UNSUPPORTED = (
     "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",  # tools: chat only
     "response_format", "presence_penalty", "frequency_penalty", "suffix", "echo", "best_of",
 )  # fmt: skip
-HARMLESS = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
+HARMLESS: tuple[object, ...] = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
 
 
 class StreamOptions(BaseModel):
@@ -141,10 +142,8 @@ class AssistantToolCall(BaseModel):
         """As a template wants it: most write the arguments with tojson, from an object."""
         arguments = self.function.arguments
         if object_arguments:
-            try:
+            with contextlib.suppress(ValueError):  # not JSON: the template gets the text the client sent
                 arguments = json.loads(arguments)
-            except ValueError:
-                pass  # not JSON: the template gets the text the client sent
         return {"id": self.id, "type": "function", "function": {"name": self.function.name, "arguments": arguments}}
 
 
@@ -168,7 +167,10 @@ class Message(BaseModel):
         """The message as a chat template gets it: OpenAI's "developer" is the system role, and
         content is text (empty beside tool calls: templates concatenate it)."""
         content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
-        message = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
+        message: dict[str, object] = {
+            "role": "system" if self.role == "developer" else self.role,
+            "content": content or "",
+        }
         if self.tool_calls:
             message["tool_calls"] = [call.to_template(object_arguments) for call in self.tool_calls]
         if self.tool_call_id is not None:
@@ -246,10 +248,11 @@ class CompletionRequest(_Request):
 
     def check(self) -> None:
         super().check()
-        if isinstance(self.prompt, list) and (not self.prompt or isinstance(self.prompt[0], str)):
-            if len(self.prompt) != 1:
+        match self.prompt:  # a string, or a list of token ids, stays as it is
+            case [str() as text]:  # a list of one string: that string
+                self.prompt = text
+            case [] | [str(), *_]:  # an empty list, or several strings
                 raise ApiError(400, "give one prompt per request (a string or a list of token ids)", "prompt")
-            self.prompt = self.prompt[0]
 
 
 def parse(kind: type[_Request], body: bytes) -> _Request:
@@ -340,12 +343,13 @@ class Reply:
 
     def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
         """The whole response of a request that was not streamed; `tools` has read its calls."""
-        choice = {"index": 0, "finish_reason": finish_reason(result.stop_reason), "logprobs": None}
+        finish = finish_reason(result.stop_reason)
+        choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": result.text}
             if tools is not None:
                 choice["message"] = tools.message()
-                choice["finish_reason"] = tools.finish_reason(choice["finish_reason"])
+                choice["finish_reason"] = tools.finish_reason(finish)
         else:
             choice["text"] = result.text
         body = self._object("chat.completion" if self.chat else "text_completion", [choice])
@@ -355,7 +359,7 @@ class Reply:
         self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list | None = None
     ) -> dict:
         """One streamed chunk: new text or calls, or (with `finish`) the end of the choice."""
-        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
+        choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
             choice["delta"] = (
                 ({"role": "assistant", "content": ""} if first else {})
@@ -388,7 +392,8 @@ class ToolReply:
     def __init__(self, tool_names: list[str], prefill: str = "", parallel: bool = True):
         self.parser, self.parallel = ToolCallParser(tool_names), parallel
         self.prefill = prefill
-        self.text, self.calls = "", []  # what the deltas so far hold
+        self.text = ""  # what the deltas so far hold: text and calls
+        self.calls: list[dict] = []
 
     def feed(self, text: str) -> dict:
         """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""

@@ -15,6 +15,7 @@ tokens.
 import asyncio
 import copy
 import dataclasses
+import enum
 import hmac
 import json
 import logging
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
+from typing import Final
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -74,7 +76,14 @@ def body_limit(n_ctx: int) -> int:
 
 # --- running the engine, one generation at a time ---------------------------------------------
 
-_END = object()
+
+class _End(enum.Enum):
+    """The last item of a job's queue, after its steps and result."""
+
+    END = enum.auto()
+
+
+_END: Final = _End.END
 
 
 def shutting_down() -> ApiError:
@@ -96,6 +105,7 @@ class Plan:
     def delta(self, step: Step) -> dict:
         """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
         if self.tools is not None:
+            assert self.marked is not None  # given with the tools
             return self.tools.feed(self.marked(step))
         text = step.accepted_text + step.token_text
         return {"text": text} if text else {}
@@ -128,7 +138,8 @@ class Job:
     far behind."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop, self.queue, self.cancelled = loop, asyncio.Queue(), threading.Event()
+        self.loop, self.cancelled = loop, threading.Event()
+        self.queue: asyncio.Queue[Step | Result | Exception | _End] = asyncio.Queue()
         self.room = threading.Semaphore(AHEAD)
         self.result: Result | None = None  # set on the event loop once the steps have all come
 
@@ -136,7 +147,7 @@ class Job:
         self.cancelled.set()
         self.room.release()  # an engine waiting for room sees it
 
-    def run(self, generation: Generation, on_result: Callable[[Result], None], on_end: Callable[[], None]) -> None:
+    def run(self, generation: Generation, on_result: Callable[[Result], None], on_end: Callable[[], object]) -> None:
         """On the engine thread: step the engine, handing each step over, then the result
         (given to `on_result` first, still on the engine thread)."""
         try:
@@ -156,7 +167,7 @@ class Job:
             self._put(_END)
             on_end()
 
-    def _put(self, item) -> None:
+    def _put(self, item: Step | Result | Exception | _End) -> None:
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the event loop is closed: the server is shutting down
@@ -216,12 +227,12 @@ class EngineWorker:
     def without_paths(self, message: str) -> str:
         """An error for a client: the server's model files named by their file names only."""
         engine = self.engine
-        paths = [
-            engine.target.path,
-            engine.draft.path if engine.draft else None,
-            engine.draft_file and engine.draft_file[0],
-        ]
-        for path in filter(None, paths):
+        paths: list[str | Path] = [engine.target.path]
+        if engine.draft:
+            paths.append(engine.draft.path)
+        if engine.draft_file:  # a draft not loaded yet
+            paths.append(engine.draft_file[0])
+        for path in paths:
             for form in {str(path), str(Path(path).resolve())}:
                 message = message.replace(form, Path(path).name)
         return message
@@ -566,9 +577,13 @@ def server(app: FastAPI):
 
     # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off",
+        app,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        lifespan="off",
         http=_protocol(app.state.worker.settings.header_seconds),
-    )  # fmt: skip
+    )
     return Server(config)
 
 

@@ -114,6 +114,7 @@ def test_models_lists_both_caches_with_real_sizes_and_a_total(fake_hub, tiny_mod
     assert table.exit_code == 0
     assert f"GGUF models on disk: 3, {sum(sizes) / 1e6:.1f} MB in all" in table.output
     assert f"hf:{REPO}/whole-00001-of-00003.gguf (3 files)" in table.output
+    assert table.output.count("HF cache @main") == 2 and "specllm cache " in table.output  # where, at which ref
 
 
 def test_models_with_empty_caches(isolated):

@@ -19,6 +19,7 @@ from serving import CTX, LogLines, Server, serving, wait_for_line
 
 import specllm
 from specllm.engine.loop import Generation
+from specllm.serve.openai_api import CompletionRequest, parse
 from specllm.serve.server import listen
 
 PROMPT = "def f(x):"
@@ -285,10 +286,17 @@ BAD_REQUESTS = [
     (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
     (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
     (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
+    (b'{"prompt": []}', 400, "prompt", None),
     (b'{"max_tokens": 8}', 400, "prompt", None),
     (LONG_PROMPT, 400, "prompt", "context_length_exceeded"),
     (json.dumps({"prompt": "x" * 2**21}).encode(), 413, None, "request_too_large"),
 ]
+
+
+def test_a_prompt_is_a_string_token_ids_or_a_list_of_one_string():
+    assert parse(CompletionRequest, b'{"prompt": ["Once upon"]}').prompt == "Once upon"
+    assert parse(CompletionRequest, b'{"prompt": "Once upon"}').prompt == "Once upon"
+    assert parse(CompletionRequest, b'{"prompt": [1, 2]}').prompt == [1, 2]
 
 
 @pytest.mark.parametrize("body,status,param,code", BAD_REQUESTS, ids=range(len(BAD_REQUESTS)))
