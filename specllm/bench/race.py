@@ -46,8 +46,14 @@ class DraftConfiguration(Configuration):
         return f"{self.draft} g={self.gamma}"
 
 
-def race(engine: Engine, candidates: list[Candidate], prompts: list[BenchPrompt], settings: BenchSettings,
-         draft_options: ModelOptions, progress: Progress | None = None) -> dict:  # fmt: skip
+def race(
+    engine: Engine,
+    candidates: list[Candidate],
+    prompts: list[BenchPrompt],
+    settings: BenchSettings,
+    draft_options: ModelOptions,
+    progress: Progress | None = None,
+) -> dict:
     """Measure each candidate at each of the settings' gammas against target-only decoding on
     `engine`'s target (loaded without a draft); a JSON-ready dict, the drafts fastest first."""
     progress = progress or (lambda description, completed, total: None)
@@ -69,8 +75,9 @@ def race(engine: Engine, candidates: list[Candidate], prompts: list[BenchPrompt]
     return _results(engine, candidates, runs, prompts, settings)
 
 
-def _measure(lanes: dict[Configuration, Engine], prompts: list[BenchPrompt], settings: BenchSettings,
-             progress: Progress) -> dict[Configuration, list[PromptRun]]:  # fmt: skip
+def _measure(
+    lanes: dict[Configuration, Engine], prompts: list[BenchPrompt], settings: BenchSettings, progress: Progress
+) -> dict[Configuration, list[PromptRun]]:
     """A short warm-up on every lane (not counted), then every prompt on every lane side by side,
     the lanes stepping in reverse order every other round."""
     configs = list(lanes)
@@ -97,29 +104,36 @@ def _measure(lanes: dict[Configuration, Engine], prompts: list[BenchPrompt], set
     return runs
 
 
-def _results(engine: Engine, candidates: list[Candidate], runs: dict, prompts: list[BenchPrompt],
-             settings: BenchSettings) -> dict:  # fmt: skip
+def _results(
+    engine: Engine, candidates: list[Candidate], runs: dict, prompts: list[BenchPrompt], settings: BenchSettings
+) -> dict:
     baseline = runs[BASELINE]
     greedy = settings.sampler.greedy
     measured = {config: _summary(config, config_runs, baseline, greedy) for config, config_runs in runs.items()}
     drafts = []
     for c in candidates:
-        mine = sorted((m for config, m in measured.items() if getattr(config, "draft", None) == str(c.path)),
-                      key=lambda m: -m["tokens_per_second"])  # fmt: skip
+        mine = sorted(
+            (m for config, m in measured.items() if getattr(config, "draft", None) == str(c.path)),
+            key=lambda m: -m["tokens_per_second"],
+        )
         drafts.append({**c.to_dict(), "best": mine[0], "by_gamma": mine})
     ranked = rank(drafts)
     return {
         "target": {"path": str(engine.target.path), "name": engine.target.path.name},
         "machine": machine_info(engine),
         "settings": {
-            "prompts": len(prompts), "rounds": settings.rounds, "max_tokens": settings.max_tokens,
-            "gammas": list(dict.fromkeys(c.gamma for c in settings.configurations)), "greedy": greedy,
-            "temperature": settings.sampler.temperature, "seed": settings.sampler.seed,
+            "prompts": len(prompts),
+            "rounds": settings.rounds,
+            "max_tokens": settings.max_tokens,
+            "gammas": list(dict.fromkeys(c.gamma for c in settings.configurations)),
+            "greedy": greedy,
+            "temperature": settings.sampler.temperature,
+            "seed": settings.sampler.seed,
         },
         "target_only": measured[BASELINE],
         "drafts": ranked,
         "winner": winner(ranked),
-    }  # fmt: skip
+    }
 
 
 def _summary(config: Configuration, runs: list[PromptRun], baseline: list[PromptRun], greedy: bool) -> dict:
@@ -153,7 +167,11 @@ def winner(ranked: list[dict]) -> dict | None:
     top = ranked[0]
     best = top["best"]
     return {
-        "path": top["path"], "name": top["name"], "tokens_per_second": best["tokens_per_second"],
-        "speedup": best["speedup"], "acceptance": best["acceptance_rate"], "gamma": best["gamma"],
+        "path": top["path"],
+        "name": top["name"],
+        "tokens_per_second": best["tokens_per_second"],
+        "speedup": best["speedup"],
+        "acceptance": best["acceptance_rate"],
+        "gamma": best["gamma"],
         "measured": len(ranked),
-    }  # fmt: skip
+    }

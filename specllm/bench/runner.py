@@ -141,8 +141,10 @@ def select_prompts(
         known = categories_of(prompts)
         unknown = [c for c in wanted if c not in known]
         if unknown:
-            raise SpecllmError(f"no prompts in categor{'y' if len(unknown) == 1 else 'ies'} "
-                               f"{', '.join(unknown)}: the suite has {', '.join(known)}")  # fmt: skip
+            raise SpecllmError(
+                f"no prompts in categor{'y' if len(unknown) == 1 else 'ies'} "
+                f"{', '.join(unknown)}: the suite has {', '.join(known)}"
+            )
         prompts = [p for p in prompts if p.category in wanted]
     if per_category is not None:
         if per_category < 1:
@@ -252,8 +254,14 @@ class PromptRun:
         return [(len(drafted), accepted) for drafted, accepted in self.calls]
 
 
-def run_one(engine: Engine, index: int, prompt: BenchPrompt, config: Configuration, settings: BenchSettings,
-            max_tokens: int | None = None) -> PromptRun:  # fmt: skip
+def run_one(
+    engine: Engine,
+    index: int,
+    prompt: BenchPrompt,
+    config: Configuration,
+    settings: BenchSettings,
+    max_tokens: int | None = None,
+) -> PromptRun:
     """One generation from empty KV caches, collecting each step's draft and acceptance."""
     return run_interleaved([_Running(engine, index, prompt, config, settings, max_tokens)])[0]
 
@@ -284,8 +292,15 @@ def run_interleaved(running: list[_Running]) -> list[PromptRun]:
 class _Running:
     """A generation under way, taken one engine step at a time."""
 
-    def __init__(self, engine: Engine, index: int, prompt: BenchPrompt, config: Configuration,
-                 settings: BenchSettings, max_tokens: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        engine: Engine,
+        index: int,
+        prompt: BenchPrompt,
+        config: Configuration,
+        settings: BenchSettings,
+        max_tokens: int | None = None,
+    ):
         self.index, self.prompt, self.config = index, prompt, config
         gen = GenerationConfig(
             max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
@@ -392,9 +407,12 @@ def replay_logits(
 
 
 def check_fidelity(
-    target: Model, prompt_tokens: list[int], reference: list[int], candidate: list[int],
+    target: Model,
+    prompt_tokens: list[int],
+    reference: list[int],
+    candidate: list[int],
     calls: list[tuple[list[int], int]],
-) -> dict | None:  # fmt: skip
+) -> dict | None:
     """None when the candidate output equals the reference (target-only) output token for token;
     otherwise the first divergence: its position, both tokens, the target's top-2 gap there and the
     gap between the two competing tokens (both in one-token evaluation), and the verdict. `calls`
@@ -440,8 +458,9 @@ def check_fidelity(
 # --- the bench -------------------------------------------------------------------------------
 
 
-def run_bench(engine: Engine, prompts: list[BenchPrompt], settings: BenchSettings,
-              progress: Progress | None = None) -> dict:  # fmt: skip
+def run_bench(
+    engine: Engine, prompts: list[BenchPrompt], settings: BenchSettings, progress: Progress | None = None
+) -> dict:
     """Warm up, calibrate, run target-only and every configuration over `prompts`, check fidelity;
     return everything as a JSON-ready dict: machine, models, settings, calibration (c, V), and per
     configuration its overall, per-category and per-prompt results, then the best configuration."""
@@ -559,25 +578,31 @@ def _config_results(config, runs, baseline, calibration, divergences, greedy) ->
     for cat in categories_of(r.prompt for r in runs):
         idx = [i for i, r in enumerate(runs) if r.prompt.category == cat]
         out["categories"][cat] = _summary(
-            config, [runs[i] for i in idx], [baseline[i] for i in idx], calibration,
-            None if divergences is None else [divergences[i] for i in idx], greedy,
-        )  # fmt: skip
+            config,
+            [runs[i] for i in idx],
+            [baseline[i] for i in idx],
+            calibration,
+            None if divergences is None else [divergences[i] for i in idx],
+            greedy,
+        )
     for i, (run, ref) in enumerate(zip(runs, baseline)):
         s = run.result.stats
-        out["prompts"].append({
-            "index": run.index,
-            "round": run.round,
-            "category": run.prompt.category,
-            "prompt": run.prompt.prompt,
-            "max_tokens": run.prompt.max_tokens,
-            "text": run.result.text,
-            "tokens": run.result.tokens,
-            "stop_reason": run.result.stop_reason,
-            "stats": s.to_dict(),
-            "speedup": _ratio(s.tokens_per_second, ref.result.stats.tokens_per_second),
-            "matches": None if config == BASELINE or not greedy else divergences[i] is None,
-            "divergence": None if divergences is None else divergences[i],
-        })  # fmt: skip
+        out["prompts"].append(
+            {
+                "index": run.index,
+                "round": run.round,
+                "category": run.prompt.category,
+                "prompt": run.prompt.prompt,
+                "max_tokens": run.prompt.max_tokens,
+                "text": run.result.text,
+                "tokens": run.result.tokens,
+                "stop_reason": run.result.stop_reason,
+                "stats": s.to_dict(),
+                "speedup": _ratio(s.tokens_per_second, ref.result.stats.tokens_per_second),
+                "matches": None if config == BASELINE or not greedy else divergences[i] is None,
+                "divergence": None if divergences is None else divergences[i],
+            }
+        )
     return out
 
 

@@ -201,8 +201,15 @@ def divergence_table(results: dict) -> Table | None:
 
 def bar_chart(results: dict) -> Table:
     """Overall decode tokens/s of each configuration as horizontal bars, target-only first."""
-    rows = [(r["configuration"], r["overall"]["stats"]["tokens_per_second"], r["overall"]["speedup"],
-             r["drafter"] == "none") for r in results["results"]]  # fmt: skip
+    rows = [
+        (
+            r["configuration"],
+            r["overall"]["stats"]["tokens_per_second"],
+            r["overall"]["speedup"],
+            r["drafter"] == "none",
+        )
+        for r in results["results"]
+    ]
     top = max(tps for _, tps, _, _ in rows) or 1.0
     table = Table.grid(padding=(0, 1))
     table.title = "Decode speed, all prompts"
@@ -246,11 +253,14 @@ def explanation(results: dict) -> list[str]:
     check = results.get("timing_check")
     if check and not check["stable"]:
         every = check["target_only_step_seconds"] + [check["calibration_step_seconds"]]
-        lines.insert(0, (
-            f"WARNING: the timings are unstable: a target-only step took {min(every) * 1000:.0f} to "
-            f"{max(every) * 1000:.0f} ms across prompts and calibration ({check['spread']:.1f}x). Something else "
-            "was probably using the machine; the speeds and speedups below are not reliable: rerun on a quiet one."
-        ))  # fmt: skip
+        lines.insert(
+            0,
+            (
+                f"WARNING: the timings are unstable: a target-only step took {min(every) * 1000:.0f} to "
+                f"{max(every) * 1000:.0f} ms across prompts and calibration ({check['spread']:.1f}x). Something else "
+                "was probably using the machine; the speeds and speedups below are not reliable: rerun on a quiet one."
+            ),
+        )
     costs = "Measured costs: "
     if cal["c"] is not None:
         costs += f"a draft-model step is c = {cal['c']:.2f} of a target step; "
@@ -319,8 +329,11 @@ def _auto_sentence(auto: dict) -> str:
     verdict = "beats" if o["beats_every_fixed"] else ("matches" if o["matches_best_fixed"] else "trails")
     text += f"; it {verdict} the best fixed configuration overall ({o['best_fixed']}, {_x(o['best_fixed_speedup'])})"
     cats = auto["by_category"]
-    short = [f"{cat} ({_x(v['speedup'])} against {v['best_fixed']} {_x(v['best_fixed_speedup'])})"
-             for cat, v in cats.items() if not v["matches_best_fixed"]]  # fmt: skip
+    short = [
+        f"{cat} ({_x(v['speedup'])} against {v['best_fixed']} {_x(v['best_fixed_speedup'])})"
+        for cat, v in cats.items()
+        if not v["matches_best_fixed"]
+    ]
     matched = len(cats) - len(short)
     text += f" and matches the best of each category within {NOISE:.0%} in {matched} of {len(cats)}"
     return text + (f"; it falls short in {', '.join(short)}." if short else ".")
@@ -430,20 +443,26 @@ def render_draft_race(results: dict, console: Console) -> None:
     """The drafts measured for one target, fastest first, against target-only decoding, and which
     one is remembered."""
     m, s = results["machine"], results["settings"]
-    console.print(Text(
-        f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · "
-        f"{m['threads']} thread{'s' * (m['threads'] != 1)} · "
-        f"{s['prompts']} prompts{_rounds(s)} · up to {s['max_tokens']} tokens · "
-        f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
-        style="dim",
-    ))  # fmt: skip
+    console.print(
+        Text(
+            f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · "
+            f"{m['threads']} thread{'s' * (m['threads'] != 1)} · "
+            f"{s['prompts']} prompts{_rounds(s)} · up to {s['max_tokens']} tokens · "
+            f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
+            style="dim",
+        )
+    )
     console.print(draft_race_table(results))
     console.print(_race_verdict(results), highlight=False, soft_wrap=True)
 
 
 def draft_race_table(results: dict) -> Table:
-    table = Table(title="Drafts for this target, fastest first (drafter model)", title_justify="left",
-                  header_style="bold", box=box.SIMPLE_HEAD)  # fmt: skip
+    table = Table(
+        title="Drafts for this target, fastest first (drafter model)",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     table.add_column("#", justify="right")
     table.add_column("draft (where, size)", overflow="fold")
     for column in ("γ", "tok/s", "speedup", "accepted", "tok/call", "same"):
@@ -457,11 +476,16 @@ def draft_race_table(results: dict) -> Table:
                 Text(draft["name"]).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim") if first else ""
             )
             table.add_row(
-                str(rank) if first else "", name, str(g["gamma"]), f"{g['tokens_per_second']:.1f}",
-                Text(_x(g["speedup"]), style=_speed_style(g["speedup"])), _pct(g["acceptance_rate"]),
-                f"{g['tokens_per_call']:.2f}", "—" if g["same_output"] is None else f"{g['same_output']}/{g['runs']}",
+                str(rank) if first else "",
+                name,
+                str(g["gamma"]),
+                f"{g['tokens_per_second']:.1f}",
+                Text(_x(g["speedup"]), style=_speed_style(g["speedup"])),
+                _pct(g["acceptance_rate"]),
+                f"{g['tokens_per_call']:.2f}",
+                "—" if g["same_output"] is None else f"{g['same_output']}/{g['runs']}",
                 style="" if first else "dim",
-            )  # fmt: skip
+            )
     return table
 
 
@@ -476,9 +500,11 @@ def _race_verdict(results: dict) -> str:
     pays = win["speedup"] is not None and win["speedup"] >= 1 + NOISE
     line += "." if pays else ": no draft paid for itself on this machine with these settings."
     if results.get("remembered"):
-        line += (f" Remembered for this target: `specllm run --target {spec}` (and chat, bench, serve) uses it "
-                 "while both files stay as they are; --draft overrides. With auto, the default drafter, it is "
-                 "drafted with only where it pays.")  # fmt: skip
+        line += (
+            f" Remembered for this target: `specllm run --target {spec}` (and chat, bench, serve) uses it "
+            "while both files stay as they are; --draft overrides. With auto, the default drafter, it is "
+            "drafted with only where it pays."
+        )
     return line
 
 

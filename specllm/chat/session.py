@@ -287,7 +287,7 @@ class ChatSession:
                 "min_p": s.min_p,
                 "seed": s.seed,
                 "ctx_size": self.n_ctx,
-            },  # fmt: skip
+            },
             "system": self.system,
             "messages": self.messages(),  # what the model sees now, as the template gets it
             "turns": [t.to_dict() for t in self.turns],
@@ -300,14 +300,21 @@ class ChatSession:
     def totals(self) -> dict:
         s = aggregate(self.all_stats)
         return {
-            "turns": len(self.all_stats), "interrupted": self.interrupted, "dropped_turns": self.dropped,
-            "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
+            "turns": len(self.all_stats),
+            "interrupted": self.interrupted,
+            "dropped_turns": self.dropped,
+            "generated_tokens": s.generated_tokens,
+            "decode_seconds": s.decode_seconds,
             "tokens_per_second": s.tokens_per_second,
-            "drafted": s.n_drafted, "accepted": s.n_accepted, "acceptance_rate": s.acceptance_rate,
-            "target_calls": s.target_calls, "mean_accepted_length": s.mean_accepted_length,
-            "prompt_tokens": s.prompt_tokens, "prefill_tokens": s.prefill_tokens,
+            "drafted": s.n_drafted,
+            "accepted": s.n_accepted,
+            "acceptance_rate": s.acceptance_rate,
+            "target_calls": s.target_calls,
+            "mean_accepted_length": s.mean_accepted_length,
+            "prompt_tokens": s.prompt_tokens,
+            "prefill_tokens": s.prefill_tokens,
             "prefill_seconds": s.prefill_seconds,
-        }  # fmt: skip
+        }
 
     @property
     def context_in_use(self) -> int:

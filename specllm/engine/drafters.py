@@ -253,9 +253,12 @@ class AutoDrafter(NoDrafter):
     name = "auto"
 
     def __init__(
-        self, policy: AutoPolicy, model: ModelDrafter | None, markup: frozenset[int] = frozenset(),
+        self,
+        policy: AutoPolicy,
+        model: ModelDrafter | None,
+        markup: frozenset[int] = frozenset(),
         mtp: ModelDrafter | None = None,
-    ):  # fmt: skip
+    ):
         self.policy = policy
         policy.start_generation()
         self.drafters = {name: d for name, d in (("model", model), ("mtp", mtp)) if d is not None}

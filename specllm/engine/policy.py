@@ -431,9 +431,14 @@ class AutoPolicy:
         return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
 
     def choose(
-        self, ngram_match: int, ngram_available: int, model_ready: bool, cap: int, catch_up: int = 1,
+        self,
+        ngram_match: int,
+        ngram_available: int,
+        model_ready: bool,
+        cap: int,
+        catch_up: int = 1,
         ready: dict[str, int] | None = None,
-    ) -> Plan:  # fmt: skip
+    ) -> Plan:
         """The plan for one step: n-gram copy (match of `ngram_match` tokens, `ngram_available`
         tokens to copy), a model source, or nothing. `ready` maps each model source that can
         draft now to its catch-up width; without it, the draft model when `model_ready`."""

@@ -56,9 +56,15 @@ def render_bounded(template, tools=None, **variables) -> str:
 
     out = io.StringIO()
     chunks = template.generate(
-        **variables, raise_exception=raise_exception, strftime_now=Formatter.strftime_now, range=bounded_range,
-        functions=None, function_call=None, tools=tools, tool_choice=None,
-    )  # fmt: skip
+        **variables,
+        raise_exception=raise_exception,
+        strftime_now=Formatter.strftime_now,
+        range=bounded_range,
+        functions=None,
+        function_call=None,
+        tools=tools,
+        tool_choice=None,
+    )
     for chunk in chunks:
         if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:
             raise ValueError(f"it renders more than {TEMPLATE_MAX_CHARS} characters")
