@@ -150,8 +150,10 @@ def measure(args) -> dict:
 
 
 def run_in(checkout: Path, argv: list[str]) -> dict:
+    # each checkout's own copy of this script: it knows where that checkout keeps the parts it wraps
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    out = subprocess.run([sys.executable, str(HERE), *argv, "--json"], env=env, capture_output=True, text=True)
+    script = checkout / "benchmarks" / "overhead.py"
+    out = subprocess.run([sys.executable, str(script), *argv, "--json"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"overhead.py in {checkout} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout)
