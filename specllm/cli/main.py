@@ -73,6 +73,10 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     o = options
     if o.draft == "none" and o.target is None:
         raise SpecllmError("--draft none goes with --target (for a pair without its draft use --drafter ngram or none)")
+    if o.pair is not None and (o.target is not None or o.draft is not None):
+        raise SpecllmError("give either --pair or --target/--draft, not both")
+    if o.draft is not None and o.target is None:
+        raise SpecllmError("--draft needs --target (or use --pair NAME)")
     target_path, draft_path, _ = resolve_models(
         o.pair,
         o.target,

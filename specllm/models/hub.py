@@ -625,14 +625,14 @@ def resolve_models(
 ) -> tuple[Path, Path | None, Pair | None]:
     """What run/chat/bench load: (target path, draft path or None, the pair or None).
 
-    Either a pair (by name; None = the default pair) or --target [--draft], each a local path or
-    hf:REPO/FILE. Files not downloaded yet are fetched (see fetch_file). A single-file entry (a
+    Either a pair (by name; None = the default pair) or a target (and a draft), each a local path
+    or hf:REPO/FILE. Files not downloaded yet are fetched (see fetch_file). A single-file entry (a
     pair without a draft) gives no draft path. With `check`, a pair's two files are checked for
     compatible vocabularies."""
     if pair is not None and (target is not None or draft is not None):
-        raise SpecllmError("give either --pair or --target/--draft, not both")
+        raise SpecllmError("give either a pair or a target (and a draft), not both")
     if draft is not None and target is None:
-        raise SpecllmError("--draft needs --target (or use --pair NAME)")
+        raise SpecllmError("a draft needs a target to draft for (or a pair)")
 
     def fetch(model: ModelFile) -> Path:
         return fetch_file(model, source=source, offline=offline, progress=progress, pip_args=pip_args)

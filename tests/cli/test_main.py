@@ -130,6 +130,14 @@ def test_a_missing_file_is_one_clear_line(models, tmp_path):
     assert_one_line_error(specllm_run("hi", "--target", tmp_path / "nope.gguf"), "not found", "nope.gguf")
 
 
+def test_a_pair_with_a_target_or_a_draft_alone_is_refused_in_the_flags_words(tiny_models, isolated):
+    both = specllm_run("hi", "--pair", "x", "--target", tiny_models.target)
+    assert_one_line_error(both, "give either --pair or --target/--draft, not both")
+    assert_one_line_error(
+        specllm_run("hi", "--draft", tiny_models.draft), "--draft needs --target (or use --pair NAME)"
+    )
+
+
 def test_a_file_that_is_not_gguf_is_one_clear_line(tiny_models):
     assert_one_line_error(specllm_run("hi", "--target", tiny_models.not_gguf), "not a GGUF")
 

@@ -333,9 +333,10 @@ def test_resolve_target_from_the_hub_and_a_local_draft(fake_hub, tiny_models):
 
 
 def test_resolve_refuses_mixed_or_partial_choices(isolated):
-    with pytest.raises(SpecllmError, match="either --pair or --target"):
+    """In the library's words; the command line says it with its flags first (tests/cli)."""
+    with pytest.raises(SpecllmError, match="either a pair or a target"):
         hub.resolve_models(pair="x", target="t.gguf")
-    with pytest.raises(SpecllmError, match="--draft needs --target"):
+    with pytest.raises(SpecllmError, match="a draft needs a target"):
         hub.resolve_models(draft="d.gguf")
 
 
