@@ -158,7 +158,12 @@ def test_chat_turns_edits_and_reset_equal_fresh_target_only(chat_case, tmp_path)
         last = len(prepared.tokens) + len(result.tokens)
         prepared, result = checked_turn(message)
         assert prepared.extended and prepared.reused == last
-        assert spy.prefill == result.stats.prefill_tokens == prepared.new_tokens < len(prepared.tokens) // 2
+        assert (
+            spy.prefill
+            == result.stats.prefill_tokens
+            == len(prepared.tokens) - prepared.reused
+            < len(prepared.tokens) // 2
+        )
 
     # An edited history: the transcript saved, turn 2's message changed and the last turn taken
     # back, loaded (/save and /load are what ChatSession offers to change earlier turns).

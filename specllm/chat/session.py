@@ -70,10 +70,6 @@ class Prepared:
     dropped: list[Turn] = field(default_factory=list)  # oldest turns dropped to fit the context
     notices: list[str] = field(default_factory=list)
 
-    @property
-    def new_tokens(self) -> int:
-        return len(self.tokens) - self.reused
-
 
 class ChatSession:
     """A conversation with an engine. Typical use:

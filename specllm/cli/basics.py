@@ -59,21 +59,6 @@ def env_name(param) -> str | None:
     return None if name in RESERVED else name
 
 
-def env_options(command) -> dict[str, list[str]]:
-    """Every variable and the options that read it, as `command --option` (for tests and docs)."""
-    found: dict[str, list[str]] = {}
-
-    def walk(group, path: str) -> None:
-        for name, sub in getattr(group, "commands", {}).items():
-            for param in sub.params:
-                if getattr(param, "envvar", None):
-                    found.setdefault(param.envvar, []).append(f"{path}{name} {param.opts[0]}")
-            walk(sub, f"{path}{name} ")
-
-    walk(command, "")
-    return found
-
-
 # --- specllm --version -------------------------------------------------------------------------
 
 

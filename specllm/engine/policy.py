@@ -357,10 +357,6 @@ class AutoPolicy:
     def model(self) -> Acceptance:
         return self.by_confidence["model"]
 
-    @property
-    def model_marginal(self) -> Acceptance:
-        return self.marginal["model"]
-
     def forget_acceptance(self) -> None:
         """Back to the priors: forget what texts taught about acceptance, and the guard's
         verdicts. The measured costs stay."""

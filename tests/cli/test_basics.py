@@ -13,7 +13,7 @@ import llama_cpp
 import pytest
 
 import specllm
-from specllm.cli.basics import NOT_FROM_ENV, RESERVED, build_command, env_options
+from specllm.cli.basics import NOT_FROM_ENV, RESERVED, build_command
 from specllm.cli.main import app
 
 SPECLLM = [sys.executable, "-m", "specllm"]
@@ -25,6 +25,21 @@ def run_specllm(*args, env=None):
     return subprocess.run(
         SPECLLM + list(map(str, args)), capture_output=True, text=True, timeout=120, env={**CLEAN_ENV, **(env or {})}
     )
+
+
+def env_options(command) -> dict[str, list[str]]:
+    """Every variable and the options that read it, as `command --option`."""
+    found: dict[str, list[str]] = {}
+
+    def walk(group, path: str) -> None:
+        for name, sub in getattr(group, "commands", {}).items():
+            for param in sub.params:
+                if getattr(param, "envvar", None):
+                    found.setdefault(param.envvar, []).append(f"{path}{name} {param.opts[0]}")
+            walk(sub, f"{path}{name} ")
+
+    walk(command, "")
+    return found
 
 
 def test_version_names_specllm_llama_cpp_python_and_the_llama_cpp_build():
