@@ -19,7 +19,8 @@ from specllm.errors import SpecllmError
 # When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
 # and fall back to a full sort only if they do not reach top_p (exact either way).
 _TOP_P_HEAD = 1024
-_SAMPLE_STRIDE = 16  # top-k: one value in this many is sampled to find a floor (see _top_k)
+_GROUPS = 16  # top-k: the row is read as this many interleaved slices, their maxima kept (see _top_k)
+_GROUPS_OF_MAXIMA = 8  # and those maxima as this many, for the floor
 
 
 @dataclass(frozen=True)
@@ -141,15 +142,31 @@ def _softmax_sorted(x: np.ndarray) -> np.ndarray:
 def _top_k(x: np.ndarray, k: int) -> np.ndarray:
     """Ids of the k largest values, by decreasing value (at a tie, the lowest ids first, so a tie
     at the k-th value keeps the lowest ids). A full sort of a 150k vocabulary costs milliseconds,
-    so first narrow the row down: the k-th largest value of a strided sample of the row is at
-    most the row's own k-th largest (the sample is part of the row), so one pass keeping the
-    values at or above it keeps the k largest (exact, not an approximation): about k x stride."""
-    sample = x[::_SAMPLE_STRIDE]
-    if sample.size <= k:
+    so the row is narrowed down first, exactly: read as _GROUPS interleaved slices, group j being
+    ids j, j + m, j + 2m, ... (m = size // _GROUPS), each of the k largest values lies in a group
+    whose maximum is at least the k-th largest maximum (were it not, k groups would each hold a
+    larger value). Any floor at most that k-th largest maximum keeps them, and the k-th largest
+    of the maxima's own group maxima is one (k groups of maxima each hold a maximum at least as
+    large), found in a partition 8 times smaller. One elementwise max over the slices, and the
+    values of about k groups, are all that is read of the row."""
+    m = x.size // _GROUPS
+    if m <= k:
         return np.argsort(-x, kind="stable")[:k]
-    floor = np.partition(sample, sample.size - k)[sample.size - k]
-    near = np.flatnonzero(x >= floor)  # in id order: a stable sort puts the lowest ids first at a tie
-    return near[np.argsort(-x[near], kind="stable")[:k]]
+    maxima = x[: _GROUPS * m].reshape(_GROUPS, m).max(axis=0)
+    m2 = m // _GROUPS_OF_MAXIMA
+    outer = maxima[: _GROUPS_OF_MAXIMA * m2].reshape(_GROUPS_OF_MAXIMA, m2).max(axis=0) if m2 > k else maxima
+    floor = np.partition(outer, outer.size - k)[outer.size - k]
+    groups = np.flatnonzero(maxima >= floor)  # every group tied at the floor too: ties keep the lowest ids
+    ids = (groups + m * np.arange(_GROUPS)[:, None]).ravel()
+    if _GROUPS * m < x.size:  # the few ids past the last whole slice are always candidates
+        ids = np.concatenate([ids, np.arange(_GROUPS * m, x.size)])
+    ids.sort()  # in id order, so that each stable step below keeps the lowest ids first at a tie
+    values = x[ids]
+    if values.size > 4 * k:  # many candidates (ties at the floor): keep those at or above the k-th
+        kth = np.partition(values, values.size - k)[values.size - k]
+        ids = ids[values >= kth]
+        values = x[ids]
+    return ids[np.argsort(-values, kind="stable")[:k]]
 
 
 def _sorted_head(x: np.ndarray, logz: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:

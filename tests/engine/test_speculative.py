@@ -203,18 +203,22 @@ def test_ties_at_the_top_k_cut_keep_the_lowest_ids(n_vocab):
 
 
 @pytest.mark.parametrize("k", [1, 40, 100])
-def test_top_k_of_a_vocabulary_sized_row_is_the_full_sorts(k):
-    """The strided floor that narrows a row down before the partition is exact: the same ids as a
-    full sort, ties at the cut included, on a smooth row, a row of few distinct values (ties
-    everywhere, at the floor too) and a row whose top values all lie outside the sample."""
+@pytest.mark.parametrize("size", [151_936, 151_939, 1_000])  # whole slices, a few ids past them, a small row
+def test_top_k_of_a_vocabulary_sized_row_is_the_full_sorts(k, size):
+    """Narrowing a row down to the groups whose maxima can hold its k largest values is exact: the
+    same ids in the same order as a full sort, ties at the cut included, on a smooth row, a row of
+    few distinct values (ties everywhere), a row whose top values all lie in one group, and one
+    whose top values lie past the last whole group."""
     rng = np.random.default_rng(k)
-    smooth = rng.normal(0, 3, 151_936).astype(np.float32)
-    few_values = rng.integers(0, 6, 151_936).astype(np.float32)
-    hidden = np.zeros(151_936, np.float32)
-    hidden[1::16] = rng.normal(5, 1, hidden[1::16].size)  # the sample (every 16th from 0) sees only zeros
-    for row in (smooth, few_values, hidden):
+    smooth = rng.normal(0, 3, size).astype(np.float32)
+    few_values = rng.integers(0, 6, size).astype(np.float32)
+    one_group = np.zeros(size, np.float32)
+    one_group[7 :: size // 16] = rng.normal(5, 1, one_group[7 :: size // 16].size)  # ids 7, 7 + m, ...
+    at_the_end = rng.normal(0, 1, size).astype(np.float32)
+    at_the_end[-3:] = 9.0
+    for row in (smooth, few_values, one_group, at_the_end):
         full_sort = np.lexsort((np.arange(row.size), -row))[:k]  # by value, ties by lowest id
-        np.testing.assert_array_equal(np.sort(_top_k(row, k)), np.sort(full_sort))
+        np.testing.assert_array_equal(_top_k(row, k), full_sort)
 
 
 def test_greedy_distribution_is_one_hot_at_argmax():
