@@ -56,3 +56,19 @@ class DraftTooLong(SpecllmError):
 class CannotTakeBack(SpecllmError):
     """A fixed drafter on a recurrent target, with a llama-cpp-python too old to take rejected
     draft tokens back out of its recurrent state."""
+
+
+class NotDownloaded(SpecllmError):
+    """A model file is needed that is not downloaded yet, and offline mode is on."""
+
+    def __init__(self, label: str):
+        super().__init__(f"{label} is not downloaded yet, and offline mode is on")
+        self.label = label
+
+
+class NoMirror(SpecllmError):
+    """The package-index mirror was asked for a file it does not hold."""
+
+    def __init__(self, label: str):
+        super().__init__(f"no mirror is known for {label}")
+        self.label = label

