@@ -72,3 +72,12 @@ class NoMirror(SpecllmError):
     def __init__(self, label: str):
         super().__init__(f"no mirror is known for {label}")
         self.label = label
+
+
+class Incompatible(SpecllmError):
+    """A draft whose vocabulary differs from its target's; `reason` says how (the message also
+    names both files)."""
+
+    def __init__(self, target_name: str, draft_name: str, reason: str):
+        super().__init__(f"{draft_name} cannot draft for {target_name}: {reason}")
+        self.reason = reason

@@ -3,7 +3,7 @@ llama.cpp's speculative example does."""
 
 from pathlib import Path
 
-from specllm.errors import SpecllmError
+from specllm.errors import Incompatible
 from specllm.files import JsonCache, file_identity
 from specllm.llama.model import Model
 from specllm.llama.system import build_id
@@ -12,36 +12,29 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128  # as llama.cpp's speculative example
 VOCAB_CHECK_START_ID = 5
 
 
-class Incompatible(SpecllmError):
-    """A draft whose vocabulary differs from its target's; `reason` says how (the message also
-    names both files)."""
-
-    def __init__(self, target: Model, draft: Model, reason: str):
-        super().__init__(f"{draft.path.name} cannot draft for {target.path.name}: {reason}")
-        self.reason = reason
-
-
 def check_compatible(target: Model, draft: Model) -> None:
     """Refuse a draft whose vocabulary differs from the target's, the way llama.cpp does."""
     if target.vocab_type != draft.vocab_type:
-        raise Incompatible(target, draft, f"vocabulary types differ ({target.vocab_type} vs {draft.vocab_type})")
+        raise Incompatible(
+            target.path.name, draft.path.name, f"vocabulary types differ ({target.vocab_type} vs {draft.vocab_type})"
+        )
     if (target.add_bos, target.bos) != (draft.add_bos, draft.bos) or (target.add_eos, target.eos) != (
         draft.add_eos,
         draft.eos,
     ):
-        raise Incompatible(target, draft, "BOS/EOS tokens differ")
+        raise Incompatible(target.path.name, draft.path.name, "BOS/EOS tokens differ")
     if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
         raise Incompatible(
-            target,
-            draft,
+            target.path.name,
+            draft.path.name,
             f"vocabulary sizes differ by more than {VOCAB_MAX_SIZE_DIFFERENCE} ({target.n_vocab} vs {draft.n_vocab})",
         )
     for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
         a, b = target.token_text(token), draft.token_text(token)
         if a != b:
             raise Incompatible(
-                target,
-                draft,
+                target.path.name,
+                draft.path.name,
                 f"token {token} differs ({a.decode(errors='replace')!r} vs {b.decode(errors='replace')!r})",
             )
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specllm import report
-from specllm.errors import NeedsDraftModel, SpecllmError
+from specllm.errors import Incompatible, NeedsDraftModel, SpecllmError
 from specllm.llama.gguf_header import read_metadata
 from specllm.models.hub import fetch_file
 from specllm.models.local import LocalModel, scan, size_on_disk
@@ -203,7 +203,7 @@ class _Checker:
         problem = _header_problem(self.header, header)
         if problem:
             return problem
-        from specllm.llama.vocab import Compatibility, Incompatible  # llama.cpp, only for files that got this far
+        from specllm.llama.vocab import Compatibility  # llama.cpp, only for files that got this far
 
         if self.vocabulary is None:
             self.vocabulary = Compatibility(self.target_path)
