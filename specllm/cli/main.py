@@ -48,7 +48,7 @@ from specllm.cli.options import (
     error_line,
 )
 from specllm.cli.report import RichReporter
-from specllm.engine.names import Drafter
+from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import NeedsDraftModel, SpecllmError
@@ -186,8 +186,6 @@ def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
     if gamma is not None or drafter == Drafter.AUTO:
         return gamma
     if target is not None:
-        from specllm.engine.loop import FIXED_GAMMA
-
         return FIXED_GAMMA
     from specllm.models.registry import get_pair, load_pairs
 

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from specllm.engine.names import FIXED_GAMMA
 from specllm.engine.sampling import MAX_SEED, SamplerSettings
 from specllm.errors import (
     CannotTakeBack,
@@ -91,7 +92,8 @@ Gamma = Annotated[
         "--gamma",
         "-g",
         show_default=False,
-        help="Draft length of a fixed drafter (default: the pair's, else 4); with auto, the longest draft.",
+        help=f"Draft length of a fixed drafter (default: the pair's, else {FIXED_GAMMA}); "
+        "with auto, the longest draft.",
     ),
 ]
 

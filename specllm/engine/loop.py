@@ -24,7 +24,7 @@ from specllm.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
-from specllm.engine.names import Drafter
+from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
@@ -37,7 +37,6 @@ from specllm.llama.system import llama_cpp_python_version
 from specllm.llama.vocab import ensure_compatible
 
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
-FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
 RowT = TypeVar("RowT")  # what verification reads of a target row
 
 

@@ -1,7 +1,10 @@
-"""The drafters' names, in a module that imports no llama.cpp: the CLI and the server check a
-drafter's name before any model is loaded."""
+"""The drafters' names and the default draft length, in a module that imports no llama.cpp: the
+CLI and the server check a drafter's name (and `--help` shows the default) before any model is
+loaded."""
 
 from enum import Enum
+
+FIXED_GAMMA = 4  # draft length of a fixed drafter when none is given
 
 
 class Drafter(str, Enum):
