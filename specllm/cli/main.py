@@ -88,7 +88,7 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     )
     wants_model = (default_drafter(drafter, gamma, False) or Drafter.AUTO) in (Drafter.AUTO, Drafter.MODEL)
     if o.target is not None and o.draft is None and wants_model:  # a target alone: look for a draft on disk
-        from specllm.models.drafts import find_draft
+        from specllm.cli.drafts import find_draft
         from specllm.models.stores import store_name
 
         draft_path = find_draft(

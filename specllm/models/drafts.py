@@ -9,9 +9,8 @@ the rule llama.cpp's speculative example applies) is chosen. A cheap look at eac
 llama.cpp to load anything; llama.cpp then loads only the vocabularies of the rest (the target's
 once), never their weights.
 
-Nothing here loads a model, and only `--drafter model` downloads one (the family's curated draft,
-when nothing on disk fits): the caller hands the chosen path to the engine, with `auto` as a
-deferred draft, which the auto policy loads only if it can pay on this machine.
+Nothing here loads a model or downloads one. The command line's automatic choice for a target
+given alone (specllm/cli/drafts.py) picks from these candidates and says which and why.
 """
 
 from __future__ import annotations
@@ -21,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specllm import report
-from specllm.errors import Incompatible, NeedsDraftModel, SpecllmError
+from specllm.errors import Incompatible, SpecllmError
 from specllm.llama.gguf_header import read_metadata
-from specllm.models.hub import fetch_file
 from specllm.models.local import LocalModel, scan, size_on_disk
-from specllm.models.registry import SPLIT_NAME, ModelFile, Pair, load_pairs
+from specllm.models.registry import SPLIT_NAME, ModelFile, Pair
 
 if TYPE_CHECKING:  # imported where it is used: it loads llama.cpp
     from specllm.llama.vocab import Compatibility
@@ -117,73 +114,12 @@ def candidates(target: Path, pairs: dict[str, Pair], *, first_only: bool = False
     return found
 
 
-def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tuple[Candidate | None, str | None]:
-    """The draft to use for `target` (or None), and one line saying which and why (None when
-    there was nothing to choose from: no other GGUF on disk, no curated draft of its family).
-    `label`: how the user named the target (an Ollama blob's file name says nothing)."""
-    name = label or target.name
-    tried = candidates(target, pairs, first_only=True)
-    found = [c for c in tried if c.compatible]
-    if found:
-        c = found[0]
-        why = (
-            "the curated draft of its family"
-            if "curated" in c.origin
-            else (f"the smallest GGUF on disk whose vocabulary matches ({c.origin})")
-        )
-        return c, f"draft for {name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
-    hint = ""
-    curated = curated_drafts(target, pairs)
-    if not tried and not curated:
-        return None, None
-    if curated:
-        draft = curated[0][1]
-        hint = f"; its family's curated draft is hf:{draft.label} (`--draft hf:{draft.label}` downloads it)"
-    return None, (f"no draft on disk fits {name} (`specllm models --drafts-for {name}` lists why){hint}")
-
-
-def find_draft(
-    target: Path, drafter: str, *, models_file=None, source="auto", offline=False, verbose=False, label=None
-) -> Path | None:
-    """run/chat/bench with a target and no draft: the draft to hand the engine, saying on stderr
-    which and why (or why none, when there was something to choose from or with `verbose`). Only
-    `--drafter model` downloads one (its family's curated draft, when nothing on disk fits); auto
-    takes what is on disk, and the engine loads it only if it can pay. A draft `bench --drafts-for`
-    found fastest for this target on this machine (winners.py) is taken before any other."""
-    from specllm.models.winners import remembered
-
-    name = label or target.name
-    fastest = remembered(target)  # measured here by `bench --drafts-for`: it comes first
-    if fastest is not None:
-        report.say(fastest.line(name))
-        return Path(fastest.path)
-    pairs = load_pairs(models_file)
-    chosen, line = choose(target, pairs, name)
-    path = chosen.path if chosen else None
-    curated = curated_drafts(target, pairs)
-    if path is None and drafter == "model":
-        if not curated:
-            raise NeedsDraftModel(none_fits=name)
-        draft = curated[0][1]
-        path = fetch_file(draft, source=source, offline=offline)
-        line = f"draft for {name}: hf:{draft.label}, the curated draft of its family (downloaded)"
-    if line is None and verbose:
-        line = f"no draft for {name}: no other GGUF on disk"
-    if line is not None:
-        report.say(line)
-    return path
-
-
 def _candidate(model: LocalModel, origin: str, compatible: bool | None, reason: str) -> Candidate:
     return Candidate(model.path, model.spec, model.size, origin, compatible, reason)
 
 
 def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB"
 
 
 class _Checker:

@@ -29,15 +29,6 @@ class Winner:
     gamma: int  # the draft length that was fastest
     measured: int  # how many drafts were measured
 
-    def line(self, target_name: str) -> str:
-        """What a run says when it uses this draft."""
-        speed = f"{self.speedup:.2f}x target-only, " if self.speedup is not None else ""
-        return (
-            f"draft for {target_name}: {self.name}, the fastest of {self.measured} draft(s) measured here by "
-            f"`specllm bench --drafts-for` ({speed}{self.acceptance:.0%} accepted at gamma {self.gamma}); "
-            "--draft to choose another, --draft none to go without"
-        )
-
 
 def remember(target: str | Path, winner: Winner) -> None:
     """Keep `winner` for this target file (a cache that cannot be written only costs the next run
