@@ -40,8 +40,10 @@ def use(reporter: Reporter) -> None:
     _reporter = reporter
 
 
-def say(line: str) -> None:
-    _reporter.say(line)
+def say(line: str, enabled: bool = True) -> None:
+    """Tell the user `line` (nothing when not `enabled`)."""
+    if enabled:
+        _reporter.say(line)
 
 
 @contextlib.contextmanager

