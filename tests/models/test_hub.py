@@ -474,44 +474,14 @@ def specllm(*args, stdin=None):
 
 
 def test_run_pulls_a_pair_on_first_use_and_uses_its_gamma(tiny_pair):
-    proc = specllm(
-        "run",
-        "def f(x):",
-        "--pair",
-        "tiny",
-        "--models",
-        tiny_pair,
-        "--threads",
-        1,
-        "--temperature",
-        0,
-        "-n",
-        12,
-        "--json",
-        "--drafter",
-        "model",
-    )
+    run = ("run", "def f(x):", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "--temperature", 0, "-n", 12)
+    proc = specllm(*run, "--json", "--drafter", "model")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["stats"]["generated_tokens"] == 12 and out["stats"]["n_drafted"] > 0
     assert len(out["stats"]["drafted_per_position"]) == 3  # a fixed drafter takes the pair's recommended gamma
     assert (hub.hf_cache_dir()).exists()  # downloaded through the Hub path into the HF cache
-    offline = specllm(
-        "run",
-        "def f(x):",
-        "--pair",
-        "tiny",
-        "--models",
-        tiny_pair,
-        "--threads",
-        1,
-        "--temperature",
-        0,
-        "-n",
-        12,
-        "--json",
-        "--offline",
-    )  # auto: the same text
+    offline = specllm(*run, "--json", "--offline")  # auto: the same text
     assert offline.returncode == 0 and json.loads(offline.stdout)["tokens"] == out["tokens"]
 
 
