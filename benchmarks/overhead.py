@@ -2,7 +2,7 @@
 resident memory, for one generation.
 
     python benchmarks/overhead.py TARGET.gguf [DRAFT.gguf] [--drafter model] [--gamma 4] [-n 128]
-        [--temperature 0.8] [--rounds 3] [--against OTHER_CHECKOUT]
+        [--temperature 0.8] [--prompt TEXT] [--rounds 3] [--against OTHER_CHECKOUT]
 
 Every llama.cpp function the loop calls is timed (wall time, or with --clock cpu the Python
 thread's own CPU time, for a machine busy with other work); what is left of the decode time is the loop's
@@ -119,7 +119,7 @@ def measure(args) -> dict:
     drafter = args.drafter or ("model" if args.draft else "ngram")
     engine = specllm.load(args.target, args.draft, n_ctx=2048)
     after_load = rss_mib()
-    prompt = engine.prompt_tokens(PROMPT, chat=True)
+    prompt = engine.prompt_tokens(args.prompt, chat=True)
     options = dict(temperature=args.temperature, drafter=drafter, gamma=args.gamma)
     engine.generate(prompt, max_tokens=8, **options)  # warm-up
     parts.seconds.clear()
@@ -187,6 +187,7 @@ def main():
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--prompt", default=PROMPT, help="the chat prompt to generate from")
     ap.add_argument(
         "--clock",
         choices=("wall", "cpu"),
