@@ -1,0 +1,28 @@
+"""benchmarks/cache_cooling.py runs on a real model and reports every setting it times."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cache_cooling_times_every_setting_including_a_llama_cpp_call(tiny_models):
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/cache_cooling.py", str(tiny_models.target), "--rounds", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(\S.*?)\s+(\d+\.\d) \(\s*\d+\.\d-\s*\d+\.\d\)\s+(\d+\.\d) \(", line)
+        if m:
+            rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    spins = [f"after a {ms} ms spin" for ms in ("0.1", "1", "5", "20", "50")]
+    sleeps = [name.replace("spin", "sleep") for name in spins]
+    assert list(rows) == ["warm", *spins, *sleeps, "after a one-token llama.cpp call"]
+    assert all(argmax > 0 for argmax, _ in rows.values())
