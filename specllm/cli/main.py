@@ -574,6 +574,10 @@ def serve(
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
     snapshots: Snapshots = SNAPSHOTS,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Also show llama.cpp's own log: loading, devices, buffers."),
+    ] = False,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
@@ -594,6 +598,7 @@ def serve(
     options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
     options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once
+    show_llama_log(verbose)
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     from specllm.models.stores import store_name

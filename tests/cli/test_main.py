@@ -10,6 +10,7 @@ import time
 
 import pytest
 from one_line import assert_one_line_error
+from serving import serving
 from terminal import Terminal
 
 import specllm
@@ -192,6 +193,15 @@ def test_verbose_shows_llama_cpps_own_log_and_quiet_hides_it(tiny_models):
     quiet = specllm_run(*args)
     assert quiet.returncode == 0, quiet.stderr
     assert "llama_model_loader" not in quiet.stderr
+
+
+def test_serve_verbose_shows_llama_cpps_own_log_before_it_listens(tiny_models):
+    args = ["serve", "--target", tiny_models.target, "--draft", "none", "--threads", 1, "--ctx-size", 256, "--port", 0]
+    with serving([*args, "-v"]) as (_, lines, _):
+        assert any("llama_model_loader: loaded meta data" in line for line in lines)
+    with serving(args) as (_, lines, _):
+        assert not any("llama_model_loader" in line for line in lines)
+        assert lines[-1].startswith("specllm serve:")
 
 
 @pytest.mark.parametrize(
