@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specllm import report
 from specllm.errors import NeedsDraftModel
+from specllm.files import human_size
 from specllm.models.drafts import Candidate, candidates, curated_drafts
 from specllm.models.hub import fetch_file
 from specllm.models.registry import Pair, load_pairs
@@ -29,7 +30,7 @@ def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tu
             if "curated" in c.origin
             else (f"the smallest GGUF on disk whose vocabulary matches ({c.origin})")
         )
-        return c, f"draft for {name}: {c.name} ({_mb(c.size)}), {why}; --draft none to go without"
+        return c, f"draft for {name}: {c.name} ({human_size(c.size)}), {why}; --draft none to go without"
     hint = ""
     curated = curated_drafts(target, pairs)
     if not tried and not curated:
@@ -80,7 +81,3 @@ def _winner_line(winner: Winner, target_name: str) -> str:
         f"`specllm bench --drafts-for` ({speed}{winner.acceptance:.0%} accepted at gamma {winner.gamma}); "
         "--draft to choose another, --draft none to go without"
     )
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB"

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from specllm.cli.models import models_command, rm_command
 from specllm.errors import SpecllmError
+from specllm.files import human_size
 from specllm.models import hub
 from specllm.models import local as local_models
 from specllm.models.drafts import candidates, curated_drafts, family
@@ -287,9 +288,9 @@ def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tin
     )
     proc = specllm(*args, "--drafter", "model")
     assert proc.returncode == 0, proc.stderr
-    size = drafts_on_disk["smaller.gguf"].stat().st_size / 1e6
+    size = human_size(drafts_on_disk["smaller.gguf"].stat().st_size)
     assert proc.stderr.splitlines()[0] == (  # one line, unwrapped, on stderr
-        f"specllm: draft for target.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf ({size:.1f} MB), the smallest GGUF "
+        f"specllm: draft for target.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf ({size}), the smallest GGUF "
         "on disk whose vocabulary matches (specllm cache); --draft none to go without"
     )
     out = json.loads(proc.stdout)  # stdout is the JSON alone
