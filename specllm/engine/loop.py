@@ -84,6 +84,7 @@ class Stats:
     accepted_per_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    llama_seconds: float = 0.0  # of decode_seconds, inside llama.cpp's calls (all models): the rest is the loop's
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     calibration_seconds: float = 0.0  # auto: timing the models' calls (0 when the cache had it)
@@ -104,6 +105,11 @@ class Stats:
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def loop_seconds_per_step(self) -> float:
+        """The loop's own time (drafting logic, sampling, verification, text) per target call."""
+        return (self.decode_seconds - self.llama_seconds) / self.target_calls if self.target_calls else 0.0
 
     def record(self, drafted: int, accepted: int, source: str = "none") -> None:
         counts = self.sources.setdefault(source, {"steps": 0, "drafted": 0, "accepted": 0})
@@ -133,6 +139,7 @@ class Stats:
             acceptance_rate=self.acceptance_rate,
             mean_accepted_length=self.mean_accepted_length,
             tokens_per_second=self.tokens_per_second,
+            loop_seconds_per_step=self.loop_seconds_per_step,
         )
         return d
 
@@ -292,6 +299,10 @@ class Engine:
                 raise
             self.draft, self.draft_file = draft, None
         return self.draft
+
+    def llama_seconds(self) -> float:
+        """Seconds all its models have spent inside llama.cpp's evaluating calls so far."""
+        return sum(m.llama_seconds for m in (self.target, self.draft, self.mtp) if m is not None)
 
     def close(self) -> None:
         for model in (self.mtp, self.target, self.draft):
@@ -599,7 +610,7 @@ class _Run:
         self._prefill()
         # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
         # step (rendering it, writing to a slow pipe), between the yield and the next request.
-        start = time.perf_counter()
+        start, in_llama = time.perf_counter(), self.engine.llama_seconds()
         reason = None
         while reason is None:
             # A step evaluates [last, d_1..d_k] on top of len(context) - 1 cached tokens.
@@ -613,8 +624,9 @@ class _Run:
                 longest = min(longest, self.longest_draft)
             step, reason = self._step(longest)
             self.stats.decode_seconds += time.perf_counter() - start
+            self.stats.llama_seconds += self.engine.llama_seconds() - in_llama
             yield step
-            start = time.perf_counter()
+            start, in_llama = time.perf_counter(), self.engine.llama_seconds()
         self.drafter.finish(self.context)
         if self.config.drafter == Drafter.AUTO:
             self.engine.save_costs()
@@ -623,6 +635,7 @@ class _Run:
                 self.stats.policy["draft_limit"] = draft_limit_note(self.target)
         tail = self.text.finish()
         self.stats.decode_seconds += time.perf_counter() - start
+        self.stats.llama_seconds += self.engine.llama_seconds() - in_llama
         if tail:
             yield Step.text_tail(tail, self.stats)
         return Result(self.text.text, self.generated, reason, self.stats)

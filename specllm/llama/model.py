@@ -9,6 +9,7 @@ import copy
 import ctypes
 import functools
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +95,7 @@ class Model:
         self.n_nextn = _nextn_layers(self._model)  # MTP layers: the model can draft for itself
         self._hidden: np.ndarray | None = None  # per position, the hidden state its MTP layers read
         self._pieces: dict[int, bytes] = {}
+        self.llama_seconds = 0.0  # inside llama.cpp's evaluating calls: the loop's own time is the rest
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         if not vocab_only:
             self._open_context()
@@ -281,7 +283,8 @@ class Model:
             self._decode(chunk, n_out)
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        return self._views.of(L.llama_get_logits(self._ctx), (n_logits, self.n_vocab))
+        # with a GPU, llama_decode only queues the work: fetching the logits waits for it
+        return self._views.of(timed(self, L.llama_get_logits, self._ctx), (n_logits, self.n_vocab))
 
     def _decode(self, chunk: list[int], n_out: int) -> None:
         batch, pos0, n = self._batch, len(self.tokens), len(chunk)
@@ -291,7 +294,7 @@ class Model:
         self._batch_logits[: n - n_out] = 0
         self._batch_logits[n - n_out : n] = 1
         self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
-        status = L.llama_decode(self._ctx, batch)
+        status = timed(self, L.llama_decode, self._ctx, batch)
         if status != 0:
             raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
         if self._hidden is not None:
@@ -313,7 +316,7 @@ class Model:
             grown = np.zeros((min(self.n_ctx, max(2 * len(hidden), pos0 + n, 64)), hidden.shape[1]), np.float32)
             grown[: len(hidden)] = hidden
             self._hidden = hidden = grown
-        rows = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
+        rows = timed(self, llama_cpp_ext.llama_get_embeddings_nextn, self._ctx)  # waits for a GPU, as the logits
         hidden[pos0 : pos0 + n] = self._views.of(rows, (n, hidden.shape[1]))
 
     def truncate(self, n: int) -> None:
@@ -357,7 +360,7 @@ class Model:
         size = L.llama_state_seq_get_size_ext(self._ctx, 0, flags)
         old = self._checkpoints.pop(slot, None)  # until the new one is whole
         data = old.data if old is not None and len(old.data) >= size else (ctypes.c_uint8 * size)()
-        written = L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, flags)
+        written = timed(self, L.llama_state_seq_get_data_ext, self._ctx, data, size, 0, flags)
         if written:
             self._checkpoints[slot] = _Checkpoint(len(self.tokens), data, written)
 
@@ -396,7 +399,7 @@ class Model:
             self._rollback_room = 0  # llama.cpp takes one partial removal per decode
         elif cp := self._latest_checkpoint(n):
             flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-            if not L.llama_state_seq_set_data_ext(self._ctx, cp.data, cp.size, 0, flags):
+            if not timed(self, L.llama_state_seq_set_data_ext, self._ctx, cp.data, cp.size, 0, flags):
                 raise SpecllmError(f"{self.path.name}: llama.cpp could not restore the recurrent state")
             L.llama_memory_seq_rm(memory, 0, cp.n_tokens, -1)  # the attention cache after it
             del self.tokens[cp.n_tokens :]
@@ -453,6 +456,7 @@ class MtpHead:
         self._views = _Views()
         self.tokens: list[int] = []
         self._exact = 0  # leading entries made with the target's hidden states
+        self.llama_seconds = 0.0  # as Model's
 
     def close(self) -> None:
         if getattr(self, "_ctx", None) is not None:
@@ -508,7 +512,7 @@ class MtpHead:
                 L.llama_batch_ext_set_output_logits(batch, index, True)
                 outputs.append(index)
         if n:
-            status = L.llama_process(self._ctx, L.LLAMA_PROCESS_TYPE_DECODE, batch)
+            status = timed(self, L.llama_process, self._ctx, L.LLAMA_PROCESS_TYPE_DECODE, batch)
             if status != 0:
                 raise SpecllmError(f"llama.cpp could not evaluate the MTP batch (llama_process returned {status})")
         self.tokens.extend(tokens)
@@ -516,10 +520,18 @@ class MtpHead:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         from llama_cpp import llama_cpp_ext
 
-        last = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, outputs[-1])
+        last = timed(self, llama_cpp_ext.llama_get_embeddings_nextn_ith, self._ctx, outputs[-1])  # waits, as above
         self._own = self._views.of(last, (self._n_embd,)).copy()
         logits = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
         return logits[0][np.newaxis] if len(logits) == 1 else np.stack(logits)  # a view, as Model.eval's
+
+
+def timed(owner: "Model | MtpHead", call, *args):
+    """call(*args), its wall time added to owner.llama_seconds."""
+    start = time.perf_counter()
+    result = call(*args)
+    owner.llama_seconds += time.perf_counter() - start
+    return result
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

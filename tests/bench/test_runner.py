@@ -446,6 +446,14 @@ def test_the_text_report_explains_costs_speeds_and_acceptance(results):
         assert part in text
 
 
+def test_the_explanation_gives_the_loops_own_time_per_step_of_every_configuration(results):
+    sentence = next(line for line in explanation(results) if line.startswith("The loop's own work"))
+    for r in results["results"]:
+        ms = r["overall"]["stats"]["loop_seconds_per_step"] * 1000
+        assert ms > 0
+        assert f"{r['configuration']} {ms:.2f}" in sentence
+
+
 def test_explanation_says_plainly_when_speculation_loses(results):
     losing = copy.deepcopy(results)
     losing["timing_check"]["stable"] = True

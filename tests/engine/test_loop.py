@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from slowed import SLOW_CALL, slowed
 from stats import SAMPLER, chi_square_pvalue, target_joint_distribution
 
 import specllm
@@ -91,6 +92,19 @@ def test_decode_time_is_the_engines_own(engine):
     stats = event.result.stats
     assert stats.target_calls == 10 and slept == pytest.approx(2.0)
     assert 0 < stats.decode_seconds < slept
+
+
+@pytest.mark.parametrize("drafter", ["none", "model", "ngram"])
+def test_the_loops_own_time_leaves_out_every_models_llama_cpp_calls(engine, monkeypatch, drafter):
+    """llama_seconds holds the time of every call of the target's and the draft's: with each
+    decode slowed by 5 ms, all of it is there, and none of it in the loop's time per step."""
+    slowed(monkeypatch, "llama_decode", "llama_get_logits")  # on a GPU, fetching the logits is the wait
+    s = engine.generate(PROMPTS[2], max_tokens=12, temperature=0, drafter=drafter, gamma=3).stats
+    decodes = s.target_calls + s.draft_calls
+    assert s.draft_calls > 0 or drafter != "model"
+    assert SLOW_CALL * decodes <= s.llama_seconds < s.decode_seconds
+    assert 0 < s.loop_seconds_per_step < SLOW_CALL
+    assert s.to_dict()["loop_seconds_per_step"] == s.loop_seconds_per_step
 
 
 def test_stream_yields_steps_whose_text_adds_up(engine):

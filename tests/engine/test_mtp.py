@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from costs import FixedCosts
+from slowed import SLOW_CALL, slowed
 from stats import first_three_tokens_pvalue
 
 import specllm
@@ -45,6 +46,16 @@ def test_greedy_mtp_drafting_equals_target_only(engine):
             depths.update(i for i, n in enumerate(stats.accepted_per_position) if n)
     assert 0.1 < accepted / drafted < 0.9  # accepted often, rejected often
     assert len(depths) >= 3  # whole drafts of several tokens were accepted, others cut short
+
+
+def test_the_loops_own_time_leaves_out_the_mtp_layers_calls(engine, monkeypatch):
+    """The MTP layers' calls (llama_process, and the wait for their hidden state) count as
+    llama.cpp's time, as the target's do."""
+    slowed(monkeypatch, "llama_process")
+    s = greedy(engine, PROMPTS[2], "mtp", 3, max_tokens=12).stats
+    assert s.draft_calls > 0
+    assert SLOW_CALL * s.draft_calls <= s.llama_seconds < s.decode_seconds
+    assert 0 < s.loop_seconds_per_step < SLOW_CALL
 
 
 def test_auto_drafts_with_mtp_where_it_pays(engine):
