@@ -13,7 +13,7 @@ import time
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.text import Text
+from rich.text import Span, Text
 
 from specllm.engine.loop import Result, Stats, Step
 from specllm.engine.names import Drafter
@@ -97,6 +97,9 @@ class LiveView:
         self.show_legend = show_legend  # chat shows the legend once, not after every reply
         self.describe = describe
         self.body = Text()
+        # the end of body, what a redraw shows: slicing a Text walks all its spans, so slicing
+        # body itself would make each redraw slower the longer the text (25 ms at 100k characters)
+        self._recent = Text()
         self._stats: Stats | None = None
         # Redrawn from this thread, never Rich's refresh thread: that one would wrap `body` while
         # step() appends to it (an IndexError inside Text.wrap that kills it, seen on long replies).
@@ -115,11 +118,12 @@ class LiveView:
         return False
 
     def step(self, step: Step) -> None:
-        self.body.append(step.accepted_text, ACCEPTED)
-        if step.rejected_text:
-            # a rejected newline would move the real text around: show it as a symbol instead
-            self.body.append(step.rejected_text.replace("\n", "⏎"), REJECTED)
-        self.body.append(step.token_text, TARGET)
+        # a rejected newline would move the real text around: show it as a symbol instead
+        rejected = step.rejected_text.replace("\n", "⏎")
+        for text in (self.body, self._recent):
+            _append(text, step.accepted_text, ACCEPTED)
+            _append(text, rejected, REJECTED)
+            _append(text, step.token_text, TARGET)
         self._stats = step.stats
         now = time.monotonic()
         if now - self._drawn_at >= REDRAW_SECONDS:
@@ -132,17 +136,34 @@ class LiveView:
         if self.show_legend:
             self.console.print(legend(self.drafter))
         self.console.print(self.describe(result, self.drafter), style="dim", highlight=False, markup=False)
-        self.body = Text()
+        self.body, self._recent = Text(), Text()
 
     def _render(self):
         # Only the last screenful of text, so the live region never scrolls away.
         height, width = max(3, self.console.size.height - 3), self.console.size.width
         # The last `height` lines hold at most (width + 1) * height characters: wrap only those.
-        body = self.body[-(width + 1) * height :] if len(self.body) > (width + 1) * height else self.body
+        window = (width + 1) * height
+        if len(self._recent) > 2 * window:  # cut now and then, so each cut is short
+            self._recent = self._recent[-window:]
+        body = self._recent[-window:] if len(self._recent) > window else self._recent
         lines = body.wrap(self.console, width)
         tail = Text("\n").join(lines[-height:]) if len(lines) > height else body
         status = status_line(self._stats, self.drafter) if self._stats else "prefilling…"
         return Group(tail, Text(status, style="dim"))
+
+
+def _append(text: Text, piece: str, style: str) -> None:
+    """Text.append, but a piece in the style of the span it follows extends that span: a redraw
+    wraps and draws span by span, and a span per token (all of target-only decoding) made it
+    several times slower."""
+    if not piece:
+        return
+    spans = text.spans
+    if spans and spans[-1].style == style and spans[-1].end == len(text):
+        text.append(piece)
+        spans[-1] = Span(spans[-1].start, len(text), style)
+    else:
+        text.append(piece, style)
 
 
 def legend(drafter: str) -> Text:
