@@ -21,7 +21,8 @@ from specllm.engine.names import Drafter
 ACCEPTED = "green"
 TARGET = "bold"
 REJECTED = "red strike"
-REDRAW_SECONDS = 1 / 12
+REDRAW_SECONDS = 1 / 12  # at most this often
+REDRAW_SHARE = 0.05  # and at most this share of the time: a slow terminal or CPU redraws less often
 
 
 def use_live(no_live: bool, console: Console) -> bool:
@@ -105,6 +106,7 @@ class LiveView:
         # step() appends to it (an IndexError inside Text.wrap that kills it, seen on long replies).
         self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._render)
         self._drawn_at = 0.0
+        self._redraw_gap = REDRAW_SECONDS
 
     def __enter__(self):
         self._live.__enter__()
@@ -126,9 +128,10 @@ class LiveView:
             _append(text, step.token_text, TARGET)
         self._stats = step.stats
         now = time.monotonic()
-        if now - self._drawn_at >= REDRAW_SECONDS:
-            self._drawn_at = now
+        if now - self._drawn_at >= self._redraw_gap:
             self._live.refresh()
+            self._drawn_at = time.monotonic()
+            self._redraw_gap = max(REDRAW_SECONDS, (self._drawn_at - now) / REDRAW_SHARE)
 
     def finish(self, result: Result) -> None:
         self._live.__exit__(None, None, None)

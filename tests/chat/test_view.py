@@ -62,3 +62,39 @@ def test_a_redraw_shows_the_end_of_the_text_and_cuts_what_it_keeps_for_it():
     expected = Text("\n").join(lines)
     assert shown.plain == expected.plain
     assert styles(shown, view.console) == styles(expected, view.console)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def redraw_share(monkeypatch, redraw_seconds: float) -> tuple[int, float]:
+    """Steps of 5 ms for 10 s on a fake clock, each redraw taking `redraw_seconds`: how many
+    redraws, and their share of the time."""
+    import specllm.chat.view as view_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(view_module.time, "monotonic", clock)
+    view, redraws = live_view(), []
+
+    def refresh():
+        clock.now += redraw_seconds
+        redraws.append(redraw_seconds)
+
+    view._live.refresh = refresh
+    start = clock.now
+    for step in random_steps(2000):
+        clock.now += 0.005
+        view.step(step)
+    return len(redraws), sum(redraws) / (clock.now - start)
+
+
+def test_redraws_come_12_times_a_second_and_take_at_most_5_percent_of_the_time(monkeypatch):
+    count, share = redraw_share(monkeypatch, 0.001)  # a quick terminal: every 1/12 s
+    assert 100 <= count <= 121 and share < 0.02
+    count, share = redraw_share(monkeypatch, 0.020)  # a slow one: less often, 5% of the time
+    assert 10 <= count <= 26 and 0.03 < share <= 0.05
