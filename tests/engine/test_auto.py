@@ -287,3 +287,29 @@ def test_a_greedy_drafts_confidence_is_its_softmax_top_probability():
         x = row.astype(np.float64)
         exact = 1.0 / np.exp(x - x.max()).sum()
         assert abs(_top_probability(row) - exact) < 1e-3
+
+
+def test_the_stopping_rule_decides_as_the_estimates_of_the_moment_say():
+    """auto's per-proposal StoppingRule looks the estimates up once per proposal: each of its
+    decisions equals model_keep_going's on estimates read afresh, across proposals whose outcomes
+    are learned in between."""
+    import random
+
+    from specllm.engine.drafters import StoppingRule
+    from specllm.engine.policy import CONFIDENCE_EDGES, MODEL_MAX, bucket
+
+    policy = AutoPolicy(CostTable(0.005, {n: 1 + 0.02 * n for n in range(2, 18)}), CostTable(0.0015, {}))
+    table, rng, outcomes = policy.by_confidence["model"], random.Random(3), set()
+    for _ in range(150):
+        rule, confidences = StoppingRule(policy, "model"), []
+        while len(confidences) < MODEL_MAX:
+            c, spent = rng.random() ** 0.3, 0.0015 * (len(confidences) + 1)
+            taken = [table.rate(bucket(x, CONFIDENCE_EDGES), j) for j, x in enumerate(confidences, 1)]
+            expected = policy.model_keep_going(taken, c, spent, MODEL_MAX)
+            assert rule(confidences, c, spent) == expected
+            outcomes.add(expected)
+            if not expected:
+                break
+            confidences.append(c)
+        policy.record_model(confidences, rng.randrange(len(confidences) + 1))
+    assert outcomes == {True, False}
