@@ -828,9 +828,11 @@ def synthetic_drafter_class(plan: SyntheticPlan):
             position = len(context) - plan.prompt_len
             while True:
                 # the host work a real draft does on its row
-                logits.argmax() if self.sampler.greedy else candidates(logits, self.sampler)
+                token = int(logits.argmax())
+                if not self.sampler.greedy:
+                    candidates(logits, self.sampler)
                 if keep_going is not None:
-                    _top_probability(logits)  # likewise (auto's confidence); alpha is reported instead
+                    _top_probability(logits, token)  # likewise (auto's confidence); alpha is reported instead
                     if not keep_going(confidences, plan.alpha, time.perf_counter() - start):
                         break
                     confidences.append(plan.alpha)

@@ -286,7 +286,7 @@ def test_a_greedy_drafts_confidence_is_its_softmax_top_probability():
         row[17] += 3 * scale
         x = row.astype(np.float64)
         exact = 1.0 / np.exp(x - x.max()).sum()
-        assert abs(_top_probability(row) - exact) < 1e-3
+        assert abs(_top_probability(row, int(row.argmax())) - exact) < 1e-3
 
 
 def test_the_stopping_rule_decides_as_the_estimates_of_the_moment_say():
