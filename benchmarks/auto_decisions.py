@@ -1,6 +1,6 @@
-"""What auto's per-token stopping decisions cost during one draft-model proposal: the StoppingRule
-(estimates looked up once per proposal) against looking them all up again for every token, as
-auto once did, on the same proposals, with the same decisions.
+"""What auto's decisions cost: the per-token stopping decisions during one draft-model proposal
+(the StoppingRule, estimates looked up once per proposal, against looking them all up again for
+every token, on the same proposals, with the same decisions), and each step's choice of a source.
 
     python benchmarks/auto_decisions.py [--proposals 300]
 
@@ -58,6 +58,17 @@ def main() -> None:
     print(f"{args.proposals} proposals of {tokens:.1f} tokens on average; same decisions: {same}")
     for name, seconds in (("StoppingRule", cached), ("every token afresh", fresh)):
         print(f"  {name:20s} {1e6 * statistics.median(seconds):6.0f} us a proposal (median)")
+    print("each step's decision, where nothing was learned since the last (median of 2000):")
+    for name, decide in (
+        ("could the model pay", lambda: policy.model_could_pay("model")),
+        ("choose: a copy of 3 or the model", lambda: policy.choose(4, 3, False, MODEL_MAX, ready={"model": 1})),
+    ):
+        times = []
+        for _ in range(2000):
+            start = time.perf_counter()
+            decide()
+            times.append(time.perf_counter() - start)
+        print(f"  {name:34s} {1e6 * statistics.median(times):6.1f} us")
 
 
 if __name__ == "__main__":

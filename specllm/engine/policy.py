@@ -137,6 +137,10 @@ class Acceptance:
         self.prior, self.weight, self.parent = prior, weight, parent
         self.counts: dict[tuple[int, int], list[float]] = {}  # -> [accepted, judged]
         self.shift = 0.0  # this text's logit offset from the parent's estimates (a child's only)
+        # rates() is asked the same rows step after step (auto weighs a model source twice a
+        # step) while nothing is recorded: each row is kept with the versions it was computed at
+        self.version = 0  # +1 with every record
+        self._rows: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
     def child(self, weight: float) -> Acceptance:
         return Acceptance(self.prior, weight, parent=self)
@@ -150,10 +154,21 @@ class Acceptance:
             return self.prior(context_bucket)
         return _sigmoid(_logit(self.parent.rate(context_bucket, position)) + self.shift)
 
-    def rates(self, context_bucket: int, k: int) -> list[float]:
-        return [self.rate(context_bucket, j) for j in range(1, k + 1)]
+    def rates(self, context_bucket: int, k: int) -> tuple[float, ...]:
+        versions: list[int] = []
+        table: Acceptance | None = self
+        while table is not None:  # this table's and every parent's: all that rate() reads
+            versions.append(table.version)
+            table = table.parent
+        kept = self._rows.get((context_bucket, k))
+        if kept is not None and kept[0] == tuple(versions):
+            return kept[1]
+        row = tuple(self.rate(context_bucket, j) for j in range(1, k + 1))
+        self._rows[(context_bucket, k)] = (tuple(versions), row)
+        return row
 
     def record(self, context_bucket: int, position: int, accepted: bool) -> None:
+        self.version += 1
         if self.parent is not None:
             surprise = accepted - self._prior_rate(context_bucket, position)
             self.shift = min(max(self.shift + TEXT_SHIFT_STEP * surprise, -TEXT_SHIFT_MAX), TEXT_SHIFT_MAX)

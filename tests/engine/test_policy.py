@@ -299,3 +299,21 @@ def test_a_target_without_snapshots_pays_for_evaluating_the_kept_tokens_again():
         policy.start_generation()
     assert replaying.ngram_choice(8, 8).k < plain.ngram_choice(8, 8).k
     assert replaying.ngram_choice(8, 8).rate < plain.ngram_choice(8, 8).rate
+
+
+def test_acceptance_rates_are_always_those_of_the_counts_at_hand():
+    """rates() keeps each row it computed until anything it reads changes: the table's own counts
+    and shift, or a parent's (recorded through another child too)."""
+    import random
+
+    from specllm.engine.policy import Acceptance, ngram_prior
+
+    rng = random.Random(5)
+    parent = Acceptance(ngram_prior)
+    first, second = parent.child(4.0), parent.child(4.0)
+    for _ in range(400):
+        table = rng.choice([first, second, parent])
+        bucket_, k = rng.randrange(4), rng.randrange(1, 8)
+        assert table.rates(bucket_, k) == tuple(table.rate(bucket_, j) for j in range(1, k + 1))
+        if rng.random() < 0.5:
+            rng.choice([first, second]).record(rng.randrange(4), rng.randrange(1, 8), rng.random() < 0.6)
