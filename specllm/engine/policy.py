@@ -470,26 +470,17 @@ class AutoPolicy:
         return best
 
     def model_keep_going(
-        self,
-        drafted: list[float],
-        confidence: float,
-        spent: float,
-        cap: int,
-        source: str = "model",
-        ahead: Sequence[float] | None = None,
+        self, drafted: list[float], confidence: float, spent: float, cap: int, source: str = "model"
     ) -> bool:
         """While the draft model drafts: take one more token, whose draft confidence is
         `confidence`, after `drafted` (the acceptance estimates of the tokens taken so far) in
         `spent` seconds of drafting? Yes when the best expected rate of a step that includes it
         (looking further ahead with the positional rates) beats stopping here. This is where the
-        drafter stops early once its confidence says the next token is likely rejected. `ahead`:
-        the source's positional rates up to MODEL_MAX, when the caller has them at hand."""
+        drafter stops early once its confidence says the next token is likely rejected."""
         k = len(drafted)
         stop_rate = expected_tokens(drafted)[-1] / self.step_seconds(k, spent)
         a = self.by_confidence[source].rate(bucket(confidence, CONFIDENCE_EDGES), k + 1)
-        if ahead is None:
-            ahead = self.marginal[source].rates(0, MODEL_MAX)
-        future = list(ahead[k + 1 : min(cap, MODEL_MAX)])
+        future = self.marginal[source].rates(0, min(cap, MODEL_MAX))[k + 1 :]
         rates = [*drafted, a, *future]
         e = expected_tokens(rates)
         one_call = self.costs[source].seconds(1)
