@@ -155,17 +155,17 @@ class Acceptance:
         return _sigmoid(_logit(self.parent.rate(context_bucket, position)) + self.shift)
 
     def rates(self, context_bucket: int, k: int) -> tuple[float, ...]:
-        versions: list[int] = []
-        table: Acceptance | None = self
-        while table is not None:  # this table's and every parent's: all that rate() reads
-            versions.append(table.version)
-            table = table.parent
+        versions = self._versions()
         kept = self._rows.get((context_bucket, k))
-        if kept is not None and kept[0] == tuple(versions):
+        if kept is not None and kept[0] == versions:
             return kept[1]
         row = tuple(self.rate(context_bucket, j) for j in range(1, k + 1))
-        self._rows[(context_bucket, k)] = (tuple(versions), row)
+        self._rows[(context_bucket, k)] = (versions, row)
         return row
+
+    def _versions(self) -> tuple[int, ...]:
+        """This table's version and every parent's: all that rate() reads changes with them."""
+        return (self.version, *(self.parent._versions() if self.parent is not None else ()))
 
     def record(self, context_bucket: int, position: int, accepted: bool) -> None:
         self.version += 1
