@@ -270,7 +270,7 @@ def explanation(results: dict) -> list[str]:
         "single-token calls."
     )
     lines.append(costs)
-    lines += _loop_sentence(results)
+    lines.append(_loop_sentence(results))
     for drafter, d in best["by_drafter"].items():
         lines.append(_why(drafter, d))
     if best.get("auto"):
@@ -281,20 +281,16 @@ def explanation(results: dict) -> list[str]:
     return lines
 
 
-def _loop_sentence(results: dict) -> list[str]:
+def _loop_sentence(results: dict) -> str:
     """specllm's own work per target step beside llama.cpp's: what a fast GPU step leaves it."""
-    parts = [
-        f"{r['configuration']} {r['overall']['stats']['loop_seconds_per_step'] * 1000:.2f}"
-        for r in results["results"]
-        if "loop_seconds_per_step" in r["overall"]["stats"]  # a file from before it was measured
-    ]
-    if not parts:
-        return []
+    parts = ", ".join(
+        f"{r['configuration']} {r['overall']['stats']['loop_seconds_per_step'] * 1000:.2f}" for r in results["results"]
+    )
     step = results["calibration"]["target_step_seconds"] * 1000
-    return [
-        f"The loop's own work (outside llama.cpp's calls), in ms per target step: {', '.join(parts)}; "
+    return (
+        f"The loop's own work (outside llama.cpp's calls), in ms per target step: {parts}; "
         f"a target step takes {step:.1f} ms."
-    ]
+    )
 
 
 def _round_noise(results: dict) -> list[str]:
