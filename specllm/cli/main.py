@@ -33,6 +33,7 @@ from specllm.cli.options import (
     MaxTokens,
     MinP,
     ModelsFileOption,
+    NoLive,
     OfflineOption,
     PairOption,
     Rpc,
@@ -247,7 +248,7 @@ def run(
     ] = True,
     system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
-    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
+    no_live: NoLive = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")] = False,
     verbose: Verbose = False,
 ):
@@ -320,7 +321,7 @@ def chat(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
     ] = None,
-    no_live: Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")] = False,
+    no_live: NoLive = False,
     verbose: Verbose = False,
 ):
     """Chat in the terminal; each turn prefills only its new tokens. /help lists the commands."""

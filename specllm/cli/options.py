@@ -138,6 +138,7 @@ Snapshots = Annotated[
     ),
 ]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+NoLive = Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")]
 
 
 @dataclass(frozen=True)
