@@ -76,15 +76,22 @@ def load(
     n_gpu_layers says otherwise) on those llama.cpp rpc-servers; `draft_rpc` the draft's.
     `snapshots`: how many rejected draft tokens a hybrid or recurrent target can take back after a
     verify call (the longest draft on such a target; each costs a copy of its recurrent state).
-    `target` and `draft` may name a model in another tool's store: ollama:NAME[:TAG],
+    `target` and `draft` may be hf:OWNER/REPO/FILE.gguf (downloaded to the cache unless it is
+    there) or name a model in another tool's store: ollama:NAME[:TAG],
     lmstudio:PUBLISHER/REPO/FILE.gguf, llamacpp:FILE.gguf (used in place, never copied)."""
     from specllm.engine.loop import Engine
     from specllm.llama.model import Model
     from specllm.llama.options import ModelOptions
     from specllm.llama.vocab import ensure_compatible
+    from specllm.models.hub import resolve_models
     from specllm.models.stores import local_path
 
-    target, draft = local_path(target), (None if draft is None else local_path(draft))
+    def model_file(spec: str) -> str:
+        if isinstance(spec, str) and spec.startswith("hf:"):
+            return str(resolve_models(target=spec, progress=False)[0])
+        return local_path(spec)
+
+    target, draft = model_file(target), (None if draft is None else model_file(draft))
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
     target_model = Model(target, options)

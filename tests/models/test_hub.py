@@ -564,3 +564,21 @@ def test_a_target_spec_leaving_its_repository_is_one_line(isolated):
         "error: bad model 'hf:a/b/../x.gguf': the file must be a relative path ending in .gguf "
         "(no '..', '.' or empty parts), not '../x.gguf'"
     ]
+
+
+def test_the_python_api_loads_hf_references_as_the_command_line_does(fake_hub, tiny_models):
+    """specllm.load("hf:OWNER/REPO/FILE.gguf", "hf:...") downloads both files into the cache and
+    loads them: the pair generates what the local files generate."""
+    import specllm
+
+    fake_hub.add(REPO, "t.gguf", tiny_models.target.read_bytes())
+    fake_hub.add(REPO, "d.gguf", tiny_models.draft.read_bytes())
+    outputs = []
+    for target, draft in ((f"hf:{REPO}/t.gguf", f"hf:{REPO}/d.gguf"), (tiny_models.target, tiny_models.draft)):
+        engine = specllm.load(str(target), str(draft), n_ctx=256, n_threads=1)
+        outputs.append(engine.generate("def f(x):", max_tokens=12, temperature=0.0, drafter="model").tokens)
+        engine.close()
+    assert outputs[0] == outputs[1]
+    assert [len(fake_hub.gets(file)) for file in ("t.gguf", "d.gguf")] == [1, 1]
+    with pytest.raises(SpecllmError, match="expected hf:OWNER/REPO/FILE.gguf"):
+        specllm.load("hf:no-repo.gguf")
