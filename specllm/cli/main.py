@@ -356,6 +356,8 @@ def describe_policy(policy: dict) -> str:
     cal, target, draft = policy["calibration"], policy["target"], policy["draft"]
     measured = ", ".join(cal["measured"])
     how = f"measured ({measured}) in {cal['seconds']:.1f}s" if measured else "from the calibration cache"
+    if cal.get("reused"):
+        how = "as the generations before this one left them"
     V = ", ".join(f"V({n}) {v:.2f}" for n, v in target["V"].items())
     line = f"auto: costs {how} ({cal['cache']}): target step {target['step_seconds'] * 1000:.1f} ms, {V}"
     if draft:

@@ -360,20 +360,24 @@ class Engine:
                 tables[self._mtp_key()] = self.policy.costs["mtp"]
             calibration.save_costs(tables)
 
-    def policy_report(self) -> dict | None:
-        """The auto policy's cost estimates now, for --json and -v."""
+    def policy_report(self, calibrated: bool = True) -> dict | None:
+        """The auto policy's cost estimates now, for --json and -v; `calibrated`: the generation
+        reported on is the one that obtained the costs (a later one measured nothing)."""
         p = self.policy
         if p is None:
             return None
+        calibration = dict(self.calibration, reused=not calibrated)
+        if not calibrated:
+            calibration.update(measured=[], seconds=0.0)
         return {
-            "calibration": dict(self.calibration),
+            "calibration": calibration,
             "target": p.target.to_dict(),
             "draft": p.draft.to_dict() if p.draft else None,
             "c": p.draft.step_seconds / p.target.step_seconds if p.draft else None,
             "model_could_pay": p.model_could_pay(),
             "mtp": p.costs["mtp"].to_dict() if "mtp" in p.costs else None,
             "c_mtp": p.costs["mtp"].step_seconds / p.target.step_seconds if "mtp" in p.costs else None,
-            "mtp_could_pay": p.model_could_pay("mtp"),
+            "mtp_could_pay": p.model_could_pay("mtp") if "mtp" in p.costs else None,
             "guard_backoffs": p.guard.backoffs,
         }
 
@@ -585,6 +589,7 @@ class _Run:
         self.generated: list[int] = []
         self.text = TextStream(config.stop)
         self.stats = Stats(prompt_tokens=len(prompt))
+        self.calibrated = False  # this generation obtained auto's costs (see _auto_drafter)
 
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
@@ -630,7 +635,7 @@ class _Run:
         self.drafter.finish(self.context)
         if self.config.drafter == Drafter.AUTO:
             self.engine.save_costs()
-            self.stats.policy = self.engine.policy_report()
+            self.stats.policy = self.engine.policy_report(calibrated=self.calibrated)
             if self.stats.policy is not None:
                 self.stats.policy["draft_limit"] = draft_limit_note(self.target)
         tail = self.text.finish()
@@ -655,6 +660,7 @@ class _Run:
     def _auto_drafter(self) -> AutoDrafter:
         engine, first = self.engine, self.engine.policy is None
         policy = engine.auto_policy(self.context[:-1])
+        self.calibrated = first
         if first and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None

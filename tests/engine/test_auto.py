@@ -249,8 +249,11 @@ def test_the_policy_report_says_where_the_costs_came_from(engine):
     assert report["calibration"]["measured"] == ["target", "draft"] and report["calibration"]["seconds"] > 0
     assert report["target"]["step_seconds"] > 0 and "2" in report["target"]["V"]
     assert result.stats.calibration_seconds == report["calibration"]["seconds"]
+    assert report["calibration"]["reused"] is False
     second = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
     assert second.stats.calibration_seconds == 0  # the engine keeps its policy
+    calibration = second.stats.policy["calibration"]  # and says that this generation measured nothing
+    assert calibration["measured"] == [] and calibration["seconds"] == 0 and calibration["reused"] is True
     assert greedy(engine, PROMPTS[1], "ngram", max_tokens=4).stats.policy is None
 
 
