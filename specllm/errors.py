@@ -3,6 +3,8 @@ single clear line and a non-zero exit code, the server into an HTTP 4xx. Their m
 for any caller: the subclasses below carry what a caller needs to add its own hint (the CLI names
 its flags, the server its request fields)."""
 
+from numbers import Integral, Real
+
 
 class SpecllmError(Exception):
     """A problem the user can fix: bad input, a missing file, an incompatible model pair."""
@@ -81,3 +83,17 @@ class Incompatible(SpecllmError):
     def __init__(self, target_name: str, draft_name: str, reason: str):
         super().__init__(f"{draft_name} cannot draft for {target_name}: {reason}")
         self.reason = reason
+
+
+def whole_number(name: str, value) -> int:
+    """value as an int, if it is one (a bool is not): options given from Python are checked as the
+    command line checks its flags."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise SpecllmError(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def real_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise SpecllmError(f"{name} must be a number, got {value!r}")
+    return float(value)

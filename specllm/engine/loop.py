@@ -5,8 +5,7 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import closing
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
 from pathlib import Path
@@ -29,7 +28,15 @@ from specllm.engine.policy import NGRAM_MAX, AutoPolicy
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
 from specllm.engine.text import TextStream
-from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import (
+    CannotTakeBack,
+    ContextFull,
+    DraftTooLong,
+    NeedsDraftModel,
+    NoMtpLayers,
+    SpecllmError,
+    whole_number,
+)
 from specllm.files import human_size
 from specllm.llama.model import Model, MtpHead
 from specllm.llama.options import ModelOptions
@@ -53,9 +60,12 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if isinstance(self.stop, str):  # one stop string, not a sequence of one-letter stops
-            object.__setattr__(self, "stop", (self.stop,))
-        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop", stop_strings(self.stop))
+        object.__setattr__(self, "max_tokens", whole_number("max tokens", self.max_tokens))
+        if self.gamma is not None:
+            object.__setattr__(self, "gamma", whole_number("gamma (draft length)", self.gamma))
+        if not isinstance(self.sampler, SamplerSettings):
+            raise SpecllmError(f"sampler must be a SamplerSettings, got {self.sampler!r}")
         if self.max_tokens < 1:
             raise SpecllmError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.gamma is not None and self.gamma < 1:
@@ -69,6 +79,19 @@ class GenerationConfig:
         if self.gamma is not None:
             return self.gamma
         return NGRAM_MAX if self.drafter == Drafter.AUTO else FIXED_GAMMA
+
+
+def stop_strings(stop) -> tuple[str, ...]:
+    """One stop string, or several (any iterable of them), or None for none."""
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else stop  # one string, not a sequence of one-letter stops
+    if isinstance(stops, (bytes, bytearray)) or not isinstance(stops, Iterable):
+        raise SpecllmError(f"stop must be a string or a list of strings, got {stop!r}")
+    stops = tuple(stops)
+    if not all(isinstance(s, str) for s in stops):
+        raise SpecllmError(f"stop strings must be strings, got {stop!r}")
+    return stops
 
 
 @dataclass
@@ -214,8 +237,10 @@ class Generation:
         generation.result
     """
 
-    def __init__(self, steps: Generator[Step, None, Result]):
+    def __init__(self, steps: Generator[Step, None, Result], ready: Callable[[], None] = lambda: None):
         self._steps = steps  # a generator of Steps whose return value is the Result
+        self._ready = ready  # raises while the steps cannot start (before a generator is spent on it)
+        self._started = False
         self._result: Result | None = None
 
     def __iter__(self) -> "Generation":
@@ -224,6 +249,9 @@ class Generation:
     def __next__(self) -> Step:
         if self._result is not None:
             raise StopIteration
+        if not self._started:  # a refusal now leaves the generation able to start later
+            self._ready()
+            self._started = True
         try:
             return next(self._steps)
         except StopIteration as end:  # its value is the Result (None once closed: cut short)
@@ -246,11 +274,9 @@ class Generation:
             pass
         return self.result
 
-    def events(self) -> Iterator["Step | Finished"]:
+    def events(self) -> "Events":
         """Engine.stream's form: the Steps, then Finished(result). Closing it closes the generation."""
-        with closing(self):
-            yield from self
-            yield Finished(self.result)
+        return Events(self)
 
     def close(self) -> None:
         self._steps.close()
@@ -260,6 +286,30 @@ class Generation:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Events:
+    """A Generation's Steps, then Finished(result): what Engine.stream returns."""
+
+    def __init__(self, generation: Generation):
+        self._generation = generation
+        self._done = False
+
+    def __iter__(self) -> "Events":
+        return self
+
+    def __next__(self) -> "Step | Finished":
+        if self._done:
+            raise StopIteration
+        try:
+            return next(self._generation)
+        except StopIteration:
+            self._done = True
+            return Finished(self._generation.result)
+
+    def close(self) -> None:
+        self._done = True
+        self._generation.close()
 
 
 class Engine:
@@ -282,6 +332,7 @@ class Engine:
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._live = False  # a stream is under way: it owns both KV caches until it ends
+        self.closed = False
 
     @property
     def has_draft(self) -> bool:
@@ -305,14 +356,22 @@ class Engine:
         return sum(m.llama_seconds for m in (self.target, self.draft, self.mtp) if m is not None)
 
     def close(self) -> None:
+        """Free the models. A stream under way stops at its next step (SpecllmError), and every
+        later call raises SpecllmError: llama.cpp's freed memory is never touched again."""
+        self.closed = True
         for model in (self.mtp, self.target, self.draft):
             if model is not None:
                 model.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SpecllmError("this engine is closed: load the models again")
 
     def lane(self) -> "Engine":
         """An engine on this one's loaded models (the same weights) with KV caches of its own,
         sharing the auto policy: generations on two lanes can be interleaved step by step. Close
         it before this engine."""
+        self._check_open()
         draft = self.draft.sibling() if self.draft is not None else None
         twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
         twin.policy, twin.calibration = self.policy, self.calibration
@@ -401,8 +460,13 @@ class Engine:
         """Token ids for a prompt: ids are used as given; text gets BOS as the model wants it, and
         with chat=True is first rendered as one user message (after the system message, if any)
         with the model's chat template, or ChatML for a model without one, as chat does."""
+        self._check_open()
         if not isinstance(prompt, str):
-            return [int(t) for t in prompt]
+            if chat or system is not None:
+                raise SpecllmError("chat and system apply to a text prompt: token ids are used as given")
+            return self._token_ids(prompt)
+        if system is not None and not chat:
+            raise SpecllmError("a system message needs chat=True (the chat template)")
         if chat:
             system_message = [{"role": "system", "content": system}] if system else []
             prompt = self.target.render_chat(system_message + [{"role": "user", "content": prompt}])
@@ -415,10 +479,31 @@ class Engine:
             tokens = tokens[1:]
         return tokens
 
+    def _token_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Iterable):
+            raise SpecllmError(f"a prompt is text (a str) or a list of token ids, not {type(prompt).__name__}")
+        ids, n_vocab = [], self.target.n_vocab
+        for token in prompt:
+            token = whole_number("a token id", token)
+            if not 0 <= token < n_vocab:
+                raise SpecllmError(f"token id {token} is outside the vocabulary (0 to {n_vocab - 1})")
+            ids.append(token)
+        return ids
+
     # --- generation -------------------------------------------------------------------------
 
-    def generate(self, prompt: str | list[int], **kwargs) -> Result:
-        with self.start(prompt, **kwargs) as generation:  # releases the engine at once
+    def generate(
+        self,
+        prompt: str | list[int],
+        config: GenerationConfig | None = None,
+        *,
+        chat: bool = False,
+        system: str | None = None,
+        **kwargs,
+    ) -> Result:
+        """The whole generation at once (what `stream` takes): its Result. The engine is free again
+        when it returns, or raises."""
+        with self.start(prompt, config, chat=chat, system=system, **kwargs) as generation:
             return generation.run()
 
     def stream(
@@ -429,7 +514,7 @@ class Engine:
         chat: bool = False,
         system: str | None = None,
         **kwargs,
-    ) -> Iterator[Step | Finished]:
+    ) -> Events:
         """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
         (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
         defaults), not both. One stream at a time per engine: the models' KV caches are shared, so
@@ -453,7 +538,7 @@ class Engine:
         config = config or make_config(**kwargs)
         self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return Generation(self._own(_Run(self, tokens, config)))
+        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready)
 
     def _check_idle(self) -> None:
         if self._live:
@@ -462,10 +547,14 @@ class Engine:
                 "(the models' KV caches are shared)"
             )
 
+    def _check_ready(self) -> None:
+        self._check_open()  # closed between start and the first step
+        self._check_idle()  # two streams created, then both started
+
     def _own(self, run: "_Run") -> Generator[Step, None, Result]:
         """Run's steps and result, holding the engine from the first step until the run ends or is
         closed."""
-        self._check_idle()  # two streams created, then both started
+        self._check_ready()
         self._live = True
         try:
             return (yield from run.steps())
@@ -618,6 +707,7 @@ class _Run:
         start, in_llama = time.perf_counter(), self.engine.llama_seconds()
         reason = None
         while reason is None:
+            self.engine._check_open()  # closed while the consumer held the last step
             # A step evaluates [last, d_1..d_k] on top of len(context) - 1 cached tokens.
             room = self.target.n_ctx - len(self.context)
             if room < 0:

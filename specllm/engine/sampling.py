@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specllm.errors import SpecllmError
+from specllm.errors import SpecllmError, real_number, whole_number
 
 # When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
 # and fall back to a full sort only if they do not reach top_p (exact either way).
@@ -32,6 +32,13 @@ class SamplerSettings:
     seed: int | None = None
 
     def __post_init__(self):
+        for name in ("temperature", "top_p", "min_p"):
+            object.__setattr__(self, name, real_number(name.replace("_", "-"), getattr(self, name)))
+        object.__setattr__(self, "top_k", whole_number("top-k", self.top_k))
+        if self.seed is not None:
+            object.__setattr__(self, "seed", whole_number("seed", self.seed))
+            if not 0 <= self.seed <= MAX_SEED:
+                raise SpecllmError(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
         if not self.temperature >= 0:
             raise SpecllmError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:

@@ -4,7 +4,7 @@ the CLI's defaults stay quick."""
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specllm.errors import SpecllmError
+from specllm.errors import SpecllmError, whole_number
 
 ALL_LAYERS = 0x7FFFFFFF  # n_gpu_layers for every layer (more than any model has)
 
@@ -66,6 +66,11 @@ class ModelOptions:
     snapshots: int = DEFAULT_SNAPSHOTS  # hybrid and recurrent models only (see DEFAULT_SNAPSHOTS)
 
     def __post_init__(self):
+        for name, what in (("n_ctx", "context size"), ("n_batch", "batch size"), ("snapshots", "snapshots")):
+            object.__setattr__(self, name, whole_number(what, getattr(self, name)))
+        for name, what in (("n_threads", "threads"), ("n_gpu_layers", "GPU layers")):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, whole_number(what, getattr(self, name)))
         check_context_size(self.n_ctx)
         object.__setattr__(self, "rpc", parse_rpc_servers(self.rpc))
         if self.n_threads is not None and not 1 <= self.n_threads <= MAX_THREADS:

@@ -499,7 +499,102 @@ def test_a_second_live_stream_is_refused(engine):
     with pytest.raises(SpecllmError, match="another stream"):
         next(b)  # ... but refused once it would run while the first is live
     assert list(a)[-1].result.tokens == expected
+    assert list(b)[-1].result.tokens == greedy(engine, PROMPTS[1], "none", max_tokens=20).tokens  # and runs after
     assert greedy(engine, PROMPTS[0], "model", max_tokens=20).tokens == expected
+
+
+def test_a_refused_generation_can_start_once_the_engine_is_free(engine):
+    expected = greedy(engine, PROMPTS[1], "none", max_tokens=12).tokens
+    first = engine.start(PROMPTS[0], max_tokens=12, temperature=0)
+    waiting = engine.start(PROMPTS[1], max_tokens=12, temperature=0)
+    next(first)
+    with pytest.raises(SpecllmError, match="another stream"):
+        next(waiting)
+    first.close()
+    assert waiting.run().tokens == expected
+
+
+def test_a_closed_engine_refuses_every_call_in_one_line(tiny_models):
+    """llama.cpp's freed models are never touched again: using them aborts the process."""
+
+    def fresh():
+        return specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+
+    closed = fresh()
+    closed.close()
+    closed.close()  # twice is fine
+    for call in (
+        lambda: closed.generate(PROMPTS[0], max_tokens=4),
+        lambda: closed.prompt_tokens(PROMPTS[0]),
+        lambda: closed.lane(),
+    ):
+        with pytest.raises(SpecllmError, match="engine is closed"):
+            call()
+    during = fresh()  # closed while a stream holds a step, or between start and its first step
+    started = during.start(PROMPTS[0], max_tokens=8)
+    stream = during.stream(PROMPTS[0], max_tokens=8, drafter="model")
+    next(stream)
+    during.close()
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        list(stream)
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        next(started)
+
+
+def test_generate_takes_a_config_as_stream_does(engine):
+    from specllm.engine.loop import GenerationConfig
+
+    config = GenerationConfig(max_tokens=8, sampler=SamplerSettings(temperature=0), drafter="model")
+    assert engine.generate(PROMPTS[0], config).tokens == greedy(engine, PROMPTS[0], "none", max_tokens=8).tokens
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(seed=-1),
+        dict(seed=2**32),
+        dict(seed="1"),
+        dict(stop=5),
+        dict(stop=["a", 5]),
+        dict(stop=b"x"),
+        dict(max_tokens=None),
+        dict(max_tokens="10"),
+        dict(max_tokens=2.5),
+        dict(max_tokens=True),
+        dict(temperature="0"),
+        dict(temperature=None),
+        dict(top_k=1.5),
+        dict(top_p="0.9"),
+        dict(gamma="4"),
+        dict(gamma=2.5),
+    ],
+)
+def test_options_of_a_wrong_type_from_python_are_refused_in_one_line(engine, options):
+    with pytest.raises(SpecllmError, match=f"{next(iter(options)).replace('_', '.')}"):
+        engine.generate(PROMPTS[0], **options)
+
+
+def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
+    expected = greedy(engine, PROMPTS[0], "none", max_tokens=6).tokens
+    numpy_ints = dict(max_tokens=np.int64(6), gamma=np.int32(2), seed=np.uint32(3), top_k=np.int64(40))
+    assert engine.generate(PROMPTS[0], temperature=0, stop=None, drafter="model", **numpy_ints).tokens == expected
+
+
+@pytest.mark.parametrize(
+    "prompt, options, message",
+    [
+        (b"import os", {}, "a prompt is text"),
+        ([1, 300, 100000], {}, "token id 100000 is outside the vocabulary"),
+        ([-1], {}, "token id -1 is outside"),
+        (["a"], {}, "a token id must be a whole number"),
+        ([1.7, 300], {}, "a token id must be a whole number"),
+        ([1, 2], {"chat": True}, "token ids are used as given"),
+        (PROMPTS[0], {"system": "Be brief."}, "needs chat=True"),
+    ],
+)
+def test_bad_prompts_from_python_are_refused_in_one_line(engine, prompt, options, message):
+    with pytest.raises(SpecllmError, match=message):
+        engine.generate(prompt, max_tokens=2, **options)
 
 
 # --- text ---------------------------------------------------------------------------------------
