@@ -43,6 +43,17 @@ class NoMtpLayers(SpecllmError):
         super().__init__(f"drafter 'mtp' needs a target with MTP layers (nextn), and {target_name} has none")
 
 
+class GammaTooLong(SpecllmError):
+    """A draft length whose verify call (gamma + 1 tokens) does not fit in one batch."""
+
+    def __init__(self, gamma: int, n_batch: int):
+        super().__init__(
+            f"gamma (draft length) {gamma} is too long: a verify call holds at most {n_batch} tokens "
+            f"(the batch size), so gamma must be at most {n_batch - 1}"
+        )
+        self.gamma, self.n_batch = gamma, n_batch
+
+
 class DraftTooLong(SpecllmError):
     """A fixed draft length longer than the recurrent-state snapshots a hybrid target keeps to take
     back rejected tokens."""

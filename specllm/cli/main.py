@@ -52,7 +52,7 @@ from specllm.cli.report import RichReporter
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
-from specllm.errors import NeedsDraftModel, SpecllmError
+from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.models.hub import Source
 
 app = typer.Typer(
@@ -120,6 +120,9 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
         draft_rpc=o.draft_rpc or (),
         snapshots=o.snapshots,
     )
+    if drafter == Drafter.MTP and engine.mtp is None:  # now, not at the first generation or request
+        engine.close()
+        raise NoMtpLayers(engine.target.path.name)
     if o.verbose:
         for line in describe_models(engine):
             print(line, file=sys.stderr)
@@ -594,10 +597,12 @@ def serve(
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
     with a chat page at / that colours each reply by where its tokens came from."""
-    from specllm.serve.server import ServeSettings, describe_server, listen
+    from specllm.serve.server import ServeSettings, check_api_key, describe_server, listen
     from specllm.serve.server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
+    if api_key is not None:
+        check_api_key(api_key)
     options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
     options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once
@@ -607,7 +612,7 @@ def serve(
     from specllm.models.stores import store_name
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
-    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key or None)
+    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
     try:
         serve_forever(engine, settings, sock)

@@ -32,6 +32,7 @@ from specllm.errors import (
     CannotTakeBack,
     ContextFull,
     DraftTooLong,
+    GammaTooLong,
     NeedsDraftModel,
     NoMtpLayers,
     SpecllmError,
@@ -651,10 +652,7 @@ def check_gamma(gamma: int, n_batch: int) -> None:
     """A verify call evaluates gamma + 1 tokens and reads a logit row for each: they must fit in
     one batch of the target's context (n_batch: 512, or the context size if smaller)."""
     if gamma >= n_batch:
-        raise SpecllmError(
-            f"gamma (draft length) {gamma} is too long: a verify call holds at most {n_batch} tokens "
-            f"(the batch size), so gamma must be at most {n_batch - 1}"
-        )
+        raise GammaTooLong(gamma, n_batch)
 
 
 class _Run:

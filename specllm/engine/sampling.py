@@ -9,6 +9,7 @@ the top-k survivors), and the temperature only reshapes what is kept. Temperatur
 (argmax). Ties at a cut keep the lower token ids (llama.cpp keeps an unspecified one of them).
 """
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -39,8 +40,8 @@ class SamplerSettings:
             object.__setattr__(self, "seed", whole_number("seed", self.seed))
             if not 0 <= self.seed <= MAX_SEED:
                 raise SpecllmError(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
-        if not self.temperature >= 0:
-            raise SpecllmError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:
+            raise SpecllmError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k < 0:
             raise SpecllmError(f"top-k must be >= 0 (0 disables it), got {self.top_k}")
         if not 0 < self.top_p <= 1:

@@ -21,7 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from specllm.engine.loop import DRAFTERS, Result, Step
 from specllm.engine.sampling import MAX_SEED
-from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import (
+    CannotTakeBack,
+    ContextFull,
+    DraftTooLong,
+    GammaTooLong,
+    NeedsDraftModel,
+    NoMtpLayers,
+    SpecllmError,
+)
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
 MAX_STOPS = 4  # as OpenAI
@@ -38,21 +46,28 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    @staticmethod
-    def message_for(error: SpecllmError) -> str:
-        """A library error's message for a client: for the errors a request can avoid, the request
-        field to change (the library names no CLI flags, and a client cannot restart the server)."""
+    @classmethod
+    def of(cls, error: SpecllmError, drafters: tuple[str, ...]) -> "ApiError":
+        """The 400 for a library error: for the errors a request can avoid, the request field to
+        change (the library names no CLI flags, and a client cannot restart the server), offering
+        only the `drafters` this server has."""
         if isinstance(error, NeedsDraftModel):
-            return f"{error}: this server has none; ask for drafter auto, mtp, ngram or none"
+            return cls(400, f"{error}: this server has none; ask for drafter {_one_of(drafters)}", "drafter")
         if isinstance(error, NoMtpLayers):
-            return f"{error}: ask for drafter auto, ngram or model"
-        if isinstance(error, DraftTooLong):
-            return f"{error}: ask for gamma {error.snapshots} or less"
+            return cls(400, f"{error}: ask for drafter {_one_of(drafters)}", "drafter")
         if isinstance(error, CannotTakeBack):
-            return f"{error}, or ask for drafter none"
+            return cls(400, f"{error}, or ask for drafter none", "drafter")
+        if isinstance(error, DraftTooLong):
+            return cls(400, f"{error}: ask for gamma {error.snapshots} or less", "gamma")
+        if isinstance(error, GammaTooLong):
+            return cls(400, str(error), "gamma")
         if isinstance(error, ContextFull):
-            return f"{error}: shorten the prompt"
-        return str(error)
+            return cls(400, f"{error}: shorten the prompt", code="context_length_exceeded")
+        return cls(400, str(error))
+
+
+def _one_of(drafters: tuple[str, ...]) -> str:
+    return ", ".join(drafters[:-1]) + f" or {drafters[-1]}" if len(drafters) > 1 else drafters[0]
 
 
 # Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing.
@@ -75,10 +90,10 @@ class _Request(BaseModel):
     model: str | None = None  # any name is accepted: the server has one model
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: float | None = Field(None, ge=0, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=0)  # extension
-    min_p: float | None = Field(None, ge=0, lt=1)  # extension
+    min_p: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)  # extension
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int | None = None

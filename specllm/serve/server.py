@@ -34,7 +34,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from specllm.engine.loop import Engine, Generation, Result, Step, describe_models, make_config
+from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
@@ -67,6 +67,19 @@ class ServeSettings:
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
     max_body_bytes: int | None = None  # default: room for a full context (body_limit)
     header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
+
+    def __post_init__(self):
+        if self.api_key is not None:
+            check_api_key(self.api_key)
+
+
+def check_api_key(key: str) -> None:
+    """A key a client can send as `Authorization: Bearer KEY`: an empty one would leave the server
+    open, and one with spaces (a line break read from a file, say) could never be matched."""
+    if not key:
+        raise SpecllmError("the API key is empty: give one, or none at all for a server without a key")
+    if not key.isprintable() or any(c.isspace() for c in key):
+        raise SpecllmError("the API key must have no spaces, line breaks or other control characters")
 
 
 def body_limit(n_ctx: int) -> int:
@@ -101,6 +114,7 @@ class Plan:
     continues: bool = False  # the prompt extends the previous request's whole transcript
     tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
+    context_bound: bool = False  # max_tokens is the room left in the context: reaching it is context_full
 
     def delta(self, step: Step) -> dict:
         """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
@@ -120,6 +134,8 @@ class Plan:
         size would tell this client, token by token, what another one sent. A prompt that goes on
         from the previous request's whole transcript (a conversation continued) learns nothing
         new, and its reuse is reported."""
+        if self.context_bound and result.stop_reason == "max_tokens":
+            result = dataclasses.replace(result, stop_reason="context_full")
         if self.continues:
             return result
         stats = dataclasses.replace(result.stats, prefill_tokens=max(0, result.stats.prompt_tokens - 1))
@@ -197,6 +213,10 @@ class EngineWorker:
         self.stopping = False  # the server is shutting down: no new generations
         # The previous generation's prompt + generated text and its tokens, for the next prompt.
         self.cache = PromptCache(engine)
+        # what a request may ask for: those a refusal offers instead
+        self.drafters = tuple(
+            d for d in DRAFTERS if (d != Drafter.MODEL or engine.has_draft) and (d != Drafter.MTP or engine.mtp)
+        )
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
         self._tool_markers: dict[int, str] | None = None
 
@@ -215,7 +235,9 @@ class EngineWorker:
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
-            raise ApiError(400, self.without_paths(ApiError.message_for(e))) from None
+            error = ApiError.of(e, self.drafters)
+            error.message = self.without_paths(error.message)
+            raise error from None
         except BaseException:
             self.lock.release()
             raise
@@ -268,8 +290,9 @@ class EngineWorker:
                 "context_length_exceeded",
             )
         seed = default_seed(request.seed)
+        wanted = request.requested_tokens
         config = make_config(
-            max_tokens=min(request.requested_tokens or room, room),  # capped by the context
+            max_tokens=min(wanted or room, room),  # capped by the context
             drafter=request.drafter or self.settings.drafter,
             gamma=request.gamma if request.gamma is not None else self.settings.gamma,
             stop=request.stops,
@@ -278,7 +301,8 @@ class EngineWorker:
         )
         self.cache.forget()  # the KV cache changes now; Job.run remembers the finished generation
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
-        return Plan(text, tokens, seed, generation, continues, tools, self.marked_text if tools else None)
+        marked = self.marked_text if tools else None
+        return Plan(text, tokens, seed, generation, continues, tools, marked, context_bound=not wanted or wanted > room)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and
@@ -358,7 +382,8 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         if request.url.path != PAGE_PATH:  # the page holds no data; it asks for the key itself
             check_key(settings.api_key, request)
 
-    app = FastAPI(title="specllm", dependencies=[Depends(require_key)])
+    # no /docs, /redoc or /openapi.json: they would answer without the key and load scripts from elsewhere
+    app = FastAPI(title="specllm", dependencies=[Depends(require_key)], docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = worker
 
     @app.exception_handler(ApiError)

@@ -224,6 +224,22 @@ def test_invalid_option_values_are_one_clear_line(models, option, value, fragmen
     assert_one_line_error(specllm_run("hi", *models, option, value), fragment)
 
 
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--drafter", "mtp"], "drafter 'mtp' needs a target with MTP layers"),  # every request would fail
+        (["--api-key", ""], "the API key is empty"),  # an open server, where a key was meant
+        (["--api-key", "s3cret\n"], "no spaces, line breaks"),  # no client could send it
+    ],
+)
+def test_serve_refuses_at_startup_what_would_fail_every_request(tiny_models, args, fragment):
+    models = ["--target", tiny_models.target, "--draft", "none", "--threads", 1, "--ctx-size", 256, "--port", 0]
+    proc = subprocess.run(SPECLLM + ["serve", *map(str, models + args)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()  # after the line saying which backend serve loaded with, if it got there
+    assert [line for line in lines if line.startswith("error: ")] == [lines[-1]] and fragment in lines[-1]
+
+
 def test_an_unknown_option_is_one_clear_line(models):
     assert_one_line_error(specllm_run("hi", *models, "--bogus"), "--bogus")
 

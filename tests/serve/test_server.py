@@ -282,7 +282,9 @@ BAD_REQUESTS = [
     (b'{"prompt": "x", "n": 2}', 400, "n", None),
     (b'{"prompt": "x", "drafter": "magic"}', 400, "drafter", None),
     (b'{"prompt": "x", "gamma": 0}', 400, "gamma", None),
-    (b'{"prompt": "x", "gamma": 5000}', 400, None, None),  # longer than a verify batch holds
+    (b'{"prompt": "x", "gamma": 5000}', 400, "gamma", None),  # longer than a verify batch holds
+    (b'{"prompt": "x", "drafter": "mtp"}', 400, "drafter", None),  # the target has no MTP layers
+    (b'{"prompt": "x", "temperature": Infinity}', 400, "temperature", None),
     (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
     (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
     (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
@@ -365,6 +367,44 @@ def test_the_api_key_is_enforced(engine, log, srv):
     finally:
         keyed.stop()
     assert [m.id for m in srv.client("anything").models.list()] == ["tiny"]  # no key set: none needed
+
+
+@pytest.mark.parametrize("key", ["", " ", "s3cret ", "s3cret\n", "s3 cret"])
+def test_a_key_no_client_could_send_is_refused(key):
+    """An empty key would leave the server open ("--api-key $KEY" with KEY unset); one with spaces
+    or a line break (read from a file) would lock every client out."""
+    from specllm.serve.server import ServeSettings
+
+    with pytest.raises(specllm.SpecllmError, match="API key"):
+        ServeSettings(model="tiny", api_key=key)
+
+
+def test_the_api_schema_pages_are_not_served(engine):
+    """FastAPI's /docs, /redoc and /openapi.json would answer without the key and load scripts
+    from elsewhere."""
+    keyed = Server(engine, api_key="s3cret")
+    try:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            for headers in ({}, {"Authorization": "Bearer s3cret"}):
+                conn = http.client.HTTPConnection(urlsplit(keyed.url).netloc, timeout=60)
+                conn.request("GET", path, headers=headers)
+                assert conn.getresponse().status == 404, (path, headers)
+                conn.close()
+    finally:
+        keyed.stop()
+
+
+def test_a_reply_ended_by_a_full_context_says_so(srv):
+    """The server caps max_tokens at the room left in the context: reaching that cap is
+    context_full, not max_tokens, unless the client asked for exactly that many."""
+    prompt = [5] * (CTX - 6)
+    client = srv.client()
+    uncapped = client.completions.create(model="x", prompt=prompt, temperature=0)
+    asked_more = client.completions.create(model="x", prompt=prompt, temperature=0, max_tokens=CTX)
+    asked_exactly = client.completions.create(model="x", prompt=prompt, temperature=0, max_tokens=6)
+    for reply, reason in ((uncapped, "context_full"), (asked_more, "context_full"), (asked_exactly, "max_tokens")):
+        assert reply.choices[0].finish_reason == "length"
+        assert (reply.usage.completion_tokens, reply.to_dict()["specllm"]["stop_reason"]) == (6, reason)
 
 
 def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_ctrl_c(tiny_models):
@@ -469,8 +509,9 @@ def test_cached_tokens_do_not_tell_one_client_what_another_sent(srv):
 
 
 def test_library_errors_reach_a_client_in_api_terms_naming_no_cli_flag():
-    """The server's 400 for an engine error says which request field to change, never a CLI flag."""
-    from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, NeedsDraftModel, NoMtpLayers
+    """The server's 400 for an engine error says which request field to change, never a CLI flag,
+    and offers only the drafters the server has."""
+    from specllm.errors import CannotTakeBack, ContextFull, DraftTooLong, GammaTooLong, NeedsDraftModel, NoMtpLayers
     from specllm.serve.openai_api import ApiError
 
     errors = [
@@ -479,11 +520,17 @@ def test_library_errors_reach_a_client_in_api_terms_naming_no_cli_flag():
         NoMtpLayers("t.gguf"),
         DraftTooLong(12, 8, "h.gguf", 1),
         CannotTakeBack("cannot take them back: install llama-cpp-python 0.3.36 or later"),
+        GammaTooLong(600, 512),
     ]
-    messages = [ApiError.message_for(e) for e in errors]
-    assert not [m for m in messages if "--" in m]
-    assert (
-        messages[1]
-        == "drafter 'model' needs a draft model: this server has none; ask for drafter auto, mtp, ngram or none"
+    replies = [ApiError.of(e, ("auto", "ngram", "none")) for e in errors]
+    assert not [r for r in replies if "--" in r.message]
+    assert [r.param for r in replies] == [None, "drafter", "drafter", "gamma", "drafter", "gamma"]
+    assert replies[0].code == "context_length_exceeded"
+    assert replies[1].message == (
+        "drafter 'model' needs a draft model: this server has none; ask for drafter auto, ngram or none"
     )
-    assert messages[3].endswith("keeps to take back rejected tokens: ask for gamma 8 or less")
+    assert replies[2].message.endswith("has none: ask for drafter auto, ngram or none")
+    assert replies[3].message.endswith("keeps to take back rejected tokens: ask for gamma 8 or less")
+    assert ApiError.of(NoMtpLayers("t.gguf"), ("auto", "model", "ngram", "none")).message.endswith(
+        "ask for drafter auto, model, ngram or none"
+    )
