@@ -17,7 +17,7 @@ HELP = """\
 /reset           forget the conversation (the system prompt stays)
 /stats           statistics of the whole session
 /gamma N|auto    draft length (with auto: the longest draft; auto: let it choose)
-/drafter NAME    auto | model | ngram | none
+/drafter NAME    auto | model | mtp | ngram | none
 /temp T          temperature (0 is greedy)
 /system [TEXT]   set the system prompt (alone: show it)
 /save FILE       write the transcript as JSON

@@ -137,7 +137,9 @@ Snapshots = Annotated[
         "to take back rejected draft tokens, so the longest draft (each costs one more copy of the state).",
     ),
 ]
-Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used.")]
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used, and show llama.cpp's own log.")
+]
 NoLive = Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")]
 
 
