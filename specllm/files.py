@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from specllm.errors import SpecllmError
+
 
 @contextmanager
 def temp_beside(dest: Path, tag: str = "tmp") -> Iterator[Path]:
@@ -36,6 +38,18 @@ def write_text_atomic(path: Path, text: str) -> None:
     with temp_beside(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse, before any work is done for it, an output file that cannot be written."""
+    if str(path) == "-":
+        raise SpecllmError(f"{option} takes a file name, not - (standard output)")
+    if path.is_dir():
+        raise SpecllmError(f"cannot write {path}: it is a folder")
+    if not path.parent.is_dir():
+        raise SpecllmError(f"cannot write {path}: there is no folder {path.parent}")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SpecllmError(f"cannot write {path}: permission denied")
 
 
 def read_json(path: Path):

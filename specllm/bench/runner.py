@@ -887,4 +887,4 @@ def write_json(results: dict, path: str | Path) -> None:
     try:
         write_text_atomic(Path(path), text)
     except OSError as e:
-        raise SpecllmError(f"cannot write {path}: {e}") from None
+        raise SpecllmError(f"cannot write {path}: {e.strerror or e}") from None

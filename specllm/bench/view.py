@@ -26,6 +26,7 @@ class BenchProgress:
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
+            disable=not self.console.is_terminal,  # off a terminal a bar is only noise (and a stray newline)
         )
         self._task: TaskID | None = None
 

@@ -53,6 +53,7 @@ from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.files import check_writable
 from specllm.models.hub import Source
 
 app = typer.Typer(
@@ -485,6 +486,10 @@ def bench(
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
+    for g in gammas:
+        check_options(max_tokens, None, g, {}, ctx_size=ctx_size)
+    if json_file is not None:
+        check_writable(json_file, "--json")  # not only once the bench has run
     options = LoadOptions.pick(locals())
     options.check()
     show_llama_log(verbose)
@@ -513,9 +518,9 @@ def bench(
     )
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
+    render(results, Console())  # first: if the file cannot be written after all, the results are still seen
     if json_file is not None:
         b.write_json(results, json_file)
-    render(results, Console())
 
 
 def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> None:
@@ -558,9 +563,9 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
         winners.remember(target_path, winners.Winner(**results["winner"]))
     results["remembered"] = results["winner"] is not None and winners.remembered(target_path) is not None
     results["target"]["spec"] = spec
+    render_draft_race(results, Console())
     if json_file is not None:
         write_json(results, json_file)
-    render_draft_race(results, Console())
 
 
 @app.command()

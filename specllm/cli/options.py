@@ -188,10 +188,15 @@ class LoadOptions:
         )
 
     def check(self) -> None:
-        """Refuse a bad context size, thread, layer or snapshot count or RPC server address before
-        any model is downloaded or loaded."""
+        """Refuse a bad context size, thread, layer or snapshot count, RPC server address or pairs
+        file (--models: read even where only a target is named, so that a mistyped one is seen)
+        before any model is downloaded or loaded."""
         self.target_options()
         self.draft_options()
+        if self.models_file is not None:
+            from specllm.models.registry import load_pairs
+
+            load_pairs(self.models_file)
 
 
 # --- what to change on the command line ---------------------------------------------------------

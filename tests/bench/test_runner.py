@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import sys
 
 import numpy as np
 import pytest
+from one_line import assert_one_line_error
 from rich.console import Console
 
 import specllm
@@ -638,3 +640,28 @@ def test_configurations_run_side_by_side_as_they_run_alone(engine):
     assert any(drafted for drafted, _ in together[b.Configuration("model", 3)].calls)
     # Closing the lanes left the engine's weights alone.
     assert b.run_one(engine, 1, SMALL_SUITE[1], b.BASELINE, s).emitted == alone[b.BASELINE].emitted
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--json", "{tmp}"], "it is a folder"),
+        (["--json", "{tmp}/no-such-folder/out.json"], "there is no folder"),
+        (["--json", "-"], "--json takes a file name"),
+        (["--gamma", "2,600"], "gamma (draft length) 600 is too long"),
+    ],
+)
+def test_bench_refuses_an_output_or_gamma_it_cannot_use_before_it_runs(tiny_models, tmp_path, args, fragment):
+    """Not after a bench of many minutes; one line, with nothing before it (a progress bar off a
+    terminal printed a blank line)."""
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "bench", *map(str, models), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert_one_line_error(proc, fragment)
+    assert list(tmp_path.iterdir()) == []

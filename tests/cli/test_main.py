@@ -218,6 +218,7 @@ def test_serve_verbose_shows_llama_cpps_own_log_before_it_listens(tiny_models):
         ("--threads", "100000", "threads must be between 1 and 1024"),
         ("--snapshots", "65", "snapshots must be between 0 and 64"),
         ("--drafter", "mtp", "drafter 'mtp' needs a target with MTP layers"),
+        ("--models", "/nonexistent/pairs.toml", "pairs file not found"),  # read though only a target is named
     ],
 )
 def test_invalid_option_values_are_one_clear_line(models, option, value, fragment):
