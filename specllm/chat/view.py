@@ -66,13 +66,27 @@ def chat_summary(result: Result, drafter: str) -> str:
     )
 
 
+# C0 controls but newline and tab, DEL and C1 controls: on a terminal the model's escape sequence
+# would be obeyed (move the cursor, clear the screen, set the window title), so each is shown as a
+# symbol (ESC as ␛, a carriage return as ␍).
+_CONTROLS = {c: chr(0x2400 + c) for c in range(0x20) if chr(c) not in "\n\t"}
+_CONTROLS.update({0x7F: "\u2421", **{c: "\ufffd" for c in range(0x80, 0xA0)}})
+
+
+def shown(text: str) -> str:
+    """Model text as a terminal may show it: its control characters made visible."""
+    return text.replace("\r\n", "\n").translate(_CONTROLS)
+
+
 class PlainView:
-    """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped."""
+    """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped. Piped, the
+    text is the model's exactly; on a terminal its control characters show as symbols."""
 
     def __init__(self, drafter: str, show_summary: bool = True, describe=summary):
         self.drafter = drafter
         self.show_summary = show_summary
         self.describe = describe
+        self._show = shown if sys.stdout.isatty() else str
 
     def __enter__(self):
         return self
@@ -81,7 +95,7 @@ class PlainView:
         return False
 
     def step(self, step: Step) -> None:
-        sys.stdout.write(step.accepted_text + step.token_text)
+        sys.stdout.write(self._show(step.accepted_text + step.token_text))
         sys.stdout.flush()
 
     def finish(self, result: Result) -> None:
@@ -121,11 +135,12 @@ class LiveView:
 
     def step(self, step: Step) -> None:
         # a rejected newline would move the real text around: show it as a symbol instead
-        rejected = step.rejected_text.replace("\n", "⏎")
+        rejected = shown(step.rejected_text.replace("\n", "⏎"))
+        accepted, token = shown(step.accepted_text), shown(step.token_text)
         for text in (self.body, self._recent):
-            _append(text, step.accepted_text, ACCEPTED)
+            _append(text, accepted, ACCEPTED)
             _append(text, rejected, REJECTED)
-            _append(text, step.token_text, TARGET)
+            _append(text, token, TARGET)
         self._stats = step.stats
         now = time.monotonic()
         if now - self._drawn_at >= self._redraw_gap:

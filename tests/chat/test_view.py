@@ -98,3 +98,38 @@ def test_redraws_come_12_times_a_second_and_take_at_most_5_percent_of_the_time(m
     assert 100 <= count <= 121 and share < 0.02
     count, share = redraw_share(monkeypatch, 0.020)  # a slow one: less often, 5% of the time
     assert 10 <= count <= 26 and 0.03 < share <= 0.05
+
+
+HOSTILE = "hi\x1b[2J\x1b]0;owned\x07 there\r\nnext\rover\x9b31m"  # clear screen, set the title, CR, 8-bit CSI
+
+
+def test_on_a_terminal_the_models_control_characters_are_shown_not_obeyed(monkeypatch):
+    """A model's escape sequence would clear the screen or set the window title: the live view and
+    the plain view on a terminal show each control character as a symbol; piped, the plain view
+    passes the model's text on exactly."""
+    from specllm.chat.view import PlainView
+
+    view = live_view()
+    view.__enter__()
+    view.step(Step([1, 2], 1, 3, HOSTILE, "\x1b[3J", "\x1bc", Stats(), "model"))  # accepted, token, rejected
+    view.finish(specllm_result())
+    out = view.console.file.getvalue()
+    for sequence in ("\x1b[2J", "\x1b]0;", "\x07", "\x1b[3J", "\x1bc", "\x9b"):  # none of them Rich's own
+        assert sequence not in out, repr(sequence)
+    assert "hi␛[2J␛]0;owned␇ there" in out and "next␍over" in out and "␛[3J" in out and "␛c" in out
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, expected in ((Terminal(), "hi␛[2J␛]0;owned␇ there\nnext␍over\ufffd31m"), (io.StringIO(), HOSTILE)):
+        monkeypatch.setattr("sys.stdout", stream)
+        plain = PlainView("auto", show_summary=False)
+        plain.step(Step([], 0, 3, HOSTILE, "", "", Stats(), "none"))
+        assert stream.getvalue() == expected
+
+
+def specllm_result():
+    from specllm.engine.loop import Result
+
+    return Result("", [], "eos", Stats())
