@@ -251,6 +251,11 @@ def explanation(results: dict) -> list[str]:
             f"Speculation loses on this machine: target-only decoding at {base_tps:.1f} tok/s is the fastest. "
             f"The best speculative configuration, {best['configuration']}, runs at {s:.2f}x."
         ]
+    if best.get("unaccepted_faster"):
+        lines.append(
+            f"{best['unaccepted_faster']} measured faster, but the target accepted none of its drafts: "
+            "it did the work of target-only decoding, and its lead is timing noise."
+        )
     check = results.get("timing_check")
     if check and not check["stable"]:
         every = check["target_only_step_seconds"] + [check["calibration_step_seconds"]]
