@@ -67,6 +67,7 @@ class ServeSettings:
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
     max_body_bytes: int | None = None  # default: room for a full context (body_limit)
     header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
+    body_seconds: float = 60.0  # and its body within this after them (read_body)
 
     def __post_init__(self):
         if self.api_key is not None:
@@ -414,11 +415,13 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await generate(worker, request, parse(ChatRequest, await read_body(request, limit)))
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, parse(ChatRequest, body))
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await generate(worker, request, parse(CompletionRequest, await read_body(request, limit)))
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, parse(CompletionRequest, body))
 
     return app
 
@@ -450,17 +453,26 @@ def _auth_header(error: ApiError) -> dict | None:
     return {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it is known to be longer than `limit`."""
+async def read_body(request: Request, limit: int, seconds: float) -> bytes:
+    """The request body, refused as soon as it is known to be longer than `limit` (413), or when
+    it has not all come within `seconds` (408: a client that never finishes its body would hold
+    its connection open for good)."""
     too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+
+    async def receive() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise too_large
+
+    try:
+        await asyncio.wait_for(receive(), seconds)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {seconds:g} s", code="request_timeout") from None
     return bytes(body)
 
 

@@ -114,3 +114,20 @@ def test_a_request_whose_headers_never_end_is_closed(tiny_models):
     finally:
         srv.stop()
         engine.close()
+
+
+def test_a_request_whose_body_never_ends_gets_a_408(tiny_models):
+    """Its headers promise more than it sends: it would hold its connection open for good."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine, body_seconds=2.0)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        half = socket.create_connection((host, int(port)), timeout=10)
+        half.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt": ')
+        answer = half.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 408") and b'"code":"request_timeout"' in answer, answer
+        client = srv.client()  # and the server goes on
+        assert client.completions.create(model="x", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    finally:
+        srv.stop()
+        engine.close()
