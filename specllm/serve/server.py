@@ -22,7 +22,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -221,9 +221,10 @@ class EngineWorker:
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
         self._tool_markers: dict[int, str] | None = None
 
-    async def start(self, request) -> tuple[Plan, Job]:
-        """Wait for the engine, then start generating for `request` on the engine thread.
-        Bad input raises ApiError, before anything is generated."""
+    async def start(self, request, gone: Callable[[], Awaitable[bool]]) -> tuple[Plan, Job] | None:
+        """Wait for the engine, then start generating for `request` on the engine thread; None
+        when the client is `gone` by its turn (nothing is prefilled for it). Bad input raises
+        ApiError, before anything is generated."""
         self.waiting += 1
         try:
             await self.lock.acquire()
@@ -233,6 +234,9 @@ class EngineWorker:
         try:
             if self.stopping:
                 raise shutting_down()
+            if await gone():
+                self.lock.release()
+                return None
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
@@ -477,7 +481,11 @@ async def read_body(request: Request, limit: int, seconds: float) -> bytes:
 
 
 async def generate(worker: EngineWorker, request: Request, body) -> Response:
-    plan, job = await worker.start(body)
+    started = await worker.start(body, request.is_disconnected)
+    if started is None:
+        access(request, CLIENT_CLOSED, "the client went away before its turn: nothing generated")
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    plan, job = started
     reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
     if body.stream:
         chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)

@@ -272,6 +272,28 @@ def test_a_client_that_goes_away_frees_the_server(srv, log, engine, monkeypatch)
     assert again.usage.completion_tokens == 24 and again.choices[0].finish_reason == "length"
 
 
+def test_a_client_that_leaves_while_it_waits_gets_nothing_generated(srv, log, engine, monkeypatch):
+    """Gone before its turn: its prompt is not prefilled, no step is taken for it."""
+    client, before = srv.client(), len(log)
+    release = hold(engine, monkeypatch, CTX - 16)
+    busy = threading.Thread(
+        target=lambda: client.completions.create(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
+    )
+    busy.start()
+    deadline = time.time() + 10
+    while not srv.get("/health")["busy"] and time.time() < deadline:
+        time.sleep(0.005)
+    with pytest.raises(openai.APITimeoutError):  # waits behind the held generation, then gives up
+        srv.client().with_options(timeout=0.5).completions.create(model="x", prompt="other words", max_tokens=8)
+    release.set()
+    busy.join(60)
+    [line] = wait_for_line(log, "before its turn", 1)
+    assert " 499 · " in line
+    served = [line for line in log[before:] if "/v1/completions 200" in line]
+    assert len(served) == 1 and f"{CTX - 16} tokens" in served[0]
+    assert not [line for line in log[before:] if "stopped after" in line]  # no step was taken for it
+
+
 LONG_PROMPT = json.dumps({"prompt": "word " * (2 * CTX)}).encode()
 BAD_REQUESTS = [
     (b'{"prompt": "x", ', 400, None, None),  # malformed JSON
