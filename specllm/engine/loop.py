@@ -306,6 +306,8 @@ class Events:
             return next(self._generation)
         except StopIteration:
             self._done = True
+            if not self._generation.finished:  # closed, or failed on the way: no result to give
+                raise
             return Finished(self._generation.result)
 
     def close(self) -> None:

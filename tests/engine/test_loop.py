@@ -537,6 +537,7 @@ def test_a_closed_engine_refuses_every_call_in_one_line(tiny_models):
     during.close()
     with pytest.raises(SpecllmError, match="engine is closed"):
         list(stream)
+    assert list(stream) == []  # ended: no Finished without a result
     with pytest.raises(SpecllmError, match="engine is closed"):
         next(started)
 
