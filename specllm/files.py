@@ -1,5 +1,6 @@
 """Writing files so that nothing half-written is ever left behind, under either name."""
 
+import errno
 import glob
 import json
 import os
@@ -34,7 +35,17 @@ def remove_stale_temps(dest: Path, tag: str = "tmp") -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` (UTF-8) to `path` in one rename. Raises OSError."""
+    """Write `text` (UTF-8) to `path` in one rename. A symlink is written through (the file it
+    leads to is replaced, not the link); a character device (/dev/null, /dev/stdout) is written
+    to in place, as a rename would put a file where the device was; anything else that is not a
+    regular file (a FIFO, a socket, a disk) is refused. Raises OSError."""
+    path = Path(os.path.realpath(path))
+    if path.is_char_device():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    if path.exists() and not path.is_file():
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
     with temp_beside(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
@@ -46,6 +57,8 @@ def check_writable(path: Path, option: str) -> None:
         raise SpecllmError(f"{option} takes a file name, not - (standard output)")
     if path.is_dir():
         raise SpecllmError(f"cannot write {path}: it is a folder")
+    if path.exists() and not (path.is_file() or path.is_char_device()):
+        raise SpecllmError(f"cannot write {path}: not a regular file")
     if not path.parent.is_dir():
         raise SpecllmError(f"cannot write {path}: there is no folder {path.parent}")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
