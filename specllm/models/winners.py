@@ -44,7 +44,9 @@ def remembered(target: str | Path) -> Winner | None:
     """The winner kept for this target file, if its draft is still on disk as it was measured."""
     key = file_identity(target)
     entry = _CACHE.read().get(key) if key else None
-    if not isinstance(entry, dict) or file_identity(entry.get("path", "")) != entry.get("identity"):
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):  # damaged: measure again
+        return None
+    if file_identity(entry["path"]) != entry.get("identity"):
         return None
     try:
         return Winner(**{k: entry[k] for k in Winner.__dataclass_fields__})

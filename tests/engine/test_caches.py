@@ -146,3 +146,21 @@ def test_a_pair_is_dropped_once_either_of_its_files_changes(tmp_path):
     draft.write_bytes(b"GGUF another draft now")
     verdicts._CACHE.update({verdicts._pair_key(target, other): True})
     assert list(verdicts._CACHE.read()) == [verdicts._pair_key(target, other)]
+
+
+@pytest.mark.parametrize("path", [5, None, ["d.gguf"]])
+def test_a_remembered_draft_with_a_damaged_path_is_measured_again(tmp_path, path):
+    """An entry whose fields are of the wrong type is damage, as a file cut short is."""
+    import json
+
+    name, write, holds = _winners(tmp_path)
+    write()
+    cache = calibration.cache_path().with_name(name)
+    entries = json.loads(cache.read_text())
+    for entry in entries.values():
+        if isinstance(entry, dict) and "path" in entry:
+            entry["path"] = path
+    cache.write_text(json.dumps(entries))
+    assert not holds()
+    write()
+    assert holds()
