@@ -54,6 +54,7 @@ from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
+from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source
 
 app = typer.Typer(
@@ -106,7 +107,7 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     if drafter == Drafter.MODEL and draft_path is None:
         raise NeedsDraftModel(o.pair)
     if o.verbose:
-        report_backend(o.threads, o.gpu_layers)
+        report_backend(o.threads, o.target_options())
     # auto loads the draft only when it may pay; a chat keeps it at hand for /drafter
     wanted = draft_path is not None and (drafter in (Drafter.MODEL, Drafter.AUTO) or keep_draft)
     engine = load(
@@ -167,7 +168,6 @@ def describe_models(engine) -> list[str]:
 def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None, system=None) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
     from specllm.engine.loop import check_gamma, make_config
-    from specllm.llama.options import ModelOptions
 
     for value in stop:
         check_utf8(value, "--stop")
@@ -197,12 +197,16 @@ def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
     return get_pair(pair, load_pairs(models_file)).gamma
 
 
-def report_backend(threads, gpu_layers) -> None:
-    from specllm.llama.devices import default_gpu_layers, physical_cores
+def report_backend(threads, options: ModelOptions) -> None:
+    from specllm.llama.devices import gpu_layers, physical_cores
+    from specllm.llama.options import ALL_LAYERS
     from specllm.llama.system import system_info
 
     info = system_info()
-    layers = gpu_layers if gpu_layers is not None else ("all" if default_gpu_layers() else 0)
+    n = gpu_layers(options)
+    layers = "all" if n == ALL_LAYERS else str(n)
+    if options.rpc and n:
+        layers += " (on the RPC servers)"
     print(
         f"llama-cpp-python {info['llama_cpp_python']} · GPU offload "
         f"{'available' if info['gpu_offload'] else 'not available (CPU build)'} · devices: "
@@ -545,7 +549,7 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
     if not fits:
         raise SpecllmError(f"no draft on disk fits {spec} (`specllm models --drafts-for {spec}` lists why)")
     if o.verbose:
-        report_backend(o.threads, o.gpu_layers)
+        report_backend(o.threads, o.target_options())
     engine = load(
         str(target_path),
         n_ctx=o.ctx_size,

@@ -80,3 +80,20 @@ def test_drafter_names_compare_print_and_serialize_as_plain_strings():
     assert Drafter.AUTO == "auto" and f"{Drafter.NGRAM}" == "ngram" and str(Drafter.MODEL) == "model"
     assert json.dumps({"drafter": Drafter.MTP}) == '{"drafter": "mtp"}'
     assert [d.value for d in Drafter] == ["auto", "model", "mtp", "ngram", "none"]
+
+
+def test_verbose_says_the_layers_go_to_the_rpc_servers(capsys):
+    """With --rpc every layer is offloaded to the servers (rpc.md): -v said "GPU layers 0" on a
+    machine without a GPU."""
+    from specllm.cli.main import report_backend
+    from specllm.llama.options import ModelOptions
+
+    report_backend(1, ModelOptions(rpc="127.0.0.1:50052"))
+    report_backend(1, ModelOptions(rpc="127.0.0.1:50052", n_gpu_layers=3))
+    report_backend(1, ModelOptions(n_gpu_layers=0))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.rsplit(" · ", 1)[1] for line in lines] == [
+        "GPU layers all (on the RPC servers)",
+        "GPU layers 3 (on the RPC servers)",
+        "GPU layers 0",
+    ]
