@@ -29,7 +29,7 @@ from specllm.engine.loop import (
 )
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.sampling import default_seed
+from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 from specllm.files import write_text_atomic
@@ -371,8 +371,8 @@ def _saved_chat(path: Path, data) -> SavedChat:
                 text(t["reply"], f"turn {i}'s reply"),
                 text(t.get("stop_reason", ""), f"turn {i}'s stop reason"),
                 _stats(stats, i) if stats else None,
-                in_context=not t.get("dropped_from_context", False),
-                seed=t.get("seed"),
+                in_context=not _flag(t.get("dropped_from_context", False), f"turn {i}'s dropped_from_context"),
+                seed=_seed(t.get("seed"), i),
             )
         )
     tokens = data.get("context_tokens")
@@ -384,6 +384,18 @@ def _saved_chat(path: Path, data) -> SavedChat:
         tuple(turns),
         tuple(tokens) if tokens else None,
     )
+
+
+def _flag(value, what: str) -> bool:
+    if not isinstance(value, bool):  # "no" would read as true
+        raise TypeError(f"{what} is not true or false")
+    return value
+
+
+def _seed(value, turn: int) -> int | None:
+    if value is not None and (type(value) is not int or not 0 <= value <= MAX_SEED):
+        raise TypeError(f"turn {turn}'s seed is not a seed /save writes")
+    return value
 
 
 def _stats(saved, turn: int) -> Stats:

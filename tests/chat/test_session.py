@@ -540,6 +540,8 @@ def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_pa
             "stats field 'drafted_per_position'",
         ),
         ('{"turns": [{"user": "a", "reply": "b", "stats": [1]}]}', "turn 1's stats are not an object"),
+        ('{"turns": [{"user": "a", "reply": "b", "dropped_from_context": "no"}]}', "is not true or false"),
+        ('{"turns": [{"user": "a", "reply": "b", "seed": -1}]}', "turn 1's seed is not a seed"),
         pytest.param("[" * 100_000 + "]" * 100_000, "nested too deeply", id="nested-too-deeply"),
     ],
 )
