@@ -5,6 +5,7 @@ otherwise."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specllm import report
@@ -42,7 +43,15 @@ def choose(target: Path, pairs: dict[str, Pair], label: str | None = None) -> tu
 
 
 def find_draft(
-    target: Path, drafter: str, *, models_file=None, source="auto", offline=False, verbose=False, label=None
+    target: Path,
+    drafter: str,
+    *,
+    models_file=None,
+    source="auto",
+    offline=False,
+    verbose=False,
+    label=None,
+    rpc: Sequence[str] = (),
 ) -> Path | None:
     """run/chat/bench with a target and no draft: the draft to hand the engine, saying on stderr
     which and why (or why none, when there was something to choose from or with `verbose`). Only
@@ -52,7 +61,7 @@ def find_draft(
     from specllm.models.winners import remembered
 
     name = label or target.name
-    fastest = remembered(target)  # measured here by `bench --drafts-for`: it comes first
+    fastest = remembered(target, rpc)  # measured here (on these RPC servers) by `bench --drafts-for`: it comes first
     if fastest is not None:
         report.say(_winner_line(fastest, name))
         return Path(fastest.path)

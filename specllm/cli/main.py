@@ -102,6 +102,7 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
             offline=o.offline,
             verbose=o.verbose,
             label=o.target if store_name(o.target) else None,  # an Ollama blob's file name would say nothing
+            rpc=o.target_options().rpc,
         )
     drafter = default_drafter(drafter, gamma, draft_path is not None) or Drafter.AUTO
     if drafter == Drafter.MODEL and draft_path is None:
@@ -564,8 +565,9 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
     finally:
         engine.close()
     if results["winner"] is not None:
-        winners.remember(target_path, winners.Winner(**results["winner"]))
-    results["remembered"] = results["winner"] is not None and winners.remembered(target_path) is not None
+        winners.remember(target_path, winners.Winner(**results["winner"]), rpc=o.target_options().rpc)
+    remembered = winners.remembered(target_path, rpc=o.target_options().rpc)
+    results["remembered"] = results["winner"] is not None and remembered is not None
     results["target"]["spec"] = spec
     render_draft_race(results, Console())
     if json_file is not None:

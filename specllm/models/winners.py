@@ -3,20 +3,23 @@
 `specllm bench --drafts-for T` measures every draft on disk that fits T on this machine; the
 winner is kept in specllm's cache (best_drafts.json), keyed by the target file as it is (path,
 size, modification time), so that T given alone (run, chat, bench, serve) gets that draft instead
-of the first one the usual search finds. A remembered draft is used only while its file is still
-on disk as it was measured: a removed or changed draft is ignored and the usual search applies.
+of the first one the usual search finds. A target measured on RPC servers (--rpc) has winners of
+its own per set of servers: there a target step costs more, and a bigger draft may pay. A
+remembered draft is used only while its file is still on disk as it was measured: a removed or
+changed draft is ignored and the usual search applies.
 Entries of targets that were removed or changed are dropped on the next write.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specllm.files import JsonCache, file_identity
 
 FILE_NAME = "best_drafts.json"
-_CACHE = JsonCache(FILE_NAME)  # {target file_identity: Winner fields + the draft's "identity"}
+_CACHE = JsonCache(FILE_NAME)  # {target key (see _key): Winner fields + the draft's "identity"}
 
 
 @dataclass(frozen=True)
@@ -30,19 +33,28 @@ class Winner:
     measured: int  # how many drafts were measured
 
 
-def remember(target: str | Path, winner: Winner) -> None:
-    """Keep `winner` for this target file (a cache that cannot be written only costs the next run
-    the usual search)."""
-    key, identity = file_identity(target), file_identity(winner.path)
+def _key(target: str | Path, rpc: Sequence[str]) -> str | None:
+    """The target file as it is, and the RPC servers its layers were on (none: on this machine)."""
+    identity = file_identity(target)
+    if identity is None or not rpc:
+        return identity
+    return f"{identity}|rpc={','.join(rpc)}"
+
+
+def remember(target: str | Path, winner: Winner, rpc: Sequence[str] = ()) -> None:
+    """Keep `winner` for this target file on these RPC servers (a cache that cannot be written only
+    costs the next run the usual search)."""
+    key, identity = _key(target, rpc), file_identity(winner.path)
     if key is None or identity is None:
         return
     entry = {**asdict(winner), "identity": identity}
     _CACHE.update({key: entry})
 
 
-def remembered(target: str | Path) -> Winner | None:
-    """The winner kept for this target file, if its draft is still on disk as it was measured."""
-    key = file_identity(target)
+def remembered(target: str | Path, rpc: Sequence[str] = ()) -> Winner | None:
+    """The winner kept for this target file on these RPC servers, if its draft is still on disk as
+    it was measured."""
+    key = _key(target, rpc)
     entry = _CACHE.read().get(key) if key else None
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):  # damaged: measure again
         return None

@@ -164,3 +164,18 @@ def test_a_remembered_draft_with_a_damaged_path_is_measured_again(tmp_path, path
     assert not holds()
     write()
     assert holds()
+
+
+def test_a_draft_measured_over_rpc_is_remembered_apart_from_the_local_one(tmp_path):
+    """Over RPC servers a target step costs more and another draft may win: that measurement must
+    not replace the one made on this machine, nor be dropped as stale by the next write."""
+    target, near, far = _files(tmp_path, "t.gguf", "near.gguf", "far.gguf")
+    local = winners.Winner(str(near), "near", 80.0, 1.25, 0.75, 4, 2)
+    remote = winners.Winner(str(far), "far", 20.0, 1.6, 0.7, 8, 2)
+    servers = ("192.168.1.20:50052",)
+    winners.remember(target, local)
+    winners.remember(target, remote, rpc=servers)
+    assert winners.remembered(target) == local and winners.remembered(target, rpc=servers) == remote
+    assert winners.remembered(target, rpc=("192.168.1.21:50052",)) is None
+    winners.remember(target, local)  # a later write keeps the other entry
+    assert winners.remembered(target, rpc=servers) == remote
