@@ -3,6 +3,7 @@
     python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
     python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
     python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N] [--learn-costs]
+    python benchmarks/policy_replay.py gpu OUT.json GPU_CHECK.json       # the draft model, at a GPU's costs
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
 target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
@@ -21,6 +22,14 @@ longest earlier repeat of the last 2-3 tokens):
   policy can do that, like auto, decides from the repeat length alone;
 - n-gram oracle: drafts exactly the accepted part of the copy (cut where it pays most): the best any
   policy can do with this lookup.
+
+`record` also keeps, for every output position, whether the default pair's draft model, given the
+same context, picks the target's token: with greedy decoding that decides every draft exactly (a
+draft's j-th token is accepted iff positions i..i+j-1 all match). `gpu` replays the draft model
+at fixed draft lengths with a GPU's measured costs from `benchmarks/gpu_check.py`'s JSON: for each
+curated pair there, c (draft step / target step) and V(n), with this machine's acceptance. So it
+predicts what each pair would gain on that GPU with the default pair's acceptance, which stands in
+for the larger pairs' (their weights are not here).
 
 Timing noise is absent, so small differences between policies are real here (in the model).
 With --learn-costs, auto starts from the widths its calibration times (calibration.TARGET_WIDTHS)
@@ -48,15 +57,26 @@ def record(out: Path, prompts_file: str | None) -> None:
     from specllm.models.hub import resolve_models
 
     prompts = load_prompts(prompts_file) if prompts_file else builtin_prompts()
-    target, _, _ = resolve_models(None, None, None, check=False)
-    engine = specllm.load(str(target))
+    target, draft, _ = resolve_models(None, None, None, check=False)
+    engine = specllm.load(str(target), str(draft) if draft else None)
     rows = []
     for p in prompts:
         tokens = engine.prompt_tokens(p.prompt, chat=True)
         result = engine.generate(tokens, max_tokens=MAX_TOKENS, temperature=0.0, drafter="none")
-        rows.append({"category": p.category, "prompt": tokens, "output": list(result.tokens)})
+        row = {"category": p.category, "prompt": tokens, "output": list(result.tokens)}
+        if engine.draft is not None and result.tokens:
+            row["draft_matches"] = draft_matches(engine.draft, tokens, list(result.tokens))
+        rows.append(row)
         print(f"{p.category}: {len(tokens)} prompt tokens, {len(result.tokens)} generated", file=sys.stderr)
     out.write_text(json.dumps(rows))
+
+
+def draft_matches(draft, prompt: list[int], output: list[int]) -> list[bool]:
+    """Whether the draft model's greedy token after prompt + output[:i] is output[i], for every i:
+    one call over the whole output (teacher forcing), as a greedy draft would see each context."""
+    draft.truncate(0)
+    logits = draft.eval(prompt + output[:-1], len(output))
+    return [int(row.argmax()) == token for row, token in zip(logits, output)]
 
 
 COST_WIDTHS = (*range(1, 21), 24, 28, 32, 40, 48, 64)
@@ -209,6 +229,56 @@ def replay_all(
     return table
 
 
+def model_replay(matches: list[bool], gamma: int, c: float, V: dict[int, float], draft_V2: float = 1.0) -> float:
+    """Modeled speed-up over target-only of the draft model at a fixed draft length, greedy, in
+    target steps: a step drafts k tokens (k draft steps of c, the first a catch-up call of two
+    tokens, costing draft_V2, after a fully accepted draft) and verifies k + 1 (V(k + 1))."""
+    i, cost, caught_up = 0, 0.0, True
+    while i < len(matches):
+        k = min(gamma, len(matches) - i - 1)
+        kept = 0
+        while kept < k and matches[i + kept]:
+            kept += 1
+        cost += k * c + (c * (draft_V2 - 1) if k and not caught_up else 0.0) + V[k + 1]
+        caught_up = kept < k  # all accepted: the draft has yet to see its last token and the bonus
+        i += kept + 1
+    return len(matches) / cost
+
+
+def gpu_predictions(rows: list[dict], check: dict, gammas=range(1, 9)) -> dict[str, dict]:
+    """For each pair measured by gpu_check: c, and the modeled speed-up at each draft length
+    with the recorded acceptance (overall and per category), and the best length."""
+    traced = [r for r in rows if r.get("draft_matches")]
+    if not traced:
+        raise SystemExit("the recording has no draft traces: record it again (the default pair has a draft)")
+    out = {}
+    for name, pair in check.get("pairs", {}).items():
+        costs = check.get("calibration", {}).get(pair["target"])
+        if not costs or pair.get("c") is None:
+            continue
+        V = {int(n): v for n, v in costs["V"].items()}
+        speedups = {}
+        for g in gammas:
+            if g + 1 not in V:
+                continue
+            by = defaultdict(lambda: [0.0, 0])  # category -> [modeled cost, tokens]
+            for r in traced:
+                n = len(r["draft_matches"])
+                cost = n / model_replay(r["draft_matches"], g, pair["c"], V, pair.get("draft_V2") or 1.0)
+                for key in (r["category"], "overall"):
+                    by[key][0] += cost
+                    by[key][1] += n
+            speedups[g] = {key: tokens / cost for key, (cost, tokens) in by.items()}
+        best = max(speedups, key=lambda g: speedups[g]["overall"]) if speedups else None
+        out[name] = {"c": pair["c"], "speedups": speedups, "best_gamma": best}
+    return out
+
+
+def acceptance(rows: list[dict]) -> float:
+    matches = [m for r in rows for m in r.get("draft_matches", [])]
+    return sum(matches) / len(matches) if matches else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,7 +302,20 @@ def main() -> None:
         help="auto knows only the widths its calibration "
         "times and learns the others when it first uses them, as in the engine",
     )
+    gpu = sub.add_parser("gpu")
+    gpu.add_argument("recorded", type=Path)
+    gpu.add_argument("check", type=Path, help="gpu_check.json, as benchmarks/gpu_check.py writes it")
     args = parser.parse_args()
+    if args.command == "gpu":
+        rows = json.loads(args.recorded.read_text())
+        check = json.loads(args.check.read_text())
+        table = gpu_predictions(rows, check)
+        print(f"{check.get('machine', {}).get('devices')}: the draft model at fixed draft lengths, modeled with the")
+        print(f"recorded default pair's acceptance ({acceptance(rows):.0%} of positions match)")
+        for name, p in table.items():
+            cells = "  ".join(f"g={g} {s['overall']:.2f}x" for g, s in p["speedups"].items())
+            print(f"{name:12s} c {p['c']:.2f}  {cells}  best g={p['best_gamma']}")
+        return
     if args.command == "record":
         record(args.out, args.prompts)
         return

@@ -1,0 +1,72 @@
+"""benchmarks/policy_replay.py's draft-model replay: the recorded traces decide every greedy draft
+exactly, and the modeled cost of a step is what the cost model says."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import specllm
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("policy_replay", ROOT / "benchmarks" / "policy_replay.py")
+replay = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay)
+
+V = {1: 1.0, 2: 1.2, 3: 1.5}
+
+
+def test_a_step_costs_its_draft_steps_and_its_verify_call():
+    assert replay.model_replay([True] * 6, 2, 0.5, V) == pytest.approx(6 / (2.5 + 2.5))
+    # after a fully accepted draft the draft model first catches up on two tokens
+    assert replay.model_replay([True] * 6, 2, 0.5, V, draft_V2=1.5) == pytest.approx(6 / (2.5 + 2.75))
+    # nothing accepted: each step yields the target's own token
+    assert replay.model_replay([False] * 3, 2, 0.5, V) == pytest.approx(3 / ((1 + 1.5) + (0.5 + 1.2) + 1.0))
+
+
+def test_the_traces_decide_each_greedy_draft_as_the_engine_does(tiny_models):
+    """For every step of a real greedy generation with the draft model, the accepted length is the
+    run of matching positions the teacher-forced trace says, capped at the draft's length."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1)
+    try:
+        prompt = engine.prompt_tokens("def fibonacci(n):", chat=True)
+        for gamma in (1, 3):
+            generation = engine.start(prompt, max_tokens=48, temperature=0, drafter="model", gamma=gamma)
+            steps = list(generation)
+            output = generation.result.tokens
+            matches = replay.draft_matches(engine.draft, prompt, output)
+            i = 0
+            for step in steps:
+                k = len(step.drafted)
+                predicted = next((j for j in range(k) if not matches[i + j]), k)
+                assert step.accepted == predicted, (gamma, i)
+                i += step.accepted + 1
+            assert i == len(output) and 0 < sum(matches) < len(matches)  # some drafts fail, some pass
+    finally:
+        engine.close()
+
+
+def test_gpu_predictions_come_from_a_gpu_checks_costs(tmp_path, tiny_models):
+    out = tmp_path / "check"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check = json.loads((out / "gpu_check.json").read_text())
+    rows = [{"category": "code", "prompt": [1], "output": [5] * 12, "draft_matches": [True, False] * 6}]
+    table = replay.gpu_predictions(rows, check)
+    pair = check["pairs"]["0.5B->7B"]
+    V = {int(n): v for n, v in check["calibration"][pair["target"]]["V"].items()}
+    expected = replay.model_replay(rows[0]["draft_matches"], 3, pair["c"], V, pair["draft_V2"])
+    assert table["0.5B->7B"]["speedups"][3]["overall"] == pytest.approx(expected)
+    assert table["0.5B->7B"]["speedups"][3]["code"] == pytest.approx(expected)
+    speedups = table["0.5B->7B"]["speedups"]
+    best = table["0.5B->7B"]["best_gamma"]
+    assert all(s["overall"] <= speedups[best]["overall"] for s in speedups.values())
