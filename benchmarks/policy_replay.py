@@ -4,6 +4,7 @@
     python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
     python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N] [--learn-costs]
     python benchmarks/policy_replay.py gpu OUT.json GPU_CHECK.json       # the draft model, at a GPU's costs
+    python benchmarks/policy_replay.py pair-costs CHECK.json              # this machine's, in that shape
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
 target, 128 tokens, and saves the prompt and output token ids. `replay` then steps through each
@@ -29,7 +30,8 @@ draft's j-th token is accepted iff positions i..i+j-1 all match). `gpu` replays 
 at fixed draft lengths with a GPU's measured costs from `benchmarks/gpu_check.py`'s JSON: for each
 curated pair there, c (draft step / target step) and V(n), with this machine's acceptance. So it
 predicts what each pair would gain on that GPU with the default pair's acceptance, which stands in
-for the larger pairs' (their weights are not here).
+for the larger pairs' (their weights are not here). `pair-costs` writes this machine's costs for
+the default pair in the same shape, so the model can be checked against `specllm bench` here.
 
 Timing noise is absent, so small differences between policies are real here (in the model).
 With --learn-costs, auto starts from the widths its calibration times (calibration.TARGET_WIDTHS)
@@ -93,6 +95,28 @@ def measure_costs(out: Path) -> None:
     times = time_calls([(engine.target, w) for w in COST_WIDTHS], context, reps=5)
     table = CostTable(times[0], {w: t / times[0] for w, t in zip(COST_WIDTHS[1:], times[1:])})
     out.write_text(json.dumps({"version": 1, "models": {str(target): table.to_dict()}}))
+
+
+def measure_pair_costs(out: Path) -> None:
+    """The default pair's c, the draft's two-token catch-up and the target's V(1..9) on this
+    machine, written as gpu_check.json's "pairs" and "calibration" (what `gpu` reads)."""
+    import specllm
+    from specllm.engine.calibration import time_calls
+    from specllm.models.hub import resolve_models
+
+    target, draft, _ = resolve_models(None, None, None, check=False)
+    engine = specllm.load(str(target), str(draft))
+    context = engine.prompt_tokens("Write a Python function that parses an ISO 8601 date string.", chat=True)
+    widths = range(1, 10)
+    t = time_calls([(engine.target, w) for w in widths], context, reps=5)
+    d = time_calls([(engine.draft, 1), (engine.draft, 2)], context, reps=5)
+    pair = {"draft": draft.name, "target": target.name, "c": d[0] / t[0], "draft_V2": d[1] / d[0]}
+    check = {
+        "machine": {"devices": ["this machine"]},
+        "calibration": {target.name: {"t1_ms": 1e3 * t[0], "V": {str(w): x / t[0] for w, x in zip(widths, t)}}},
+        "pairs": {"default pair": pair},
+    }
+    out.write_text(json.dumps(check))
 
 
 def target_markup() -> frozenset[int]:
@@ -302,6 +326,8 @@ def main() -> None:
         help="auto knows only the widths its calibration "
         "times and learns the others when it first uses them, as in the engine",
     )
+    pair_costs = sub.add_parser("pair-costs")
+    pair_costs.add_argument("out", type=Path)
     gpu = sub.add_parser("gpu")
     gpu.add_argument("recorded", type=Path)
     gpu.add_argument("check", type=Path, help="gpu_check.json, as benchmarks/gpu_check.py writes it")
@@ -318,6 +344,9 @@ def main() -> None:
         return
     if args.command == "record":
         record(args.out, args.prompts)
+        return
+    if args.command == "pair-costs":
+        measure_pair_costs(args.out)
         return
     if args.command == "costs":
         measure_costs(args.out)

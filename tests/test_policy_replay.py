@@ -70,3 +70,24 @@ def test_gpu_predictions_come_from_a_gpu_checks_costs(tmp_path, tiny_models):
     speedups = table["0.5B->7B"]["speedups"]
     best = table["0.5B->7B"]["best_gamma"]
     assert all(s["overall"] <= speedups[best]["overall"] for s in speedups.values())
+
+
+@pytest.mark.slow
+def test_pair_costs_measures_the_default_pair_in_the_gpu_checks_shape(tmp_path):
+    """About 30 s on the real default pair: the costs come out in the shape `gpu` reads, and they
+    are costs (a draft step cheaper than a target step, a wider call dearer than a narrow one)."""
+    out = tmp_path / "here.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/policy_replay.py", "pair-costs", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check = json.loads(out.read_text())
+    pair = check["pairs"]["default pair"]
+    V = check["calibration"][pair["target"]]["V"]
+    assert 0 < pair["c"] < 1 and pair["draft_V2"] > 0 and V["1"] == 1.0 and V["9"] > V["2"] > 0
+    rows = [{"category": "code", "prompt": [1], "output": [5] * 12, "draft_matches": [True] * 12}]
+    assert set(replay.gpu_predictions(rows, check)["default pair"]["speedups"]) == set(range(1, 9))
