@@ -12,12 +12,12 @@ from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 
-HELP = """\
+HELP = f"""\
 /help            this list
 /reset           forget the conversation (the system prompt stays)
 /stats           statistics of the whole session
 /gamma N|auto    draft length (with auto: the longest draft; auto: let it choose)
-/drafter NAME    auto | model | mtp | ngram | none
+/drafter NAME    {" | ".join(DRAFTERS)}
 /temp T          temperature (0 is greedy)
 /system [TEXT]   set the system prompt (alone: show it)
 /save FILE       write the transcript as JSON

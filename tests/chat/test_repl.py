@@ -81,7 +81,7 @@ def test_turns_slash_commands_multiline_and_eof(chat, tmp_path):
     assert prefill < prompt / 2  # the second turn reused the first from the KV cache
     stats = term.say("/stats")
     assert "turns 2 (0 interrupted, 0 dropped to fit)" in stats and "generated 32 tokens" in stats
-    assert "/drafter NAME" in term.say("/help")
+    assert "/drafter NAME    auto | model | mtp | ngram | none" in term.say("/help")
     assert "gamma 2" in term.say("/gamma 2")
     assert "drafter ngram" in term.say("/drafter ngram")
     assert "temperature 0.5" in term.say("/temp 0.5")

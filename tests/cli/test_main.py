@@ -219,6 +219,7 @@ def test_serve_verbose_shows_llama_cpps_own_log_before_it_listens(tiny_models):
         ("--snapshots", "65", "snapshots must be between 0 and 64"),
         ("--drafter", "mtp", "drafter 'mtp' needs a target with MTP layers"),
         ("--models", "/nonexistent/pairs.toml", "pairs file not found"),  # read though only a target is named
+        ("--temperature", "inf", "temperature must be >= 0 and finite"),
     ],
 )
 def test_invalid_option_values_are_one_clear_line(models, option, value, fragment):
