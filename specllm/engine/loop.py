@@ -556,8 +556,7 @@ class Engine:
 
     def _own(self, run: "_Run") -> Generator[Step, None, Result]:
         """Run's steps and result, holding the engine from the first step until the run ends or is
-        closed."""
-        self._check_ready()
+        closed (the Generation checks _check_ready just before that first step)."""
         self._live = True
         try:
             return (yield from run.steps())
