@@ -564,9 +564,10 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
             results = race(engine, fits, suite, settings, o.draft_options(), progress)
     finally:
         engine.close()
+    rpc = o.target_options().rpc  # the winner is the target's on these servers
     if results["winner"] is not None:
-        winners.remember(target_path, winners.Winner(**results["winner"]), rpc=o.target_options().rpc)
-    remembered = winners.remembered(target_path, rpc=o.target_options().rpc)
+        winners.remember(target_path, winners.Winner(**results["winner"]), rpc=rpc)
+    remembered = winners.remembered(target_path, rpc=rpc)
     results["remembered"] = results["winner"] is not None and remembered is not None
     results["target"]["spec"] = spec
     render_draft_race(results, Console())
