@@ -61,6 +61,21 @@ def remembered(target: str | Path, rpc: Sequence[str] = ()) -> Winner | None:
     if file_identity(entry["path"]) != entry.get("identity"):
         return None
     try:
-        return Winner(**{k: entry[k] for k in Winner.__dataclass_fields__})
+        winner = Winner(**{k: entry[k] for k in Winner.__dataclass_fields__})
     except (KeyError, TypeError):  # an entry another version wrote: measure again
         return None
+    return winner if _as_measured(winner) else None
+
+
+def _as_measured(winner: Winner) -> bool:
+    """Are the fields of the types bench writes? A run formats them as numbers in the line that
+    names the draft, so an entry damaged or edited by hand ("speedup": "1.5") is measured again."""
+    number = lambda v: type(v) in (int, float)  # noqa: E731 (bool is not a number here)
+    return (
+        isinstance(winner.name, str)
+        and number(winner.tokens_per_second)
+        and (winner.speedup is None or number(winner.speedup))
+        and number(winner.acceptance)
+        and type(winner.gamma) is int
+        and type(winner.measured) is int
+    )

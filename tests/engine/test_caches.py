@@ -166,6 +166,24 @@ def test_a_remembered_draft_with_a_damaged_path_is_measured_again(tmp_path, path
     assert holds()
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [("speedup", "1.5"), ("acceptance", None), ("tokens_per_second", True)]
+    + [("gamma", 4.5), ("measured", []), ("name", 5)],
+)
+def test_a_remembered_draft_with_a_field_of_the_wrong_type_is_measured_again(tmp_path, field, value):
+    """A run formats the winner's figures in the line that names its draft: a damaged one was a
+    traceback in every run of the target."""
+    target, draft = _files(tmp_path, "t.gguf", "d.gguf")
+    winners.remember(target, winners.Winner(str(draft), "d", 80.0, 1.25, 0.75, 4, 2))
+    cache = calibration.cache_path().with_name(winners.FILE_NAME)
+    entries = json.loads(cache.read_text())
+    for entry in entries.values():
+        entry[field] = value
+    cache.write_text(json.dumps(entries))
+    assert winners.remembered(target) is None
+
+
 def test_a_draft_measured_over_rpc_is_remembered_apart_from_the_local_one(tmp_path):
     """Over RPC servers a target step costs more and another draft may win: that measurement must
     not replace the one made on this machine, nor be dropped as stale by the next write."""
