@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,8 +47,15 @@ def write_text_atomic(path: Path, text: str) -> None:
         return
     if path.exists() and not path.is_file():
         raise OSError(errno.EINVAL, "not a regular file", str(path))
+    # A file replaced keeps its permissions: a transcript made private (chmod 600) came back
+    # readable by everyone. They are set before the text goes in, so it is never more exposed.
+    # (Windows has only a read-only flag, which would keep the temporary file from being removed.)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() and os.name != "nt" else None
     with temp_beside(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.chmod(tmp, mode)
+            f.write(text)
         os.replace(tmp, path)
 
 

@@ -17,6 +17,16 @@ def test_a_regular_file_is_replaced_whole(tmp_path):
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755])
+def test_a_replaced_file_keeps_its_permissions(tmp_path, mode):
+    """A transcript saved over one made private must stay private."""
+    path = tmp_path / "chat.json"
+    path.write_text("old")
+    path.chmod(mode)
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == mode
+
+
 def test_a_symlink_is_written_through_and_stays_a_link(tmp_path):
     real, link = tmp_path / "real.json", tmp_path / "link.json"
     real.write_text("old")
