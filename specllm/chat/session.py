@@ -172,12 +172,19 @@ class ChatSession:
         # Drop a quarter of the context more than needed, so the next turns do not each have to
         # drop again and re-prefill the whole remaining history.
         goal = self.n_ctx - self._reserve() - self.n_ctx // 4
-        prepared, drop = alone, len(live)
-        for n in range(1, len(live) + 1):
-            prepared = self._render(live[n:], pending)
-            if len(prepared.tokens) <= goal:
-                drop = n
-                break
+        # The fewest oldest turns to drop, found by bisection: the prompt only shortens as more are
+        # dropped, and rendering every candidate in turn took minutes for a loaded conversation
+        # of thousands of turns (each render is the whole conversation). Dropping all of them is
+        # the last resort.
+        fits, too_long = len(live), 0
+        while fits - too_long > 1:
+            n = (too_long + fits) // 2
+            if len(self._render(live[n:], pending).tokens) <= goal:
+                fits = n
+            else:
+                too_long = n
+        drop = fits
+        prepared = self._render(live[drop:], pending) if drop < len(live) else alone
         prepared.dropped = live[:drop]
         if drop:
             prepared.notices.append(

@@ -228,6 +228,25 @@ def test_context_overflow_drops_oldest_turns_but_never_the_system_prompt(engines
     assert session.messages()[1]["content"] == live[0].user and len(live) < len(session.turns) == 16
 
 
+def test_a_long_loaded_conversation_drops_its_oldest_turns_in_a_few_renders(tiny_models, tmp_path):
+    """Dropping rendered the whole conversation once per turn it tried to drop: a saved
+    conversation of thousands of turns resumed in a smaller context took minutes to send a message."""
+    engine = load(tiny_models.target, n_ctx=256)
+    session = ChatSession(engine, greedy(drafter="none"), system=SYSTEM)
+    turns = tuple(chat.Turn(f"question {i}", f"answer {i}", "eos") for i in range(400))
+    session.restore(chat.SavedChat(tmp_path / "long.json", SYSTEM, turns, None))
+    renders, render_chat = [], engine.target.render_chat
+    engine.target.render_chat = lambda messages, **kw: renders.append(1) or render_chat(messages, **kw)
+    prepared = session.prepare("Hello")
+    assert len(renders) <= 12  # 1 + log2(400) + 1, not hundreds
+    goal = session.n_ctx - session._reserve() - session.n_ctx // 4
+    fewest = next(
+        n for n in range(len(turns)) if len(session._render(list(turns[n:]), chat.Turn("Hello")).tokens) <= goal
+    )
+    assert len(prepared.dropped) == fewest and len(prepared.tokens) <= goal
+    assert prepared.tokens == session._render(list(turns[fewest:]), chat.Turn("Hello")).tokens
+
+
 def test_a_message_longer_than_the_context_is_refused(tiny_models):
     engine = load(tiny_models.target, tiny_models.draft, n_ctx=256)
     session = ChatSession(engine, greedy(), system=SYSTEM)
