@@ -82,6 +82,11 @@ class CostTable:
         (a call that waited for the CPU must not wreck the table), and V(n) stays within [1, n]."""
         if not (seconds > 0 and math.isfinite(seconds)):
             return
+        if n > 1 and seconds < self.step_seconds:
+            # A call on n tokens costs at least one on one token, so the one-token estimate is too
+            # high (calibrated in a slow spell): only one-token calls lowered it, and auto, drafting
+            # at every step because the target looked dear, made none, so it stayed for good.
+            self.observe(1, seconds)
         if n <= 1:
             seconds = min(max(seconds, self.step_seconds / 2), self.step_seconds * 2)
             self.step_seconds += EWMA * (seconds - self.step_seconds)

@@ -145,6 +145,20 @@ def test_costs_drift_together_through_the_one_token_time():
     assert table.seconds(4) == pytest.approx(0.06, rel=0.01)
 
 
+def test_a_one_token_time_calibrated_too_high_is_corrected_by_wider_calls_alone():
+    """Calibrated in a slow spell, the target looked 300x dearer than it is: auto then drafted at
+    every step, so no one-token call came to correct it, and the cache kept the error for good.
+    A wider call is never cheaper than a one-token call, so a fast one lowers the estimate."""
+    table = CostTable(0.3, {3: 1.5})
+    for _ in range(100):
+        table.observe(3, 0.0015)  # the true costs: 1 ms a token, V(3) = 1.5
+    assert table.step_seconds <= 0.0015 * 1.01
+    for _ in range(100):  # then a step without a draft now and then
+        table.observe(1, 0.001)
+        table.observe(3, 0.0015)
+    assert table.seconds(1) == pytest.approx(0.001, rel=0.01) and table.seconds(3) == pytest.approx(0.0015, rel=0.01)
+
+
 def test_the_guard_backs_off_a_losing_source_with_growing_gaps():
     guard = Guard()
     lose = dict(tokens=1, seconds=2.0, target_only_rate=1.0)  # half the target-only rate
