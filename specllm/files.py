@@ -13,12 +13,24 @@ from pathlib import Path
 
 from specllm.errors import SpecllmError
 
+NAME_MAX = 255  # bytes in a file name, on the usual file systems
+PID_DIGITS = 7  # process ids stay below 2**22 on Linux
+
+
+def _temp_stem(dest: Path, tag: str) -> str:
+    """dest's name as its temporary files begin, cut short where the temporary file's name would
+    be too long: a name the file system takes (/save with a 250-byte name) was refused for the
+    name of its temporary file."""
+    room = NAME_MAX - len(f"..{'9' * PID_DIGITS}.{tag}".encode())
+    name = os.fsencode(dest.name)
+    return dest.name if len(name) <= room else os.fsdecode(name[:room])
+
 
 @contextmanager
 def temp_beside(dest: Path, tag: str = "tmp") -> Iterator[Path]:
     """A temporary path in dest's folder (so that os.replace onto dest is atomic). It is removed
     on the way out, whatever happens, unless the caller has renamed it onto dest by then."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{tag}")
+    tmp = dest.with_name(f".{_temp_stem(dest, tag)}.{os.getpid()}.{tag}")
     try:
         yield tmp
     finally:
@@ -29,8 +41,9 @@ def remove_stale_temps(dest: Path, tag: str = "tmp") -> None:
     """Remove temp_beside's temporary files of `dest` left by processes that were killed (the
     process id in their names means no later process reuses them). Only for a caller holding a
     lock that every writer of `dest` holds while writing: then no such file is in use."""
-    own = re.compile(rf"\.{re.escape(dest.name)}\.[0-9]+\.{re.escape(tag)}")
-    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.{glob.escape(tag)}"):
+    stem = _temp_stem(dest, tag)
+    own = re.compile(rf"\.{re.escape(stem)}\.[0-9]+\.{re.escape(tag)}")
+    for stale in dest.parent.glob(f".{glob.escape(stem)}.*.{glob.escape(tag)}"):
         if own.fullmatch(stale.name):  # not the temporary file of another name that starts alike
             stale.unlink(missing_ok=True)
 

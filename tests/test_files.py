@@ -27,6 +27,16 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path, mode):
     assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == mode
 
 
+@pytest.mark.parametrize("name", ["c" * 250 + ".json", "ü" * 125 + ".json"], ids=["ascii", "two-byte characters"])
+def test_a_name_as_long_as_the_file_system_takes_is_written(tmp_path, name):
+    """Its temporary file's name, longer still, was refused: /save said "File name too long"."""
+    path = tmp_path / name
+    assert len(os.fsencode(name)) == 255
+    write_text_atomic(path, "new")
+    write_text_atomic(path, "newer")
+    assert path.read_text() == "newer" and [p.name for p in tmp_path.iterdir()] == [name]
+
+
 def test_a_symlink_is_written_through_and_stays_a_link(tmp_path):
     real, link = tmp_path / "real.json", tmp_path / "link.json"
     real.write_text("old")
