@@ -99,7 +99,10 @@ def time_calls(jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: in
     all n (and their argmax, part of every real step). Every round times every call, so a slow
     spell of a busy machine spreads over all of them. Each model's cache is left holding `context`."""
     feed_len = max(n for _, n in jobs)
-    feed = (context * (feed_len // max(1, len(context)) + 1))[-feed_len:]  # real token ids
+    # Real token ids: the context's own. An empty context (a one-token prompt) has none, and calls
+    # on no tokens at all were timed instead: 2 us a step, cached for every later run.
+    ids = context or [0]
+    feed = (ids * (feed_len // len(ids) + 1))[-feed_len:]
     for model in dict.fromkeys(m for m, _ in jobs):
         model.sync(context)
         model.checkpoint()  # a recurrent state goes back to `context` from it after each call

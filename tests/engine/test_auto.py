@@ -151,6 +151,18 @@ def test_calibration_times_every_width_and_leaves_the_context(engine):
     assert engine.target.tokens == context  # its KV cache holds the context, as before
 
 
+def test_calibration_on_an_empty_context_times_real_calls(engine):
+    """A one-token prompt leaves nothing in the KV cache to calibrate on: the calls were timed on no
+    tokens at all, and those costs (microseconds) were cached for every later run."""
+    engine.target.truncate(0)
+    before = engine.target.n_evaluated
+    calibration.measure(engine.target, calibration.TARGET_WIDTHS, [])
+    narrow = [w for w in calibration.TARGET_WIDTHS if w <= calibration.NARROW]
+    wide = [w for w in calibration.TARGET_WIDTHS if w > calibration.NARROW]
+    assert engine.target.n_evaluated - before == calibration.NARROW_ROUNDS * sum(narrow) + sum(wide)
+    assert engine.target.tokens == []
+
+
 def test_calibration_pairs_narrow_calls_with_the_one_token_call_of_their_round(engine, monkeypatch):
     """The machine runs at a different speed in each round, and in one round it slows down
     between the one-token call and the narrow ones: the medians of paired ratios still read the
