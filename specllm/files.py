@@ -164,11 +164,21 @@ class JsonCache:
         return {k: v for k, v in entries.items() if isinstance(k, str)} if isinstance(entries, dict) else {}
 
     def _current(self, entries: dict) -> dict:
-        return {
-            key: entry
-            for key, entry in entries.items()
-            if all(_still_as_it_was(identity) for identity in key.split("|")[: self._files])
-        }
+        return {key: entry for key, entry in entries.items() if self._files_unchanged(key)}
+
+    def _files_unchanged(self, key: str) -> bool:
+        """Are the files a key starts with still as they were? A path may hold "|" itself (split
+        there, a model in a folder named "a | b" read as gone: its entries were dropped by every
+        write of another model's), so each identity runs to its size and modification time."""
+        for _ in range(self._files):
+            identity = _IDENTITY.match(key)
+            if identity is None or not _still_as_it_was(identity[1]):
+                return False
+            key = key[identity.end() :]
+        return True
+
+
+_IDENTITY = re.compile(r"(.*?:[0-9]+:-?[0-9]+)(?:\||$)")  # a file_identity, then "|" or the end
 
 
 def _still_as_it_was(identity: str) -> bool:

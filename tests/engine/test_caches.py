@@ -94,6 +94,27 @@ def test_entries_of_files_that_are_gone_are_dropped_and_temp_files_of_killed_wri
     assert not stale.exists()
 
 
+def test_entries_of_files_whose_paths_hold_a_bar_are_kept(tmp_path):
+    """Keys are file identities joined by "|": split there, a model in a folder named "a | b"
+    read as gone, and its costs and passed checks were dropped whenever another model's were
+    written."""
+    folder = tmp_path / "models | 2025"
+    folder.mkdir()
+    target, draft = _files(folder, "t.gguf", "d.gguf")
+    (other,) = _files(tmp_path, "o.gguf")
+    calibration.save_costs({f"{file_identity(target)}|x": CostTable(0.01, {})})
+    calibration.save_costs({f"{file_identity(other)}|x": CostTable(0.02, {})})
+    assert calibration.load_costs(f"{file_identity(target)}|x") is not None
+    verdicts._CACHE.update({verdicts._pair_key(target, draft): True})
+    verdicts._CACHE.update({verdicts._pair_key(other, draft): True})
+    assert verdicts.known_compatible(target, draft)
+    target.write_bytes(b"GGUF changed")  # and gone once it changes, as any other
+    calibration.save_costs({f"{file_identity(other)}|x": CostTable(0.03, {})})
+    verdicts._CACHE.update({verdicts._pair_key(other, draft): True})
+    assert list(json.loads(calibration.cache_path().read_text())["models"]) == [f"{file_identity(other)}|x"]
+    assert list(verdicts._CACHE.read()) == [verdicts._pair_key(other, draft)]
+
+
 def _files(folder, *names):
     paths = [folder / name for name in names]
     for path in paths:
