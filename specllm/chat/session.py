@@ -339,7 +339,7 @@ class SavedChat:
 def read_transcript(path: Path) -> SavedChat:
     """Read a transcript written by /save. Raises SpecllmError, saying what is wrong with it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as some editors write, is no error
     except OSError as e:
         raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

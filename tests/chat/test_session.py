@@ -575,6 +575,17 @@ def test_a_file_that_is_no_saved_conversation_is_one_clear_error(engines, tmp_pa
     assert "usage: /load FILE" in str(pytest.raises(specllm.SpecllmError, command, session, "/load").value)
 
 
+def test_a_saved_conversation_edited_in_an_editor_that_writes_a_bom_loads(engines, tmp_path):
+    """Windows Notepad wrote UTF-8 with a byte order mark: /load said "not JSON"."""
+    session = ChatSession(engines[0], greedy(drafter="none"), system=SYSTEM)
+    session.send("Hello world")
+    path = tmp_path / "chat.json"
+    session.save(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"Hello world", "Hello wörld".encode()))
+    saved = read_transcript(path)
+    assert saved.system == SYSTEM and [t.user for t in saved.turns] == ["Hello wörld"]
+
+
 def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_saved(engines, tmp_path):
     session = ChatSession(engines[0], greedy(drafter="none"))
     turn(session, MESSAGES[0])
