@@ -60,7 +60,7 @@ MORE = _More()
 @dataclass(frozen=True)
 class _Match:
     end: int  # where the call region ends in the text it was matched on
-    calls: list[ToolCall]
+    calls: list[ToolCall]  # none: the region is text, all of it (its JSON is not all calls)
 
 
 def parse_tool_calls(text: str, tool_names: Iterable[str]) -> Parsed:
@@ -109,6 +109,8 @@ class ToolCallParser:
                 pieces.append(text[i])
                 i += 1
             else:
+                if not found.calls:  # a call inside it is no call: an example, a list with a bad one
+                    pieces.append(text[i : i + found.end])
                 calls += found.calls
                 i += found.end
         self.pending = text[i:]
@@ -161,6 +163,8 @@ class ToolCallParser:
             found = self._json_calls(text, _skip_spaces(text, i))
             if not isinstance(found, _Match):
                 return found
+            if not found.calls:  # not all calls: each value is read on its own, as bare JSON
+                return None
             calls += found.calls
             j = _skip_spaces(text, found.end)
             if j == len(text) and not self.ended:
@@ -226,6 +230,8 @@ class ToolCallParser:
             found = self._json_calls(text, i)
             if not isinstance(found, _Match):
                 return found
+            if not found.calls:  # not all calls: each value is read on its own, as bare JSON
+                return None
             calls += found.calls
             i = _skip_spaces(text, found.end)
 
@@ -240,13 +246,13 @@ class ToolCallParser:
     # --- JSON -------------------------------------------------------------------------------
 
     def _json_calls(self, text: str, start: int):
-        """The call or list of calls written as one JSON value at `start`."""
+        """The call or list of calls written as one JSON value at `start`; a value that is not
+        all calls is a region of text (a _Match without calls)."""
         value = self._json_at(text, start)
         if not isinstance(value, tuple):
             return value
         end, parsed = value
-        calls = self._calls(parsed)
-        return _Match(end, calls) if calls else None
+        return _Match(end, self._calls(parsed))
 
     def _json_at(self, text: str, start: int):
         """(end, value) of the JSON value at `start`; MORE while it may still begin or go on;

@@ -100,6 +100,12 @@ CASES = [
     ('{"name": "get_weather", "arguments": {"city": "Paris"}, "parameters": {}}', None, None),
     ('{"name": ["get_weather"], "arguments": {}}', None, None),
     ('{"name": "get_weather", "arguments": {"city": "Paris"}', None, None),  # unfinished JSON
+    # a JSON value that is not all calls is text, all of it: no call is read from inside it
+    (f'[{W}, {{"name": "nope", "arguments": {{}}}}]', None, None),
+    (f'{{"example": {W}}}', None, None),
+    (f'<tool_call>\n[{W}, {{"name": "nope"}}]\n</tool_call>', None, None),
+    (f'[TOOL_CALLS][{W}, {{"name": "nope", "arguments": {{}}}}]', None, None),
+    (f'Not this: {{"example": {W}}} but this: {L}', 'Not this: {"example": ' + W + "} but this:", [LONDON]),
     ("```python\ndef f(x):\n    return {'a': [1, 2]}\n```", None, None),
     ("if a < b and c[0] > d: print({x})", None, None),
     ("", None, []),
