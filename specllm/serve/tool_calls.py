@@ -287,13 +287,22 @@ class ToolCallParser:
 
 
 def _arguments(value) -> str | None:
-    """Arguments as OpenAI gives them: a JSON object as text (a model may write either)."""
+    """Arguments as OpenAI gives them: a JSON object as text (a model may write either). Only
+    standard JSON: Python reads NaN and Infinity, which a client's parser may refuse, and a lone
+    surrogate escape ("\\ud800"), which no UTF-8 response can carry."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             return None
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except ValueError:  # NaN or Infinity; UnicodeEncodeError, a lone surrogate, is a ValueError
+        return None
+    return text
 
 
 def _next_candidate(text: str, i: int) -> int:

@@ -99,6 +99,10 @@ CASES = [
     ('{"name": "get_weather", "arguments": "not json"}', None, None),
     ('{"name": "get_weather", "arguments": {"city": "Paris"}, "parameters": {}}', None, None),
     ('{"name": ["get_weather"], "arguments": {}}', None, None),
+    ('{"name": "get_weather", "arguments": {"days": NaN}}', None, None),  # not standard JSON
+    ('{"name": "get_weather", "arguments": {"days": 1e999}}', None, None),  # Infinity
+    ('{"name": "get_weather", "arguments": {"city": "\\ud800"}}', None, None),  # no UTF-8 carries it
+    ('{"name": "get_weather", "arguments": "{\\"city\\": \\"\\\\udc00\\"}"}', None, None),
     ('{"name": "get_weather", "arguments": {"city": "Paris"}', None, None),  # unfinished JSON
     # a JSON value that is not all calls is text, all of it: no call is read from inside it
     (f'[{W}, {{"name": "nope", "arguments": {{}}}}]', None, None),
