@@ -70,12 +70,29 @@ def _one_of(drafters: tuple[str, ...]) -> str:
     return ", ".join(drafters[:-1]) + f" or {drafters[-1]}" if len(drafters) > 1 else drafters[0]
 
 
-# Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing.
-UNSUPPORTED = (
-    "tools", "functions", "tool_choice", "function_call", "logprobs", "top_logprobs", "logit_bias",  # tools: chat only
-    "response_format", "presence_penalty", "frequency_penalty", "suffix", "echo", "best_of",
-)  # fmt: skip
-HARMLESS: tuple[object, ...] = (None, False, "", [], {}, {"type": "text"}, "none")  # False == 0: a zero penalty too
+# Fields of the OpenAI API that ask for what specllm does not do, and their values that ask nothing:
+# their defaults, of the field's own JSON type (a completions request's logprobs is a count: 0 asks
+# for the chosen tokens' logprobs).
+UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "tools": (None, []),  # tools and tool_choice: chat requests have them
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "response_format": (None, {"type": "text"}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "suffix": (None, ""),
+    "echo": (None, False),
+    "best_of": (None, 1),
+}
+
+
+def _asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
+    """Whether `value` is one of `harmless`, type and all: in Python 0 == False and 1 == True."""
+    return any(type(value) is type(h) and value == h for h in harmless)
 
 
 class StreamOptions(BaseModel):
@@ -111,9 +128,8 @@ class _Request(BaseModel):
             raise ApiError(400, f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}", "drafter")
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
-        for name in UNSUPPORTED:
-            value = (self.model_extra or {}).get(name)
-            if value not in HARMLESS:
+        for name, harmless in UNSUPPORTED.items():
+            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property

@@ -308,6 +308,9 @@ BAD_REQUESTS = [
     (b'{"prompt": "x", "drafter": "mtp"}', 400, "drafter", None),  # the target has no MTP layers
     (b'{"prompt": "x", "temperature": Infinity}', 400, "temperature", None),
     (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
+    (b'{"prompt": "x", "logprobs": 0}', 400, "logprobs", None),  # a count: 0 asks for the chosen tokens'
+    (b'{"prompt": "x", "best_of": 0}', 400, "best_of", None),
+    (b'{"prompt": "x", "echo": "none"}', 400, "echo", None),  # not a boolean, let alone false
     (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
     (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
     (b'{"prompt": []}', 400, "prompt", None),
@@ -332,6 +335,15 @@ def test_bad_input_gets_an_openai_error_and_one_log_line(srv, log, body, status,
     assert (data["error"]["param"], data["error"]["code"]) == (param, code)
     assert len(log) == before + 1 and f"/v1/completions {status} · " in log[-1]
     assert srv.client().completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_unsupported_fields_at_their_defaults_ask_nothing_and_are_accepted(srv):
+    defaults = {"best_of": 1, "echo": False, "presence_penalty": 0.0, "frequency_penalty": 0, "logit_bias": {}}
+    status, data = srv.post("/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2} | defaults).encode())
+    assert status == 200, data
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logprobs": False, "top_logprobs": 0}
+    status, data = srv.post("/v1/chat/completions", json.dumps(chat).encode())
+    assert status == 200, data
 
 
 def test_a_bad_chat_request_is_a_400_naming_the_field(srv):
