@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specllm.engine.loop import DRAFTERS, Result, Step
 from specllm.engine.sampling import MAX_SEED
@@ -185,6 +185,16 @@ class Message(BaseModel):
     tool_calls: list[AssistantToolCall] | None = None  # an assistant's calls
     tool_call_id: str | None = None  # a tool message: the call it answers
     name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, content):
+        """An image or audio part is refused by name: the types alone would say "a valid string"."""
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if isinstance(kind, str) and kind != "text":
+                raise ValueError(f"content parts of type {kind!r} are not supported by specllm serve: text only")
+        return content
 
     @model_validator(mode="after")
     def _has_content(self):

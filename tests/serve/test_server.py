@@ -359,6 +359,10 @@ def test_a_bad_chat_request_is_a_400_naming_the_field(srv):
     for body, param in cases:
         status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
         assert (status, data["error"]["param"]) == (400, param), data
+    image = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    with_image = {"messages": [{"role": "user", "content": image}]}
+    status, data = srv.post("/v1/chat/completions", json.dumps(with_image).encode())
+    assert "content parts of type 'image_url' are not supported" in data["error"]["message"], data
     client = srv.client()
     with pytest.raises(openai.BadRequestError, match="only n = 1"):
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
