@@ -399,7 +399,9 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):  # unknown path, wrong method
         message = f"{error.detail}: {request.method} {request.url.path}"
-        return await api_error(request, ApiError(error.status_code, message))
+        response = await api_error(request, ApiError(error.status_code, message))
+        response.headers.update(error.headers or {})  # a 405's Allow: the methods the path takes
+        return response
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(request: Request):

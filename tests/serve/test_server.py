@@ -432,6 +432,17 @@ def test_the_api_schema_pages_are_not_served(engine):
         keyed.stop()
 
 
+def test_an_unknown_path_or_method_gets_an_openai_error(srv):
+    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
+    for method, path, status in [("GET", "/v1/embeddings", 404), ("GET", "/v1/chat/completions", 405)]:
+        conn.request(method, path)
+        response = conn.getresponse()
+        error = json.loads(response.read())["error"]
+        assert (response.status, error["message"]) == (status, f"{response.reason}: {method} {path}")
+    assert response.getheader("Allow") == "POST"  # a 405 says which methods the path takes
+    conn.close()
+
+
 def test_a_reply_ended_by_a_full_context_says_so(srv):
     """The server caps max_tokens at the room left in the context: reaching that cap is
     context_full, not max_tokens, unless the client asked for exactly that many."""
