@@ -304,11 +304,39 @@ def parse(kind: type[_Request], body: bytes) -> _Request:
         errors = e.errors(include_url=False)
         if errors[0]["type"] == "json_invalid":
             raise ApiError(400, f"the body is not valid JSON: {errors[0]['msg']}") from None
-        # A field of several types (stop: a string or a list) fails once per type: name the field.
-        where = ".".join(str(part) for part in os.path.commonprefix([error["loc"] for error in errors]))
-        raise ApiError(400, f"{where or 'body'}: {errors[0]['msg']}", where or None) from None
+        # A field of several types (stop: a string or a list) fails once per type: name the field,
+        # and tell the failure that went deepest into the request (a tool_choice object without its
+        # "type" is told that, not that a string was expected).
+        paths = _input_paths(errors, body)
+        where = ".".join(os.path.commonprefix(paths))
+        deepest = max(range(len(errors)), key=lambda i: len(paths[i]))  # the first of the deepest
+        what = ".".join(paths[deepest]) or "body"
+        raise ApiError(400, f"{what}: {errors[deepest]['msg']}", where or None) from None
     request.check()
     return request
+
+
+def _input_paths(errors: list, body: bytes) -> list[list[str]]:
+    """Where in the request each validation error is: its location without the names pydantic
+    gives a union's members ("str", "list[str]", "NamedToolChoice"), found as the parts of it the
+    request's JSON does not have (but a missing field's own name)."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):  # what pydantic read, json may not: the locations as they are
+        return [[str(part) for part in error["loc"]] for error in errors]
+    paths = []
+    for error in errors:
+        path, value, loc = [], request, error["loc"]
+        for i, part in enumerate(loc):
+            if (isinstance(value, dict) and part in value) or (
+                isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+            ):
+                path.append(str(part))
+                value = value[part]
+            elif i == len(loc) - 1 and error["type"] == "missing":
+                path.append(str(part))
+        paths.append(path)
+    return paths
 
 
 # --- responses ----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from serving import CTX, LogLines, Server, serving, wait_for_line
 
 import specllm
 from specllm.engine.loop import Generation
-from specllm.serve.openai_api import CompletionRequest, parse
+from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, parse
 from specllm.serve.server import listen
 
 PROMPT = "def f(x):"
@@ -318,6 +318,25 @@ BAD_REQUESTS = [
     (LONG_PROMPT, 400, "prompt", "context_length_exceeded"),
     (json.dumps({"prompt": "x" * 2**21}).encode(), 413, None, "request_too_large"),
 ]
+
+
+ASKED = [{"role": "user", "content": "x"}]
+NO_TEXT = [{"role": "user", "content": [{"type": "text"}]}]  # a text part without its text
+INSIDE_A_FIELD_OF_SEVERAL_TYPES = [
+    ({"tool_choice": {"function": {"name": "f"}}}, "tool_choice", "tool_choice.type: Field required"),
+    ({"messages": NO_TEXT}, "messages.0.content", "messages.0.content.0.text: Field required"),
+    ({"stop": ["a", 1]}, "stop", "stop.1: Input should be a valid string"),
+    ({"tool_choice": "always"}, "tool_choice", "tool_choice: Input should be 'none', 'auto' or 'required'"),
+]
+
+
+@pytest.mark.parametrize("fields,param,message", INSIDE_A_FIELD_OF_SEVERAL_TYPES)
+def test_a_field_of_several_types_is_told_what_is_wrong_inside_it(fields, param, message):
+    """A field that may be a string or an object (tool_choice, content, stop) is told what is wrong
+    in what was sent: an object without its "type" is not told that a string was expected."""
+    with pytest.raises(ApiError) as refused:
+        parse(ChatRequest, json.dumps({"messages": ASKED} | fields).encode())
+    assert refused.value.param == param and refused.value.message.startswith(message), refused.value.message
 
 
 def test_a_prompt_is_a_string_token_ids_or_a_list_of_one_string():
