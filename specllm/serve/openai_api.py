@@ -199,7 +199,8 @@ class Message(BaseModel):
     @model_validator(mode="after")
     def _has_content(self):
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(f"a {self.role} message needs content")
+            needs = "an assistant message needs content or tool_calls" if self.role == "assistant" else None
+            raise ValueError(needs or f"a {self.role} message needs content")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id of the call it answers")
         return self

@@ -108,6 +108,16 @@ def test_bad_tool_requests_get_one_line_400s(qwen_templated, fields, param):
     assert data["error"]["message"] and "\n" not in data["error"]["message"]
 
 
+def test_an_assistant_message_with_neither_content_nor_calls_is_told_what_it_needs(qwen_templated):
+    _, srv = qwen_templated
+    empty = {"messages": ASK + [{"role": "assistant", "content": None, "tool_calls": []}]}
+    status, data = srv.post("/v1/chat/completions", json.dumps(empty).encode())
+    assert (status, data["error"]["message"]) == (
+        400,
+        "messages.1: Value error, an assistant message needs content or tool_calls",
+    )
+
+
 def test_tools_on_the_completions_endpoint_get_a_400(qwen_templated):
     _, srv = qwen_templated
     status, data = srv.post("/v1/completions", json.dumps({"prompt": "x", "tools": [GET_WEATHER]}).encode())
