@@ -293,14 +293,14 @@ def _arguments(value) -> str | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if not isinstance(value, dict):
         return None
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
-    except ValueError:  # NaN or Infinity; UnicodeEncodeError, a lone surrogate, is a ValueError
+    except (ValueError, RecursionError):  # NaN or Infinity; a lone surrogate (UnicodeEncodeError)
         return None
     return text
 
@@ -348,6 +348,8 @@ def _json_value(text: str, start: int, ended: bool, scans: dict | None = None):
         return None if ended else MORE
     try:
         return end, json.loads(text[start:end])
+    except RecursionError:  # nested deeper than Python reads (a model in a loop): JSON, but no call
+        return end, None
     except ValueError:
         return None
 

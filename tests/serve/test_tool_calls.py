@@ -145,6 +145,17 @@ def test_any_split_into_chunks_gives_the_same(text, content, calls):
         assert streamed([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]) == whole
 
 
+def test_json_nested_deeper_than_python_reads_is_text():
+    """A model in a loop may nest a JSON value deeper than json.loads can read: it is no call (it
+    raised RecursionError, a failed request)."""
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    as_object = f'{{"name": "get_weather", "arguments": {deep}}}'
+    as_string = f'{{"name": "get_weather", "arguments": {json.dumps(deep)}}}'
+    for text in (deep, as_object, as_string):
+        assert parse_tool_calls(text, NAMES) == Parsed(text, [])
+        assert streamed([text[: len(text) // 2], text[len(text) // 2 :]]) == Parsed(text, [])
+
+
 def test_arguments_as_an_object_or_as_a_string_are_the_same_text():
     as_object = parse_tool_calls('{"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}}', NAMES)
     as_string = parse_tool_calls(
