@@ -87,6 +87,8 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "suffix": (None, ""),
     "echo": (None, False),
     "best_of": (None, 1),
+    "modalities": (None, ["text"]),  # audio replies
+    "audio": (None,),
 }
 
 

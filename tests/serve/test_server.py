@@ -311,6 +311,7 @@ BAD_REQUESTS = [
     (b'{"prompt": "x", "logprobs": 0}', 400, "logprobs", None),  # a count: 0 asks for the chosen tokens'
     (b'{"prompt": "x", "best_of": 0}', 400, "best_of", None),
     (b'{"prompt": "x", "echo": "none"}', 400, "echo", None),  # not a boolean, let alone false
+    (b'{"prompt": "x", "modalities": ["text", "audio"], "audio": {"voice": "alloy"}}', 400, "modalities", None),
     (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
     (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
     (b'{"prompt": []}', 400, "prompt", None),
@@ -361,6 +362,7 @@ def test_unsupported_fields_at_their_defaults_ask_nothing_and_are_accepted(srv):
     status, data = srv.post("/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2} | defaults).encode())
     assert status == 200, data
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logprobs": False, "top_logprobs": 0}
+    chat |= {"modalities": ["text"]}
     status, data = srv.post("/v1/chat/completions", json.dumps(chat).encode())
     assert status == 200, data
 
