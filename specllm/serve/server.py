@@ -576,7 +576,14 @@ def stopped(generated: int, why: str) -> str:
 def access(request: Request, status: int, detail: str) -> None:
     """The one log line of a request."""
     client = request.client.host if request.client else "-"
-    log.info("%s %s %s %d%s", client, request.method, request.url.path, status, f" · {detail}" if detail else "")
+    path, detail = printable(request.url.path), printable(detail)
+    log.info("%s %s %s %d%s", client, request.method, path, status, f" · {detail}" if detail else "")
+
+
+def printable(text: str) -> str:
+    """Text for the log with its control characters escaped: a client can put any in a URL's path
+    (%1B), and the server's terminal would run them as escape sequences."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 # --- running the server -------------------------------------------------------------------------

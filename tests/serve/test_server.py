@@ -464,6 +464,16 @@ def test_an_unknown_path_or_method_gets_an_openai_error(srv):
     conn.close()
 
 
+def test_control_characters_a_client_sends_reach_the_log_escaped(srv, log):
+    """A URL's path may hold any character: an escape sequence must not reach the terminal."""
+    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
+    conn.request("GET", "/v1/a%1B[2Jb")
+    assert conn.getresponse().status == 404
+    conn.close()
+    [line] = wait_for_line(log, "GET /v1/a", 1)
+    assert "\x1b" not in line and line.endswith("GET /v1/a\\x1b[2Jb 404 · Not Found: GET /v1/a\\x1b[2Jb")
+
+
 def test_a_reply_ended_by_a_full_context_says_so(srv):
     """The server caps max_tokens at the room left in the context: reaching that cap is
     context_full, not max_tokens, unless the client asked for exactly that many."""
