@@ -137,8 +137,13 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
         keep = int(np.searchsorted(np.cumsum(p), s.top_p)) + 1
     if s.min_p > 0:
         keep = int(np.count_nonzero(p[:keep] >= s.min_p * p[0]))
-    # temperature last: it reshapes the survivors' probabilities, not which tokens survive
-    return ids[:keep], _softmax_sorted(x[:keep] / s.temperature)
+    # temperature last: it reshapes the survivors' probabilities, not which tokens survive. The
+    # maximum is taken off before dividing: a tiny temperature (1e-320) made x / T infinite, and
+    # the softmax of infinities is NaN, sampled as noise where it should be all but greedy. Now
+    # only the others overflow, to -inf: probability 0.
+    with np.errstate(over="ignore"):
+        tempered = (x[:keep] - x[0]) / s.temperature
+    return ids[:keep], _softmax_sorted(tempered)
 
 
 def _softmax_sorted(x: np.ndarray) -> np.ndarray:

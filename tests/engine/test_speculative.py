@@ -226,6 +226,17 @@ def test_greedy_distribution_is_one_hot_at_argmax():
     np.testing.assert_array_equal(distribution(logits, SamplerSettings(temperature=0)), [0, 1, 0, 0])
 
 
+@pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300])
+def test_a_tiny_temperature_is_one_hot_at_argmax_as_greedy_is(temperature):
+    """Dividing the logits by a subnormal temperature overflowed to infinities, whose softmax is
+    NaN: the token drawn was noise rather than the argmax."""
+    logits = np.random.default_rng(3).normal(0, 3, 5000).astype(np.float32)
+    greedy = distribution(logits, SamplerSettings(temperature=0))
+    for top_k in (0, 40):
+        tiny = distribution(logits, SamplerSettings(temperature=temperature, top_k=top_k, top_p=1.0, min_p=0.0))
+        np.testing.assert_array_equal(tiny, greedy)
+
+
 def test_sample_follows_the_distribution():
     rng = np.random.default_rng(9)
     p = random_dist(rng)
