@@ -288,14 +288,16 @@ class ChatRequest(_Request):
 
 
 class CompletionRequest(_Request):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]  # OpenAI's batch forms: one prompt each
 
     def check(self) -> None:
         super().check()
         match self.prompt:  # a string, or a list of token ids, stays as it is
             case [str() as text]:  # a list of one string: that string
                 self.prompt = text
-            case [] | [str(), *_]:  # an empty list, or several strings
+            case [list() as ids] if ids:  # a list of one list of token ids: those ids
+                self.prompt = ids
+            case [] | [str() | list(), *_]:  # an empty list, or several prompts
                 raise ApiError(400, "give one prompt per request (a string or a list of token ids)", "prompt")
 
 

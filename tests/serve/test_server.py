@@ -315,6 +315,8 @@ BAD_REQUESTS = [
     (b'{"prompt": [99999]}', 400, "prompt", None),  # a token id outside the vocabulary
     (b'{"prompt": ["a", "b"]}', 400, "prompt", None),
     (b'{"prompt": []}', 400, "prompt", None),
+    (b'{"prompt": [[1, 2], [3]]}', 400, "prompt", None),
+    (b'{"prompt": [[]]}', 400, "prompt", None),
     (b'{"max_tokens": 8}', 400, "prompt", None),
     (LONG_PROMPT, 400, "prompt", "context_length_exceeded"),
     (json.dumps({"prompt": "x" * 2**21}).encode(), 413, None, "request_too_large"),
@@ -340,10 +342,11 @@ def test_a_field_of_several_types_is_told_what_is_wrong_inside_it(fields, param,
     assert refused.value.param == param and refused.value.message.startswith(message), refused.value.message
 
 
-def test_a_prompt_is_a_string_token_ids_or_a_list_of_one_string():
+def test_a_prompt_is_a_string_token_ids_or_a_list_of_one_of_them():
     assert parse(CompletionRequest, b'{"prompt": ["Once upon"]}').prompt == "Once upon"
     assert parse(CompletionRequest, b'{"prompt": "Once upon"}').prompt == "Once upon"
     assert parse(CompletionRequest, b'{"prompt": [1, 2]}').prompt == [1, 2]
+    assert parse(CompletionRequest, b'{"prompt": [[1, 2]]}').prompt == [1, 2]
 
 
 @pytest.mark.parametrize("body,status,param,code", BAD_REQUESTS, ids=range(len(BAD_REQUESTS)))
