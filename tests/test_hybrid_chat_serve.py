@@ -435,3 +435,30 @@ def test_run_with_mtp_on_a_model_without_mtp_layers_is_one_line(isolated, paths)
     proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
     assert_one_line_error(proc, "drafter 'mtp'", "qwen35.gguf has none")
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["chat", "serve"])
+@pytest.mark.parametrize("drafter,gamma,snapshots", [("mtp", 9, 8), ("ngram", 3, 2)])
+def test_chat_and_serve_refuse_a_fixed_draft_longer_than_the_snapshots_at_the_start(
+    isolated,  # noqa: F811
+    paths,
+    command,
+    drafter,
+    gamma,
+    snapshots,
+):
+    """Not a chat whose every message fails, nor a server that answers every request with a 400
+    telling its client to ask for a gamma it never sent."""
+    extra = ["--port", "0"] if command == "serve" else ["--max-tokens", MAX_TOKENS]
+    args = ["--target", paths["qwen35_mtp"], "--draft", "none", "--drafter", drafter, "--gamma", gamma]
+    args += ["--snapshots", snapshots, "--threads", 1, "--ctx-size", CTX, *extra]
+    proc = subprocess.run(SPECLLM + [command, *map(str, args)], input=b"Hello\n", capture_output=True, timeout=60)
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 1 and "Traceback" not in stderr and "specllm serve:" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == (
+        f"error: gamma (draft length) {gamma} is longer than the {snapshots} recurrent-state snapshots "
+        f"qwen35_mtp.gguf keeps to take back rejected tokens: use --gamma {snapshots} or less, "
+        f"or --snapshots {gamma} (each snapshot costs 11.3 KB of memory)"
+    )
+    assert proc.stdout == b""

@@ -132,6 +132,19 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     return engine, drafter
 
 
+def check_draft_length(engine, drafter: str, gamma: int | None) -> None:
+    """A fixed drafter's draft length must fit a hybrid target's snapshots: chat and serve refuse
+    it at the start, not at every message or request (where a client never asked for it)."""
+    from specllm.engine.loop import check_snapshots
+
+    if gamma is not None and drafter not in (Drafter.AUTO, Drafter.NONE):
+        try:
+            check_snapshots(gamma, engine.target)
+        except SpecllmError:
+            engine.close()
+            raise
+
+
 def show_llama_log(verbose: bool) -> None:
     """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet."""
     if verbose:
@@ -349,6 +362,7 @@ def chat(
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    check_draft_length(engine, drafter, gamma)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system)
     if saved:
@@ -621,6 +635,7 @@ def serve(
     show_llama_log(verbose)
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    check_draft_length(engine, drafter, gamma)
     from specllm.models.stores import store_name
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
