@@ -246,6 +246,29 @@ def test_prefill_tokens_counts_what_a_recurrent_target_evaluates(paths, tmp_path
         engine.close()
 
 
+def test_chat_commands_refuse_a_fixed_draft_longer_than_the_snapshots(paths):
+    """/gamma and /drafter refuse a fixed drafter whose draft would not fit the snapshots, with the
+    commands that fix it, instead of taking it and failing every message after it."""
+    from specllm.chat.repl import chat_hint
+    from specllm.errors import DraftTooLong
+
+    engine = load(paths, "qwen35", "qwen35_draft")
+    try:
+        session = ChatSession(engine, greedy("auto"))
+        command(session, "/gamma 12")  # auto: the longest draft it may make, within the snapshots
+        with pytest.raises(DraftTooLong) as refused:
+            command(session, "/drafter model")
+        assert chat_hint(refused.value) == ": /gamma 8 or less, /drafter auto, or start the chat with --snapshots 12"
+        command(session, "/gamma 8")
+        command(session, "/drafter model")
+        with pytest.raises(DraftTooLong):
+            command(session, "/gamma 9")
+        assert (session.config.drafter, session.config.gamma) == ("model", 8)
+        assert session.send("Hello world").stats.n_drafted > 0
+    finally:
+        engine.close()
+
+
 # --- serve ----------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from specllm.chat.session import ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
-from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
+from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
 
 HELP = f"""\
 /help            this list
@@ -189,6 +189,8 @@ def chat_hint(error: SpecllmError) -> str:
         return ": shorten it or raise --ctx-size"
     if isinstance(error, NeedsDraftModel):
         return ": start the chat with --draft PATH or --pair NAME"
+    if isinstance(error, DraftTooLong):
+        return f": /gamma {error.snapshots} or less, /drafter auto, or start the chat with --snapshots {error.gamma}"
     return ""
 
 
