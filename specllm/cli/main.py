@@ -80,6 +80,8 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
         raise SpecllmError("give either --pair or --target/--draft, not both")
     if o.draft is not None and o.target is None:
         raise SpecllmError("--draft needs --target (or use --pair NAME)")
+    if drafter == Drafter.MODEL and o.target is None:
+        check_pair_has_draft(o.pair, o.models_file)
     target_path, draft_path, _ = resolve_models(
         o.pair,
         o.target,
@@ -130,6 +132,15 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
         for line in describe_models(engine):
             print(line, file=sys.stderr)
     return engine, drafter
+
+
+def check_pair_has_draft(pair: str | None, models_file) -> None:
+    """--drafter model with a pair that has no draft (a model that drafts for itself) is refused
+    before its target is downloaded (gigabytes) only to be refused then."""
+    from specllm.models.registry import get_pair, load_pairs
+
+    if get_pair(pair, load_pairs(models_file)).draft is None:
+        raise NeedsDraftModel(pair)
 
 
 def check_draft_length(engine, drafter: str, gamma: int | None) -> None:

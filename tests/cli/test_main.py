@@ -180,6 +180,23 @@ def test_drafter_model_for_a_target_no_draft_on_disk_fits_names_the_flags(tiny_m
     )
 
 
+@pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve", "--port", "0"], ["bench"]])
+def test_drafter_model_with_a_pair_without_a_draft_is_refused_before_the_download(
+    tiny_models, fake_hub, isolated, command
+):
+    """A pair that drafts for itself (qwen3.5-4b-mtp, granite-4.0-h-1b: gigabytes) is not
+    downloaded only to be refused for having no draft model."""
+    from fakehub import single_file
+
+    content = tiny_models.target.read_bytes()
+    fake_hub.add("tiny-org/tiny-GGUF", "target.gguf", content)
+    pairs = single_file(isolated / "one.toml", "tiny-org/tiny-GGUF", content)
+    args = [*command, "--pair", "tiny-one", "--models", pairs, "--drafter", "model"]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="", capture_output=True, text=True, timeout=60)
+    assert_one_line_error(proc, "pair tiny-one has no draft model: use --drafter auto|mtp|ngram|none")
+    assert fake_hub.gets("target.gguf") == []
+
+
 def test_drafter_mtp_on_a_target_without_mtp_layers_names_the_other_drafters(models):
     proc = specllm_run("hi", *models, "--drafter", "mtp")
     assert_one_line_error(proc, "has none: use --drafter auto, ngram or model")
