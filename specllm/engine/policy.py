@@ -31,6 +31,7 @@ NGRAM_MIN_BUDGET = 3  # an n-gram copy may always draft this many, however short
 MODEL_MAX = 16  # longest draft-model proposal
 OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
+CLEARLY_BELOW = 0.75  # a wide call this far under the one-token estimate lowers it
 GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
 TEXT_SHIFT_STEP = 0.05  # how far one judged draft token moves its text's logit shift
 TEXT_SHIFT_MAX = 2.0  # a text is at most this far (in logits) from what earlier texts taught
@@ -82,10 +83,12 @@ class CostTable:
         (a call that waited for the CPU must not wreck the table), and V(n) stays within [1, n]."""
         if not (seconds > 0 and math.isfinite(seconds)):
             return
-        if n > 1 and seconds < self.step_seconds:
+        if n > 1 and seconds < self.step_seconds * CLEARLY_BELOW:
             # A call on n tokens costs at least one on one token, so the one-token estimate is too
             # high (calibrated in a slow spell): only one-token calls lowered it, and auto, drafting
-            # at every step because the target looked dear, made none, so it stayed for good.
+            # at every step because the target looked dear, made none, so it stayed for good. Only
+            # clearly below: where a wide call costs about one step (a GPU), timing noise alone
+            # puts half of them under the estimate, and taking those would bias it low.
             self.observe(1, seconds)
         if n <= 1:
             seconds = min(max(seconds, self.step_seconds / 2), self.step_seconds * 2)
