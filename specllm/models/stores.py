@@ -176,7 +176,7 @@ def _resolve_file(spec: str, name: str, folders: list[Path], store: str) -> Path
     for folder in folders:
         _check_readable(folder, store)
         path = folder / name
-        if path.is_file():
+        if _is_file(path):
             return path
     where = " or ".join(str(f) for f in folders)
     raise SpecllmError(f"no {spec} in {where} (`specllm models` lists the models there)")
@@ -188,6 +188,27 @@ def _check_readable(folder: Path, store: str) -> None:
     problem = _folder_problem(folder, store)
     if problem:
         raise SpecllmError(problem)
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file; a folder on the way that cannot be searched (no permission) is a
+    problem to say, one line: Path.is_file() raises for it rather than answering."""
+    try:
+        return path.is_file()
+    except OSError as e:
+        raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _files(paths) -> tuple[list[Path], list[str]]:
+    """The files among `paths`, sorted, and a line for each that could not be looked at."""
+    files, problems = [], []
+    for path in paths:
+        try:
+            if _is_file(path):
+                files.append(path)
+        except SpecllmError as e:
+            problems.append(f"{e}; skipped")
+    return sorted(files), problems
 
 
 def _folder_problem(folder: Path, store: str) -> str | None:
@@ -244,7 +265,7 @@ def _find_manifest(spec: str, name: _OllamaName) -> Path:
         for host in hosts:
             path = manifests / host / name.namespace / name.model / name.tag
             looked.append(path)
-            if path.is_file():
+            if _is_file(path):
                 found.append(path)
         if found:
             break
@@ -288,7 +309,7 @@ def _model_blob(manifest: Path, spec: str) -> Path:
     if match is None:
         raise SpecllmError(f"bad Ollama manifest {manifest}: its model layer's digest is not sha256:<64 hex digits>")
     blob = manifest.parents[4] / "blobs" / f"sha256-{match['hex']}"
-    if not blob.is_file():
+    if not _is_file(blob):
         raise SpecllmError(f"{spec}: its model blob {blob} is missing (`ollama pull` fetches it again)")
     return blob
 
@@ -314,7 +335,8 @@ def _scan_ollama() -> Scan:
         if problem:
             problems.append(problem)
             continue
-        files = sorted(p for p in manifests.glob("*/*/*/*") if p.is_file())  # Ollama's own glob
+        files, skipped = _files(manifests.glob("*/*/*/*"))  # Ollama's own glob
+        problems += skipped
         registries = Counter(p.parts[-3:] for p in files)  # how many registries hold each name
         for manifest in files:
             name = _ollama_display_name(manifest, unique=registries[manifest.parts[-3:]] == 1)
@@ -361,10 +383,11 @@ def _scan_folders(folders: list[Path], store: str, scheme: str) -> Scan:
             continue
         if not folder.is_dir():
             continue
+        files, skipped = _files(p for p in folder.rglob("*.gguf") if not p.name.startswith("."))
+        problems += skipped
         by_dir: dict[Path, list[str]] = {}
-        for path in folder.rglob("*.gguf"):
-            if not path.name.startswith(".") and path.is_file():
-                by_dir.setdefault(path.parent, []).append(path.name)
+        for path in files:
+            by_dir.setdefault(path.parent, []).append(path.name)
         for directory, names in sorted(by_dir.items()):
             for group in group_splits(names):
                 parts = tuple(directory / n for n in group.names)

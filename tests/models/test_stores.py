@@ -369,6 +369,48 @@ def test_a_folder_without_read_permission_is_one_line(filled, store_env):
         manifests.chmod(0o755)
 
 
+def permission_bits_apply() -> list[str]:
+    """A command prefix under which a folder's permission bits hold: none for a plain user; for
+    root, setpriv without the capabilities that let root search and read any folder."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root reads a folder whatever its permissions, and there is no setpriv to drop that")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps]
+
+
+@pytest.mark.parametrize(
+    "locked, spec",
+    [
+        ("ollama/blobs", "ollama:tiny"),
+        ("ollama/manifests/" + REGISTRY + "/library", "ollama:tiny"),
+        ("lmstudio/models/tiny-org", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf"),
+    ],
+)
+def test_a_folder_that_cannot_be_searched_is_one_line_not_a_traceback(filled, store_env, locked, spec):
+    """A folder on the way to a model without the permission to go through it: Path.is_file()
+    raises for that instead of answering."""
+    folder = store_env["ollama"].parent / locked
+    prefix = permission_bits_apply()
+    folder.chmod(0)
+    try:
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "run", "hi", "--target", spec],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert_one_line_error(proc, "cannot read", str(folder), "Permission denied")
+        listing = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=180
+        )
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+        assert spec not in {m["spec"] for m in json.loads(listing.stdout)["models"]}
+    finally:
+        folder.chmod(0o755)
+
+
 @pytest.mark.parametrize(
     "spec, fragment",
     [
