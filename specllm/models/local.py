@@ -62,13 +62,15 @@ class LocalModel:
 def scan(problems: list[str] | None = None) -> list[LocalModel]:
     """Every GGUF model in specllm's cache and the HF cache, by name (not a file that a symlink
     in one of them leads to from outside it), and in other tools' stores (read in place, wherever
-    their symlinks lead). The store entries that had to be skipped, and why, go to `problems`."""
+    their symlinks lead). The entries that had to be skipped, and why, go to `problems` (an HF
+    cache that cannot be read is one: the rest is still listed)."""
     from specllm.models import stores
 
-    found = [m for m in _scan_hf() + _scan_specllm() + _scan_downloads() if _all_inside(m)]
+    in_hf, hf_problems = _scan_hf()
+    found = [m for m in in_hf + _scan_specllm() + _scan_downloads() if _all_inside(m)]
     in_stores = stores.scan()
     if problems is not None:
-        problems += in_stores.problems
+        problems += hf_problems + in_stores.problems
     return sorted(found + in_stores.models, key=lambda m: (m.spec, m.cache))
 
 
@@ -101,16 +103,17 @@ def total_size(models: list[LocalModel]) -> int:
     return sum(sizes.values())
 
 
-def _scan_hf() -> list[LocalModel]:
+def _scan_hf() -> tuple[list[LocalModel], list[str]]:
+    """The GGUF models in the HF cache, and a line saying why none could be listed, if so."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
     try:
         info = scan_cache_dir(hf_cache_dir())
     except CacheNotFound:
-        return []
-    except ValueError as e:  # e.g. a file where the cache folder should be
-        raise SpecllmError(f"cannot read the HF cache {hf_cache_dir()}: {e}") from None
+        return [], []
+    except (ValueError, OSError) as e:  # a file where the cache folder should be, a folder without permission
+        return [], [f"cannot read the HF cache {hf_cache_dir()}: {e}; its models are not listed"]
     models = []
     for repo in info.repos:
         if repo.repo_type != "model":
@@ -134,7 +137,7 @@ def _scan_hf() -> list[LocalModel]:
                         hf_files=infos,
                     )
                 )
-    return models
+    return models, []
 
 
 def _scan_specllm() -> list[LocalModel]:

@@ -411,6 +411,40 @@ def test_a_folder_that_cannot_be_searched_is_one_line_not_a_traceback(filled, st
         folder.chmod(0o755)
 
 
+@pytest.mark.parametrize("kind", ["a file", "a folder without permission"])
+def test_an_hf_cache_that_cannot_be_read_is_a_warning_and_the_rest_is_used(filled, tmp_path, monkeypatch, kind):
+    """An HF cache that cannot be scanned is a warning of the listing: the stores are still listed,
+    and a run of a local target (which looks for drafts on disk) still runs."""
+    cache = tmp_path / "hf-cache"
+    locked = cache / "models--o--r"
+    if kind == "a file":
+        cache.write_text("a file where a folder should be")
+    else:
+        (locked / "snapshots").mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    prefix = permission_bits_apply() if kind != "a file" else []
+    if kind != "a file":
+        locked.chmod(0)
+    try:
+        listing = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=180
+        )
+        run = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "run", "hi", "-n", "2", "--target", str(filled["llamacpp"])],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        if kind != "a file":
+            locked.chmod(0o755)
+    assert listing.returncode == 0, listing.stderr
+    assert len(json.loads(listing.stdout)["models"]) == 4  # every store model
+    warning = f"warning: cannot read the HF cache {cache}: "
+    assert [line for line in listing.stderr.splitlines() if line.startswith(warning)], listing.stderr
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize(
     "spec, fragment",
     [
