@@ -309,7 +309,23 @@ def _model_file(table: dict, where: str) -> ModelFile:
         _file_fields(_Fields(t, f"{where}: shard #{i + 1}", _SHARD_KEYS), repo, revision)
         for i, t in enumerate(shard_tables)
     )
+    parts = split_parts(first.file)
+    if parts and first.file != parts[0]:
+        f.fail(f"field 'file' must be the first part of a split file, {parts[0]!r} (llama.cpp loads it)")
+    _check(f, "shards", _shards_problem(first.file, [shard.file for shard in shards]))
     return dataclasses.replace(first, mirror=mirror, shards=shards)
+
+
+def _shards_problem(file: str, shards: list[str]) -> str | None:
+    """Why `shards` are not the other parts of `file`, in order: llama.cpp loads the first part and
+    opens the others by their names, so a split file with parts missing or out of place is
+    downloaded but cannot be loaded."""
+    parts = split_parts(file)
+    if parts is None:
+        return None if not shards else f"is for the parts of a split file NAME-00001-of-0000N.gguf, not of {file!r}"
+    if shards != parts[1:]:
+        return f"must list the other {len(parts) - 1} part(s) of {file!r} in order: {', '.join(parts[1:])}"
+    return None
 
 
 def _file_fields(f: _Fields, repo: str, revision: str) -> ModelFile:

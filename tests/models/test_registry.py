@@ -295,6 +295,41 @@ def test_a_malformed_draft_table_is_still_refused_in_one_line(draft, expected):
     assert "\n" not in message
 
 
+SPLIT = SINGLE.replace('file = "target.gguf"', 'file = "t-00001-of-00003.gguf"')
+
+
+@pytest.mark.parametrize(
+    "shards, expected",
+    [
+        ([], "field 'shards' must list the other 2 part(s) of 't-00001-of-00003.gguf' in order: t-00002-of-00003"),
+        (["t-00002-of-00003.gguf"], "field 'shards' must list the other 2 part(s)"),
+        (["t-00003-of-00003.gguf", "t-00002-of-00003.gguf"], "in order: t-00002-of-00003.gguf, t-00003-of-00003.gguf"),
+        (["t-00002-of-00003.gguf", "t-00003-of-00003.gguf", "x.gguf"], "field 'shards' must list the other 2 part(s)"),
+    ],
+)
+def test_a_split_file_must_list_its_other_parts_as_shards(shards, expected):
+    """llama.cpp loads the first part and opens the others by name: a pair whose shards miss one
+    would be pulled as ready and then fail to load."""
+    tables = "".join(f'\n    [[pair.target.shards]]\n    file = "{name}"\n' for name in shards)
+    with pytest.raises(SpecllmError) as err:
+        parse_pairs(SPLIT + tables, "mine.toml")
+    assert str(err.value).startswith("mine.toml line 3: pair 'mine': target: ") and expected in str(err.value)
+    whole = "".join(f'\n    [[pair.target.shards]]\n    file = "t-0000{n}-of-00003.gguf"\n' for n in (2, 3))
+    assert [part.file for part in parse_pairs(SPLIT + whole)[0].target.parts] == [
+        f"t-0000{n}-of-00003.gguf" for n in (1, 2, 3)
+    ]
+
+
+def test_shards_belong_to_the_first_part_of_a_split_file():
+    with pytest.raises(
+        SpecllmError, match="field 'file' must be the first part of a split file, 't-00001-of-00003.gguf'"
+    ):
+        parse_pairs(SPLIT.replace("t-00001-of-00003", "t-00002-of-00003"))
+    shard = '\n    [[pair.target.shards]]\n    file = "other.gguf"\n'
+    with pytest.raises(SpecllmError, match="field 'shards' is for the parts of a split file"):
+        parse_pairs(SINGLE + shard)
+
+
 def test_two_defaults_in_one_file_or_a_repeated_name_are_refused():
     twice = MINIMAL + MINIMAL
     with pytest.raises(SpecllmError, match="'mine' is defined twice"):
