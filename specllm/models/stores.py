@@ -29,6 +29,7 @@ import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,6 +212,24 @@ def _files(paths) -> tuple[list[Path], list[str]]:
     return sorted(files), problems
 
 
+def _walk(folder: Path, problems: list[str], depth: int | None = None) -> Iterator[Path]:
+    """Every entry but the folders under `folder` (only those `depth` levels down, if given), as
+    glob finds them (following links to folders only with a depth to stop at), except that a
+    folder that cannot be listed is a problem to say, where glob passes over it in silence."""
+
+    def unreadable(e: OSError) -> None:
+        problems.append(f"cannot read {e.filename}: {e.strerror or e}; skipped")
+
+    if not folder.is_dir():
+        return
+    for top, folders, names in os.walk(folder, onerror=unreadable, followlinks=depth is not None):
+        level = len(Path(top).relative_to(folder).parts) + 1  # of the entries in `top`
+        if depth is not None and level >= depth:
+            folders.clear()
+        if depth is None or level == depth:
+            yield from (Path(top) / name for name in names)
+
+
 def _folder_problem(folder: Path, store: str) -> str | None:
     try:
         if folder.exists() or folder.is_symlink():
@@ -309,7 +328,11 @@ def _model_blob(manifest: Path, spec: str) -> Path:
     if match is None:
         raise SpecllmError(f"bad Ollama manifest {manifest}: its model layer's digest is not sha256:<64 hex digits>")
     blob = manifest.parents[4] / "blobs" / f"sha256-{match['hex']}"
-    if not _is_file(blob):
+    try:
+        present = _is_file(blob)
+    except SpecllmError as e:
+        raise SpecllmError(f"{spec}: {e}") from None
+    if not present:
         raise SpecllmError(f"{spec}: its model blob {blob} is missing (`ollama pull` fetches it again)")
     return blob
 
@@ -335,7 +358,7 @@ def _scan_ollama() -> Scan:
         if problem:
             problems.append(problem)
             continue
-        files, skipped = _files(manifests.glob("*/*/*/*"))  # Ollama's own glob
+        files, skipped = _files(_walk(manifests, problems, depth=4))  # Ollama's own glob, */*/*/*
         problems += skipped
         registries = Counter(p.parts[-3:] for p in files)  # how many registries hold each name
         for manifest in files:
@@ -383,7 +406,8 @@ def _scan_folders(folders: list[Path], store: str, scheme: str) -> Scan:
             continue
         if not folder.is_dir():
             continue
-        files, skipped = _files(p for p in folder.rglob("*.gguf") if not p.name.startswith("."))
+        found = _walk(folder, problems)
+        files, skipped = _files(p for p in found if p.name.endswith(".gguf") and not p.name.startswith("."))
         problems += skipped
         by_dir: dict[Path, list[str]] = {}
         for path in files:

@@ -388,7 +388,7 @@ def permission_bits_apply() -> list[str]:
         ("lmstudio/models/tiny-org", "lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf"),
     ],
 )
-def test_a_folder_that_cannot_be_searched_is_one_line_not_a_traceback(filled, store_env, locked, spec):
+def test_a_folder_that_cannot_be_searched_is_one_line_and_the_listing_says_so(filled, store_env, locked, spec):
     """A folder on the way to a model without the permission to go through it: Path.is_file()
     raises for that instead of answering."""
     folder = store_env["ollama"].parent / locked
@@ -407,6 +407,8 @@ def test_a_folder_that_cannot_be_searched_is_one_line_not_a_traceback(filled, st
         )
         assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
         assert spec not in {m["spec"] for m in json.loads(listing.stdout)["models"]}
+        warnings = [line for line in listing.stderr.splitlines() if f"cannot read {folder}" in line]
+        assert warnings and all(w.endswith("Permission denied; skipped") for w in warnings), listing.stderr
     finally:
         folder.chmod(0o755)
 
