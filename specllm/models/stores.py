@@ -35,6 +35,7 @@ from pathlib import Path
 
 from specllm.errors import SpecllmError
 from specllm.models.local import LocalModel, group_splits
+from specllm.models.registry import split_parts
 
 OLLAMA, LMSTUDIO, LLAMACPP = "Ollama", "LM Studio", "llama.cpp cache"
 SCHEMES = {"ollama:": OLLAMA, "lmstudio:": LMSTUDIO, "llamacpp:": LLAMACPP}
@@ -170,10 +171,12 @@ def local_path(spec: str | Path) -> str:
 
 
 def _resolve_file(spec: str, name: str, folders: list[Path], store: str) -> Path:
-    """lmstudio: and llamacpp: name a file by its path inside the store's folder."""
+    """lmstudio: and llamacpp: name a file by its path inside the store's folder; any part of a
+    split model names its first part, the one llama.cpp loads (it refuses any other)."""
     parts = name.split("/")
     if not name.endswith(".gguf") or any(p in ("", ".", "..") for p in parts) or "\\" in name:
         raise SpecllmError(f"bad model {spec!r}: expected a .gguf file's path inside {store}'s folder")
+    name = (split_parts(name) or [name])[0]
     for folder in folders:
         _check_readable(folder, store)
         path = folder / name

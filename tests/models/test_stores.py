@@ -266,6 +266,31 @@ def test_the_python_api_loads_a_store_model(filled):
         engine.close()
 
 
+@pytest.mark.parametrize("scheme, folder", [("lmstudio", "lmstudio/models/pub/Split-GGUF"), ("llamacpp", "llama.cpp")])
+def test_any_part_of_a_split_store_model_loads_the_whole_model(store_env, tmp_path, scheme, folder):
+    """llama.cpp loads a split model only from its first part: a store name of any part means that
+    one, as an hf: reference does; greedy output is the unsplit model's."""
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "split").mkdir()
+    whole = tm.write_model(tmp_path / "whole" / "tiny.gguf", seed=0)
+    tm.write_model(tmp_path / "split" / "tiny.gguf", seed=0, split_max_tensors=8)
+    place = tmp_path / folder
+    for part in sorted((tmp_path / "split").glob("tiny-*.gguf")):
+        into_folder(part, place / part.name)
+    inside = place.relative_to(store_env[scheme] / "models" if scheme == "lmstudio" else store_env[scheme])
+    prefix = f"{scheme}:" + (f"{inside.as_posix()}/" if inside.parts else "")
+    assert stores.resolve(prefix + "tiny-00002-of-00003.gguf") == place / "tiny-00001-of-00003.gguf"
+    prompt, args = "def f(x):", dict(max_tokens=16, temperature=0.0, drafter="none")
+    outputs = []
+    for model in (prefix + "tiny-00003-of-00003.gguf", str(whole)):
+        engine = specllm.load(model, n_ctx=256, n_threads=1)
+        try:
+            outputs.append(engine.generate(prompt, **args).tokens)
+        finally:
+            engine.close()
+    assert outputs[0] == outputs[1]
+
+
 def test_a_target_alone_finds_its_draft_in_another_store(filled):
     proc = specllm_cli("models", "--drafts-for", "ollama:tiny", "--json")
     assert proc.returncode == 0, proc.stderr
