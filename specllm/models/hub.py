@@ -604,7 +604,9 @@ def parse_hf_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFile:
     if len(pieces) < 3 or not all(pieces) or not pieces[-1].endswith(".gguf"):
         raise SpecllmError(f"bad model {spec!r}: expected hf:OWNER/REPO/FILE.gguf or a local path")
     repo, file = "/".join(pieces[:2]), "/".join(pieces[2:])
-    repo, _, revision = repo.partition("@")
+    repo, at, revision = repo.partition("@")
+    if at and not revision:  # (silently the default branch would hide a revision left out by mistake)
+        raise SpecllmError(f"bad model {spec!r}: nothing after '@' (a branch, tag or commit)")
     _check_names(repo, file, revision or "main", repr(spec))
     parts = split_parts(file) or [file]  # any part of a split model names all of them; the first is loaded
     if not revision:

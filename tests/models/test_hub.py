@@ -322,6 +322,8 @@ def test_hf_references_name_repository_revision_file_and_every_split_part(isolat
             hub.parse_model_spec(bad, {})
     with pytest.raises(SpecllmError, match="model file not found"):
         hub.parse_model_spec("./no/such/model.gguf")
+    with pytest.raises(SpecllmError, match="nothing after '@'"):
+        hub.parse_model_spec("hf:me/repo@/m.gguf", {})  # not quietly the main branch
     # parts that would become paths outside the caches
     for bad, field in (
         ("hf:a/b/../x.gguf", "file"),
