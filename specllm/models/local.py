@@ -8,6 +8,7 @@ of another tool's store is refused by name.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +138,18 @@ def _scan_hf() -> tuple[list[LocalModel], list[str]]:
                         hf_files=infos,
                     )
                 )
-    return models, []
+    broken = [str(w) for w in info.warnings if _has_snapshots(str(w))]
+    return models, [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
+
+
+def _has_snapshots(warning: str) -> bool:
+    """Whether a scan warning is about a model repository with snapshots: the scan leaves such a
+    repository out whole (for one blob missing), and its models would vanish without a word. Other
+    warnings are not about models: a file other libraries keep there (version.txt), a repository
+    whose first download never got as far as a snapshot."""
+    cache = hf_cache_dir().resolve()  # (the scan names paths in the resolved folder)
+    repo = re.search(re.escape(str(cache)) + r"[/\\](models--[^/\\]+)", warning)
+    return repo is not None and (cache / repo[1] / "snapshots").is_dir()
 
 
 def _scan_specllm() -> list[LocalModel]:

@@ -123,6 +123,30 @@ def test_models_with_empty_caches(isolated):
     assert listing["models"] == [] and listing["total_size"] == 0
 
 
+def test_a_hub_repository_with_a_blob_missing_is_a_warning_not_a_silence(fake_hub, small_models, monkeypatch):
+    """huggingface_hub's scan leaves a repository with a blob missing out whole, its sound files
+    too; the listing says so. Other things in the cache that are not models are not mentioned."""
+    kept = download(fake_hub, REPO, small_models["small.gguf"])
+    broken = download(fake_hub, REPO, small_models["smaller.gguf"])
+    broken.resolve().unlink()  # (deleted by hand, or by a cleanup cut short)
+    cache = hub.hf_cache_dir()
+    (cache / "version.txt").write_text("1")  # as other libraries leave it there
+    (cache / "models--o--never-downloaded" / "refs").mkdir(parents=True)  # a first download cut short
+    problems: list[str] = []
+    assert local_models.scan(problems) == [] and kept.is_file()
+    assert problems == [
+        f"HF cache: Blob missing (broken symlink): {broken.resolve()}; that repository's models are not listed"
+    ]
+    result = invoke("models", "--json")
+    assert json.loads(result.stdout)["problems"] == problems
+    link = cache.parent.with_name("hf-link")  # the scan names resolved paths: the same through a link
+    link.symlink_to(cache.parent)
+    monkeypatch.setenv("HF_HOME", str(link))
+    again: list[str] = []
+    local_models.scan(again)
+    assert again == problems
+
+
 # --- rm ------------------------------------------------------------------------------------------
 
 
