@@ -1,5 +1,6 @@
 """A cheap sanity check of a GGUF file's header, before llama.cpp is asked to load it."""
 
+import os
 import struct
 from pathlib import Path
 
@@ -27,6 +28,48 @@ def check_gguf_header(path: str | Path) -> None:
     _, version, _, _ = _HEADER.unpack(head)
     if version not in (2, 3):
         raise SpecllmError(f"unsupported GGUF version {version}: {path}")
+
+
+def check_vocabulary(path: str | Path) -> None:
+    """Raise SpecllmError when the token list of a GGUF file (one whose header passed
+    check_gguf_header) has the same token twice. llama.cpp's vocabulary loader asserts that every
+    token is unique and otherwise aborts the whole process (GGML_ASSERT), even to read only the
+    vocabulary; some published conversions and damaged files are so. Anything else that is wrong
+    with the file is llama.cpp's to say, in one line, when it loads it."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            _, _, _, n_kv = _HEADER.unpack(f.read(_HEADER.size))
+            for _ in range(n_kv):
+                key, value_type = _read_string(f), _unpack(f, "I")
+                if key == _TOKENS and value_type == _ARRAY:
+                    _check_unique_tokens(f, path)
+                    return
+                _skip_value(f, value_type)
+    except (struct.error, UnicodeDecodeError, ValueError, OSError):
+        return  # (cut short or unreadable: llama.cpp says so)
+
+
+_TOKENS = "tokenizer.ggml.tokens"
+
+
+def _check_unique_tokens(f, path: Path) -> None:
+    if _unpack(f, "I") != _STRING:
+        return
+    seen: dict[bytes, int] = {}
+    size = os.fstat(f.fileno()).st_size
+    for i in range(_unpack(f, "Q")):
+        n = _unpack(f, "Q")
+        if n > size - f.tell():  # a damaged length (reading it would ask for that much memory)
+            return
+        token = f.read(n) or f"[EMPTY_{i}]".encode()  # as llama.cpp names an empty token
+        if token in seen:
+            text = token.decode("utf-8", "replace")[:40]
+            raise SpecllmError(
+                f"cannot load {path}: its vocabulary has the token {text!r} twice (ids {seen[token]} and {i}), "
+                "which llama.cpp cannot load: a damaged or badly converted file"
+            )
+        seen[token] = i
 
 
 # GGUF metadata value types (gguf.GGUFValueType): fixed-size scalars by their struct format.

@@ -20,7 +20,7 @@ import numpy as np
 from specllm.errors import SpecllmError
 from specllm.llama import huge_pages
 from specllm.llama.devices import gpu_layers, gpu_offload_supported, physical_cores
-from specllm.llama.gguf_header import check_gguf_header
+from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
 from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
@@ -81,6 +81,7 @@ class Model:
         self._model = self._ctx = None
         self._weights_of: Model | None = None  # a sibling's: the model whose weights it uses
         check_gguf_header(self.path)
+        check_vocabulary(self.path)  # before llama.cpp, which aborts the process on a token given twice
         self._devices = model_devices(options.rpc)  # kept alive while loading
         self.on_huge_pages = not vocab_only and huge_pages.weights_on_huge_pages(self.path, gpu_layers(options))
         self._model = _load_model(self.path, options, vocab_only, self._devices, self.on_huge_pages)

@@ -491,6 +491,36 @@ def test_a_name_that_names_nothing_is_one_line(filled, spec, fragment):
     assert_one_line_error(specllm_cli("run", "hi", "--target", spec), fragment)
 
 
+def with_a_token_twice(model: Path, dest: Path) -> Path:
+    """A copy of `model` whose vocabulary has the byte token <0x00> twice (the next one, <0x01>,
+    renamed): llama.cpp's vocabulary loader aborts the process on such a file."""
+    data = model.read_bytes()
+    at = data.index(b"<0x01>")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data[:at] + b"<0x00>" + data[at + 6 :])
+    return dest
+
+
+def test_a_vocabulary_with_a_token_twice_is_one_line_not_an_abort(store_env, tiny_models, small_draft):
+    """As a target it is one line; in a store, where a target given alone looks for its draft, it is
+    a candidate that does not fit, and the run goes on."""
+    damaged = with_a_token_twice(small_draft, store_env["llamacpp"] / "damaged.gguf")
+    proc = specllm_cli("run", "hi", "-n", "2", "--target", damaged)
+    assert_one_line_error(proc, f"cannot load {damaged}", "'<0x00>' twice (ids 5 and 6)", exit_code=1)
+    listing = specllm_cli("models", "--drafts-for", tiny_models.target, "--json")
+    assert listing.returncode == 0, listing.stderr
+    (found,) = [c for c in json.loads(listing.stdout)["candidates"] if c["name"] == "llamacpp:damaged.gguf"]
+    assert found["compatible"] is False and "twice" in found["reason"]
+    run = specllm_cli("run", "hi", "-n", "2", "--target", tiny_models.target)
+    assert run.returncode == 0, run.stderr
+    data = small_draft.read_bytes()  # a token's length damaged: far beyond the file, not read
+    at = data.index(b"<0x01>") - 8
+    huge = store_env["llamacpp"] / "huge.gguf"
+    huge.write_bytes(data[:at] + (1 << 40).to_bytes(8, "little") + data[at + 8 :])
+    proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", huge)
+    assert_one_line_error(proc, f"cannot load {huge}")
+
+
 # --- rm never touches them -----------------------------------------------------------------------
 
 
