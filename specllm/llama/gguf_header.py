@@ -116,6 +116,8 @@ def _unpack(f, fmt: str):
 
 def _read_string(f) -> str:
     n = _unpack(f, "Q")
+    if n > os.fstat(f.fileno()).st_size - f.tell():  # a damaged length: never ask for that much memory
+        raise ValueError("cut short")
     data = f.read(n)
     if len(data) < n:
         raise ValueError("cut short")

@@ -521,6 +521,21 @@ def test_a_vocabulary_with_a_token_twice_is_one_line_not_an_abort(store_env, tin
     assert_one_line_error(proc, f"cannot load {huge}")
 
 
+def test_a_header_string_of_a_damaged_length_is_one_line_and_the_listing_goes_on(store_env, small_draft):
+    """A metadata key whose length is damaged (1 TiB): reading the header asked for that much memory."""
+    data = small_draft.read_bytes()
+    damaged = store_env["llamacpp"] / "damaged.gguf"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(data[:24] + (1 << 40).to_bytes(8, "little") + data[32:])  # the first key's length
+    listing = specllm_cli("models", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert [(m["spec"], m["architecture"]) for m in json.loads(listing.stdout)["models"]] == [
+        ("llamacpp:damaged.gguf", None)
+    ]
+    proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", damaged)
+    assert_one_line_error(proc, str(damaged))
+
+
 # --- rm never touches them -----------------------------------------------------------------------
 
 
