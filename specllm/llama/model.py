@@ -239,7 +239,12 @@ class Model:
 
     def chat_template(self) -> str | None:
         raw = L.llama_model_chat_template(self._model, None)
-        return raw.decode("utf-8") if raw else None
+        try:
+            return raw.decode("utf-8") if raw else None
+        except UnicodeDecodeError:  # (llama.cpp loads a damaged template's bytes as they are)
+            raise SpecllmError(
+                f"the chat template in {self.path} is not UTF-8 text: a damaged file (--raw runs without it)"
+            ) from None
 
     def render_chat(
         self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None

@@ -536,6 +536,19 @@ def test_a_header_string_of_a_damaged_length_is_one_line_and_the_listing_goes_on
     assert_one_line_error(proc, str(damaged))
 
 
+def test_a_chat_template_that_is_not_utf8_is_one_line(tmp_path, tiny_models):
+    """llama.cpp hands back a damaged template's bytes as they are."""
+    data = tiny_models.target.read_bytes()
+    key = b"tokenizer.chat_template"
+    at = data.index(key) + len(key) + 4 + 8  # the value: after the key, its type and its length
+    damaged = tmp_path / "damaged-template.gguf"
+    damaged.write_bytes(data[:at] + b"\xff" + data[at + 1 :])
+    proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", damaged)
+    assert_one_line_error(proc, f"the chat template in {damaged} is not UTF-8 text", exit_code=1)
+    raw = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--raw", "--target", damaged)
+    assert raw.returncode == 0, raw.stderr
+
+
 # --- rm never touches them -----------------------------------------------------------------------
 
 
