@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
 from enum import Enum
@@ -210,7 +211,10 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
     try:
         _probe_hub(part, endpoint)
         report.say(f"downloading {part.label} from {endpoint}", progress)
-        with _hub_progress_bars(progress):
+        with _hub_progress_bars(progress), warnings.catch_warnings():
+            # huggingface_hub only warns (two lines of Python's own) when the disk has less room
+            # than the file, then fills the disk and fails: fail before, in one line.
+            warnings.filterwarnings("error", "Not enough free disk space", UserWarning)
             path = Path(
                 hf_hub_download(
                     part.repo, part.file, revision=part.revision, cache_dir=str(hf_cache_dir()), endpoint=endpoint

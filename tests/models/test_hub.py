@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -118,6 +119,18 @@ def test_a_cached_file_that_a_pairs_file_says_has_another_checksum_is_refused_bu
     assert "SHA-256" in message and "left there" in message and f"specllm rm hf:{REPO}/target.gguf" in message
     assert "\n" not in message
     assert cached.read_bytes() == content and len(fake_hub.gets("target.gguf")) == 1
+
+
+def test_a_disk_without_room_for_the_file_is_one_line_before_downloading(fake_hub, isolated, tiny_models, monkeypatch):
+    """huggingface_hub only warns, then fills the disk and fails; the pull stops before, in one line."""
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=len(content) // 2))
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(model_file(REPO, "target.gguf", content), progress=False)
+    assert "Not enough free disk space" in str(err.value) and "\n" not in str(err.value)
+    assert fake_hub.gets("target.gguf") == [] and list(blobs_dir(isolated).iterdir()) == []
 
 
 def test_a_file_of_the_wrong_size_is_refused_before_downloading(fake_hub, tiny_models):
