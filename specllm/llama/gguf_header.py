@@ -1,5 +1,6 @@
 """A cheap sanity check of a GGUF file's header, before llama.cpp is asked to load it."""
 
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -54,22 +55,31 @@ _TOKENS = "tokenizer.ggml.tokens"
 
 
 def _check_unique_tokens(f, path: Path) -> None:
+    """Walked over a memory map: 150k tokens read one by one from the file took 0.2 s a load."""
     if _unpack(f, "I") != _STRING:
         return
+    count, start = _unpack(f, "Q"), f.tell()
     seen: dict[bytes, int] = {}
-    size = os.fstat(f.fileno()).st_size
-    for i in range(_unpack(f, "Q")):
-        n = _unpack(f, "Q")
-        if n > size - f.tell():  # a damaged length (reading it would ask for that much memory)
-            return
-        token = f.read(n) or f"[EMPTY_{i}]".encode()  # as llama.cpp names an empty token
-        if token in seen:
-            text = token.decode("utf-8", "replace")[:40]
-            raise SpecllmError(
-                f"cannot load {path}: its vocabulary has the token {text!r} twice (ids {seen[token]} and {i}), "
-                "which llama.cpp cannot load: a damaged or badly converted file"
-            )
-        seen[token] = i
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        pos, end = start, len(view)
+        for i in range(count):
+            if pos + 8 > end:
+                return
+            (n,) = _LENGTH.unpack_from(view, pos)
+            pos += 8
+            if n > end - pos:  # a damaged length
+                return
+            token = view[pos : pos + n] or f"[EMPTY_{i}]".encode()  # as llama.cpp names an empty token
+            pos += n
+            if seen.setdefault(token, i) != i:
+                text = token.decode("utf-8", "replace")[:40]
+                raise SpecllmError(
+                    f"cannot load {path}: its vocabulary has the token {text!r} twice (ids {seen[token]} and {i}), "
+                    "which llama.cpp cannot load: a damaged or badly converted file"
+                )
+
+
+_LENGTH = struct.Struct("<Q")
 
 
 # GGUF metadata value types (gguf.GGUFValueType): fixed-size scalars by their struct format.
