@@ -11,6 +11,7 @@ end of input, or Ctrl-C twice at an empty prompt), or "" after a Ctrl-C at the p
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -139,4 +140,6 @@ class QuietFileHistory(FileHistory):
 
     def store_string(self, string: str) -> None:
         with contextlib.suppress(OSError):
+            # private from the start, as shells keep theirs: it holds every message typed
+            os.close(os.open(self.filename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
             super().store_string(string)

@@ -272,7 +272,7 @@ def test_sigterm_during_a_reply_restores_the_cursor_and_exits_143(chat):
     assert not re.search(SUMMARY, term.text)  # it came mid-reply: the reply never ended
 
 
-def test_history_survives_a_restart(chat):
+def test_history_survives_a_restart_and_is_private(chat):
     term = chat()
     assert "temperature 0.5" in term.say("/temp 0.5")
     assert "gamma 3" in term.say("/gamma 3")
@@ -280,6 +280,7 @@ def test_history_survives_a_restart(chat):
     assert term.wait() == 0
     history = Path(os.environ["XDG_STATE_HOME"]) / "specllm" / "history"  # conftest gives each test its own
     assert "/temp 0.5" in history.read_text()
+    assert history.stat().st_mode & 0o777 == 0o600  # private, as shells keep theirs: every message typed
     term = chat()
     assert "temperature 0.5" in term.say("\x1b[A\x1b[A")  # two lines up, typed in the last session
     assert "gamma 3" in term.say("\x1b[A\x1b[A")  # the line just sent is history too
