@@ -81,7 +81,7 @@ def _save(session: ChatSession, arg: str) -> CommandResult:
         raise SpecllmError("usage: /save FILE")
     path = Path(arg).expanduser()
     session.save(path)
-    return CommandResult(f"saved {len(session.turns)} turns to {path}")
+    return CommandResult(f"saved {len(session.turns)} turn{'s' * (len(session.turns) != 1)} to {path}")
 
 
 def _load(session: ChatSession, arg: str) -> CommandResult:

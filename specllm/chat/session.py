@@ -280,7 +280,8 @@ class ChatSession:
             in_vocabulary = all(0 <= t < target.n_vocab for t in tokens)
             if in_vocabulary and _spelled(target, tokens) == _spelled(target, self.engine.prompt_tokens(text)):
                 self.cache.restore(text, tokens)
-        return f"loaded {len(self.turns)} turns from {saved.path}: the next message prefills the conversation once"
+        turns = f"{len(self.turns)} turn{'s' * (len(self.turns) != 1)}"
+        return f"loaded {turns} from {saved.path}: the next message prefills the conversation once"
 
     # --- reporting --------------------------------------------------------------------------
 

@@ -592,5 +592,5 @@ def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_s
     with pytest.raises(specllm.SpecllmError, match="^the system prompt is not valid UTF-8 text"):
         command(session, "/system abc\udcffdef")
     assert session.system is None
-    assert command(session, f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turns")
+    assert command(session, f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turn to")
     assert read_transcript(tmp_path / "chat.json").turns[0].user == MESSAGES[0]
