@@ -69,6 +69,8 @@ def write_text_atomic(path: Path, text: str) -> None:
             if mode is not None:
                 os.chmod(tmp, mode)
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a crash then leaves the old file or the new
         os.replace(tmp, path)
 
 
