@@ -6,7 +6,8 @@ SPECLLM_<LONG NAME> (--ctx-size: SPECLLM_CTX_SIZE), and one name means the same 
 command (SPECLLM_THREADS sets --threads of run, chat, bench and any other command that has it).
 Click's own auto_envvar_prefix would instead give each command its own names
 (SPECLLM_RUN_THREADS, SPECLLM_CHAT_THREADS, ...). A flag given on the command line wins over
-its variable; a bad value in a variable is refused with the same one line as on the command line.
+its variable, and over a variable it cannot go with (SPECLLM_PAIR set, `run --target T` runs T);
+a bad value in a variable is refused with the same one line as on the command line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ NOT_FROM_ENV = {
     # a flag in run, doctor and models, but bench's output file: one variable cannot be both
     "--json",
 }
+# Options that cannot go together (by parameter name). Where one side comes from a variable and
+# the other from the command line, the variable gives way: an exported default must not turn a
+# flag the user typed into an error.
+CONFLICTS = (
+    ({"pair"}, {"target", "draft"}),
+    ({"system"}, {"chat_template"}),  # --raw
+    ({"drafts_for"}, {"pair", "target", "draft", "drafter"}),
+)
 
 
 def build_command(app: typer.Typer):
@@ -43,7 +52,36 @@ def add_env_defaults(group) -> None:
             if name is not None:
                 param.envvar = name
                 param.show_envvar = True
+        if command.params:
+            command.invoke = _flags_first(command.invoke)
         add_env_defaults(command)
+
+
+def _flags_first(invoke):
+    def invoke_with_flags_first(ctx):
+        give_way_to_flags(ctx)
+        return invoke(ctx)
+
+    return invoke_with_flags_first
+
+
+def give_way_to_flags(ctx) -> None:
+    """Reset to its default each option set by its variable that conflicts with an option given
+    on the command line."""
+    params = {param.name: param for param in ctx.command.params}
+
+    def source(name: str) -> str | None:
+        if name not in params or ctx.params.get(name) == params[name].default:
+            return None  # not set: no conflict
+        found = ctx.get_parameter_source(name)
+        return found.name if found is not None else None
+
+    for one, other in CONFLICTS:
+        for mine, theirs in ((one, other), (other, one)):
+            if any(source(name) == "COMMANDLINE" for name in theirs):
+                for name in mine:
+                    if source(name) == "ENVIRONMENT":
+                        ctx.params[name] = params[name].default
 
 
 def env_name(param) -> str | None:

@@ -105,6 +105,27 @@ def test_a_variable_sets_a_default_and_a_flag_overrides_it(tiny_models):
     assert result["seed"] == 9 and result["stats"]["generated_tokens"] == 5
 
 
+def test_a_variable_gives_way_to_a_flag_it_cannot_go_with(tiny_models):
+    """An exported SPECLLM_PAIR (or SPECLLM_SYSTEM, SPECLLM_DRAFTER) does not make a flag typed
+    on the command line an error: the flag wins, as it does over its own variable."""
+    base = ["run", "Hello", "-m", tiny_models.target, "--drafter", "none", "--threads", 1, "-n", 4, "--temp", 0]
+    alone = run_specllm(*base, "--raw", "--json")
+    assert alone.returncode == 0, alone.stderr
+    for env, flag in [({"SPECLLM_PAIR": "qwen2.5-coder-1.5b"}, "--raw"), ({"SPECLLM_SYSTEM": "Be brief."}, "--raw")]:
+        proc = run_specllm(*base, flag, "--json", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["tokens"] == json.loads(alone.stdout)["tokens"]
+    # the variable still applies where nothing on the command line conflicts with it
+    templated = json.loads(run_specllm(*base, "--json").stdout)
+    with_system = json.loads(run_specllm(*base, "--json", env={"SPECLLM_SYSTEM": "Be brief."}).stdout)
+    assert with_system["stats"]["prompt_tokens"] > templated["stats"]["prompt_tokens"]
+    # both from variables: still refused
+    both = run_specllm("run", "Hello", env={"SPECLLM_PAIR": "qwen2.5-coder-1.5b", "SPECLLM_TARGET": tiny_models.target})
+    assert both.returncode == 1 and "not both" in both.stderr
+    race = run_specllm("bench", "--drafts-for", tiny_models.target, env={"SPECLLM_DRAFTER": "model"})
+    assert race.returncode == 1 and "no draft on disk fits" in race.stderr, race.stderr
+
+
 @pytest.mark.parametrize(
     "option, value, fragment",
     [
