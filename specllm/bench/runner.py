@@ -88,7 +88,7 @@ def builtin_prompts() -> list[BenchPrompt]:
 def load_prompts(path: str | Path) -> list[BenchPrompt]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM, as some editors write, is no error
     except (OSError, UnicodeDecodeError) as e:
         raise SpecllmError(f"cannot read prompts from {path}: {e}") from None
     return parse_prompts(text, str(path))

@@ -89,6 +89,8 @@ def test_a_prompt_file_is_read_or_refused_in_one_line(tmp_path):
     assert b.load_prompts(path) == [b.BenchPrompt("hi", "chat")]
     with pytest.raises(SpecllmError, match="cannot read prompts"):
         b.load_prompts(tmp_path / "missing.jsonl")
+    path.write_text('\ufeff{"prompt": "hi", "category": "chat"}\n', encoding="utf-8")  # Notepad's BOM
+    assert b.load_prompts(path) == [b.BenchPrompt("hi", "chat")]
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(SpecllmError, match="no prompts"):
         b.load_prompts(tmp_path / "empty.jsonl")
