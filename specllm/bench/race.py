@@ -21,6 +21,7 @@ from specllm.bench.runner import (
     Configuration,
     Progress,
     PromptRun,
+    check_prompts_fit,
     machine_info,
     run_one,
     run_side_by_side,
@@ -56,6 +57,7 @@ def race(
 ) -> dict:
     """Measure each candidate at each of the settings' gammas against target-only decoding on
     `engine`'s target (loaded without a draft); a JSON-ready dict, the drafts fastest first."""
+    check_prompts_fit(engine, prompts, settings.chat)
     progress = progress or (lambda description, completed, total: None)
     gammas = list(dict.fromkeys(c.gamma for c in settings.configurations))
     drafts = {str(c.path): Model(c.path, draft_options) for c in candidates}

@@ -38,7 +38,7 @@ from specllm.engine.calibration import time_calls
 from specllm.engine.loop import Engine, GenerationConfig, Result, Stats, aggregate
 from specllm.engine.names import Drafter
 from specllm.engine.sampling import SamplerSettings
-from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import ContextFull, NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import write_text_atomic
 from specllm.llama.devices import gpu_layers, physical_cores
 from specllm.llama.model import Model, common_prefix
@@ -470,6 +470,7 @@ def run_bench(
         raise NeedsDraftModel()
     if any(c.drafter == Drafter.MTP for c in settings.configurations) and engine.mtp is None:
         raise NoMtpLayers(engine.target.path.name)
+    check_prompts_fit(engine, prompts, settings.chat)
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
     total = 2 + len(configs) * len(prompts) * settings.rounds
@@ -538,6 +539,17 @@ def run_bench(
         "results": results,
         "best": best,
     }
+
+
+def check_prompts_fit(engine: Engine, prompts: list[BenchPrompt], chat: bool) -> None:
+    """Refuse a prompt longer than the context before anything runs, and say which one: found
+    when its turn came, it would throw away every result measured before it."""
+    n_ctx = engine.target.n_ctx
+    for i, prompt in enumerate(prompts):
+        n = len(engine.prompt_tokens(prompt.prompt, chat=chat))
+        if n >= n_ctx:
+            start = prompt.prompt[:40] + ("…" if len(prompt.prompt) > 40 else "")
+            raise ContextFull(n, n_ctx, what=f"prompt {i + 1} ({prompt.category}: {start!r})")
 
 
 def _positions(prompts: list[BenchPrompt]) -> list[str]:

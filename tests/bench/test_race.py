@@ -203,6 +203,15 @@ def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tin
     )
 
 
+def test_bench_drafts_for_refuses_a_prompt_longer_than_the_context_before_it_races(two_drafts, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [{"prompt": "Hello there", "category": "short"}, {"prompt": "word " * 300, "category": "long"}]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = specllm_cli("bench", "--drafts-for", two_drafts["target"], "--prompts", prompts, "-c", 256, "-n", 4)
+    assert_one_line_error(proc, "prompt 2 (long: 'word word", "but the context holds 256", "--ctx-size")
+    assert winners.remembered(two_drafts["target"]) is None
+
+
 # --- the real default target ---------------------------------------------------------------------
 
 

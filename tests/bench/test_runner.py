@@ -20,7 +20,7 @@ from specllm.bench.view import explanation, render
 from specllm.engine import loop as engine_module
 from specllm.engine.loop import Stats
 from specllm.engine.policy import AutoPolicy
-from specllm.errors import SpecllmError
+from specllm.errors import ContextFull, SpecllmError
 
 SMALL_SUITE = [
     b.BenchPrompt("Write a Python function that adds two numbers.", "code"),
@@ -236,6 +236,14 @@ def test_write_json_leaves_nothing_on_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SpecllmError, match="cannot write"):
         b.write_json({}, tmp_path / "no-such-dir" / "out.json")
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_anything_runs(engine):
+    too_long = b.BenchPrompt("word " * engine.target.n_ctx, "long")
+    events = []
+    with pytest.raises(ContextFull, match=r"^prompt 3 \(long: 'word word") as refused:
+        b.run_bench(engine, [*SMALL_SUITE[:2], too_long], settings(), lambda *e: events.append(e))
+    assert refused.value.n_ctx == engine.target.n_ctx and events == []  # no warm-up, no prompt run
 
 
 def test_model_drafter_needs_a_draft(tiny_models):
