@@ -702,21 +702,24 @@ def main() -> None:
         raise
     except BrokenPipeError:  # from the flush above
         _quiet_exit()
+    except OSError as e:  # the system's, not the user's: the output's disk is full, an I/O error
+        print(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        _quiet_exit(1)
     if code == INTERRUPTED:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:
         sys.exit(code)
 
 
-def _quiet_exit() -> None:
-    """The reader of stdout went away: exit 0, having pointed stdout and stderr at /dev/null so
-    that flushing their buffers at interpreter exit cannot fail again ("Exception ignored ...
-    BrokenPipeError", exit code 120)."""
+def _quiet_exit(code: int = 0) -> None:
+    """The reader of stdout went away (exit 0), or stdout cannot be written: exit, having pointed
+    stdout and stderr at /dev/null so that flushing their buffers at interpreter exit cannot fail
+    again ("Exception ignored ... BrokenPipeError", exit code 120)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             os.dup2(devnull, stream.fileno())
-    sys.exit(0)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -489,3 +489,20 @@ def test_a_closed_pipe_ends_a_command_quietly_with_exit_code_0(models, start, is
     for proc in (streaming, *others):
         rc, err = proc.wait(timeout=120), proc.stderr.read().decode(errors="replace")
         assert rc == 0 and err == "", (proc.args, err)  # no traceback, no "Exception ignored" at exit
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(models):
+    """`specllm run ... > out.txt` on a full disk: print (the JSON object), the plain view, Rich
+    (the table of models) and Typer's help all end with one line and exit code 1."""
+    for args in (
+        ["run", "def f(x):", *models, "-n", 4, "--json"],
+        ["run", "def f(x):", *models, "-n", 4],
+        ["models"],
+        ["run", "--help"],
+    ):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                SPECLLM + list(map(str, args)), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+            )
+        assert_one_line_error(proc, "No space left on device", exit_code=1)
