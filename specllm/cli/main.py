@@ -91,7 +91,8 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
         models_file=o.models_file,
         check=False,
     )
-    wants_model = (default_drafter(drafter, gamma, False) or Drafter.AUTO) in (Drafter.AUTO, Drafter.MODEL)
+    # --gamma alone means model when there is a draft: one found on disk counts, as for auto
+    wants_model = drafter in (None, Drafter.AUTO, Drafter.MODEL)
     if o.target is not None and o.draft is None and wants_model:  # a target alone: look for a draft on disk
         from specllm.cli.drafts import find_draft
         from specllm.models.stores import store_name

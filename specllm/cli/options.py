@@ -83,7 +83,7 @@ DrafterOption = Annotated[
         "--drafter",
         help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
         "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
-        "--gamma alone: model when a draft is given, else ngram.",
+        "--gamma alone: model when there is a draft, else ngram.",
     ),
 ]
 Gamma = Annotated[

@@ -322,6 +322,14 @@ def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tin
     alone = specllm(*args, "--drafter", "none")
     assert json.loads(alone.stdout)["tokens"] == out["tokens"]  # greedy: the target's own output
 
+    fixed = specllm(*args, "--gamma", 3)  # --gamma alone: model, with the draft found on disk
+    assert fixed.returncode == 0 and "hf:tiny-org/mirror-GGUF/smaller.gguf" in fixed.stderr, fixed.stderr
+    stats = json.loads(fixed.stdout)["stats"]
+    assert (
+        stats["policy"] is None and stats["drafted_per_position"][2] > 0 and set(stats["sources"]) <= {"model", "none"}
+    )
+    assert json.loads(fixed.stdout)["tokens"] == out["tokens"]
+
     refused = specllm(*args, "--draft", "none", "--drafter", "auto")
     assert refused.returncode == 0, refused.stderr
     assert "draft for" not in refused.stderr
