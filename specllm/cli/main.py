@@ -250,7 +250,7 @@ def read_prompt(prompt: str) -> str:
     except UnicodeDecodeError as e:
         raise SpecllmError(f"standard input is not valid UTF-8 text ({e.reason})") from None
     check_utf8(text, "standard input")
-    return text
+    return text.removeprefix("\ufeff")  # a file saved with a BOM (Notepad's UTF-8): not part of the prompt
 
 
 @app.command()

@@ -102,6 +102,8 @@ def test_prompt_from_stdin_and_raw_mode(models):
     given = specllm_run("import os", *models, "--json", "--temperature", 0, "-n", 8, "--raw")
     templated = specllm_run("import os", *models, "--json", "--temperature", 0, "-n", 8)
     assert json.loads(piped.stdout)["tokens"] == json.loads(given.stdout)["tokens"]
+    with_bom = specllm_run("-", *models, "--json", "--temperature", 0, "-n", 8, "--raw", stdin="\ufeffimport os")
+    assert json.loads(with_bom.stdout)["tokens"] == json.loads(given.stdout)["tokens"]
     assert json.loads(templated.stdout)["stats"]["prompt_tokens"] > json.loads(given.stdout)["stats"]["prompt_tokens"]
 
 
