@@ -245,6 +245,8 @@ def read_prompt(prompt: str) -> str:
     if prompt != "-":
         check_utf8(prompt, "the prompt")
         return prompt
+    if sys.stdin is None:  # started with it closed (`<&-`)
+        raise SpecllmError("standard input is closed: give the prompt as an argument")
     try:
         text = sys.stdin.read()
     except UnicodeDecodeError as e:
@@ -678,6 +680,7 @@ def main() -> None:
     Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
     stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
     signal.signal(signal.SIGTERM, _terminate)
+    _open_closed_streams()
     report.use(RichReporter())
     try:
         # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
@@ -710,6 +713,15 @@ def main() -> None:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _open_closed_streams() -> None:
+    """A command started with stdout or stderr closed (`>&-`, a supervisor that gives it none)
+    writes there to /dev/null, as if sent there: Python leaves such a stream None, which print()
+    passes over but Rich, uvicorn's logging and run's views fail on with a traceback."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (for the process)
 
 
 def _quiet_exit(code: int = 0) -> None:

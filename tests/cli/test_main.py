@@ -508,3 +508,22 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(models):
                 SPECLLM + list(map(str, args)), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
             )
         assert_one_line_error(proc, "No space left on device", exit_code=1)
+
+
+@pytest.mark.parametrize("closed", [0, 1])
+def test_a_command_started_with_stdin_or_stdout_closed_is_no_traceback(models, closed):
+    """`specllm run - <&-` is one line; `specllm run ... >&-` (and serve, started by a supervisor
+    without stdout) writes its output to nowhere, as asked, instead of failing on it."""
+    args = ["-"] if closed == 0 else ["def f(x):", "--json"]
+    proc = subprocess.run(
+        SPECLLM + ["run", *args, *map(str, models), "-n", "4"],
+        stdout=subprocess.DEVNULL if closed == 0 else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(closed),
+    )
+    if closed == 0:
+        assert_one_line_error(proc, "standard input is closed", exit_code=1)
+    else:
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
