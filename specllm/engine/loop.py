@@ -5,6 +5,7 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
@@ -336,6 +337,7 @@ class Engine:
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._live = False  # a stream is under way: it owns both KV caches until it ends
         self.closed = False
+        self._lanes: weakref.WeakSet[Engine] = weakref.WeakSet()  # open lanes on these weights
 
     @property
     def has_draft(self) -> bool:
@@ -360,7 +362,10 @@ class Engine:
 
     def close(self) -> None:
         """Free the models. A stream under way stops at its next step (SpecllmError), and every
-        later call raises SpecllmError: llama.cpp's freed memory is never touched again."""
+        later call raises SpecllmError: llama.cpp's freed memory is never touched again. Its
+        lanes are closed first: their KV caches live on these weights."""
+        for lane in list(self._lanes):
+            lane.close()
         self.closed = True
         for model in (self.mtp, self.target, self.draft):
             if model is not None:
@@ -372,12 +377,13 @@ class Engine:
 
     def lane(self) -> "Engine":
         """An engine on this one's loaded models (the same weights) with KV caches of its own,
-        sharing the auto policy: generations on two lanes can be interleaved step by step. Close
-        it before this engine."""
+        sharing the auto policy: generations on two lanes can be interleaved step by step. Closing
+        this engine closes the lane too."""
         self._check_open()
         draft = self.draft.sibling() if self.draft is not None else None
         twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
         twin.policy, twin.calibration = self.policy, self.calibration
+        self._lanes.add(twin)
         return twin
 
     # --- the auto policy's costs ------------------------------------------------------------

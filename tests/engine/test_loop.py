@@ -542,6 +542,22 @@ def test_a_closed_engine_refuses_every_call_in_one_line(tiny_models):
         next(started)
 
 
+def test_closing_an_engine_closes_its_lanes(tiny_models):
+    """A lane's KV caches live on its engine's weights: once they are freed, using the lane
+    (which aborted the process) raises SpecllmError, and a lane's stream under way stops."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    lane, other = engine.lane(), engine.lane()
+    stream = lane.stream(PROMPTS[0], max_tokens=8, drafter="model")
+    next(stream)
+    engine.close()
+    assert lane.closed and other.closed
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        list(stream)
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        other.generate(PROMPTS[0], max_tokens=4)
+    lane.close()  # closing it again is fine
+
+
 def test_generate_takes_a_config_as_stream_does(engine):
     from specllm.engine.loop import GenerationConfig
 
