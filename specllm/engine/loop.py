@@ -544,7 +544,10 @@ class Engine:
         `result`. Bad options and prompts are refused now, before the first step."""
         if config is not None and kwargs:
             raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
-        config = config or make_config(**kwargs)
+        if config is None:
+            config = make_config(**kwargs)
+        elif not isinstance(config, GenerationConfig):  # a dict of options would be half read, or ignored when empty
+            raise SpecllmError(f"config must be a GenerationConfig, got {type(config).__name__}")
         self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
         return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready)

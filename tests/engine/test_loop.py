@@ -565,6 +565,12 @@ def test_generate_takes_a_config_as_stream_does(engine):
     assert engine.generate(PROMPTS[0], config).tokens == greedy(engine, PROMPTS[0], "none", max_tokens=8).tokens
 
 
+@pytest.mark.parametrize("config", [{}, {"max_tokens": 2}, 8, "max_tokens=2"])
+def test_a_config_that_is_not_a_generation_config_is_refused_in_one_line(engine, config):
+    with pytest.raises(SpecllmError, match="config must be a GenerationConfig"):
+        engine.generate(PROMPTS[0], config)
+
+
 @pytest.mark.parametrize(
     "options",
     [
