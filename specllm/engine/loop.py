@@ -470,6 +470,10 @@ class Engine:
         with chat=True is first rendered as one user message (after the system message, if any)
         with the model's chat template, or ChatML for a model without one, as chat does."""
         self._check_open()
+        if not isinstance(chat, bool):  # chat="no" would be taken as yes
+            raise SpecllmError(f"chat must be True or False, got {chat!r}")
+        if system is not None and not isinstance(system, str):
+            raise SpecllmError(f"a system message is text (a str), not {type(system).__name__}")
         if not isinstance(prompt, str):
             if chat or system is not None:
                 raise SpecllmError("chat and system apply to a text prompt: token ids are used as given")

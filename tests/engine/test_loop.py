@@ -613,6 +613,10 @@ def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
         ([1.7, 300], {}, "a token id must be a whole number"),
         ([1, 2], {"chat": True}, "token ids are used as given"),
         (PROMPTS[0], {"system": "Be brief."}, "needs chat=True"),
+        (PROMPTS[0], {"chat": "no"}, "chat must be True or False"),
+        (PROMPTS[0], {"chat": 1}, "chat must be True or False"),
+        (PROMPTS[0], {"chat": True, "system": 5}, "a system message is text"),
+        (PROMPTS[0], {"chat": True, "system": ["Be brief."]}, "a system message is text"),
     ],
 )
 def test_bad_prompts_from_python_are_refused_in_one_line(engine, prompt, options, message):
