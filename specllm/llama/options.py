@@ -1,7 +1,7 @@
 """The options a model is loaded with, checked: no llama_cpp import here, so that `--help` and
 the CLI's defaults stay quick."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specllm.errors import SpecllmError, whole_number
@@ -34,6 +34,8 @@ def parse_rpc_servers(servers: str | Sequence[str]) -> tuple[str, ...]:
     if isinstance(servers, str):
         servers = servers.split(",")
     servers = servers or ()
+    if isinstance(servers, (bytes, bytearray)) or not isinstance(servers, Iterable):  # bytes: one "address" per byte
+        raise SpecllmError(f"RPC servers are given as 'HOST:PORT,...' or a list of them, not {type(servers).__name__}")
     parsed = []
     for server in servers:
         host, sep, port = str(server).strip().rpartition(":")

@@ -327,6 +327,12 @@ def test_a_malformed_address_is_one_line_before_anything_is_loaded(tmp_path, add
         specllm.ModelOptions(rpc=[address])
 
 
+@pytest.mark.parametrize("servers", [50052, b"127.0.0.1:50052", 1.5])
+def test_servers_of_a_wrong_type_are_one_line(servers):
+    with pytest.raises(SpecllmError, match="RPC servers are given as 'HOST:PORT,...' or a list of them"):
+        specllm.ModelOptions(rpc=servers)
+
+
 def test_a_build_without_rpc_says_how_to_get_one():
     # llama_cpp's ggml-base library: a real ggml library without the backend registry that the RPC
     # backend is found through (as in a build without it: the registry has no "RPC" entry).
