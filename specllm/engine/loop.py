@@ -4,9 +4,11 @@ Invariant: the target's KV cache holds every context token but the last, so each
 target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
 from pathlib import Path
@@ -239,9 +241,15 @@ class Generation:
         generation.result
     """
 
-    def __init__(self, steps: Generator[Step, None, Result], ready: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        steps: Generator[Step, None, Result],
+        ready: Callable[[], None] = lambda: None,
+        in_use: AbstractContextManager | None = None,
+    ):
         self._steps = steps  # a generator of Steps whose return value is the Result
         self._ready = ready  # raises while the steps cannot start (before a generator is spent on it)
+        self._in_use = in_use or nullcontext()  # held while a step runs: the models are not freed under it
         self._started = False
         self._result: Result | None = None
 
@@ -251,14 +259,15 @@ class Generation:
     def __next__(self) -> Step:
         if self._result is not None:
             raise StopIteration
-        if not self._started:  # a refusal now leaves the generation able to start later
-            self._ready()
-            self._started = True
-        try:
-            return next(self._steps)
-        except StopIteration as end:  # its value is the Result (None once closed: cut short)
-            self._result = end.value
-            raise StopIteration from None
+        with self._in_use:
+            if not self._started:  # a refusal now leaves the generation able to start later
+                self._ready()
+                self._started = True
+            try:
+                return next(self._steps)
+            except StopIteration as end:  # its value is the Result (None once closed: cut short)
+                self._result = end.value
+                raise StopIteration from None
 
     @property
     def finished(self) -> bool:
@@ -281,7 +290,8 @@ class Generation:
         return Events(self)
 
     def close(self) -> None:
-        self._steps.close()
+        with self._in_use:  # a step under way in another thread ends first
+            self._steps.close()
 
     def __enter__(self) -> "Generation":
         return self
@@ -336,6 +346,9 @@ class Engine:
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._live = False  # a stream is under way: it owns both KV caches until it ends
+        # Held while llama.cpp works on the models (a step, a tokenization): close() from another
+        # thread waits for it rather than free memory a call is using.
+        self._in_use = threading.RLock()
         self.closed = False
         self._lanes: weakref.WeakSet[Engine] = weakref.WeakSet()  # open lanes on these weights
 
@@ -366,10 +379,11 @@ class Engine:
         lanes are closed first: their KV caches live on these weights."""
         for lane in list(self._lanes):
             lane.close()
-        self.closed = True
-        for model in (self.mtp, self.target, self.draft):
-            if model is not None:
-                model.close()
+        with self._in_use:
+            self.closed = True
+            for model in (self.mtp, self.target, self.draft):
+                if model is not None:
+                    model.close()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -469,6 +483,10 @@ class Engine:
         """Token ids for a prompt: ids are used as given; text gets BOS as the model wants it, and
         with chat=True is first rendered as one user message (after the system message, if any)
         with the model's chat template, or ChatML for a model without one, as chat does."""
+        with self._in_use:  # a close() from another thread waits: the vocabulary is not freed under it
+            return self._prompt_tokens(prompt, chat, system)
+
+    def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
         self._check_open()
         if not isinstance(chat, bool):  # chat="no" would be taken as yes
             raise SpecllmError(f"chat must be True or False, got {chat!r}")
@@ -554,7 +572,7 @@ class Engine:
             raise SpecllmError(f"config must be a GenerationConfig, got {type(config).__name__}")
         self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready)
+        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready, in_use=self._in_use)
 
     def _check_idle(self) -> None:
         if self._live:

@@ -1,5 +1,7 @@
 """The engine on real llama.cpp with tiny generated models."""
 
+import threading
+
 import numpy as np
 import pytest
 from slowed import SLOW_CALL, slowed
@@ -556,6 +558,28 @@ def test_closing_an_engine_closes_its_lanes(tiny_models):
     with pytest.raises(SpecllmError, match="engine is closed"):
         other.generate(PROMPTS[0], max_tokens=4)
     lane.close()  # closing it again is fine
+
+
+def test_closing_an_engine_from_another_thread_waits_for_the_step_under_way(tiny_models, monkeypatch):
+    """close() from another thread used to free the models while llama.cpp was evaluating on them
+    (a segmentation fault): it now waits for the step, and the generation stops at its next one."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    slowed(monkeypatch, "llama_decode")  # each step spends most of its time inside llama.cpp
+    first_step, outcome = threading.Event(), []
+
+    def generate():
+        try:
+            for _ in engine.stream(PROMPTS[0], max_tokens=200, temperature=0, drafter="model"):
+                first_step.set()
+        except SpecllmError as e:
+            outcome.append(str(e))
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    first_step.wait()
+    engine.close()
+    worker.join()
+    assert outcome == ["this engine is closed: load the models again"]
 
 
 def test_generate_takes_a_config_as_stream_does(engine):
