@@ -7,6 +7,7 @@ result.tokens, result.text, result.stats
 """
 
 import importlib
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -101,5 +102,6 @@ def load(
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc, snapshots=0)
     if defer_draft:
         ensure_compatible(target, draft, target=target_model)  # refuse a bad pair now, not mid-chat
-        return Engine(target_model, draft_file=(draft, options))
+        # absolute: the program may change its working directory before the draft is loaded
+        return Engine(target_model, draft_file=(os.path.abspath(draft), options))
     return Engine(target_model, Model(draft, options))

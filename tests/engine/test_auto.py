@@ -255,6 +255,15 @@ def test_a_deferred_draft_is_still_checked_for_compatibility_at_load(tiny_models
         specllm.load(str(tiny_models.target), str(tiny_models.incompatible), n_ctx=256, defer_draft=True)
 
 
+def test_a_deferred_draft_given_by_a_relative_path_loads_from_another_directory(tiny_models, monkeypatch, tmp_path):
+    monkeypatch.chdir(tiny_models.draft.parent)
+    e = specllm.load(str(tiny_models.target), tiny_models.draft.name, n_ctx=256, n_threads=1, defer_draft=True)
+    monkeypatch.chdir(tmp_path)  # the program moves on before the draft is first needed
+    result = e.generate(PROMPTS[0], max_tokens=8, temperature=0, drafter="model")
+    assert result.stats.n_drafted > 0 and result.tokens == greedy(e, PROMPTS[0], "none", max_tokens=8).tokens
+    e.close()
+
+
 def test_the_policy_report_says_where_the_costs_came_from(engine):
     result = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
     report = result.stats.policy
