@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
 from pathlib import Path
@@ -245,11 +245,11 @@ class Generation:
         self,
         steps: Generator[Step, None, Result],
         ready: Callable[[], None] = lambda: None,
-        in_use: AbstractContextManager | None = None,
+        in_use: Callable[[], AbstractContextManager] = nullcontext,
     ):
         self._steps = steps  # a generator of Steps whose return value is the Result
         self._ready = ready  # raises while the steps cannot start (before a generator is spent on it)
-        self._in_use = in_use or nullcontext()  # held while a step runs: the models are not freed under it
+        self._in_use = in_use  # held while a step runs: the models are not freed under it
         self._started = False
         self._result: Result | None = None
 
@@ -259,7 +259,7 @@ class Generation:
     def __next__(self) -> Step:
         if self._result is not None:
             raise StopIteration
-        with self._in_use:
+        with self._in_use():
             if not self._started:  # a refusal now leaves the generation able to start later
                 self._ready()
                 self._started = True
@@ -290,7 +290,7 @@ class Generation:
         return Events(self)
 
     def close(self) -> None:
-        with self._in_use:  # a step under way in another thread ends first
+        with self._in_use():  # a step under way in another thread ends first
             self._steps.close()
 
     def __enter__(self) -> "Generation":
@@ -346,9 +346,10 @@ class Engine:
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._live = False  # a stream is under way: it owns both KV caches until it ends
-        # Held while llama.cpp works on the models (a step, a tokenization): close() from another
-        # thread waits for it rather than free memory a call is using.
+        # Held while llama.cpp works on the models (a step, a tokenization; see _using_models):
+        # close() waits for it, or from within it (a signal handler) leaves the freeing to its end.
         self._in_use = threading.RLock()
+        self._user: int | None = None  # the thread inside _using_models
         self.closed = False
         self._lanes: weakref.WeakSet[Engine] = weakref.WeakSet()  # open lanes on these weights
 
@@ -379,11 +380,31 @@ class Engine:
         lanes are closed first: their KV caches live on these weights."""
         for lane in list(self._lanes):
             lane.close()
+        self.closed = True
         with self._in_use:
-            self.closed = True
-            for model in (self.mtp, self.target, self.draft):
-                if model is not None:
-                    model.close()
+            if self._user != threading.get_ident():  # else a call under way frees them when it ends
+                self._free_models()
+
+    def _free_models(self) -> None:
+        for model in (self.mtp, self.target, self.draft):
+            if model is not None:
+                model.close()
+
+    @contextmanager
+    def _using_models(self):
+        """Hold the models for a call into llama.cpp: another thread's close() waits for its end,
+        and a close() from inside it (a signal handler) frees them only once it ends."""
+        if self._user == threading.get_ident():  # already held by this thread
+            yield
+            return
+        with self._in_use:
+            try:  # an interrupt right after taking the lock still leaves _user as it was
+                self._user = threading.get_ident()
+                yield
+            finally:
+                self._user = None
+                if self.closed:
+                    self._free_models()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -483,7 +504,7 @@ class Engine:
         """Token ids for a prompt: ids are used as given; text gets BOS as the model wants it, and
         with chat=True is first rendered as one user message (after the system message, if any)
         with the model's chat template, or ChatML for a model without one, as chat does."""
-        with self._in_use:  # a close() from another thread waits: the vocabulary is not freed under it
+        with self._using_models():  # the vocabulary is not freed under the call
             return self._prompt_tokens(prompt, chat, system)
 
     def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
@@ -572,7 +593,7 @@ class Engine:
             raise SpecllmError(f"config must be a GenerationConfig, got {type(config).__name__}")
         self._check_idle()
         tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready, in_use=self._in_use)
+        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready, in_use=self._using_models)
 
     def _check_idle(self) -> None:
         if self._live:

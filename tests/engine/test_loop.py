@@ -1,7 +1,9 @@
 """The engine on real llama.cpp with tiny generated models."""
 
+import signal
 import threading
 
+import llama_cpp
 import numpy as np
 import pytest
 from slowed import SLOW_CALL, slowed
@@ -580,6 +582,29 @@ def test_closing_an_engine_from_another_thread_waits_for_the_step_under_way(tiny
     engine.close()
     worker.join()
     assert outcome == ["this engine is closed: load the models again"]
+
+
+def test_an_engine_closed_by_a_signal_handler_mid_step_is_freed_when_the_step_ends(tiny_models, monkeypatch):
+    """A handler runs between any two lines of the step under way: the step's next llama.cpp
+    calls went on with freed models (a segmentation fault)."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    previous = signal.signal(signal.SIGUSR1, lambda *_: engine.close())
+    decode, calls = llama_cpp.llama_decode, []
+
+    def decode_then_signal(*args):
+        status = decode(*args)
+        calls.append(status)
+        if len(calls) == 6:
+            signal.raise_signal(signal.SIGUSR1)
+        return status
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", decode_then_signal)
+    try:
+        with pytest.raises(SpecllmError, match="engine is closed"):
+            engine.generate(PROMPTS[0], max_tokens=100, temperature=0, drafter="model")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert engine.closed and engine.target._ctx is None and engine.draft._ctx is None  # freed
 
 
 def test_generate_takes_a_config_as_stream_does(engine):
