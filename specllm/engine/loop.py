@@ -4,6 +4,7 @@ Invariant: the target's KV cache holds every context token but the last, so each
 target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
+import copy
 import threading
 import time
 import weakref
@@ -160,8 +161,8 @@ class Stats:
         return {name: c["steps"] / steps for name, c in self.sources.items()} if steps else {}
 
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["sources"] = {name: dict(c) for name, c in self.sources.items()}
+        """A copy, lists and dicts too: a step's stats go on changing as the generation runs."""
+        d = copy.deepcopy(self.__dict__)
         d.update(
             acceptance_rate=self.acceptance_rate,
             mean_accepted_length=self.mean_accepted_length,

@@ -82,6 +82,20 @@ def test_stats_add_up_over_positions_sources_and_calls(engine):
     assert s.decode_seconds > 0 and s.prefill_seconds > 0
 
 
+def test_a_steps_stats_copied_with_to_dict_stay_as_they_were(engine):
+    """python-api.md: copy (step.stats.to_dict()) what a step should remember of its Stats. The
+    per-position counts and the policy were shared with the live Stats, and went on changing."""
+    copies = []
+    for event in engine.stream(PROMPTS[0], max_tokens=30, temperature=0, drafter="model", gamma=3):
+        if isinstance(event, Step):
+            copies.append((event.stats.to_dict(), repr(event.stats.to_dict())))
+    assert [repr(d) for d, _ in copies] == [r for _, r in copies]
+    assert len(copies) > 5 and copies[0][0]["drafted_per_position"] != copies[-1][0]["drafted_per_position"]
+    stats = engine.generate(PROMPTS[0], max_tokens=4, temperature=0, drafter="auto").stats
+    stats.to_dict()["policy"]["calibration"]["measured"].append("changed by the caller")
+    assert "changed by the caller" not in stats.policy["calibration"]["measured"]
+
+
 def test_decode_time_is_the_engines_own(engine):
     """A consumer that takes its time between events (rendering, a slow pipe) must not count in
     decode_seconds: an accounting check, not a benchmark (10 target calls on a tiny model take
