@@ -164,16 +164,18 @@ class Model:
         return self.snapshots if self.recurrent else None
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None) is not None:
-            if getattr(self, "_batch", None) is not None:  # an __init__ interrupted before it: none
-                L.llama_batch_free(self._batch)
-                self._batch = None
-            L.llama_free(self._ctx)
-            self._ctx = None
-        if getattr(self, "_model", None) is not None and self._weights_of is None:
-            L.llama_model_free(self._model)
+        # Each handle is forgotten before it is freed: an interrupt (Ctrl-C) landing just after a
+        # free would otherwise leave it to be freed again by the next close() or __del__.
+        ctx, self._ctx = getattr(self, "_ctx", None), None
+        if ctx is not None:
+            batch, self._batch = getattr(self, "_batch", None), None  # an __init__ interrupted before it: none
+            if batch is not None:
+                L.llama_batch_free(batch)
+            L.llama_free(ctx)
+        model, self._model = getattr(self, "_model", None), None
+        if model is not None and self._weights_of is None:
+            L.llama_model_free(model)
             rpc_connected.subtract(self.options.rpc)
-        self._model = None
 
     def __del__(self):
         self.close()
@@ -465,10 +467,10 @@ class MtpHead:
         self.llama_seconds = 0.0  # as Model's
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None) is not None:
+        ctx, self._ctx = getattr(self, "_ctx", None), None  # forgotten first, as Model.close
+        if ctx is not None:
             L.llama_batch_ext_free(self._batch)
-            L.llama_free(self._ctx)
-            self._ctx = None
+            L.llama_free(ctx)
 
     def __del__(self):
         self.close()

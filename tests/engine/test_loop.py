@@ -1,5 +1,6 @@
 """The engine on real llama.cpp with tiny generated models."""
 
+import gc
 import signal
 import threading
 
@@ -619,6 +620,27 @@ def test_an_engine_closed_by_a_signal_handler_mid_step_is_freed_when_the_step_en
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert engine.closed and engine.target._ctx is None and engine.draft._ctx is None  # freed
+
+
+@pytest.mark.parametrize("models, name", [("tiny_models", "target"), ("tiny_recurrent_models", "qwen35_mtp")])
+def test_an_interrupt_right_after_a_free_never_frees_twice(request, monkeypatch, models, name):
+    """Ctrl-C landing as close() frees a context: the next close() (a program's cleanup) or the
+    garbage collector freed it a second time, a segmentation fault."""
+    engine = specllm.load(str(getattr(request.getfixturevalue(models), name)), n_ctx=256, n_threads=1)
+    free = llama_cpp.llama_free
+
+    def free_then_interrupt(ctx):
+        free(ctx)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(llama_cpp, "llama_free", free_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        engine.close()
+    monkeypatch.setattr(llama_cpp, "llama_free", free)
+    engine.close()
+    assert engine.target._ctx is None and engine.target._model is None
+    del engine
+    gc.collect()
 
 
 def test_generate_takes_a_config_as_stream_does(engine):
