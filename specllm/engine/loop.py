@@ -593,8 +593,10 @@ class Engine:
         elif not isinstance(config, GenerationConfig):  # a dict of options would be half read, or ignored when empty
             raise SpecllmError(f"config must be a GenerationConfig, got {type(config).__name__}")
         self._check_idle()
-        tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-        return Generation(self._own(_Run(self, tokens, config)), ready=self._check_ready, in_use=self._using_models)
+        with self._using_models():  # preparing the run reads the models too (its drafter, their limits)
+            tokens = self.prompt_tokens(prompt, chat=chat, system=system)
+            run = _Run(self, tokens, config)
+        return Generation(self._own(run), ready=self._check_ready, in_use=self._using_models)
 
     def _check_idle(self) -> None:
         if self._live:

@@ -3,6 +3,7 @@
 import gc
 import signal
 import threading
+import time
 
 import llama_cpp
 import numpy as np
@@ -597,6 +598,30 @@ def test_closing_an_engine_from_another_thread_waits_for_the_step_under_way(tiny
     engine.close()
     worker.join()
     assert outcome == ["this engine is closed: load the models again"]
+
+
+def test_closing_an_engine_from_another_thread_waits_for_a_generation_being_prepared(tiny_models, monkeypatch):
+    """start() reads the models before the first step (the n-gram drafter's markup tokens, here
+    read for the first time): a close() from another thread meanwhile freed the vocabulary under
+    it (a segmentation fault)."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1)
+    reading, is_control, freed_while_reading = threading.Event(), llama_cpp.llama_vocab_is_control, []
+
+    def slow_first_read(*args):
+        if not reading.is_set():
+            reading.set()
+            time.sleep(0.2)  # the other thread closes the engine now
+            freed_while_reading.append(engine.target._model is None)
+        return is_control(*args)
+
+    monkeypatch.setattr(llama_cpp, "llama_vocab_is_control", slow_first_read)
+    closer = threading.Thread(target=lambda: reading.wait() and engine.close())
+    closer.start()
+    generation = engine.start(PROMPTS[0], max_tokens=8, drafter="ngram")
+    closer.join()
+    assert freed_while_reading == [False]
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        next(generation)
 
 
 def test_an_engine_closed_by_a_signal_handler_mid_step_is_freed_when_the_step_ends(tiny_models, monkeypatch):
