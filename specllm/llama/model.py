@@ -79,7 +79,9 @@ class Model:
         self.path = Path(path)
         self.options = options
         self._model = self._ctx = None
-        self._weights_of: Model | None = None  # a sibling's: the model whose weights it uses
+        # How many open models use these weights: this one and its siblings, which share the list.
+        # The last of them to close frees the weights, whichever it is.
+        self._weights_users = [1]
         check_gguf_header(self.path)
         check_vocabulary(self.path)  # before llama.cpp, which aborts the process on a token given twice
         self._devices = model_devices(options.rpc)  # kept alive while loading
@@ -126,9 +128,11 @@ class Model:
 
     def sibling(self) -> "Model":
         """The same loaded weights with a KV cache of its own, so that two generations can run
-        side by side (bench interleaves its configurations step by step). Close it before this."""
+        side by side (bench interleaves its configurations step by step). The weights are freed
+        when the last model on them is closed, this one or a sibling."""
+        self._weights_users[0] += 1  # first: an interrupt before the copy leaks them, never frees them early
         twin = copy.copy(self)  # shares the weights, the vocabulary and its caches
-        twin._weights_of, twin.tokens, twin._ctx = self, [], None  # a failed open frees nothing of ours
+        twin.tokens, twin._ctx = [], None  # a failed open frees nothing of ours
         twin._open_context()
         if self._hidden is not None:
             twin._hidden = None
@@ -173,9 +177,11 @@ class Model:
                 L.llama_batch_free(batch)
             L.llama_free(ctx)
         model, self._model = getattr(self, "_model", None), None
-        if model is not None and self._weights_of is None:
-            L.llama_model_free(model)
-            rpc_connected.subtract(self.options.rpc)
+        if model is not None:
+            self._weights_users[0] -= 1
+            if self._weights_users[0] == 0:
+                L.llama_model_free(model)
+                rpc_connected.subtract(self.options.rpc)
 
     def __del__(self):
         self.close()

@@ -647,6 +647,32 @@ def test_an_engine_closed_by_a_signal_handler_mid_step_is_freed_when_the_step_en
     assert engine.closed and engine.target._ctx is None and engine.draft._ctx is None  # freed
 
 
+def test_an_engine_closed_mid_step_of_its_lane_keeps_the_weights_until_the_lane_lets_go(tiny_models, monkeypatch):
+    """A signal handler closes the engine while one of its lanes is in a step: the lane's close
+    waits for the step's end, and the engine's freed the weights the step was still using (a
+    segmentation fault). The weights now go with the last model on them."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    lane = engine.lane()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: engine.close())
+    decode, calls = llama_cpp.llama_decode, []
+
+    def decode_then_signal(*args):
+        status = decode(*args)
+        calls.append(status)
+        if len(calls) == 6:
+            signal.raise_signal(signal.SIGUSR1)
+        return status
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", decode_then_signal)
+    try:
+        with pytest.raises(SpecllmError, match="engine is closed"):
+            lane.generate(PROMPTS[0], max_tokens=100, temperature=0, drafter="model")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert lane.closed and lane.target._model is None and lane.draft._model is None
+    assert engine.target._weights_users == engine.draft._weights_users == [0]  # freed, once
+
+
 @pytest.mark.parametrize("models, name", [("tiny_models", "target"), ("tiny_recurrent_models", "qwen35_mtp")])
 def test_an_interrupt_right_after_a_free_never_frees_twice(request, monkeypatch, models, name):
     """Ctrl-C landing as close() frees a context: the next close() (a program's cleanup) or the
