@@ -600,6 +600,27 @@ def test_closing_an_engine_from_another_thread_waits_for_the_step_under_way(tiny
     assert outcome == ["this engine is closed: load the models again"]
 
 
+def test_a_generation_closed_from_another_thread_stops_after_the_step_under_way(engine, monkeypatch):
+    """Its close() raised "generator already executing" while the other thread was in a step,
+    and the generation went on to the end."""
+    slowed(monkeypatch, "llama_decode")
+    generation = engine.start(PROMPTS[0], max_tokens=200, temperature=0, drafter="model")
+    first_step, steps = threading.Event(), []
+
+    def consume():
+        for step in generation:
+            steps.append(step)
+            first_step.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    first_step.wait()
+    generation.close()
+    worker.join()
+    assert not generation.finished and len(steps) < 50
+    assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4
+
+
 def test_closing_an_engine_from_another_thread_waits_for_a_generation_being_prepared(tiny_models, monkeypatch):
     """start() reads the models before the first step (the n-gram drafter's markup tokens, here
     read for the first time): a close() from another thread meanwhile freed the vocabulary under
