@@ -87,6 +87,9 @@ def load(
     from specllm.models.hub import resolve_models
     from specllm.models.stores import local_path
 
+    if not isinstance(defer_draft, bool):  # defer_draft="no" would defer it
+        raise SpecllmError(f"defer_draft must be True or False, got {defer_draft!r}")
+
     def model_file(spec: str) -> str:
         if isinstance(spec, str) and spec.startswith("hf:"):
             return str(resolve_models(target=spec, progress=False)[0])

@@ -264,6 +264,12 @@ def test_a_deferred_draft_given_by_a_relative_path_loads_from_another_directory(
     e.close()
 
 
+@pytest.mark.parametrize("defer_draft", ["no", 0, None])
+def test_defer_draft_of_the_wrong_type_is_refused_in_one_line(tiny_models, defer_draft):
+    with pytest.raises(specllm.SpecllmError, match="defer_draft must be True or False"):
+        specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, defer_draft=defer_draft)
+
+
 def test_the_policy_report_says_where_the_costs_came_from(engine):
     result = greedy(engine, PROMPTS[1], "auto", max_tokens=4)
     report = result.stats.policy
