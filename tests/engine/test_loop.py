@@ -649,22 +649,7 @@ def test_an_engine_closed_by_a_signal_handler_mid_step_is_freed_when_the_step_en
     """A handler runs between any two lines of the step under way: the step's next llama.cpp
     calls went on with freed models (a segmentation fault)."""
     engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
-    previous = signal.signal(signal.SIGUSR1, lambda *_: engine.close())
-    decode, calls = llama_cpp.llama_decode, []
-
-    def decode_then_signal(*args):
-        status = decode(*args)
-        calls.append(status)
-        if len(calls) == 6:
-            signal.raise_signal(signal.SIGUSR1)
-        return status
-
-    monkeypatch.setattr(llama_cpp, "llama_decode", decode_then_signal)
-    try:
-        with pytest.raises(SpecllmError, match="engine is closed"):
-            engine.generate(PROMPTS[0], max_tokens=100, temperature=0, drafter="model")
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    _close_by_a_signal_mid_step(engine, engine, monkeypatch)
     assert engine.closed and engine.target._ctx is None and engine.draft._ctx is None  # freed
 
 
@@ -674,6 +659,13 @@ def test_an_engine_closed_mid_step_of_its_lane_keeps_the_weights_until_the_lane_
     segmentation fault). The weights now go with the last model on them."""
     engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
     lane = engine.lane()
+    _close_by_a_signal_mid_step(engine, lane, monkeypatch)
+    assert lane.closed and lane.target._model is None and lane.draft._model is None
+    assert engine.target._weights_users == engine.draft._weights_users == [0]  # freed, once
+
+
+def _close_by_a_signal_mid_step(engine, generating, monkeypatch):
+    """`generating` generates; a signal handler closes `engine` right after its sixth llama_decode."""
     previous = signal.signal(signal.SIGUSR1, lambda *_: engine.close())
     decode, calls = llama_cpp.llama_decode, []
 
@@ -687,11 +679,9 @@ def test_an_engine_closed_mid_step_of_its_lane_keeps_the_weights_until_the_lane_
     monkeypatch.setattr(llama_cpp, "llama_decode", decode_then_signal)
     try:
         with pytest.raises(SpecllmError, match="engine is closed"):
-            lane.generate(PROMPTS[0], max_tokens=100, temperature=0, drafter="model")
+            generating.generate(PROMPTS[0], max_tokens=100, temperature=0, drafter="model")
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert lane.closed and lane.target._model is None and lane.draft._model is None
-    assert engine.target._weights_users == engine.draft._weights_users == [0]  # freed, once
 
 
 @pytest.mark.parametrize("models, name", [("tiny_models", "target"), ("tiny_recurrent_models", "qwen35_mtp")])
