@@ -157,6 +157,14 @@ def check_draft_length(engine, drafter: str, gamma: int | None) -> None:
             raise
 
 
+def check_not_an_input(output: Path, inputs: dict[str, str | Path | None]) -> None:
+    """An output file must not be one the command reads: the results would replace the user's
+    prompts, pairs or model, a slip of the shell's completion away."""
+    for option, given in inputs.items():
+        if given is not None and Path(given).is_file() and output.exists() and output.samefile(given):
+            raise SpecllmError(f"--json {output} is the file given to {option}: the results would replace it")
+
+
 def show_llama_log(verbose: bool) -> None:
     """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet."""
     if verbose:
@@ -523,6 +531,9 @@ def bench(
         check_options(max_tokens, None, g, {}, ctx_size=ctx_size)
     if json_file is not None:
         check_writable(json_file, "--json")  # not only once the bench has run
+        check_not_an_input(
+            json_file, {"--prompts": prompts, "--models": models_file, "--target": target, "--draft": draft}
+        )
     options = LoadOptions.pick(locals())
     options.check()
     show_llama_log(verbose)

@@ -677,6 +677,24 @@ def test_bench_refuses_an_output_or_gamma_it_cannot_use_before_it_runs(tiny_mode
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("option", ["--prompts", "--models"])
+def test_bench_refuses_to_write_its_results_over_a_file_it_reads(tiny_models, tmp_path, option):
+    """--json FILE with FILE the prompts (or pairs) it reads: the results replaced them."""
+    given = tmp_path / "mine.jsonl"
+    text = '{"prompt": "Say hi"}\n' if option == "--prompts" else "# my pairs\n"
+    given.write_text(text)
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "bench", *map(str, models), option, str(given), "--json", "./mine.jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert_one_line_error(proc, f"is the file given to {option}")
+    assert given.read_text() == text
+
+
 def test_a_configuration_none_of_whose_drafts_were_accepted_is_never_the_best(results):
     """It did target-only decoding's work: a lead it shows is timing noise. It is named as such,
     and auto is measured against the best configuration that did gain, not against it."""
