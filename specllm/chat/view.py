@@ -26,7 +26,7 @@ REDRAW_SHARE = 0.05  # and at most this share of the time: a slow terminal or CP
 
 
 def use_live(no_live: bool, console: Console) -> bool:
-    return not no_live and console.is_terminal and "NO_COLOR" not in os.environ
+    return not no_live and console.is_terminal and not os.environ.get("NO_COLOR")  # empty: unset (no-color.org)
 
 
 SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "mtp": "MTP", "none": "none"}

@@ -123,9 +123,10 @@ def test_live_view_in_a_terminal_marks_accepted_and_rejected_tokens(models):
     assert "accepted draft" in out and "rejected draft" in out and "tok/s" in out
 
 
-def test_no_color_and_no_live_give_plain_text_in_a_terminal(models):
+def test_no_color_and_no_live_give_plain_text_in_a_terminal_and_an_empty_no_color_does_not(models):
     args = ["run", "def f(x):", *models, "--temperature", "0", "-n", "16"]
     assert "\x1b" not in run_in_pty(args, env={"NO_COLOR": "1"})
+    assert "\x1b[32m" in run_in_pty(args, env={"NO_COLOR": ""})  # set but empty is unset, as no-color.org says
     assert "\x1b" not in run_in_pty(args + ["--no-live"])
 
 
