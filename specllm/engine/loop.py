@@ -102,7 +102,7 @@ def stop_strings(stop) -> tuple[str, ...]:
 @dataclass
 class Stats:
     prompt_tokens: int = 0
-    prefill_tokens: int = 0  # prompt tokens the target evaluated: not already in its KV cache
+    prefill_tokens: int = 0  # prompt tokens evaluated before the first step: not cached, not the last
     generated_tokens: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
