@@ -113,8 +113,27 @@ def update_json(path: Path, update: Callable[[object], object]) -> None:
         with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=CACHE_LOCK_SECONDS):
             remove_stale_temps(path)
             write_text_atomic(path, json.dumps(update(read_json(path)), indent=1, allow_nan=False))
-    except (OSError, Timeout, ValueError):
+    except OSError as e:
+        _tell_unwritable(path.parent, e)
+    except (Timeout, ValueError):
         pass
+
+
+_told_unwritable: set[Path] = set()
+
+
+def _tell_unwritable(folder: Path, error: OSError) -> None:
+    """Once a process and folder: a cache that cannot be written is no error, but a user whose
+    SPECLLM_CACHE names a file would otherwise pay for calibration in every run without a word."""
+    if folder not in _told_unwritable:
+        _told_unwritable.add(folder)
+        from specllm import report
+
+        why = "it is a file" if folder.is_file() else error.strerror or str(error)
+        report.say(
+            f"note: cannot write specllm's cache in {folder} ({why}): "
+            "what it measures is not kept, so later runs measure it again"
+        )
 
 
 def file_identity(path: str | Path) -> str | None:

@@ -63,6 +63,20 @@ def _save_many(folder, files, tag):
         calibration.save_costs({f"{file_identity(path)}|{tag}": CostTable(0.01 + i * 1e-5, {2: 1.5})})
 
 
+def test_a_cache_folder_that_is_a_file_is_said_once_and_costs_nothing_else(tmp_path, monkeypatch, capsys):
+    """SPECLLM_CACHE naming a file: nothing is kept, and every run calibrated again without a word."""
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.setenv("SPECLLM_CACHE", str(tmp_path / "afile"))
+    for i in range(3):
+        calibration.save_costs({f"key{i}": CostTable(0.01, {2: 1.5})})
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        f"specllm: note: cannot write specllm's cache in {tmp_path / 'afile'} (it is a file): "
+        "what it measures is not kept, so later runs measure it again"
+    ]
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_two_processes_saving_at_once_keep_every_entry(tmp_path):
     files = []
     for i in range(120):
