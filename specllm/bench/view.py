@@ -92,10 +92,14 @@ def header(results: dict) -> Text:
     lines = [
         f"target {models['target']['name']} ({models['target']['description']}) · draft {draft}",
         f"{m['cpu']} · {m['threads']} thread{'s' * (m['threads'] != 1)} · {gpu}",
-        f"{s['prompts']} prompts in {len(s['categories'])} categories{_rounds(s)} · {sampling} · seed {s['seed']}"
-        f" · up to {s['max_tokens']} tokens · speeds are decode tokens/s",
+        f"{_count(s['prompts'], 'prompt')} in {_count(len(s['categories']), 'category', 'categories')}{_rounds(s)}"
+        f" · {sampling} · seed {s['seed']} · up to {_count(s['max_tokens'], 'token')} · speeds are decode tokens/s",
     ]
     return Text("\n".join(lines), style="dim")
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _rounds(settings: dict) -> str:
@@ -466,7 +470,7 @@ def render_draft_race(results: dict, console: Console) -> None:
         Text(
             f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · "
             f"{m['threads']} thread{'s' * (m['threads'] != 1)} · "
-            f"{s['prompts']} prompts{_rounds(s)} · up to {s['max_tokens']} tokens · "
+            f"{_count(s['prompts'], 'prompt')}{_rounds(s)} · up to {_count(s['max_tokens'], 'token')} · "
             f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
             style="dim",
         )

@@ -620,6 +620,12 @@ def test_rounds_run_the_suite_again_and_add_up(engine, monkeypatch):
     assert any(line.startswith("Noise: from round to round") for line in explanation(out))
 
 
+def test_the_header_counts_one_prompt_and_one_token_in_the_singular(engine):
+    config = settings(configurations=(b.Configuration("ngram", 2),), max_tokens=1)
+    text = render_text(b.run_bench(engine, SMALL_SUITE[:1], config, lambda *e: None))
+    assert "1 prompt in 1 category · greedy" in text and "up to 1 token ·" in text
+
+
 def test_cli_bench_refuses_zero_rounds(tiny_models, monkeypatch, capsys):
     from specllm.cli import main as cli
 
