@@ -226,14 +226,9 @@ class ChatSession:
         """The draft length (None: auto, or the drafter's default)."""
         if gamma is not None:
             check_gamma(gamma, self.engine.target.n_batch)
-        self._check_draft_length(self.config.drafter, gamma)
+        # refused by the command that would set it, not by every message after it
+        check_snapshots(self.config.drafter, gamma, self.engine.target)
         self.config = dataclasses.replace(self.config, gamma=gamma)
-
-    def _check_draft_length(self, drafter: str, gamma: int | None) -> None:
-        """A fixed drafter's draft length must fit a hybrid target's snapshots: refused by the
-        command that would set it, not by every message after it."""
-        if gamma is not None and drafter not in (Drafter.AUTO, Drafter.NONE):
-            check_snapshots(gamma, self.engine.target)
 
     def set_drafter(self, name: str) -> None:
         if name not in DRAFTERS:
@@ -244,7 +239,7 @@ class ChatSession:
             self.engine.load_draft()  # now, so that a problem shows here and not mid-reply
         if name == Drafter.MTP and self.engine.mtp is None:
             raise SpecllmError(f"{self.engine.target.path.name} has no MTP layers: /drafter auto, ngram or model")
-        self._check_draft_length(name, self.config.gamma)
+        check_snapshots(name, self.config.gamma, self.engine.target)
         self.config = dataclasses.replace(self.config, drafter=name)
 
     def set_temperature(self, temperature: float) -> None:

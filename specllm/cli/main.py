@@ -149,12 +149,11 @@ def check_draft_length(engine, drafter: str, gamma: int | None) -> None:
     it at the start, not at every message or request (where a client never asked for it)."""
     from specllm.engine.loop import check_snapshots
 
-    if gamma is not None and drafter not in (Drafter.AUTO, Drafter.NONE):
-        try:
-            check_snapshots(gamma, engine.target)
-        except SpecllmError:
-            engine.close()
-            raise
+    try:
+        check_snapshots(drafter, gamma, engine.target)
+    except SpecllmError:
+        engine.close()
+        raise
 
 
 def check_not_an_input(output: Path, inputs: dict[str, str | Path | None]) -> None:

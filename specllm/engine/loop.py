@@ -657,9 +657,11 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
-def check_snapshots(gamma: int, target: Model) -> None:
+def check_snapshots(drafter: str, gamma: int | None, target: Model) -> None:
     """A hybrid target takes back rejected draft tokens with its recurrent-state snapshots: a fixed
-    draft must fit in them."""
+    drafter's draft must fit in them (auto's gamma is only its longest, and auto keeps within them)."""
+    if gamma is None or drafter in (Drafter.AUTO, Drafter.NONE):
+        return
     if target.max_draft and gamma > target.max_draft:
         raise DraftTooLong(gamma, target.max_draft, target.path.name, target.state_bytes)
 
@@ -722,8 +724,7 @@ class _Run:
             raise ContextFull(len(prompt), target.n_ctx)
         if config.gamma is not None:  # auto's own lengths stay within the batch (see steps)
             check_gamma(config.gamma, target.n_batch)
-            if config.drafter not in (Drafter.AUTO, Drafter.NONE):
-                check_snapshots(config.gamma, target)
+            check_snapshots(config.drafter, config.gamma, target)
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.longest_draft = longest_draft(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
