@@ -294,6 +294,8 @@ def test_bench_drafts_for_the_real_default_target_ranks_two_drafts_and_a_run_use
         4,
         "--ctx-size",
         1024,
+        "--categories",
+        "code-editing,code-generation",
         "--json",
         out,
         env=env,
