@@ -44,10 +44,12 @@ class SamplerSettings:
             raise SpecllmError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k < 0:
             raise SpecllmError(f"top-k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise SpecllmError(f"top-p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p < 1:
-            raise SpecllmError(f"min-p must be in [0, 1), got {self.min_p}")
+        # top-p 0 and min-p 1 keep only the most likely token (and its ties, for min-p), as in
+        # llama.cpp, which keeps at least one; OpenAI's API takes top_p 0 too.
+        if not 0 <= self.top_p <= 1:
+            raise SpecllmError(f"top-p must be in [0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise SpecllmError(f"min-p must be in [0, 1], got {self.min_p}")
 
     @property
     def greedy(self) -> bool:

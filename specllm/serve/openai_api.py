@@ -110,9 +110,9 @@ class _Request(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, allow_inf_nan=False)
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=0)  # extension
-    min_p: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)  # extension
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)  # extension
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int | None = None

@@ -168,6 +168,8 @@ def reference_distribution(logits, s: SamplerSettings):
         SamplerSettings(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0),
         SamplerSettings(temperature=0.5, top_k=5, top_p=1.0, min_p=0.2),
         SamplerSettings(temperature=2.0, top_k=0, top_p=0.5, min_p=0.01),
+        SamplerSettings(temperature=0.8, top_k=0, top_p=0.0, min_p=0.0),  # the most likely token only
+        SamplerSettings(temperature=0.8, top_k=40, top_p=1.0, min_p=1.0),  # the same, and its ties
     ],
 )
 @pytest.mark.parametrize("n_vocab", [50, 5000])
@@ -246,7 +248,7 @@ def test_sample_follows_the_distribution():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(temperature=-1), dict(top_k=-2), dict(top_p=0), dict(top_p=1.5), dict(min_p=1.0), dict(min_p=-0.1)],
+    [dict(temperature=-1), dict(top_k=-2), dict(top_p=-0.1), dict(top_p=1.5), dict(min_p=1.01), dict(min_p=-0.1)],
 )
 def test_invalid_sampler_settings_are_refused(kwargs):
     with pytest.raises(SpecllmError):

@@ -138,6 +138,16 @@ def test_stop_strings_and_finish_reasons(srv):
     assert (full_ctx.choices[0].finish_reason, full_ctx.usage.completion_tokens) == ("length", 3)
 
 
+def test_top_p_0_and_min_p_1_keep_the_most_likely_token(srv):
+    """OpenAI's API takes top_p 0; like llama.cpp, it keeps the single most likely token, so a
+    sampled request gives the greedy text (min_p 1 the same: the tiny model has no ties)."""
+    client = srv.client()
+    greedy = client.completions.create(model="x", prompt=PROMPT, **GREEDY).choices[0].text
+    for cut in (dict(top_p=0), dict(extra_body={"min_p": 1, "top_k": 0})):
+        sampled = client.completions.create(model="x", prompt=PROMPT, max_tokens=24, temperature=1.5, seed=3, **cut)
+        assert sampled.choices[0].text == greedy
+
+
 def test_a_growing_chat_prefills_only_its_new_tokens(srv):
     client = srv.client()
     first = [{"role": "user", "content": PROMPT}]
