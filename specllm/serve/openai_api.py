@@ -128,6 +128,8 @@ class _Request(BaseModel):
             raise ApiError(400, f"only n = 1 is supported (one choice per request), got {self.n}", "n")
         if self.drafter is not None and self.drafter not in DRAFTERS:
             raise ApiError(400, f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}", "drafter")
+        if self.stream_options is not None and not self.stream:  # OpenAI refuses it too: a usage chunk of what?
+            raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
         for name, harmless in UNSUPPORTED.items():
