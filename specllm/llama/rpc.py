@@ -76,6 +76,7 @@ def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, in
             sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CAPS_SIZE) + bytes(RPC_CAPS_SIZE))
             answer = _recv_exactly(sock, 8 + 4 + RPC_CAPS_SIZE)
         except TimeoutError:
+            _reset(sock)
             raise SpecllmError(
                 f"RPC server {server} did not answer within {timeout:g} s (an rpc-server serves one client "
                 "at a time: is another program using it?)"
@@ -93,6 +94,13 @@ def probe_rpc_server(server: str, timeout: float = RPC_TIMEOUT) -> tuple[int, in
             f"{RPC_PROTO_MAJOR}.x: build ggml-rpc-server from the installed llama-cpp-python's llama.cpp"
         )
     return major, minor, patch
+
+
+def _reset(sock) -> None:
+    """Make closing `sock` a reset instead of a goodbye. A busy server reads our greeting once it
+    is free and, on a connection closed the usual way, would die of SIGPIPE writing its answer
+    (ggml-rpc-server does not ignore it); on a reset one its write fails and it goes on serving."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _recv_exactly(sock, n: int) -> bytes:

@@ -316,6 +316,24 @@ def test_a_busy_server_is_one_line_not_a_hang(tiny_models, servers):
     assert_one_line_error(proc, f"RPC server {servers[0]} did not answer within 5 s", exit_code=1)
 
 
+def test_a_busy_server_lives_on_after_a_greeting_it_could_not_answer(tiny_models, rpc_server_binary, tmp_path):
+    """The greeting that timed out is still in the busy server's queue: once free, it must not die
+    answering it on a connection that is gone."""
+    proc, address = start_server(rpc_server_binary, tmp_path / "server.log")
+    try:
+        engine = specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1, rpc=[address])  # holds the server
+        try:
+            with pytest.raises(SpecllmError, match="did not answer within 0.5 s"):
+                rpc.probe_rpc_server(address, timeout=0.5)
+        finally:
+            engine.close()
+        assert rpc.probe_rpc_server(address, timeout=5)[0] == rpc.RPC_PROTO_MAJOR, (tmp_path / "server.log").read_text()
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"],
