@@ -33,6 +33,7 @@ RPC_CAPS_SIZE = 24
 RPC_PROTO_MAJOR = 7
 
 _rpc_servers: dict[str, list[int]] = {}  # "host:port" -> its devices, registered once per process
+_first_names: dict[tuple[str, int], str] = {}  # (IP, port) -> the "host:port" first used for it
 # Servers -> this process's loaded models on them. While one is loaded, llama.cpp keeps a connection
 # open and the server (one client at a time) would not answer a greeting on another.
 rpc_connected: collections.Counter = collections.Counter()
@@ -113,11 +114,23 @@ def _recv_exactly(sock, n: int) -> bytes:
     return data
 
 
+def _first_name(server: str) -> str:
+    """The name this process first gave the server at this address. llama.cpp opens a connection
+    per name, and a server (one client at a time) never answers our second one: 127.0.0.1:50052
+    and localhost:50052 in one list would wait forever, and across two models time out."""
+    host, port = server.rsplit(":", 1)
+    try:
+        address = (socket.gethostbyname(host), int(port))  # resolved as llama.cpp does (IPv4)
+    except OSError:
+        return server  # the greeting says why
+    return _first_names.setdefault(address, server)
+
+
 def add_rpc_servers(servers: Sequence[str]) -> list[int]:
     """Register each server's devices in llama.cpp's registry (once per process); their devices."""
     add_server = rpc_add_server_function()
     devices = []
-    for server in servers:
+    for server in dict.fromkeys(map(_first_name, servers)):
         if not rpc_connected[server]:  # checked before every load: a server can die between two
             probe_rpc_server(server)
         if server not in _rpc_servers:

@@ -164,6 +164,30 @@ def test_the_draft_can_go_over_rpc_too(tiny_models, servers, local_outputs, draf
         engine.close()
 
 
+def test_one_server_under_two_names_is_one_server(tiny_models, servers, local_outputs):
+    """127.0.0.1:PORT and localhost:PORT: llama.cpp would open a second connection, which the
+    server (one client at a time) never answers: the load waited forever."""
+    alias = servers[0].replace("127.0.0.1", "localhost")
+    proc = subprocess.run(  # in a process of its own: a hang inside llama.cpp cannot be interrupted
+        SPECLLM
+        + ["run", PROMPTS[0], "--raw", "--target", str(tiny_models.target), "--draft", "none"]
+        + ["--rpc", f"{servers[0]},{alias}", "--threads", "1", "--ctx-size", "512", "--temperature", "0"]
+        + ["-n", "32", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tokens"] == local_outputs[0]
+    engine = specllm.load(  # the draft on the target's server under another name (it timed out)
+        str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1, rpc=servers[:1], draft_rpc=[alias]
+    )
+    try:
+        assert greedy_tokens(engine, PROMPTS[0], "model") == local_outputs[0]
+    finally:
+        engine.close()
+
+
 def test_the_cli_runs_the_target_over_rpc(tiny_models, servers, local_outputs):
     proc = subprocess.run(
         SPECLLM
