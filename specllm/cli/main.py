@@ -165,11 +165,15 @@ def check_not_an_input(output: Path, inputs: dict[str, str | Path | None]) -> No
 
 
 def show_llama_log(verbose: bool) -> None:
-    """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet."""
+    """-v: llama.cpp's own log on stderr too (loading, devices, buffers); without it, quiet, and
+    an abort inside llama.cpp (an RPC server gone in the middle of a generation) is its own line
+    without the gdb backtrace of every thread that ggml prints after it."""
     if verbose:
         from specllm.llama.log import set_verbose
 
         set_verbose(True)
+    else:
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")  # read by ggml when it aborts
 
 
 def describe_models(engine) -> list[str]:

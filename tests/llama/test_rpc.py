@@ -358,6 +358,25 @@ def test_a_busy_server_lives_on_after_a_greeting_it_could_not_answer(tiny_models
         proc.wait(timeout=10)
 
 
+def test_a_server_gone_in_the_middle_of_a_generation_is_llama_cpps_abort_line(tiny_models, rpc_server_binary, tmp_path):
+    """llama.cpp's RPC client has no recovery: the process ends with its abort message (as
+    docs/rpc.md says), not followed by the gdb backtrace of every thread (unless -v)."""
+    server, address = start_server(rpc_server_binary, tmp_path / "server.log")
+    try:
+        args = ["run", PROMPTS[1], "--raw", "--target", str(tiny_models.target), "--draft", "none", "--rpc", address]
+        args += ["--threads", "1", "--ctx-size", "4096", "-n", "4000", "--no-live", "--temperature", "0"]
+        proc = subprocess.Popen(SPECLLM + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.read(1)  # it is generating
+        server.kill()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    assert proc.returncode != 0
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    assert "Remote RPC server crashed" in lines[0] and len(lines) == 1, lines[:20]
+
+
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"],
