@@ -20,7 +20,7 @@ class BenchProgress:
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True)
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # it names a category of the prompts file
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -131,7 +131,8 @@ def results_table(results: dict, category: str | None) -> Table:
     first = pick(results["results"][0])
     title = "Overall" if category is None else category
     table = Table(
-        title=f"{title} ({first['prompts']} prompt{'s' * (first['prompts'] != 1)})",
+        # Text, not markup: a category of the user's prompts file may hold brackets
+        title=Text(f"{title} ({first['prompts']} prompt{'s' * (first['prompts'] != 1)})"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -187,10 +188,10 @@ def divergence_table(results: dict) -> Table | None:
         kind, call = d["kind"], d["call"]
         table.add_row(
             config,
-            f"{d['category']} #{d['prompt_index'] + 1}",
+            Text(f"{d['category']} #{d['prompt_index'] + 1}"),  # Text, not markup: "[/INST]" is a token
             str(d["position"]),
-            repr(d["target_piece"]) if d["target_piece"] is not None else "end",
-            repr(d["speculative_piece"]) if d["speculative_piece"] is not None else "end",
+            Text(repr(d["target_piece"]) if d["target_piece"] is not None else "end"),
+            Text(repr(d["speculative_piece"]) if d["speculative_piece"] is not None else "end"),
             f"{d['top2_gap']:.3f}",
             "—" if d["gap"] is None else f"{d['gap']:.3f}",
             "—" if call is None else f"{call['row'] + 1} of {call['width']}",
@@ -456,7 +457,7 @@ def render(results: dict, console: Console) -> None:
     console.print(bar_chart(results))
     console.print()
     for line in explanation(results):
-        console.print(line, highlight=False, style="bold yellow" if line.startswith("WARNING") else "")
+        console.print(line, markup=False, highlight=False, style="bold yellow" if line.startswith("WARNING") else "")
 
 
 # --- bench --drafts-for ------------------------------------------------------------------------
@@ -476,7 +477,7 @@ def render_draft_race(results: dict, console: Console) -> None:
         )
     )
     console.print(draft_race_table(results))
-    console.print(_race_verdict(results), highlight=False, soft_wrap=True)
+    console.print(_race_verdict(results), markup=False, highlight=False, soft_wrap=True)  # it names files
 
 
 def draft_race_table(results: dict) -> Table:

@@ -192,6 +192,18 @@ def test_bench_drafts_for_ranks_the_drafts_and_a_run_then_uses_the_fastest(two_d
     )
 
 
+def test_bench_drafts_for_names_a_target_with_brackets_as_it_is(two_drafts, tmp_path):
+    """The verdict names the target as given: brackets in its path are text, not Rich markup (a
+    "[/]" with nothing to close was a MarkupError once the race had run)."""
+    (tmp_path / "[bold]t[").mkdir()
+    target = two_drafts["target"].rename(tmp_path / "[bold]t[" / "]x.gguf")  # its path holds "[bold]t[/]x"
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n')
+    proc = specllm_cli("bench", "--drafts-for", target, "-n", 4, "--gamma", 2, "--threads", 1, "--prompts", prompts)
+    assert proc.returncode == 0, proc.stderr
+    assert f"`specllm run --target {target}`" in flat(proc.stdout)
+
+
 def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tiny_models):
     assert_one_line_error(
         specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for"

@@ -5,6 +5,7 @@ Nothing here asserts a timing: on tiny models speeds are noise."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import subprocess
 import sys
@@ -499,6 +500,42 @@ def test_the_timing_check_says_whether_target_steps_were_stable(results):
     check = results["timing_check"]
     assert len(check["target_only_step_seconds"]) == 3 and check["spread"] >= 1.0
     assert check["stable"] == (check["spread"] <= b.UNSTABLE_SPREAD)
+
+
+def test_brackets_in_categories_and_tokens_are_shown_as_they_are_not_read_as_markup(engine, monkeypatch):
+    """A category of the user's prompts file, or a token such as Llama 2's "[/INST]", holds
+    brackets that Rich would read as markup (a "[/]" with nothing to close raised MarkupError once
+    the whole bench had run): every table, the bar's label and the explanation show them as text."""
+    from specllm.bench.view import BenchProgress
+
+    suite = [b.BenchPrompt(p.prompt, f"[/]{p.category} [bold]x") for p in SMALL_SUITE]
+    real_side_by_side = b.run_side_by_side
+
+    def diverging(lanes, index, prompt, order, settings):
+        runs = real_side_by_side(lanes, index, prompt, order, settings)
+        if index == 1:  # a divergence, for the table that names its category and tokens
+            run = runs[b.Configuration("ngram", 1)]
+            logits = b.reference_logits(engine.target, run.prompt_tokens, run.emitted[:3])
+            run.emitted[3] = int(np.argmin(logits))
+        return runs
+
+    monkeypatch.setattr(b, "run_side_by_side", diverging)
+    progress = BenchProgress(Console(file=io.StringIO(), force_terminal=True, width=100))
+
+    def drawn(description, completed, total):  # the bar's label names the prompt's category
+        progress(description, completed, total)
+        progress._progress.refresh()
+
+    with progress:
+        configurations = (b.Configuration("ngram", 1), b.Configuration("auto", None))
+        out = b.run_bench(engine, suite, settings(configurations=configurations), drawn)
+    ngram = next(r for r in out["results"] if r["configuration"] == "ngram g=1")
+    ngram["overall"]["fidelity"]["divergences"][0]["target_piece"] = "[/INST]"
+    out["best"]["auto"]["by_category"]["[/]chat [bold]x"]["matches_best_fixed"] = False  # named in the verdict
+    text = render_text(out)
+    assert "[/]edit [bold]x (1 prompt)" in text and "[/]edit [bold]x #2" in text and "'[/INST]'" in text
+    assert "[/]chat [bold]x (" in " ".join(text.split())  # the verdict's sentence, wherever it wraps
+    assert "[/]edit [bold]x" in progress.console.file.getvalue()
 
 
 def test_the_bench_command_writes_its_json_and_prints_its_report(tiny_models, tmp_path, monkeypatch, capsys):
