@@ -10,6 +10,7 @@ from specllm.chat.session import ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
+from specllm.engine.text import shown
 from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
 
 HELP = f"""\
@@ -151,9 +152,11 @@ def repl(session: ChatSession, console, live: bool) -> None:
     from specllm.chat.view import legend
 
     reader = message_reader()
+    # Every line that quotes a file name or an error's text goes through shown(): its escape
+    # sequences would be obeyed by the terminal.
     for notice in session.notices + ([reader.history_note] if reader.history_note else []):
-        console.print(f"note: {notice}", style="yellow", markup=False)
-    console.print(describe_session(session), style="dim", markup=False, highlight=False)
+        console.print(shown(f"note: {notice}"), style="yellow", markup=False)
+    console.print(shown(describe_session(session)), style="dim", markup=False, highlight=False)
     if live and session.config.drafter != Drafter.NONE:
         console.print(legend(session.config.drafter))
     console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
@@ -171,13 +174,13 @@ def repl(session: ChatSession, console, live: bool) -> None:
             if is_command(line):
                 result = command(session, line)
                 if result.text:
-                    console.print(result.text, markup=False, highlight=False)
+                    console.print(shown(result.text), markup=False, highlight=False)
                 if result.exit:
                     return
             else:
                 _reply(session, line[1:] if line.startswith("//") else line, console, live)
         except SpecllmError as e:
-            console.print(f"error: {e}{chat_hint(e)}", style="red", markup=False, highlight=False)
+            console.print(shown(f"error: {e}{chat_hint(e)}"), style="red", markup=False, highlight=False)
         except KeyboardInterrupt:  # outside a reply (rendering, a command): the chat goes on
             console.print("\n[interrupted]", style="yellow", markup=False)
 
@@ -199,7 +202,7 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
 
     prepared = session.prepare(message)
     for notice in prepared.notices:
-        console.print(f"note: {notice}", style="yellow", markup=False)
+        console.print(shown(f"note: {notice}"), style="yellow", markup=False)
     drafter = session.config.drafter
     view: LiveView | PlainView
     if live:

@@ -17,6 +17,7 @@ from rich.text import Span, Text
 
 from specllm.engine.loop import Result, Stats, Step
 from specllm.engine.names import Drafter
+from specllm.engine.text import shown
 
 ACCEPTED = "green"
 TARGET = "bold"
@@ -64,18 +65,6 @@ def chat_summary(result: Result, drafter: str) -> str:
         f"[{result.stop_reason}] {status_line(s, drafter)}"
         f" · prefill {s.prefill_tokens} of {s.prompt_tokens} prompt tokens in {s.prefill_seconds:.2f}s"
     )
-
-
-# C0 controls but newline and tab, DEL and C1 controls: on a terminal the model's escape sequence
-# would be obeyed (move the cursor, clear the screen, set the window title), so each is shown as a
-# symbol (ESC as ␛, a carriage return as ␍).
-_CONTROLS = {c: chr(0x2400 + c) for c in range(0x20) if chr(c) not in "\n\t"}
-_CONTROLS.update({0x7F: "\u2421", **{c: "\ufffd" for c in range(0x80, 0xA0)}})
-
-
-def shown(text: str) -> str:
-    """Model text as a terminal may show it: its control characters made visible."""
-    return text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
 class PlainView:

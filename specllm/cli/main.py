@@ -51,7 +51,7 @@ from specllm.cli.options import (
 from specllm.cli.report import RichReporter
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.sampling import default_seed
-from specllm.engine.text import check_utf8
+from specllm.engine.text import check_utf8, shown
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
@@ -316,7 +316,7 @@ def run(
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
-        print(f"note: {engine.target.path.name} has no chat template: using ChatML", file=sys.stderr)
+        print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     generation = engine.start(text, config, chat=chat_template, system=system)
@@ -701,13 +701,15 @@ def main() -> None:
         code = build_command(app)(standalone_mode=False, prog_name="specllm")
         sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
     except SpecllmError as e:
-        print(f"error: {error_line(e)}", file=sys.stderr)
+        # shown: a message may quote a file name or a chat template's own error text, whose
+        # escape sequences the terminal would obey (write the clipboard, clear the screen)
+        print(f"error: {shown(error_line(e))}", file=sys.stderr)
         sys.exit(1)
     except NoArgsIsHelpError as e:
         print(e.ctx.get_help())
         sys.exit(0)
     except ClickException as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
+        print(f"error: {shown(e.format_message())}", file=sys.stderr)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
@@ -721,7 +723,7 @@ def main() -> None:
     except BrokenPipeError:  # from the flush above
         _quiet_exit()
     except OSError as e:  # the system's, not the user's: the output's disk is full, an I/O error
-        print(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        print(shown(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         _quiet_exit(1)
     if code == INTERRUPTED:
         print("interrupted", file=sys.stderr)

@@ -16,7 +16,9 @@ class RichReporter:
         from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[dim]specllm:[/] {escape(line)}")
+        from specllm.engine.text import shown
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[dim]specllm:[/] {escape(shown(line))}")
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[Advance]:

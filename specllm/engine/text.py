@@ -20,6 +20,19 @@ def check_utf8(text: str | None, what: str) -> None:
         raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
 
 
+# C0 controls but newline and tab, DEL and C1 controls: on a terminal the model's escape sequence
+# would be obeyed (move the cursor, clear the screen, set the window title, write the clipboard),
+# so each is shown as a symbol (ESC as ␛, a carriage return as ␍).
+_CONTROLS = {c: chr(0x2400 + c) for c in range(0x20) if chr(c) not in "\n\t"}
+_CONTROLS.update({0x7F: "\u2421", **{c: "\ufffd" for c in range(0x80, 0xA0)}})
+
+
+def shown(text: str) -> str:
+    """Text as a terminal may show it: its control characters made visible. For a model's text,
+    and for any line that quotes what a model or a user wrote (a file name, a template's error)."""
+    return text.replace("\r\n", "\n").translate(_CONTROLS)
+
+
 class TextStream:
     def __init__(self, stop: tuple[str, ...] = ()):
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -199,6 +199,24 @@ def test_piped_input_without_a_terminal(tiny_models):
     assert proc.stderr.count("[max_tokens] ") == 2  # the per-turn summary, on stderr in plain mode
 
 
+def test_errors_that_quote_a_file_name_or_a_template_cannot_drive_the_terminal(tmp_path):
+    """In the chat, an error quoting a file name or the text a model's template raised shows its
+    control characters as symbols: the terminal must not obey them (OSC 52 writes the clipboard)."""
+    import tiny_models as tm
+
+    boom = "{% if messages[-1]['content'] == 'boom' %}{{ raise_exception('bad\x1b[2J\x07') }}{% endif %}"
+    path = tm.write_model(tmp_path / "templated.gguf", chat_template=boom + tm.CHATML_TEMPLATE)
+    args = ["chat", "-m", path, "--drafter", "none", "--threads", "1", "-n", "4", "--ctx-size", "256"]
+    messages = "/load x\x1b]52;c;aGk=\x07.json\nboom\n/save /no/such/\x1b[2J/x.json\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)], input=messages, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: cannot read x␛]52;c;aGk=␇.json" in proc.stdout
+    assert "failed: bad␛[2J␇" in flat(proc.stdout) and "cannot save to /no/such/␛[2J/x.json" in proc.stdout
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

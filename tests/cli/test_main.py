@@ -311,6 +311,28 @@ def test_a_chat_template_with_a_syntax_error_is_one_clear_line(tmp_path, command
     assert_one_line_error(proc, "chat template of templated.gguf failed")
 
 
+HOSTILE_TEMPLATE = "{{ raise_exception('bad\x1b]52;c;aGk=\x07\x1b[2J') }}"  # write the clipboard, clear the screen
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_chat_templates_own_error_text_cannot_drive_the_terminal(tmp_path, command):
+    """The error a model's template raises is the model's text: its escape sequences are shown as
+    symbols, as in a reply, not obeyed by the terminal."""
+    path = model_with_template(tmp_path, HOSTILE_TEMPLATE)
+    args = [command, *(["hi"] if command == "run" else []), "--target", path, "--threads", "1", "--drafter", "none"]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="hi\n", capture_output=True, text=True, timeout=120)
+    assert_one_line_error(proc, "chat template of templated.gguf failed: bad␛]52;c;aGk=␇␛[2J")
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+
+
+def test_a_status_line_shows_the_control_characters_of_a_file_name(capsys):
+    """`specllm: downloading FILE ...` names a file another party named (a Hub repository's)."""
+    from specllm.cli.report import RichReporter
+
+    RichReporter().say("downloading x\x1b]52;c;aGk=\x07.gguf [bold]")
+    assert capsys.readouterr().err == "specllm: downloading x␛]52;c;aGk=␇.gguf [bold]\n"
+
+
 @pytest.mark.parametrize(
     "template, fragment",
     [
