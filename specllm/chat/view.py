@@ -146,8 +146,13 @@ class LiveView:
         self.body, self._recent = Text(), Text()
 
     def _render(self):
-        # Only the last screenful of text, so the live region never scrolls away.
-        height, width = max(3, self.console.size.height - 3), self.console.size.width
+        # Only the last screenful of text, so the live region never scrolls away: the text gets the
+        # rows the status line leaves, however many it wraps to on a narrow terminal. A region
+        # taller than the screen would lose its top line out of the redraw's reach (left behind in
+        # the scrollback) and, while it runs, have its status line cut to "...".
+        status = Text(status_line(self._stats, self.drafter) if self._stats else "prefilling…", style="dim")
+        width = self.console.size.width
+        height = max(1, self.console.size.height - 2 - len(status.wrap(self.console, width)))
         # The last `height` lines hold at most (width + 1) * height characters: wrap only those.
         window = (width + 1) * height
         if len(self._recent) > 2 * window:  # cut now and then, so each cut is short
@@ -155,8 +160,7 @@ class LiveView:
         body = self._recent[-window:] if len(self._recent) > window else self._recent
         lines = body.wrap(self.console, width)
         tail = Text("\n").join(lines[-height:]) if len(lines) > height else body
-        status = status_line(self._stats, self.drafter) if self._stats else "prefilling…"
-        return Group(tail, Text(status, style="dim"))
+        return Group(tail, status)
 
 
 def _append(text: Text, piece: str, style: str) -> None:

@@ -46,8 +46,12 @@ def test_the_text_has_each_piece_in_its_colour_however_its_spans_are_joined():
 
 
 def test_a_redraw_shows_the_end_of_the_text_and_cuts_what_it_keeps_for_it():
+    from specllm.chat.view import status_line
+
     view = live_view()
-    window = (WIDTH + 1) * (HEIGHT - 3)
+    status = Text(status_line(Stats(), "auto")).wrap(view.console, WIDTH)
+    rows = HEIGHT - 2 - len(status)  # the text gets what the status line leaves, and 2 rows stay free
+    window = (WIDTH + 1) * rows
     longest = 0
     with view:
         for i, step in enumerate(random_steps(5000, seed=1)):
@@ -58,10 +62,27 @@ def test_a_redraw_shows_the_end_of_the_text_and_cuts_what_it_keeps_for_it():
         shown = view._render().renderables[0]
     assert longest <= 2 * window + 40  # a step adds a few characters at most
     tail = view.body[-window:]  # what the whole text's last lines are, wrapped as the view wraps
-    lines = tail.wrap(view.console, WIDTH)[-(HEIGHT - 3) :]
+    lines = tail.wrap(view.console, WIDTH)[-rows:]
     expected = Text("\n").join(lines)
     assert shown.plain == expected.plain
     assert styles(shown, view.console) == styles(expected, view.console)
+
+
+def test_the_live_region_fits_the_screen_however_narrow_with_the_whole_status_line():
+    """On a narrow terminal the status line wraps to several rows: the text gets what it leaves.
+    A region taller than the screen had its status cut to "..." while it ran, and at the end its
+    top line scrolled out of the redraw's reach, left behind as a stray line in the scrollback."""
+    from specllm.chat.view import status_line
+
+    for width, height in ((20, 24), (20, 12), (40, 8), (80, 6), (300, 5)):
+        console = Console(file=io.StringIO(), force_terminal=True, width=width, height=height)
+        view = LiveView(console, "auto")
+        for step in random_steps(300, seed=2):
+            view.step(step)
+        lines = console.render_lines(view._render(), console.options, pad=False)
+        assert len(lines) <= height - 1, (width, height)
+        drawn = " ".join("".join(segment.text for segment in line).strip() for line in lines)
+        assert " ".join(status_line(view._stats, "auto").split()) in drawn, (width, height)
 
 
 class FakeClock:
