@@ -396,6 +396,9 @@ def chat(
     # A chat template that cannot render a first message is refused now, not at every message.
     engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
     console = Console()
+    # Off a terminal there is no width to wrap to: Rich would break every line at 80 columns
+    # (an error in two lines); lines are written whole, as the replies are.
+    console.soft_wrap = not console.is_terminal
     repl(session, console, use_live(no_live, console))
 
 

@@ -199,6 +199,26 @@ def test_piped_input_without_a_terminal(tiny_models):
     assert proc.stderr.count("[max_tokens] ") == 2  # the per-turn summary, on stderr in plain mode
 
 
+def test_piped_output_keeps_each_line_whole(tiny_models):
+    """Off a terminal there is no width to wrap to: an error, /help and /stats come one line each,
+    not broken at 80 columns."""
+    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "--ctx-size", "512"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *args],
+        input="/gamma 99999\n/help\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(
+        line.startswith("> error: gamma (draft length) 99999 is too long") and line.endswith("511") for line in lines
+    )
+    assert "/gamma N|auto    draft length (with auto: the longest draft; auto: let it choose)" in lines
+    assert any(line.startswith("target.gguf · drafter none") and line.endswith("context 512 tokens") for line in lines)
+
+
 def test_errors_that_quote_a_file_name_or_a_template_cannot_drive_the_terminal(tmp_path):
     """In the chat, an error quoting a file name or the text a model's template raised shows its
     control characters as symbols: the terminal must not obey them (OSC 52 writes the clipboard)."""
