@@ -43,6 +43,8 @@ def command(session: ChatSession, line: str) -> CommandResult:
     handler = COMMANDS.get(name.lower())
     if handler is None:
         raise SpecllmError(f"unknown command {name}: /help lists them")
+    if name.lower() in TAKE_NO_ARGUMENT and arg.strip():  # "/reset all" must not pass for something else
+        raise SpecllmError(f"{name.lower()} takes no argument")
     return handler(session, arg.strip())
 
 
@@ -109,6 +111,9 @@ COMMANDS = {
     "/exit": _exit,
     "/quit": _exit,
 }
+
+
+TAKE_NO_ARGUMENT = {"/help", "/reset", "/stats", "/exit", "/quit"}
 
 
 def _parse(kind, arg: str, usage: str):

@@ -375,6 +375,10 @@ def test_each_slash_command_changes_the_session_or_says_what_is_wrong(tmp_path, 
         ("/bogus", "unknown command /bogus"),
         ("/save", "usage: /save FILE"),
         (f"/save {tmp_path}", "cannot save to"),
+        ("/reset all", "/reset takes no argument"),
+        ("/exit now", "/exit takes no argument"),
+        ("/stats full", "/stats takes no argument"),
+        ("/help gamma", "/help takes no argument"),
     ]:
         with pytest.raises(specllm.SpecllmError, match=why):
             command(session, bad)
