@@ -784,6 +784,8 @@ class _Run:
             if self.stats.policy is not None:
                 self.stats.policy["draft_limit"] = draft_limit_note(self.target)
         tail = self.text.finish()
+        if self.text.stopped:  # a character left unfinished at the end, shown as U+FFFD, completed a stop string
+            reason = "stop"
         self.stats.decode_seconds += time.perf_counter() - start
         self.stats.llama_seconds += self.engine.llama_seconds() - in_llama
         if tail:

@@ -1,5 +1,7 @@
 """The engine on real llama.cpp with tiny generated models."""
 
+import codecs
+import copy
 import gc
 import signal
 import threading
@@ -808,6 +810,34 @@ def test_broken_utf8_from_a_model_streams_cleanly(tiny_models):
     for piece in pieces:
         piece.encode("utf-8")  # no lone surrogates or half characters in any streamed piece
     e.close()
+
+
+def test_a_stop_string_the_last_unfinished_character_completes_ends_as_a_stop(tiny_models):
+    """At max_tokens the last bytes may be an unfinished character, shown as U+FFFD only when the
+    text is finished: a stop string that this completes cuts the text, and the generation says
+    it ended at a stop string, not at max_tokens."""
+    e = specllm.load(str(tiny_models.bytes), n_ctx=256, n_threads=1)
+    options = dict(temperature=0, drafter="none")
+    n, whole = _ending_in_an_unfinished_character(e, e.generate("hello", max_tokens=60, **options).tokens)
+    stop = whole[-2:]  # the character before and the U+FFFD that only the end adds
+    for drafter in ("none", "ngram"):
+        result = e.generate("hello", max_tokens=n, stop=[stop], **options | dict(drafter=drafter))
+        assert (result.text, result.stop_reason) == (whole[:-2], "stop")
+    e.close()
+
+
+def _ending_in_an_unfinished_character(e, tokens: list[int]) -> tuple[int, str]:
+    """The first n of `tokens` whose text ends in an unfinished character, after a character of
+    its own, the two found nowhere before; and that text, finished."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = ""
+    for n, token in enumerate(tokens, 1):
+        text += decoder.decode(e.target.piece(token))
+        whole = text + copy.deepcopy(decoder).decode(b"", final=True)
+        end = whole[len(text) - 1 :]
+        if len(end) == 2 and end[0] != end[1] == "\ufffd" and whole.find(end) == len(whole) - 2:
+            return n, whole
+    raise AssertionError("no prefix of the generation ends in an unfinished character")
 
 
 # --- vocabularies -------------------------------------------------------------------------------
