@@ -63,10 +63,12 @@ class TextStream:
             self.stopped = True
 
     def _safe_end(self) -> int:
-        """End of the text that cannot be the start of a stop string."""
+        """End of the text that cannot be the start of a stop string. Only the text not yet
+        handed out can be (what was handed out could not, and never can): looking further back
+        made each push cost the whole text's length squared with a long stop string."""
         hold = 0
         for s in self._stop:
-            for n in range(min(len(s) - 1, len(self.text)), hold, -1):
+            for n in range(min(len(s) - 1, len(self.text) - self._shown), hold, -1):
                 if self.text.endswith(s[:n]):
                     hold = n
                     break
