@@ -115,7 +115,6 @@ class Plan:
     continues: bool = False  # the prompt extends the previous request's whole transcript
     tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
-    context_bound: bool = False  # max_tokens is the room left in the context: reaching it is context_full
 
     def delta(self, step: Step) -> dict:
         """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
@@ -135,8 +134,6 @@ class Plan:
         size would tell this client, token by token, what another one sent. A prompt that goes on
         from the previous request's whole transcript (a conversation continued) learns nothing
         new, and its reuse is reported."""
-        if self.context_bound and result.stop_reason == "max_tokens":
-            result = dataclasses.replace(result, stop_reason="context_full")
         if self.continues:
             return result
         stats = dataclasses.replace(result.stats, prefill_tokens=max(0, result.stats.prompt_tokens - 1))
@@ -296,8 +293,10 @@ class EngineWorker:
             )
         seed = default_seed(request.seed)
         wanted = request.requested_tokens
+        fits = room + 1  # tokens a reply can have: its last one needs no KV slot of its own
         config = make_config(
-            max_tokens=min(wanted or room, room),  # capped by the context
+            # more than fits (or none asked for): the engine ends the reply as context_full, as run's
+            max_tokens=min(wanted or fits + 1, fits + 1),
             drafter=request.drafter or self.settings.drafter,
             gamma=request.gamma if request.gamma is not None else self.settings.gamma,
             stop=request.stops,
@@ -307,7 +306,7 @@ class EngineWorker:
         self.cache.forget()  # the KV cache changes now; Job.run remembers the finished generation
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
         marked = self.marked_text if tools else None
-        return Plan(text, tokens, seed, generation, continues, tools, marked, context_bound=not wanted or wanted > room)
+        return Plan(text, tokens, seed, generation, continues, tools, marked)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
         """The prompt of a chat request, through the target's chat template with its tools, and

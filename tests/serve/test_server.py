@@ -133,9 +133,9 @@ def test_stop_strings_and_finish_reasons(srv):
     eos = client.completions.create(model="x", prompt=PROMPT, max_tokens=CTX // 2, **flat)
     assert eos.choices[0].finish_reason == "stop" and eos.to_dict()["specllm"]["stop_reason"] == "eos"
     assert eos.usage.completion_tokens == eos.to_dict()["specllm"]["stats"]["generated_tokens"] < CTX // 2
-    # A full context: max_tokens is capped by the room the prompt leaves.
+    # A full context: the room the prompt leaves, and one more token, which needs no room of its own.
     full_ctx = client.completions.create(model="x", prompt=[300] * (CTX - 3), max_tokens=100, temperature=0)
-    assert (full_ctx.choices[0].finish_reason, full_ctx.usage.completion_tokens) == ("length", 3)
+    assert (full_ctx.choices[0].finish_reason, full_ctx.usage.completion_tokens) == ("length", 4)
 
 
 def test_top_p_0_and_min_p_1_keep_the_most_likely_token(srv):
@@ -488,17 +488,23 @@ def test_control_characters_a_client_sends_reach_the_log_escaped(srv, log):
     assert "\x1b" not in line and line.endswith("GET /v1/a\\x1b[2Jb 404 · Not Found: GET /v1/a\\x1b[2Jb")
 
 
-def test_a_reply_ended_by_a_full_context_says_so(srv):
-    """The server caps max_tokens at the room left in the context: reaching that cap is
-    context_full, not max_tokens, unless the client asked for exactly that many."""
+def test_a_reply_ended_by_a_full_context_says_so(srv, tiny_models, log):
+    """A reply fills the context as run's and the library's do: the room the prompt leaves and one
+    token more, whose KV slot is never needed. It is context_full, not max_tokens, unless the
+    client asked for exactly that many. (It stopped one token short of theirs.)"""
     prompt = [5] * (CTX - 6)
     client = srv.client()
     uncapped = client.completions.create(model="x", prompt=prompt, temperature=0)
     asked_more = client.completions.create(model="x", prompt=prompt, temperature=0, max_tokens=CTX)
-    asked_exactly = client.completions.create(model="x", prompt=prompt, temperature=0, max_tokens=6)
+    asked_exactly = client.completions.create(model="x", prompt=prompt, temperature=0, max_tokens=7)
+    library = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    expected = library.generate(prompt, max_tokens=CTX, temperature=0, drafter="none")
+    library.close()
+    assert (len(expected.tokens), expected.stop_reason) == (7, "context_full")
     for reply, reason in ((uncapped, "context_full"), (asked_more, "context_full"), (asked_exactly, "max_tokens")):
-        assert reply.choices[0].finish_reason == "length"
-        assert (reply.usage.completion_tokens, reply.to_dict()["specllm"]["stop_reason"]) == (6, reason)
+        assert (reply.choices[0].text, reply.choices[0].finish_reason) == (expected.text, "length")
+        assert (reply.usage.completion_tokens, reply.to_dict()["specllm"]["stop_reason"]) == (7, reason)
+    assert "· 7 tokens (context_full) ·" in log[-2]  # the log says what the client is told
 
 
 def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_ctrl_c(tiny_models):
