@@ -1,6 +1,8 @@
 """The `specllm` command: parse options, call the library, hand its events to a view."""
 
+import codecs
 import contextlib
+import io
 import json
 import os
 import signal
@@ -698,6 +700,7 @@ def main() -> None:
     stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
     signal.signal(signal.SIGTERM, _terminate)
     _open_closed_streams()
+    _replace_what_stdout_cannot_encode()
     report.use(RichReporter())
     try:
         # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
@@ -741,6 +744,15 @@ def _open_closed_streams() -> None:
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (for the process)
+
+
+def _replace_what_stdout_cannot_encode() -> None:
+    """stdout in an encoding other than UTF-8 (a Latin-1 locale, PYTHONIOENCODING=ascii) cannot
+    hold every character a model writes: such a character is written as "?", where it stopped
+    the command with a traceback (UnicodeEncodeError) halfway through the text."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    if isinstance(sys.stdout, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
+        sys.stdout.reconfigure(errors="replace")
 
 
 def _quiet_exit(code: int = 0) -> None:

@@ -97,6 +97,18 @@ def test_plain_output_when_not_a_terminal(models):
     assert "tok/s" in proc.stderr and "acceptance" in proc.stderr  # the summary, kept off stdout
 
 
+def test_text_an_output_encoding_cannot_hold_is_written_as_question_marks(tiny_models):
+    """A stdout that is not UTF-8 (a Latin-1 locale, PYTHONIOENCODING) cannot hold U+FFFD or most
+    of what the bytes model writes: it stopped with a UnicodeEncodeError traceback."""
+    args = ["hello", "--raw", "--target", tiny_models.bytes, "--threads", 1, "--ctx-size", 256]
+    args += ["--drafter", "none", "--temperature", 0, "-n", 24]
+    text = json.loads(specllm_run(*args, "--json").stdout)["text"]
+    assert not text.isascii()
+    proc = specllm_run(*args, env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == text.encode("ascii", errors="replace").decode() + "\n"
+
+
 def test_prompt_from_stdin_and_raw_mode(models):
     piped = specllm_run("-", *models, "--json", "--temperature", 0, "-n", 8, "--raw", stdin="import os")
     given = specllm_run("import os", *models, "--json", "--temperature", 0, "-n", 8, "--raw")
