@@ -31,7 +31,7 @@ from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
-from specllm.engine.text import TextStream
+from specllm.engine.text import TextStream, check_utf8
 from specllm.errors import (
     CannotTakeBack,
     ContextFull,
@@ -96,6 +96,8 @@ def stop_strings(stop) -> tuple[str, ...]:
     stops = tuple(stops)
     if not all(isinstance(s, str) for s in stops):
         raise SpecllmError(f"stop strings must be strings, got {stop!r}")
+    for s in stops:  # a lone surrogate ("\ud800") is no text a model can write: it would never stop
+        check_utf8(s, "a stop string")
     return stops
 
 

@@ -496,6 +496,14 @@ def test_one_stop_string_is_one_stop(engine):
     assert r.stop_reason == "stop" and r.text == full.text[: full.text.index(stop)]
 
 
+def test_a_stop_string_that_is_not_utf8_is_refused(engine):
+    """A lone surrogate (bytes that were not UTF-8, "\\ud800" in JSON) is no text a model writes:
+    such a stop string was taken and never stopped anything; --stop refuses it too."""
+    for stop in ("\ud800", ["END", "x\udcff"]):
+        with pytest.raises(SpecllmError, match="a stop string is not valid UTF-8"):
+            engine.generate(PROMPTS[0], max_tokens=4, temperature=0, stop=stop)
+
+
 def test_a_config_and_keywords_together_are_refused(engine):
     from specllm.engine.loop import GenerationConfig
 
