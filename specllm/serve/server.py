@@ -161,6 +161,14 @@ class Job:
         self.cancelled.set()
         self.room.release()  # an engine waiting for room sees it
 
+    def stop(self) -> None:
+        """The server is shutting down: cancel, and end the steps now rather than when the step
+        under way ends. A long prompt's prefill is one step, and its response would otherwise wait
+        for it until uvicorn gives up on it (a 500 and a traceback). Safe from a signal handler or
+        another thread."""
+        self.cancel()
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, _END)
+
     def run(self, generation: Generation, on_result: Callable[[Result], None], on_end: Callable[[], object]) -> None:
         """On the engine thread: step the engine, handing each step over, then the result
         (given to `on_result` first, still on the engine thread)."""
@@ -265,7 +273,7 @@ class EngineWorker:
         """Shutting down: stop the generation under way after its step, and start no other."""
         self.stopping = True
         if self.job is not None:
-            self.job.cancel()
+            self.job.stop()
 
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""

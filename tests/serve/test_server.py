@@ -555,6 +555,53 @@ def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_c
         taken.close()
 
 
+def test_shutting_down_during_a_long_prefill_answers_at_once(tiny_models, monkeypatch):
+    """A long prompt's prefill is one step the engine cannot leave. Ctrl-C then answers its
+    request (503, or an error event when streamed) at once, not when uvicorn gives up waiting for
+    it (a 500 and a traceback after 5 s). The prefill is stood for by a first step held back."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    prefilled, start = threading.Event(), engine.start
+
+    def in_prefill(generation):
+        with generation:
+            prefilled.wait(60)
+            yield from generation
+            return generation.result
+
+    monkeypatch.setattr(engine, "start", lambda *args, **kwargs: Generation(in_prefill(start(*args, **kwargs))))
+    try:
+        for stream in (False, True):
+            prefilled.clear()
+            srv, answer = Server(engine), {}
+            body = {"prompt": PROMPT, "max_tokens": 8, "stream": stream}
+            asking = threading.Thread(target=post_into, args=(answer, srv, body))
+            asking.start()
+            deadline = time.time() + 10
+            while not srv.get("/health")["busy"] and time.time() < deadline:
+                time.sleep(0.005)
+            srv.uvicorn.handle_exit(signal.SIGINT, None)  # as Ctrl-C does
+            asking.join(3)
+            assert not asking.is_alive()
+            if stream:
+                assert answer["status"] == 200 and '"code": "shutting_down"' in answer["text"]
+            else:
+                assert answer["status"] == 503 and '"code":"shutting_down"' in answer["text"]
+            prefilled.set()
+            srv.stop()
+    finally:
+        prefilled.set()
+        engine.close()
+
+
+def post_into(answer: dict, srv, body) -> None:
+    """POST a completion request; its status and body (as text, streamed or not) go in `answer`."""
+    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer.update(status=response.status, text=response.read().decode())
+    conn.close()
+
+
 def test_no_answer_tells_a_client_where_the_servers_files_are(tiny_models, tmp_path):
     """Neither the calibration cache's path in auto's stats, nor a model's path in an error (a
     draft file removed after the server started, then wanted by drafter "model")."""
