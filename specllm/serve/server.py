@@ -217,6 +217,8 @@ class EngineWorker:
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
         self.stopping = False  # the server is shutting down: no new generations
+        self.stopped = asyncio.Event()  # set with stopping, on the event loop: wakes the waiting requests
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop, once a request has come
         # The previous generation's prompt + generated text and its tokens, for the next prompt.
         self.cache = PromptCache(engine)
         # what a request may ask for: those a refusal offers instead
@@ -230,12 +232,12 @@ class EngineWorker:
         """Wait for the engine, then start generating for `request` on the engine thread; None
         when the client is `gone` by its turn (nothing is prefilled for it). Bad input raises
         ApiError, before anything is generated."""
+        self.loop = loop = asyncio.get_running_loop()
         self.waiting += 1
         try:
-            await self.lock.acquire()
+            await self.turn()
         finally:
             self.waiting -= 1
-        loop = asyncio.get_running_loop()
         try:
             if self.stopping:
                 raise shutting_down()
@@ -256,6 +258,29 @@ class EngineWorker:
         self.thread.submit(job.run, plan.generation, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
 
+    async def turn(self) -> None:
+        """Wait until the engine is this request's (the lock: first come, first served), or until
+        the server stops: the generation under way may take long to end its step (a long
+        prefill), and a request still waiting is answered at once (ApiError 503)."""
+        turn, stopped = asyncio.ensure_future(self.lock.acquire()), asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait((turn, stopped), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self.give_up(turn)
+            raise
+        finally:
+            stopped.cancel()
+        if self.stopping:
+            self.give_up(turn)
+            raise shutting_down()
+
+    def give_up(self, turn: asyncio.Future) -> None:
+        """Leave the engine's lock as if `turn` had never asked for it."""
+        if turn.done() and not turn.cancelled():
+            self.lock.release()
+        else:
+            turn.cancel()  # an acquire cancelled before it takes the lock leaves it to the next waiter
+
     def without_paths(self, message: str) -> str:
         """An error for a client: the server's model files named by their file names only."""
         engine = self.engine
@@ -272,6 +297,8 @@ class EngineWorker:
     def stop(self) -> None:
         """Shutting down: stop the generation under way after its step, and start no other."""
         self.stopping = True
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stopped.set)
         if self.job is not None:
             self.job.stop()
 

@@ -572,25 +572,35 @@ def test_shutting_down_during_a_long_prefill_answers_at_once(tiny_models, monkey
     try:
         for stream in (False, True):
             prefilled.clear()
-            srv, answer = Server(engine), {}
+            srv, answer, waiter = Server(engine), {}, {}
             body = {"prompt": PROMPT, "max_tokens": 8, "stream": stream}
             asking = threading.Thread(target=post_into, args=(answer, srv, body))
             asking.start()
-            deadline = time.time() + 10
-            while not srv.get("/health")["busy"] and time.time() < deadline:
-                time.sleep(0.005)
+            wait_for_health(srv, busy=True)
+            waiting = threading.Thread(target=post_into, args=(waiter, srv, body))  # waits its turn
+            waiting.start()
+            wait_for_health(srv, waiting=1)
             srv.uvicorn.handle_exit(signal.SIGINT, None)  # as Ctrl-C does
             asking.join(3)
-            assert not asking.is_alive()
+            waiting.join(1)
+            assert not asking.is_alive() and not waiting.is_alive()
             if stream:
                 assert answer["status"] == 200 and '"code": "shutting_down"' in answer["text"]
             else:
                 assert answer["status"] == 503 and '"code":"shutting_down"' in answer["text"]
+            assert waiter["status"] == 503 and '"code":"shutting_down"' in waiter["text"]
             prefilled.set()
             srv.stop()
     finally:
         prefilled.set()
         engine.close()
+
+
+def wait_for_health(srv, **status) -> None:
+    deadline = time.time() + 10
+    while not status.items() <= srv.get("/health").items() and time.time() < deadline:
+        time.sleep(0.005)
+    assert status.items() <= srv.get("/health").items()
 
 
 def post_into(answer: dict, srv, body) -> None:
