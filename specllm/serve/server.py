@@ -678,7 +678,8 @@ def server(app: FastAPI):
 def _protocol(header_seconds: float):
     """uvicorn's HTTP/1.1 protocol, but a connection waiting for a request's headers (after it
     opens, or after a response) is closed when they have not all come within `header_seconds`:
-    uvicorn would hold a half-sent request open for ever."""
+    uvicorn would hold a half-sent request open for ever; and a response its client has stopped
+    reading is cut when the server shuts down."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Protocol(H11Protocol):
@@ -695,6 +696,15 @@ def _protocol(header_seconds: float):
             super().on_response_complete()
             self._headers_due()
 
+        def shutdown(self) -> None:
+            # Shutting down: a response its client is not reading (its writes wait for room)
+            # cannot end, and uvicorn would cancel it after its graceful timeout, with a
+            # traceback. Cut it now; the others end with the error event (EngineWorker.stop).
+            if self.cycle is not None and not self.cycle.response_complete and self.flow.write_paused:
+                self.transport.abort()
+            else:
+                super().shutdown()
+
         def _headers_due(self) -> None:
             self._deadline = self.loop.call_later(header_seconds, self._headers_too_slow)
 
@@ -710,7 +720,8 @@ def _protocol(header_seconds: float):
 
 def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:
     """Serve until Ctrl-C (or SIGTERM); uvicorn stops accepting, gives streams under way 5 s, then
-    cancels them, which stops their generations."""
+    cancels them, which stops their generations. Those end at once (EngineWorker.stop), and a
+    stream whose client has stopped reading is cut (_protocol)."""
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))

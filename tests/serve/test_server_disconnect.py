@@ -5,6 +5,7 @@ engine's steps are handed out one by one, and the response is held up at its fou
 import json
 import logging
 import re
+import signal
 import socket
 import threading
 import time
@@ -139,3 +140,40 @@ def _until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def test_shutting_down_cuts_a_stream_its_client_does_not_read(tiny_models):
+    """A client that stops reading a stream (suspended, or on a slow link) leaves its response
+    waiting for room to write: shutting down cuts it at once, rather than letting uvicorn cancel
+    it after its graceful timeout with a traceback."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    logger, lines = logging.getLogger("uvicorn.error"), LogLines()  # after uvicorn has set up its logging
+    logger.addHandler(lines)
+    srv.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # inherited by its connections: fills at once
+    host, port = urlsplit(srv.url).netloc.split(":")
+    try:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        body = json.dumps(
+            {"prompt": "def f(x):", "max_tokens": CTX - 16, "stream": True, "specllm_steps": True, "drafter": "none"}
+        ).encode()
+        client.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        deadline = time.monotonic() + 10  # never read: the server's writes back up
+        while not any(c.flow.write_paused for c in srv.uvicorn.server_state.connections):
+            assert time.monotonic() < deadline, "the response never waited for room"
+            time.sleep(0.01)
+        start = time.monotonic()
+        srv.uvicorn.handle_exit(signal.SIGINT, None)  # as Ctrl-C does
+        srv.thread.join(10)
+        assert time.monotonic() - start < 3 and not srv.thread.is_alive()
+        assert not [line for line in lines.lines if "Exception" in line or "Cancel" in line], lines.lines
+        client.close()
+    finally:
+        srv.stop()
+        engine.close()
+        logger.removeHandler(lines)
