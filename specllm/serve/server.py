@@ -67,6 +67,7 @@ class ServeSettings:
     api_key: str | None = None  # when set, every request needs "Authorization: Bearer KEY"
     max_body_bytes: int | None = None  # default: room for a full context (body_limit)
     header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
+    read_seconds: float = 30.0  # a response its client reads nothing of for this long is cut (_protocol)
     body_seconds: float = 60.0  # and its body within this after them (read_body)
 
     def __post_init__(self):
@@ -670,16 +671,19 @@ def server(app: FastAPI):
         access_log=False,
         timeout_graceful_shutdown=5,
         lifespan="off",
-        http=_protocol(app.state.worker.settings.header_seconds),
+        http=_protocol(app.state.worker.settings.header_seconds, app.state.worker.settings.read_seconds),
     )
     return Server(config)
 
 
-def _protocol(header_seconds: float):
+def _protocol(header_seconds: float, read_seconds: float):
     """uvicorn's HTTP/1.1 protocol, but a connection waiting for a request's headers (after it
     opens, or after a response) is closed when they have not all come within `header_seconds`:
-    uvicorn would hold a half-sent request open for ever; and a response its client has stopped
-    reading is cut when the server shuts down."""
+    uvicorn would hold a half-sent request open for ever. And a response whose client has read
+    nothing of it for `read_seconds` (its writes wait for room all that time) is cut, as it is at
+    once when the server shuts down: a stream runs only a few steps ahead of what its client has
+    read (Job), so a client that stops reading (a suspended process, a pager) would hold the
+    engine, and every request waiting for it, for good."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Protocol(H11Protocol):
@@ -695,6 +699,18 @@ def _protocol(header_seconds: float):
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._headers_due()
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._unread = self.loop.call_later(read_seconds, self._cut_if_unread)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._unread.cancel()
+
+        def _cut_if_unread(self) -> None:
+            if self.flow.write_paused and not self.transport.is_closing():
+                self.transport.abort()
 
         def shutdown(self) -> None:
             # Shutting down: a response its client is not reading (its writes wait for room)

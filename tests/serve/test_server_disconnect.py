@@ -151,18 +151,8 @@ def test_shutting_down_cuts_a_stream_its_client_does_not_read(tiny_models):
     logger, lines = logging.getLogger("uvicorn.error"), LogLines()  # after uvicorn has set up its logging
     logger.addHandler(lines)
     srv.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # inherited by its connections: fills at once
-    host, port = urlsplit(srv.url).netloc.split(":")
     try:
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect((host, int(port)))
-        body = json.dumps(
-            {"prompt": "def f(x):", "max_tokens": CTX - 16, "stream": True, "specllm_steps": True, "drafter": "none"}
-        ).encode()
-        client.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body) + body
-        )
+        client = _stream_not_read(srv)
         deadline = time.monotonic() + 10  # never read: the server's writes back up
         while not any(c.flow.write_paused for c in srv.uvicorn.server_state.connections):
             assert time.monotonic() < deadline, "the response never waited for room"
@@ -177,3 +167,39 @@ def test_shutting_down_cuts_a_stream_its_client_does_not_read(tiny_models):
         srv.stop()
         engine.close()
         logger.removeHandler(lines)
+
+
+def test_a_stream_its_client_stops_reading_is_cut_and_frees_the_engine(tiny_models):
+    """The stream runs only a few steps ahead of its client (AHEAD): a client that stops reading
+    (a suspended process, a pager) would hold the engine, and every request after it, for good."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine, read_seconds=1.0)
+    srv.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # inherited by its connections: fills at once
+    try:
+        stalled = _stream_not_read(srv)
+        deadline = time.monotonic() + 10
+        while not srv.get("/health")["busy"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        answer = srv.client().completions.create(model="x", prompt="hi", max_tokens=2, timeout=10)
+        assert answer.usage.completion_tokens == 2  # served once the stalled stream was cut
+        stalled.close()
+    finally:
+        srv.stop()
+        engine.close()
+
+
+def _stream_not_read(srv: Server) -> socket.socket:
+    """A long streamed request whose client reads nothing: the server's writes back up."""
+    host, port = urlsplit(srv.url).netloc.split(":")
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect((host, int(port)))
+    body = json.dumps(
+        {"prompt": "def f(x):", "max_tokens": CTX - 16, "stream": True, "specllm_steps": True, "drafter": "none"}
+    ).encode()
+    client.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body) + body
+    )
+    return client
