@@ -33,6 +33,7 @@ from typing import Final
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
@@ -514,6 +515,8 @@ async def read_body(request: Request, limit: int, seconds: float) -> bytes:
         await asyncio.wait_for(receive(), seconds)
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {seconds:g} s", code="request_timeout") from None
+    except ClientDisconnect:  # closed before its body had all come: nobody reads an answer, the log says so
+        raise ApiError(CLIENT_CLOSED, "the client went away before its request body had all come") from None
     return bytes(body)
 
 

@@ -203,3 +203,35 @@ def _stream_not_read(srv: Server) -> socket.socket:
         b"Content-Length: %d\r\n\r\n" % len(body) + body
     )
     return client
+
+
+def test_a_client_that_leaves_during_its_body_gets_one_log_line(tiny_models):
+    """Closed mid-body, or right after it (a half-close, which uvicorn takes for a client gone):
+    one access line, no traceback, and the server goes on."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    errors, served = logging.getLogger("uvicorn.error"), logging.getLogger("specllm.serve")
+    lines, log = LogLines(), LogLines()
+    errors.addHandler(lines)  # after uvicorn has set up its logging
+    served.addHandler(log)
+    served.setLevel(logging.INFO)
+    host, port = urlsplit(srv.url).netloc.split(":")
+    body = b'{"prompt": "def f(x):", "max_tokens": 2}'
+    clients = []
+    try:
+        for promised in (len(body) + 10, len(body)):  # closed mid-body; half-closed after it
+            client = socket.create_connection((host, int(port)), timeout=10)
+            clients.append(client)
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % promised + body)
+            client.shutdown(socket.SHUT_WR)
+        gone = wait_for_line(log.lines, "went away before its request body", 2)
+        assert len(gone) == 2 and all(" 499 · " in line for line in gone), log.lines
+        assert srv.client().completions.create(model="x", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+        assert not [line for line in lines.lines if "Exception" in line], lines.lines
+    finally:
+        for client in clients:
+            client.close()
+        srv.stop()
+        engine.close()
+        errors.removeHandler(lines)
+        served.removeHandler(log)
