@@ -629,18 +629,19 @@ def printable(text: str) -> str:
 
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one), or one clear error."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # not ":::8080" for an IPv6 host
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.socket(family, socket.SOCK_STREAM)
     except OSError as e:
-        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise SpecllmError(f"cannot listen on {where}: {e.strerror or e}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
     except OSError as e:
         sock.close()
-        raise SpecllmError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise SpecllmError(f"cannot listen on {where}: {e.strerror or e}") from None
     return sock
 
 

@@ -19,6 +19,7 @@ from serving import CTX, LogLines, Server, serving, wait_for_line
 
 import specllm
 from specllm.engine.loop import Generation
+from specllm.errors import SpecllmError
 from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, parse
 from specllm.serve.server import listen
 
@@ -551,6 +552,26 @@ def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_c
         assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [
             f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
         ]
+    finally:
+        taken.close()
+
+
+def test_a_port_in_use_is_named_as_an_address_would_be():
+    taken = listen("127.0.0.1", 0)
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(SpecllmError, match=f"^cannot listen on 127.0.0.1:{port}: "):
+            listen("127.0.0.1", port)
+    finally:
+        taken.close()
+    try:
+        taken = listen("::1", 0)
+    except SpecllmError:
+        pytest.skip("no IPv6 loopback here")
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(SpecllmError, match=rf"^cannot listen on \[::1\]:{port}: "):  # not :::PORT
+            listen("::1", port)
     finally:
         taken.close()
 
