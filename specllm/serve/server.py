@@ -134,8 +134,9 @@ class Plan:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
         prompt that another request left in it is reported as evaluated, not as cached, or its
         size would tell this client, token by token, what another one sent. A prompt that goes on
-        from the previous request's whole transcript (a conversation continued) learns nothing
-        new, and its reuse is reported."""
+        from the previous request's whole transcript (a conversation continued) has its reuse
+        reported: all it learns is that its guess of that whole transcript, prompt and reply, was
+        right, which the time its prefill takes tells as well."""
         if self.continues:
             return result
         stats = dataclasses.replace(result.stats, prefill_tokens=max(0, result.stats.prompt_tokens - 1))
