@@ -656,7 +656,7 @@ def serve(
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
     with a chat page at / that colours each reply by where its tokens came from."""
-    from specllm.serve.server import ServeSettings, check_api_key, describe_server, listen
+    from specllm.serve.server import ServeSettings, check_api_key, describe_server, exposure_warning, listen
     from specllm.serve.server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
@@ -674,6 +674,8 @@ def serve(
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
     settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
+    if warning := exposure_warning(sock, settings):
+        print(warning, file=sys.stderr, flush=True)
     try:
         serve_forever(engine, settings, sock)
     finally:

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import enum
 import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -658,6 +659,18 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
         f"drafter {s.drafter} · gamma {s.gamma or 'auto'} · context {engine.target.n_ctx} tokens · "
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
+    )
+
+
+def exposure_warning(sock: socket.socket, settings: ServeSettings) -> str | None:
+    """A line for a server other machines can reach with no API key: anyone on the network can
+    use it. None for a loopback address or a server that needs its key."""
+    host = sock.getsockname()[0]
+    if settings.api_key or ipaddress.ip_address(host.split("%")[0]).is_loopback:
+        return None
+    return (
+        f"warning: {address(sock)} takes requests from other machines and asks no API key: anyone who can "
+        "reach it can use it (--api-key or SPECLLM_API_KEY sets one)"
     )
 
 

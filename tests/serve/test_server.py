@@ -21,7 +21,7 @@ import specllm
 from specllm.engine.loop import Generation
 from specllm.errors import SpecllmError
 from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, parse
-from specllm.serve.server import listen
+from specllm.serve.server import ServeSettings, exposure_warning, listen
 
 PROMPT = "def f(x):"
 GREEDY = dict(temperature=0, max_tokens=24)
@@ -506,6 +506,27 @@ def test_a_reply_ended_by_a_full_context_says_so(srv, tiny_models, log):
         assert (reply.choices[0].text, reply.choices[0].finish_reason) == (expected.text, "length")
         assert (reply.usage.completion_tokens, reply.to_dict()["specllm"]["stop_reason"]) == (7, reason)
     assert "· 7 tokens (context_full) ·" in log[-2]  # the log says what the client is told
+
+
+def test_a_server_other_machines_reach_without_a_key_is_warned_of(tiny_models):
+    """--host 0.0.0.0 with no API key: anyone on the network may use the models. Loopback, or a key,
+    is not warned of."""
+    args = ["serve", "--target", tiny_models.target, "--drafter", "ngram", "--host", "0.0.0.0", "--port", 0]
+    proc = subprocess.Popen([sys.executable, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True)
+    try:
+        while not (line := proc.stderr.readline()).startswith("specllm serve:"):
+            assert line, "no startup line"
+        warning = proc.stderr.readline()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert re.match(r"warning: http://0\.0\.0\.0:\d+ takes requests from other machines and asks no API key", warning)
+    for host, key in (("127.0.0.1", None), ("0.0.0.0", "k")):
+        sock = listen(host, 0)
+        try:
+            assert exposure_warning(sock, ServeSettings(model="m", api_key=key)) is None
+        finally:
+            sock.close()
 
 
 def test_the_serve_command_starts_logs_each_request_needs_its_key_and_stops_on_ctrl_c(tiny_models):
