@@ -673,9 +673,9 @@ def serve(
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
     settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key)
-    print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
     if warning := exposure_warning(sock, settings):
         print(warning, file=sys.stderr, flush=True)
+    print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
     try:
         serve_forever(engine, settings, sock)
     finally:
