@@ -130,6 +130,8 @@ class _Request(BaseModel):
             raise ApiError(400, f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}", "drafter")
         if self.stream_options is not None and not self.stream:  # OpenAI refuses it too: a usage chunk of what?
             raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
+        if self.specllm_steps and not self.stream:  # a chunk per step of a reply sent whole: asked in vain
+            raise ApiError(400, "specllm_steps is only allowed when stream is true", "specllm_steps")
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
         for name, harmless in UNSUPPORTED.items():

@@ -320,6 +320,7 @@ BAD_REQUESTS = [
     (b'{"prompt": "x", "temperature": Infinity}', 400, "temperature", None),
     (b'{"prompt": "x", "logprobs": true}', 400, "logprobs", None),
     (b'{"prompt": "x", "stream_options": {"include_usage": true}}', 400, "stream_options", None),  # as OpenAI
+    (b'{"prompt": "x", "specllm_steps": true}', 400, "specllm_steps", None),  # steps of a reply sent whole
     (b'{"prompt": "x", "logprobs": 0}', 400, "logprobs", None),  # a count: 0 asks for the chosen tokens'
     (b'{"prompt": "x", "best_of": 0}', 400, "best_of", None),
     (b'{"prompt": "x", "echo": "none"}', 400, "echo", None),  # not a boolean, let alone false
