@@ -7,7 +7,8 @@ command (SPECLLM_THREADS sets --threads of run, chat, bench and any other comman
 Click's own auto_envvar_prefix would instead give each command its own names
 (SPECLLM_RUN_THREADS, SPECLLM_CHAT_THREADS, ...). A flag given on the command line wins over
 its variable, and over a variable it cannot go with (SPECLLM_PAIR set, `run --target T` runs T);
-a bad value in a variable is refused with the same one line as on the command line.
+a bad value in a variable is refused with the same one line as on the command line, naming the
+variable.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def add_env_defaults(group) -> None:
 def _flags_first(invoke):
     def invoke_with_flags_first(ctx):
         give_way_to_flags(ctx)
+        check_variables(ctx)
         return invoke(ctx)
 
     return invoke_with_flags_first
@@ -82,6 +84,22 @@ def give_way_to_flags(ctx) -> None:
                 for name in mine:
                     if source(name) == "ENVIRONMENT":
                         ctx.params[name] = params[name].default
+
+
+def check_variables(ctx) -> None:
+    """Check each value read from a variable on its own, before the command checks them all
+    together: its error then says which variable set it. The command's own message names only
+    the setting ("top-p must be in [0, 1]"), and a variable exported long ago is easily forgotten."""
+    from specllm.cli.options import check_alone
+    from specllm.errors import SpecllmError
+
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if param.name in ctx.params and source is not None and source.name == "ENVIRONMENT":
+            try:
+                check_alone(param.name, ctx.params[param.name])
+            except SpecllmError as error:
+                raise SpecllmError(f"{error} (set by {param.envvar})") from None
 
 
 def env_name(param) -> str | None:

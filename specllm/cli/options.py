@@ -199,6 +199,35 @@ class LoadOptions:
             load_pairs(self.models_file)
 
 
+# --- one value on its own ---------------------------------------------------------------------
+# The options that are a field of ModelOptions, which checks them.
+MODEL_FIELDS = {
+    "ctx_size": "n_ctx",
+    "threads": "n_threads",
+    "gpu_layers": "n_gpu_layers",
+    "draft_gpu_layers": "n_gpu_layers",
+    "rpc": "rpc",
+    "draft_rpc": "rpc",
+    "snapshots": "snapshots",
+}
+SAMPLER_FIELDS = ("temperature", "top_k", "top_p", "min_p")
+
+
+def check_alone(name: str, value) -> None:
+    """Refuse, with the message the command's own checks give, a value of the option `name` that
+    is bad whatever the other options are; pass any other (one checked only with the others)."""
+    if value is None:
+        return
+    if name in SAMPLER_FIELDS:
+        SamplerSettings(**{name: value})
+    elif name in MODEL_FIELDS:
+        ModelOptions(**{MODEL_FIELDS[name]: value})
+    elif name in ("max_tokens", "gamma") and isinstance(value, int):  # bench's --gamma is a list
+        from specllm.engine.loop import make_config  # imports llama_cpp: only when a command runs
+
+        make_config(**{name: value})
+
+
 # --- what to change on the command line ---------------------------------------------------------
 def error_line(error: SpecllmError) -> str:
     """The one line the CLI prints for a library error: its message, and for the errors that a
