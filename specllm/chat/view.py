@@ -33,10 +33,12 @@ def use_live(no_live: bool, console: Console) -> bool:
 SOURCE_NAMES = {"ngram": "n-gram", "model": "model", "mtp": "MTP", "none": "none"}
 
 
-def status_line(stats: Stats, drafter: str) -> str:
+def status_line(stats: Stats, drafter: str, finished: bool = False) -> str:
+    """The live status, or with `finished` the same figures for the whole generation."""
     line = f"{stats.tokens_per_second:.1f} tok/s · {stats.generated_tokens} tokens"
     if drafter != Drafter.NONE:
-        acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else "- (nothing drafted yet)"
+        nothing = "- (nothing drafted)" if finished else "- (nothing drafted yet)"
+        acceptance = f"{stats.acceptance_rate:.0%}" if stats.n_drafted else nothing
         line += f" · acceptance {acceptance} · {stats.mean_accepted_length:.2f} tokens/target call"
     if drafter == Drafter.AUTO:
         line += " · " + source_mix(stats)
@@ -53,7 +55,7 @@ def source_mix(stats: Stats) -> str:
 def summary(result: Result, drafter: str) -> str:
     s = result.stats
     return (
-        f"[{result.stop_reason}] {status_line(s, drafter)} · drafter {drafter}"
+        f"[{result.stop_reason}] {status_line(s, drafter, finished=True)} · drafter {drafter}"
         f" · prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f}s"
     )
 
@@ -62,7 +64,7 @@ def chat_summary(result: Result, drafter: str) -> str:
     """One chat turn: the KV reuse shows as how few of the prompt tokens needed a prefill."""
     s = result.stats
     return (
-        f"[{result.stop_reason}] {status_line(s, drafter)}"
+        f"[{result.stop_reason}] {status_line(s, drafter, finished=True)}"
         f" · prefill {s.prefill_tokens} of {s.prompt_tokens} prompt tokens in {s.prefill_seconds:.2f}s"
     )
 

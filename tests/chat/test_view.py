@@ -154,3 +154,14 @@ def specllm_result():
     from specllm.engine.loop import Result
 
     return Result("", [], "eos", Stats())
+
+
+def test_the_summary_of_a_generation_that_drafted_nothing_does_not_say_yet():
+    """Live, nothing drafted so far may change; at the end of a run or a chat turn it cannot."""
+    from specllm.chat.view import chat_summary, status_line, summary
+    from specllm.engine.loop import Result
+
+    result = Result("", [], "max_tokens", Stats(generated_tokens=3, target_calls=3))
+    assert "acceptance - (nothing drafted yet)" in status_line(result.stats, "auto")
+    for line in (summary(result, "auto"), chat_summary(result, "ngram")):
+        assert "acceptance - (nothing drafted) ·" in line, line
