@@ -50,6 +50,12 @@ def _x(value) -> str:
     return "—" if value is None else f"{value:.2f}x"
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds with two significant digits at least: a small model's step takes a fraction of one."""
+    ms = seconds * 1000
+    return f"{ms:.1f}" if ms >= 1 else f"{ms:.2g}"
+
+
 def _pct(value) -> str:
     return "—" if value is None else f"{value:.0%}"
 
@@ -116,11 +122,11 @@ def calibration_table(results: dict) -> Table:
     table.add_column("target call, ms", justify="right")
     table.add_column("V(n) = call on n / call on 1", justify="right")
     for n, v in cal["V"].items():
-        table.add_row(n, f"{cal['target_call_seconds'][n] * 1000:.1f}", f"{v:.2f}")
+        table.add_row(n, _ms(cal["target_call_seconds"][n]), f"{v:.2f}")
     if cal["c"] is not None:
         table.caption = (
-            f"draft step {cal['draft_step_seconds'] * 1000:.1f} ms / target step "
-            f"{cal['target_step_seconds'] * 1000:.1f} ms: c = {cal['c']:.2f}"
+            f"draft step {_ms(cal['draft_step_seconds'])} ms / target step "
+            f"{_ms(cal['target_step_seconds'])} ms: c = {cal['c']:.2f}"
         )
     return table
 
@@ -267,8 +273,8 @@ def explanation(results: dict) -> list[str]:
         lines.insert(
             0,
             (
-                f"WARNING: the timings are unstable: a target-only step took {min(every) * 1000:.0f} to "
-                f"{max(every) * 1000:.0f} ms across prompts and calibration ({check['spread']:.1f}x). Something else "
+                f"WARNING: the timings are unstable: a target-only step took {_ms(min(every))} to "
+                f"{_ms(max(every))} ms across prompts and calibration ({check['spread']:.1f}x). Something else "
                 "was probably using the machine; the speeds and speedups below are not reliable: rerun on a quiet one."
             ),
         )
@@ -297,10 +303,10 @@ def _loop_sentence(results: dict) -> str:
     parts = ", ".join(
         f"{r['configuration']} {r['overall']['stats']['loop_seconds_per_step'] * 1000:.2f}" for r in results["results"]
     )
-    step = results["calibration"]["target_step_seconds"] * 1000
+    step = _ms(results["calibration"]["target_step_seconds"])
     return (
         f"The loop's own work (outside llama.cpp's calls), in ms per target step: {parts}; "
-        f"a target step takes {step:.1f} ms."
+        f"a target step takes {step} ms."
     )
 
 

@@ -496,6 +496,22 @@ def test_explanation_says_plainly_when_speculation_loses(results):
     assert lines[1].startswith("Best on this machine")
 
 
+def test_the_timing_warning_and_the_costs_give_sub_millisecond_steps_in_figures(results):
+    """A tiny model's step takes a fraction of a millisecond: rounded to whole ones, the warning
+    said a step "took 0 to 0 ms" next to a spread of 4x."""
+    noisy = copy.deepcopy(results)
+    noisy["timing_check"].update(
+        stable=False, spread=4.0, target_only_step_seconds=[0.00009, 0.00036], calibration_step_seconds=0.00012
+    )
+    noisy["calibration"].update(target_step_seconds=0.00012, draft_step_seconds=0.000087)
+    lines = explanation(noisy)
+    assert "a target-only step took 0.09 to 0.36 ms across prompts and calibration (4.0x)" in lines[0]
+    assert next(line for line in lines if line.startswith("The loop's own work")).endswith(
+        "a target step takes 0.12 ms."
+    )
+    assert "draft step 0.087 ms / target step 0.12 ms" in render_text(noisy)
+
+
 def test_the_timing_check_says_whether_target_steps_were_stable(results):
     check = results["timing_check"]
     assert len(check["target_only_step_seconds"]) == 3 and check["spread"] >= 1.0
