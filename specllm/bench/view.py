@@ -246,7 +246,13 @@ def explanation(results: dict) -> list[str]:
     best, cal = results["best"], results["calibration"]
     base_tps = best["target_only_tokens_per_second"]
     s = best["speedup"] or 0.0
-    if best["wins"]:
+    if not any(r["overall"]["stats"]["n_accepted"] for r in results["results"][1:]):
+        # every configuration did target-only decoding's work, or more: none is the best of them
+        lines = [
+            "The target accepted no draft token in any configuration: speculation gained nothing here over "
+            f"target-only decoding at {base_tps:.1f} tok/s, and a speedup above 1.00x in the table is timing noise."
+        ]
+    elif best["wins"]:
         lines = [
             f"Best on this machine: {best['configuration']}, {s:.2f}x target-only decoding "
             f"({best['tokens_per_second']:.1f} against {base_tps:.1f} tok/s)."

@@ -776,3 +776,19 @@ def test_a_configuration_none_of_whose_drafts_were_accepted_is_never_the_best(re
     lines = explanation({**results, "best": best})
     noise = "ngram g=1 measured faster, but the target accepted none of its drafts"
     assert any(line.startswith(noise) for line in lines)
+
+
+def test_when_no_draft_was_accepted_anywhere_no_configuration_is_named_the_best(results):
+    """Every configuration did target-only decoding's work: the fastest of them (an n-gram lookup
+    that found nothing to draft, measured at 1.28x) was named "the best speculative
+    configuration", its speedup "within the noise"; a slower one, that speculation loses."""
+    for speedup in (1.28, 0.87):
+        runs = copy.deepcopy(results["results"])
+        for r in runs[1:]:
+            r["overall"]["stats"]["n_accepted"] = 0
+            r["overall"]["speedup"] = speedup if r["configuration"] == "ngram g=1" else 0.8
+        best = b._best(runs, results["calibration"])
+        assert (best["configuration"], best["wins"]) == ("ngram g=1", False)
+        headline = explanation({**results, "results": runs, "best": best, "timing_check": {"stable": True}})[0]
+        assert headline.startswith("The target accepted no draft token in any configuration: speculation gained")
+        assert "ngram g=1" not in headline and f"{speedup:.2f}x" not in headline
