@@ -156,7 +156,7 @@ def results_table(results: dict, category: str | None) -> Table:
             f"{st['tokens_per_second']:.1f}",
             Text("1.00x" if baseline else _x(s["speedup"]), style="" if baseline else _speed_style(s["speedup"])),
             "" if baseline else _x(s["predicted_speedup"]),
-            "" if baseline else _pct(st["acceptance_rate"]),
+            "" if baseline else _pct(st["acceptance_rate"] if st["n_drafted"] else None),  # none drafted: none judged
             f"{st['mean_accepted_length']:.2f}",
             "" if baseline else _matched(s["fidelity"]),
             "" if baseline else _positions(s),
@@ -342,6 +342,8 @@ def _why(drafter: str, d: dict) -> str:
             f"E = {d['expected_tokens_per_call']:.2f} tokens for a step cost of k·c + V(k+1) = "
             f"{k}×{d['c']:.2f} + {d['V_verify']:.2f} = {d['step_cost']:.2f} target steps"
         )
+    elif not d["drafting_steps"]:
+        text += "Drafting costs nothing but only happens where the output repeats earlier text: it never did here"
     else:
         text += (
             f"Drafting costs nothing but only happens where the output repeats earlier text (on "

@@ -17,7 +17,7 @@ from rich.console import Console
 
 import specllm
 from specllm.bench import runner as b
-from specllm.bench.view import explanation, render
+from specllm.bench.view import explanation, render, results_table
 from specllm.engine import loop as engine_module
 from specllm.engine.loop import Stats
 from specllm.engine.policy import AutoPolicy
@@ -792,3 +792,21 @@ def test_when_no_draft_was_accepted_anywhere_no_configuration_is_named_the_best(
         headline = explanation({**results, "results": runs, "best": best, "timing_check": {"stable": True}})[0]
         assert headline.startswith("The target accepted no draft token in any configuration: speculation gained")
         assert "ngram g=1" not in headline and f"{speedup:.2f}x" not in headline
+
+
+def test_a_configuration_that_drafted_nothing_shows_no_acceptance(results):
+    """Nothing drafted, nothing judged: its acceptance is no figure at all, where the table said 0%
+    and the explanation "the target accepts 0% of what is drafted"."""
+    runs = copy.deepcopy(results["results"])
+    for ngram in (r for r in runs if r["drafter"] == "ngram"):
+        stats = ngram["overall"]["stats"]
+        stats.update(n_drafted=0, n_accepted=0, drafted_per_position=[], accepted_per_position=[])
+        ngram["overall"].update(per_position_acceptance=[], alpha=0.0)
+    out = {**results, "results": runs, "best": b._best(runs, results["calibration"])}
+    console = Console(record=True, width=200, force_terminal=False)
+    console.print(results_table(out, None))
+    row = next(line.split() for line in console.export_text().splitlines() if line.strip().startswith("ngram g=1"))
+    assert row[5:] == ["—", "1.00", "3/3", "—"]  # accept, tok/call, matched, per position
+    why = next(line for line in explanation(out) if line.startswith("ngram g=") and "predicted" in line)
+    assert "only happens where the output repeats earlier text: it never did here; measured:" in why
+    assert "accepts 0%" not in why
