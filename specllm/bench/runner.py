@@ -767,7 +767,9 @@ def fastest(candidates: list[dict], pick: Callable[..., dict]) -> dict:
 
 def _auto_against_fixed(speculative: list[dict]) -> dict | None:
     """How auto did against the best fixed configuration, overall and per category, and what it
-    chose (the share of steps each source drafted)."""
+    chose (the share of steps each source drafted). Only a fixed configuration that had a draft
+    token accepted there counts: one that had none did target-only decoding's work, and its speed
+    against auto's is timing noise (best_fixed None when there is none)."""
     auto = next((r for r in speculative if r["drafter"] == Drafter.AUTO), None)
     fixed = [r for r in speculative if r["drafter"] != Drafter.AUTO]
     if auto is None:
@@ -775,7 +777,8 @@ def _auto_against_fixed(speculative: list[dict]) -> dict | None:
 
     def versus(pick) -> dict:
         mine = pick(auto)["speedup"] or 0.0
-        top = fastest(fixed, pick) if fixed else None
+        gained = [r for r in fixed if pick(r)["stats"]["n_accepted"] > 0]
+        top = fastest(gained, pick) if gained else None
         theirs = (pick(top)["speedup"] or 0.0) if top else None
         return {
             "speedup": mine,

@@ -366,7 +366,7 @@ def _auto_sentence(auto: dict) -> str:
         return text + "."
     verdict = "beats" if o["beats_every_fixed"] else ("matches" if o["matches_best_fixed"] else "trails")
     text += f"; it {verdict} the best fixed configuration overall ({o['best_fixed']}, {_x(o['best_fixed_speedup'])})"
-    cats = auto["by_category"]
+    cats = {cat: v for cat, v in auto["by_category"].items() if v["best_fixed"] is not None}
     short = [
         f"{cat} ({_x(v['speedup'])} against {v['best_fixed']} {_x(v['best_fixed_speedup'])})"
         for cat, v in cats.items()
@@ -420,7 +420,12 @@ def _what_would_win(results: dict) -> list[str]:
             line += f"; n-gram drafting wins where the answer repeats text it has seen ({', '.join(copying)})"
         lines.append(line + ".")
     auto = (best.get("auto") or {}).get("overall")
-    if auto and auto["matches_best_fixed"] and auto["speedup"] > 1 - NOISE:
+    if auto and auto["best_fixed"] is None and auto["speedup"] > 1 - NOISE:  # nothing fixed to compare with
+        lines.append(
+            f"Keep auto, the default drafter: it drafts only where that pays ({auto['speedup']:.2f}x target-only "
+            "here), with nothing to choose in advance."
+        )
+    elif auto and auto["matches_best_fixed"] and auto["speedup"] > 1 - NOISE:
         lines.append(
             "Keep auto, the default drafter: it drafts only where that pays and did as well as the best fixed "
             "configuration here, with nothing to choose in advance."
