@@ -837,3 +837,27 @@ def test_auto_is_measured_only_against_fixed_configurations_that_gained(results)
         assert "Keep auto, the default drafter: it drafts only where that pays (1.00x target-only here)" in " ".join(
             lines
         )
+
+
+def test_a_lead_that_one_round_does_not_show_is_no_win(results):
+    """With --rounds the bench measures its own noise, the spread of a configuration's speedups from
+    round to round, and prints it: a configuration 1.14x faster over three rounds but 0.95x in one
+    of them was named "Best on this machine" all the same, a category likewise."""
+    runs = copy.deepcopy(results["results"])
+    for r in runs[1:]:
+        for summary in [r["overall"], *r["categories"].values()]:
+            summary.update(speedup=0.9, round_speedups=[0.9, 0.9, 0.9])
+    model = next(r for r in runs if r["configuration"] == "model g=3")
+    model["overall"].update(speedup=1.14, round_speedups=[1.3, 0.95, 1.2])
+    model["categories"]["code"].update(speedup=1.15, round_speedups=[1.2, 1.1, 1.15])
+    model["categories"]["edit"].update(speedup=1.5, round_speedups=[1.6, 1.8, 1.01])
+    best = b._best(runs, results["calibration"])
+    assert best["configuration"] == "model g=3" and not best["wins"] and best["recommended"] == "target-only"
+    assert best["by_category"]["code"]["wins"] and not best["by_category"]["edit"]["wins"]
+    lines = explanation({**results, "results": runs, "best": best, "timing_check": {"stable": True}})
+    assert lines[0] == (
+        "No clear winner: the best speculative configuration, model g=3, runs at 1.14x target-only "
+        f"({best['tokens_per_second']:.1f} against {best['target_only_tokens_per_second']:.1f} tok/s), but 0.95x "
+        "in its slowest round, within the noise of this measurement."
+    )
+    assert "Speculation pays in code (1.15x with model g=3)." in lines
