@@ -271,10 +271,7 @@ def explanation(results: dict) -> list[str]:
             f"The best speculative configuration, {best['configuration']}, runs at {s:.2f}x."
         ]
     if best.get("unaccepted_faster"):
-        lines.append(
-            f"{best['unaccepted_faster']} measured faster, but the target accepted none of its drafts: "
-            "it did the work of target-only decoding, and its lead is timing noise."
-        )
+        lines.append(_unaccepted_sentence(results, best["unaccepted_faster"]))
     check = results.get("timing_check")
     if check and not check["stable"]:
         every = check["target_only_step_seconds"] + [check["calibration_step_seconds"]]
@@ -304,6 +301,18 @@ def explanation(results: dict) -> list[str]:
     lines += _round_noise(results)
     lines += _fidelity_sentences(results)
     return lines
+
+
+def _unaccepted_sentence(results: dict, name: str) -> str:
+    """Why the fastest speculative configuration in the table is not the best: it gained nothing."""
+    speedup = next(r["overall"]["speedup"] for r in results["results"] if r["configuration"] == name) or 0.0
+    text = (
+        f"{name} measured faster, but the target accepted none of its drafts: it did the work of target-only decoding"
+    )
+    if speedup >= 1 + NOISE:
+        return text + ", and its lead is timing noise."
+    # no faster than target-only: its lead over the best is the drafting it did not pay for, not noise
+    return text + f", at {speedup:.2f}x its speed."
 
 
 def _loop_sentence(results: dict) -> str:

@@ -861,3 +861,23 @@ def test_a_lead_that_one_round_does_not_show_is_no_win(results):
         "in its slowest round, within the noise of this measurement."
     )
     assert "Speculation pays in code (1.15x with model g=3)." in lines
+
+
+def test_a_configuration_that_gained_nothing_and_lost_is_not_said_to_lead_by_noise(results):
+    """An n-gram lookup that found nothing to draft measured 0.52x, faster than the draft model at
+    0.39x: it skipped the drafting, a lead that is no timing noise, as the verdict said it was."""
+    runs = copy.deepcopy(results["results"])
+    by_name = {r["configuration"]: r for r in runs}
+    for r in runs[1:]:
+        r["overall"]["speedup"] = 0.3
+    by_name["model g=1"]["overall"]["speedup"] = 0.39
+    by_name["ngram g=3"]["overall"].update(speedup=0.52)
+    by_name["ngram g=3"]["overall"]["stats"]["n_accepted"] = 0
+    best = b._best(runs, results["calibration"])
+    assert (best["configuration"], best["unaccepted_faster"]) == ("model g=1", "ngram g=3")
+    lines = explanation({**results, "results": runs, "best": best})
+    assert (
+        "ngram g=3 measured faster, but the target accepted none of its drafts: it did the work of target-only "
+        "decoding, at 0.52x its speed."
+    ) in lines
+    assert not any("noise" in line for line in lines if line.startswith("ngram g=3 measured"))
