@@ -819,6 +819,7 @@ def _cost_terms(result: dict, baseline: dict, calibration: dict) -> dict:
     step = st["decode_seconds"] / st["target_calls"] if st["target_calls"] else 0.0
     return {
         "alpha": alpha,
+        "acceptance_rate": st["acceptance_rate"],  # accepted / drafted: below alpha wherever a draft was cut
         "c": c,
         "k": k,
         "V_verify": V,

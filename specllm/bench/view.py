@@ -349,7 +349,7 @@ def _why(drafter: str, d: dict) -> str:
     text = f"{d['configuration']}: {_x(d['speedup'])} measured, {_x(d['predicted_speedup'])} predicted. "
     if drafter in ("model", "mtp"):
         text += (
-            f"The target accepts {d['alpha']:.0%} of draft tokens (per token, in order), so a call should yield "
+            f"The target accepts {_judged(d)}, so a call should yield "
             f"E = {d['expected_tokens_per_call']:.2f} tokens for a step cost of k·c + V(k+1) = "
             f"{k}×{d['c']:.2f} + {d['V_verify']:.2f} = {d['step_cost']:.2f} target steps"
         )
@@ -358,8 +358,8 @@ def _why(drafter: str, d: dict) -> str:
     else:
         text += (
             f"Drafting costs nothing but only happens where the output repeats earlier text (on "
-            f"{d['drafting_steps']:.0%} of steps here); the target accepts {d['alpha']:.0%} of what is drafted (per "
-            f"token, in order), and a drafted step pays the verify cost V(k+1), up to V({k + 1}) = {d['V_verify']:.2f}"
+            f"{d['drafting_steps']:.0%} of steps here); the target accepts {_judged(d)}, and a drafted step pays "
+            f"the verify cost V(k+1), up to V({k + 1}) = {d['V_verify']:.2f}"
         )
     if d["measured_step_cost"] is not None:
         text += (
@@ -367,6 +367,14 @@ def _why(drafter: str, d: dict) -> str:
             f"{d['measured_step_cost']:.2f} target-only steps."
         )
     return text + ("" if text.endswith(".") else ".")
+
+
+def _judged(d: dict) -> str:
+    """alpha, told apart from the accept column (accepted / drafted), which is never above it."""
+    return (
+        f"alpha = {d['alpha']:.0%} of the draft tokens it judges (the accept column's {d['acceptance_rate']:.0%} "
+        "also counts those after a rejection, never judged)"
+    )
 
 
 def _auto_sentence(auto: dict) -> str:

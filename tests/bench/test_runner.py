@@ -881,3 +881,24 @@ def test_a_configuration_that_gained_nothing_and_lost_is_not_said_to_lead_by_noi
         "decoding, at 0.52x its speed."
     ) in lines
     assert not any("noise" in line for line in lines if line.startswith("ngram g=3 measured"))
+
+
+def test_the_explanation_tells_alpha_from_the_accept_column(results):
+    """alpha counts only the draft tokens the target judged; the table's accept column, accepted /
+    drafted, counts those after a rejection too. The explanation said "the target accepts 89% of
+    draft tokens" under a table whose accept column said 78%."""
+    runs = copy.deepcopy(results["results"])
+    for r in runs[1:]:  # the draft model at gamma 3 is the model drafter's best
+        r["overall"]["speedup"] = 1.5 if r["configuration"] == "model g=3" else 1.0
+    best = b._best(runs, results["calibration"])
+    d = best["by_drafter"]["model"]
+    stats = next(r for r in runs if r["configuration"] == "model g=3")["overall"]["stats"]
+    assert d["configuration"] == "model g=3" and d["acceptance_rate"] == stats["acceptance_rate"]
+    assert d["alpha"] > d["acceptance_rate"] > 0  # some draft of 3 was cut short by a rejection
+    line = next(
+        line for line in explanation({**results, "results": runs, "best": best}) if line.startswith("model g=3: ")
+    )
+    assert (
+        f"The target accepts alpha = {d['alpha']:.0%} of the draft tokens it judges (the accept column's "
+        f"{d['acceptance_rate']:.0%} also counts those after a rejection, never judged), so a call should yield"
+    ) in line
