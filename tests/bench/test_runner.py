@@ -902,3 +902,22 @@ def test_the_explanation_tells_alpha_from_the_accept_column(results):
         f"The target accepts alpha = {d['alpha']:.0%} of the draft tokens it judges (the accept column's "
         f"{d['acceptance_rate']:.0%} also counts those after a rejection, never judged), so a call should yield"
     ) in line
+
+
+def test_auto_beats_the_best_fixed_configuration_only_by_more_than_the_noise(results):
+    """auto at 1.004x against the draft model's 1.001x was said to beat it: "auto: 1.00x measured
+    ... it beats the best fixed configuration overall (model g=3, 1.00x)"."""
+    runs = copy.deepcopy(results["results"])
+    for r in runs[1:]:
+        r["overall"]["speedup"] = 0.9
+    next(r for r in runs if r["configuration"] == "model g=3")["overall"]["speedup"] = 1.001
+    auto = copy.deepcopy(next(r for r in runs if r["configuration"] == "model g=3"))
+    auto.update(drafter="auto", configuration="auto", gamma=None)
+    for summary in [auto["overall"], *auto["categories"].values()]:
+        summary["chose"] = {"model": 1.0}
+    for speedup, verdict in ((1.004, "matches"), (1.001 + b.NOISE, "beats"), (1.001 - b.NOISE - 0.01, "trails")):
+        auto["overall"]["speedup"] = speedup
+        out = {**results, "results": [*runs, auto]}
+        out["best"] = b._best(out["results"], results["calibration"])
+        line = next(line for line in explanation(out) if line.startswith("auto: "))
+        assert f"; it {verdict} the best fixed configuration overall (model g=3, 1.00x)" in line
