@@ -398,7 +398,24 @@ def _auto_sentence(auto: dict) -> str:
 
 def _mix(shares: dict) -> str:
     names = {"ngram": "n-gram copies", "model": "the draft model", "mtp": "the MTP layers", "none": "nothing"}
-    return ", ".join(f"{label} on {shares.get(key, 0.0):.0%}" for key, label in names.items()) + " of steps"
+    percents = whole_percents([shares.get(key, 0.0) for key in names])
+    return ", ".join(f"{label} on {p}%" for label, p in zip(names.values(), percents)) + " of steps"
+
+
+def whole_percents(shares: list[float]) -> list[int]:
+    """Shares of a whole as whole percentages that add up to 100 (the largest remainders round
+    up), a share above nothing at 1% at least: rounded each on its own, thirds read 33, 33, 33 and
+    a source used on 0.4% of steps read as never used."""
+    exact = [x * 100 for x in shares]
+    percents = [int(x) for x in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: percents[i] - exact[i])
+    for i in by_remainder[: max(0, round(sum(exact)) - sum(percents))]:
+        percents[i] += 1
+    for i, x in enumerate(exact):
+        if x > 0 and percents[i] == 0:
+            percents[i] = 1
+            percents[percents.index(max(percents))] -= 1
+    return percents
 
 
 def _what_would_win(results: dict) -> list[str]:

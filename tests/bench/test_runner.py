@@ -921,3 +921,19 @@ def test_auto_beats_the_best_fixed_configuration_only_by_more_than_the_noise(res
         out["best"] = b._best(out["results"], results["calibration"])
         line = next(line for line in explanation(out) if line.startswith("auto: "))
         assert f"; it {verdict} the best fixed configuration overall (model g=3, 1.00x)" in line
+
+
+def test_autos_shares_of_steps_add_up_to_100_percent():
+    """Each share rounded on its own, thirds read 33% + 33% + 33%, and a source auto used on 0.4%
+    of its steps read 0%, as if never used."""
+    from specllm.bench.view import _mix, whole_percents
+
+    assert _mix({"ngram": 1 / 3, "model": 1 / 3, "none": 1 / 3}) == (
+        "n-gram copies on 34%, the draft model on 33%, the MTP layers on 0%, nothing on 33% of steps"
+    )
+    assert _mix({"model": 0.004, "none": 0.996}).startswith("n-gram copies on 0%, the draft model on 1%,")
+    assert whole_percents([0.16, 0.84]) == [16, 84]
+    assert whole_percents([0.57, 0.43]) == [57, 43]  # 0.57 * 100 is 56.99999999999999
+    assert whole_percents([0.125, 0.125, 0.375, 0.375]) == [13, 13, 37, 37]
+    assert whole_percents([0.005, 0.005, 0.005, 0.985]) == [1, 1, 1, 97]
+    assert whole_percents([0.0, 1.0]) == [0, 100]
