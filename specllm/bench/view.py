@@ -371,10 +371,10 @@ def _why(drafter: str, d: dict) -> str:
 
 def _judged(d: dict) -> str:
     """alpha, told apart from the accept column (accepted / drafted), which is never above it."""
-    return (
-        f"alpha = {d['alpha']:.0%} of the draft tokens it judges (the accept column's {d['acceptance_rate']:.0%} "
-        "also counts those after a rejection, never judged)"
-    )
+    text = f"alpha = {d['alpha']:.0%} of the draft tokens it judges"
+    if f"{d['alpha']:.0%}" == f"{d['acceptance_rate']:.0%}":  # at gamma 1 every drafted token is judged
+        return text
+    return text + f" (the accept column's {d['acceptance_rate']:.0%} also counts those after a rejection, never judged)"
 
 
 def _auto_sentence(auto: dict) -> str:

@@ -902,6 +902,11 @@ def test_the_explanation_tells_alpha_from_the_accept_column(results):
         f"The target accepts alpha = {d['alpha']:.0%} of the draft tokens it judges (the accept column's "
         f"{d['acceptance_rate']:.0%} also counts those after a rejection, never judged), so a call should yield"
     ) in line
+    d.update(configuration="model g=1", k=1, alpha=0.78, acceptance_rate=0.78)  # every token judged: one figure
+    line = next(
+        line for line in explanation({**results, "results": runs, "best": best}) if line.startswith("model g=1: ")
+    )
+    assert "The target accepts alpha = 78% of the draft tokens it judges, so a call should yield" in line
 
 
 def test_auto_beats_the_best_fixed_configuration_only_by_more_than_the_noise(results):
