@@ -259,7 +259,7 @@ def explanation(results: dict) -> list[str]:
         ]
     elif s > 1 - NOISE:
         slowest = min((x for x in best["round_speedups"] if x is not None), default=s)
-        rounds = f", but {slowest:.2f}x in its slowest round" if slowest < min(s, 1 + NOISE) else ""
+        rounds = f", but {slowest:.2f}x in its slowest round" if slowest < 1 else ""
         lines = [
             f"No clear winner: the best speculative configuration, {best['configuration']}, runs at {s:.2f}x "
             f"target-only ({best['tokens_per_second']:.1f} against {base_tps:.1f} tok/s){rounds}, within the noise "
