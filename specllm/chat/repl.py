@@ -56,7 +56,7 @@ def _reset(session: ChatSession, _arg: str) -> CommandResult:
 
 def _gamma(session: ChatSession, arg: str) -> CommandResult:
     session.set_gamma(None if arg == "auto" else _parse(int, arg, "/gamma N|auto"))
-    return CommandResult(f"gamma {session.config.gamma or 'auto'}")
+    return CommandResult(f"gamma {session.gamma_shown}")
 
 
 def _drafter(session: ChatSession, arg: str) -> CommandResult:
@@ -135,7 +135,7 @@ def stats_lines(session: ChatSession) -> list[str]:
         f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
         f"context {session.context_in_use} of {session.n_ctx} tokens in use",
         *([source_mix(aggregate(session.all_stats))] if c.drafter == Drafter.AUTO else []),
-        f"drafter {c.drafter} · gamma {c.gamma or 'auto'} · temperature {c.sampler.temperature:g} · "
+        f"drafter {c.drafter} · gamma {session.gamma_shown} · temperature {c.sampler.temperature:g} · "
         f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
     ]
 
@@ -143,7 +143,7 @@ def stats_lines(session: ChatSession) -> list[str]:
 def describe_session(session: ChatSession) -> str:
     c = session.config
     return (
-        f"{describe_models(session.engine)} · drafter {c.drafter} · gamma {c.gamma or 'auto'}"
+        f"{describe_models(session.engine)} · drafter {c.drafter} · gamma {session.gamma_shown}"
         f" · temperature {c.sampler.temperature:g} · context {session.n_ctx} tokens"
     )
 

@@ -242,6 +242,14 @@ class ChatSession:
         check_snapshots(name, self.config.gamma, self.engine.target)
         self.config = dataclasses.replace(self.config, drafter=name)
 
+    @property
+    def gamma_shown(self) -> str:
+        """The draft length as /stats and /gamma say it: a fixed drafter's default is a number."""
+        c = self.config
+        if c.gamma is not None:
+            return str(c.gamma)
+        return "auto" if c.drafter in (Drafter.AUTO, Drafter.NONE) else str(self.engine.fixed_gamma)
+
     def set_temperature(self, temperature: float) -> None:
         sampler = dataclasses.replace(self.config.sampler, temperature=temperature)
         self.config = dataclasses.replace(self.config, sampler=sampler)

@@ -131,6 +131,7 @@ def load_engine(options: LoadOptions, drafter: str | None, *, gamma=None, keep_d
     if drafter == Drafter.MTP and engine.mtp is None:  # now, not at the first generation or request
         engine.close()
         raise NoMtpLayers(engine.target.path.name)
+    engine.fixed_gamma = pair_gamma(o.pair, o.target, o.models_file)  # chat's /drafter, a request's drafter
     if o.verbose:
         for line in describe_models(engine):
             print(line, file=sys.stderr)
@@ -226,9 +227,14 @@ def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
 
 def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
     """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
-    recommended draft length (FIXED_GAMMA for models given as files)."""
+    recommended draft length (pair_gamma)."""
     if gamma is not None or drafter == Drafter.AUTO:
         return gamma
+    return pair_gamma(pair, target, models_file)
+
+
+def pair_gamma(pair, target, models_file) -> int:
+    """The pair's recommended draft length (FIXED_GAMMA for models given as files)."""
     if target is not None:
         return FIXED_GAMMA
     from specllm.models.registry import get_pair, load_pairs

@@ -78,12 +78,11 @@ class GenerationConfig:
         if self.drafter not in DRAFTERS:
             raise SpecllmError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
 
-    @property
-    def draft_length(self) -> int:
-        """The longest draft of a step."""
+    def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
+        """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
         if self.gamma is not None:
             return self.gamma
-        return NGRAM_MAX if self.drafter == Drafter.AUTO else FIXED_GAMMA
+        return NGRAM_MAX if self.drafter == Drafter.AUTO else fixed_gamma
 
 
 def stop_strings(stop) -> tuple[str, ...]:
@@ -348,6 +347,9 @@ class Engine:
         self.mtp = MtpHead(target) if target.n_nextn else None  # the target's own MTP layers
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
+        # A fixed drafter's draft length where a generation gives none: the command line sets a
+        # curated pair's recommended one, so `/drafter model` in chat drafts as `--drafter model` does.
+        self.fixed_gamma = FIXED_GAMMA
         self._live = False  # a stream is under way: it owns both KV caches until it ends
         # Held while llama.cpp works on the models (a step, a tokenization; see _using_models):
         # close() waits for it, or from within it (a signal handler) leaves the freeing to its end.
@@ -420,7 +422,7 @@ class Engine:
         self._check_open()
         draft = self.draft.sibling() if self.draft is not None else None
         twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
-        twin.policy, twin.calibration = self.policy, self.calibration
+        twin.policy, twin.calibration, twin.fixed_gamma = self.policy, self.calibration, self.fixed_gamma
         self._lanes.add(twin)
         return twin
 
@@ -771,7 +773,7 @@ class _Run:
                 reason = "context_full"
                 break
             budget = self.config.max_tokens - len(self.generated) - 1  # the step adds one more
-            longest = min(self.config.draft_length, room, budget, self.target.n_batch - 1)
+            longest = min(self.config.draft_length(self.engine.fixed_gamma), room, budget, self.target.n_batch - 1)
             if self.longest_draft is not None:
                 longest = min(longest, self.longest_draft)
             step, reason = self._step(longest)

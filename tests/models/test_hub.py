@@ -554,9 +554,14 @@ def test_run_a_single_file_entry_loads_the_target_alone(fake_hub, isolated, tiny
 
 
 def test_chat_and_bench_take_a_pair(tiny_pair, tmp_path):
-    chat = specllm("chat", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "-n", 8, stdin="hello\n")
+    """chat's /drafter model drafts the pair's recommended length (3), as run's --drafter model does."""
+    saved = tmp_path / "chat.json"
+    commands = f"/drafter model\n/stats\nhello\n/save {saved}\n"
+    chat = specllm("chat", "--pair", "tiny", "--models", tiny_pair, "--threads", 1, "-n", 8, "-t", 0, stdin=commands)
     assert chat.returncode == 0, chat.stderr
-    assert "[max_tokens]" in chat.stderr
+    assert "[max_tokens]" in chat.stderr and "drafter model · gamma 3 ·" in chat.stdout + chat.stderr
+    [turn] = json.loads(saved.read_text())["turns"]
+    assert turn["stats"]["n_drafted"] > 0 and len(turn["stats"]["drafted_per_position"]) == 3
     report = tmp_path / "bench.json"
     bench = specllm(
         "bench",
