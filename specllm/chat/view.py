@@ -56,7 +56,7 @@ def summary(result: Result, drafter: str) -> str:
     s = result.stats
     return (
         f"[{result.stop_reason}] {status_line(s, drafter, finished=True)} · drafter {drafter}"
-        f" · prefill {s.prompt_tokens} tokens in {s.prefill_seconds:.2f}s"
+        f" · prompt {s.prompt_tokens} tokens, prefilled in {s.prefill_seconds:.2f}s"
     )
 
 

@@ -165,3 +165,13 @@ def test_the_summary_of_a_generation_that_drafted_nothing_does_not_say_yet():
     assert "acceptance - (nothing drafted yet)" in status_line(result.stats, "auto")
     for line in (summary(result, "auto"), chat_summary(result, "ngram")):
         assert "acceptance - (nothing drafted) ·" in line, line
+
+
+def test_runs_summary_counts_the_prompt_as_a_prompt_not_as_a_prefill():
+    """The last prompt token is evaluated with the first step, so --json's prefill_tokens is one
+    fewer than the prompt: the summary said "prefill 19 tokens" next to prefill_tokens 18."""
+    from specllm.chat.view import summary
+    from specllm.engine.loop import Result
+
+    stats = Stats(generated_tokens=3, target_calls=3, prompt_tokens=19, prefill_tokens=18, prefill_seconds=0.25)
+    assert summary(Result("", [], "max_tokens", stats), "auto").endswith(" · prompt 19 tokens, prefilled in 0.25s")
