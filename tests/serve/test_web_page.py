@@ -180,6 +180,15 @@ def test_the_conversation_is_kept_in_the_page_and_shown_as_text(page):
     assert request["messages"] == [{"role": "user", "content": "fresh"}]
 
 
+def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
+    """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
+    settings(page, api_key=KEY, temperature=0, max_tokens=4)
+    send(page, "https://example.com/" + "x" * 300)
+    log_width = "log => [log.scrollWidth, log.clientWidth]"
+    scroll_width, client_width = page.locator("#log").evaluate(log_width)
+    assert scroll_width == client_width
+
+
 def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     netloc = urlsplit(server).netloc
     for method in ("GET", "HEAD"):
