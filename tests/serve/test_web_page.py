@@ -180,6 +180,14 @@ def test_the_conversation_is_kept_in_the_page_and_shown_as_text(page):
     assert request["messages"] == [{"role": "user", "content": "fresh"}]
 
 
+def test_the_settings_numbers_are_sent_as_the_browser_reads_them(page):
+    """A number field takes "1e1" as 10; its value is sent as the number it shows."""
+    settings(page, api_key=KEY, max_tokens="1e1", temperature="5e-1")
+    chunks, request = send(page, "def f(x):")
+    assert request["max_tokens"] == 10 and request["temperature"] == 0.5
+    assert chunks[-1]["specllm"]["stats"]["generated_tokens"] == 10
+
+
 def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
     """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
     settings(page, api_key=KEY, temperature=0, max_tokens=4)
