@@ -188,6 +188,21 @@ def test_the_settings_numbers_are_sent_as_the_browser_reads_them(page):
     assert chunks[-1]["specllm"]["stats"]["generated_tokens"] == 10
 
 
+def test_a_refused_setting_is_named_rather_than_sending_nothing(page):
+    """The browser refuses a max tokens of 0 before anything is sent; with Settings closed, the page
+    opens them and says why, and the message waits in its field."""
+    settings(page, api_key=KEY, max_tokens=0)
+    page.click("#settings summary")  # closed again
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    expect(page.locator("#error")).to_have_text(re.compile(r"^max tokens: .*1"))
+    assert page.locator("#settings").evaluate("details => details.open")
+    assert page.locator(".msg").count() == 0 and page.input_value("#input") == "hello"
+    settings(page, max_tokens=4)
+    page.fill("#input", "")
+    send(page, "hello")
+
+
 def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
     """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
     settings(page, api_key=KEY, temperature=0, max_tokens=4)
