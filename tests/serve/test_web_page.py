@@ -185,6 +185,9 @@ def test_the_settings_numbers_are_sent_as_the_browser_reads_them(page):
     settings(page, api_key=KEY, max_tokens="1e1", temperature="5e-1")
     chunks, request = send(page, "def f(x):")
     assert request["max_tokens"] == 10 and request["temperature"] == 0.5
+    settings(page, temperature=0.05)  # any temperature, not only tenths
+    _, request = send(page, "def f(x):")
+    assert request["temperature"] == 0.05
     assert chunks[-1]["specllm"]["stats"]["generated_tokens"] == 10
 
 
