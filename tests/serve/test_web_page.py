@@ -3,6 +3,7 @@ by Playwright) against a real `specllm serve` on the tiny models; and the stream
 `specllm` field the page reads. Without Chromium or Playwright these tests fail with one line
 saying how to get them, unless SPECLLM_SKIP_BROWSER is set (then the browser tests skip)."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import openai
@@ -31,10 +33,11 @@ def chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def server(tiny_models, tmp_path_factory):
-    """`specllm serve` with an API key, drafting with the draft model so that every reply has
-    accepted, rejected and target tokens; its log goes to a file (a pipe nobody reads fills)."""
+@contextlib.contextmanager
+def serving(tiny_models, log: Path, key: str | None, ctx_size: int = 2048):
+    """`specllm serve` drafting with the draft model, so that every reply has accepted, rejected and
+    target tokens; its log goes to a file (a pipe nobody reads fills). Yields the page's address
+    and the process."""
     args = [
         "serve",
         "--target",
@@ -46,12 +49,11 @@ def server(tiny_models, tmp_path_factory):
         "--threads",
         1,
         "--ctx-size",
-        2048,
+        ctx_size,
         "--port",
         0,
     ]
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    env = {**os.environ, "SPECLLM_API_KEY": KEY}
+    env = {**os.environ, "SPECLLM_API_KEY": key} if key else os.environ
     with open(log, "w") as out:
         proc = subprocess.Popen(SPECLLM + list(map(str, args)), stderr=out, env=env)
     try:
@@ -59,10 +61,18 @@ def server(tiny_models, tmp_path_factory):
         while not (found := re.search(r"chat page: (http://127\.0\.0\.1:\d+/)", log.read_text())):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        yield found[1]
+        yield found[1], proc
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, tmp_path_factory):
+    """The server the page's tests share, with an API key."""
+    with serving(tiny_models, tmp_path_factory.mktemp("serve") / "serve.log", KEY) as (url, _):
+        yield url
 
 
 try:  # Playwright's waits are locators: the page's Content-Security-Policy forbids what
@@ -242,6 +252,27 @@ def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     send(page, "hello")
     assert page.inner_text("#error") == "" and page.locator(".msg.assistant .text > *").count() > 0
     expect(page.locator("#model")).to_have_text("target.gguf")
+
+
+def test_a_server_that_goes_away_is_said_in_words(browser, tiny_models, tmp_path):
+    """A server killed in the middle of a reply, then no server at all: the page says so, rather
+    than the browser's "network error" and "Failed to fetch"."""
+    with serving(tiny_models, tmp_path / "serve.log", key=None, ctx_size=4096) as (url, proc):
+        context = browser.new_context()
+        tab = context.new_page()
+        tab.goto(url)
+        settings(tab, max_tokens=4000, temperature=0)  # seconds of reply: it is killed well before its end
+        tab.fill("#input", "def f(x):")
+        tab.press("#input", "Enter")
+        expect(tab.locator(".msg.assistant .text > *").nth(5)).to_be_attached(timeout=REPLY_SECONDS * 1000)
+        proc.kill()
+        proc.wait(30)
+        expect(tab.locator("#error")).to_have_text("the connection to the server broke off before the reply ended")
+        tab.fill("#input", "again")
+        tab.press("#input", "Enter")
+        expect(tab.locator("#error")).to_have_text("could not reach the server: is specllm serve still running?")
+        assert tab.input_value("#input") == "again"  # taken back, to send once the server is back
+        context.close()
 
 
 # --- the stream the page reads ---------------------------------------------------------------
