@@ -216,6 +216,20 @@ def test_a_refused_setting_is_named_rather_than_sending_nothing(page):
     send(page, "hello")
 
 
+def test_a_conversation_that_outgrows_the_context_says_new_chat_goes_on(page):
+    """Every message sends the whole conversation: once it no longer fits, the server's refusal
+    names the prompt's size, and the page adds that only a new chat can go on."""
+    settings(page, api_key=KEY, temperature=0, max_tokens=4)
+    send(page, "x" * 1100)  # a token a character: more than half the 2048-token context
+    page.fill("#input", "y" * 1100)
+    page.press("#input", "Enter")
+    expect(page.locator("#error")).to_have_text(
+        re.compile(r"^the prompt is \d+ tokens but the context holds 2048: .*New chat")
+    )
+    page.click("#new-chat")
+    send(page, page.input_value("#input"))  # the message taken back goes alone
+
+
 def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
     """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
     settings(page, api_key=KEY, temperature=0, max_tokens=4)
