@@ -230,6 +230,21 @@ def test_a_conversation_that_outgrows_the_context_says_new_chat_goes_on(page):
     send(page, page.input_value("#input"))  # the message taken back goes alone
 
 
+def test_a_double_click_on_send_sends_rather_than_stopping_at_once(page):
+    """Stop appears where Send was: the double click's second click lands on it, and must not stop
+    the reply that its first click sent. A single click on Stop still stops."""
+    settings(page, api_key=KEY, temperature=0, max_tokens=8)
+    page.fill("#input", "hello")
+    page.dblclick("#send")
+    expect(page.locator(".msg.assistant .stats")).to_have_text(re.compile(r"^\[max_tokens\] "))
+    settings(page, max_tokens=2000)
+    page.fill("#input", "a long one")
+    page.click("#send")
+    expect(page.locator(".msg.assistant").nth(1).locator(".text > *").nth(3)).to_be_attached()
+    page.click("#stop")
+    expect(page.locator(".msg.assistant .stats").nth(1)).to_have_text(re.compile(r" · stopped$"))
+
+
 def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
     """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
     settings(page, api_key=KEY, temperature=0, max_tokens=4)
