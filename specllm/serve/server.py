@@ -342,8 +342,10 @@ class EngineWorker:
             seed=seed,
             **request.sampler,
         )
-        self.cache.forget()  # the KV cache changes now; Job.run remembers the finished generation
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
+        # The KV cache changes from the first step (a refusal above leaves it as it was, for the
+        # conversation to go on from); Job.run remembers the finished generation.
+        self.cache.forget()
         marked = self.marked_text if tools else None
         return Plan(text, tokens, seed, generation, continues, tools, marked)
 

@@ -173,6 +173,24 @@ def test_a_growing_chat_prefills_only_its_new_tokens(srv):
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_a_refused_request_does_not_forget_the_conversation_before_it(srv):
+    """A request refused before it runs (a drafter this server cannot serve, which the chat page's
+    Settings offer) leaves the KV cache as it was: the conversation goes on from the reply's own
+    tokens, as if the refusal had not come between."""
+    client = srv.client()
+    first = [{"role": "user", "content": PROMPT}]
+    one = client.chat.completions.create(model="x", messages=first, **GREEDY)
+    second = first + [
+        {"role": "assistant", "content": one.choices[0].message.content},
+        {"role": "user", "content": "and g(y)?"},
+    ]
+    with pytest.raises(openai.BadRequestError, match="MTP layers"):
+        client.chat.completions.create(model="x", messages=second, extra_body={"drafter": "mtp"}, **GREEDY)
+    two = client.chat.completions.create(model="x", messages=second, **GREEDY)
+    reused = one.usage.prompt_tokens + one.usage.completion_tokens
+    assert two.usage.prompt_tokens_details.cached_tokens == reused - 1
+
+
 def test_a_reply_cut_by_a_stop_string_is_not_continued_from_its_tokens(srv):
     """The conversation goes on from a reply cut by a stop string: its text ends before the stop
     string, its tokens do not, so the next prompt is tokenized whole (engine/prompt_cache.py) and
