@@ -276,6 +276,9 @@ def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     # The turn is taken back, ready to send again, and the key field is open.
     assert page.locator(".msg").count() == 0 and page.input_value("#input") == "hello"
     assert page.locator("#settings").evaluate("details => details.open")
+    settings(page, api_key="not-" + KEY)
+    page.press("#input", "Enter")
+    expect(page.locator("#error")).to_have_text("this server refused the API key: check it under Settings")
     settings(page, api_key=KEY, max_tokens=4)
     page.fill("#input", "")
     send(page, "hello")
