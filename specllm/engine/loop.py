@@ -435,9 +435,7 @@ class Engine:
             start, measured = time.perf_counter(), []
             target = calibration.load_costs(self._key(self.target))
             if target is None:
-                longest = longest_draft(self.target, Drafter.AUTO)
-                widths = [w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1]
-                target = calibration.measure(self.target, tuple(widths), context)
+                target = calibration.measure(self.target, self._target_widths(), context)
                 measured.append("target")
             draft = mtp = None
             if self.has_draft:
@@ -452,12 +450,38 @@ class Engine:
                     measured.append("mtp")
             self.policy = AutoPolicy(target, draft, mtp)
             self.policy.replays = self.target.max_draft == 0  # no snapshots: a rejection is evaluated again
-            self.calibration = {
-                "measured": measured,  # [] when both came from the cache
-                "seconds": time.perf_counter() - start,
-                "cache": str(calibration.cache_path()),
-            }
+            self._calibrated(start, measured)
+        if self.policy.target.drifted():  # since the costs were measured, here or in the cache
+            self._measure_again(context)
         return self.policy
+
+    def _measure_again(self, context: list[int]) -> None:
+        """The machine's speed changed since the policy's costs were measured (see
+        CostTable.drifted): time each loaded model's calls again on top of `context`. A draft
+        model that is not loaded keeps its costs, which followed the target's drift."""
+        start, policy, measured = time.perf_counter(), self.policy, ["target"]
+        assert policy is not None
+        policy.target = calibration.measure(self.target, self._target_widths(), context)
+        if self.draft is not None and policy.draft is not None:
+            prefix = context[: calibration.DRAFT_CONTEXT]
+            policy.costs["model"] = calibration.measure(self.draft, calibration.DRAFT_WIDTHS, prefix)
+            measured.append("draft")
+        if self.mtp is not None and "mtp" in policy.costs:
+            policy.costs["mtp"] = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
+            measured.append("mtp")
+        self._calibrated(start, measured)
+
+    def _target_widths(self) -> tuple[int, ...]:
+        """The target call widths auto can use: no wider than its longest draft (snapshots) + 1."""
+        longest = longest_draft(self.target, Drafter.AUTO)
+        return tuple(w for w in calibration.TARGET_WIDTHS if longest is None or w <= longest + 1)
+
+    def _calibrated(self, start: float, measured: list[str]) -> None:
+        self.calibration = {
+            "measured": measured,  # [] when all came from the cache
+            "seconds": time.perf_counter() - start,
+            "cache": str(calibration.cache_path()),
+        }
 
     def save_costs(self) -> None:
         if self.policy is not None:
@@ -809,10 +833,11 @@ class _Run:
         self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds
 
     def _auto_drafter(self) -> AutoDrafter:
-        engine, first = self.engine, self.engine.policy is None
+        engine = self.engine
+        # the costs are obtained now: on first use, or again once the machine's speed changed
+        self.calibrated = engine.policy is None or engine.policy.target.drifted()
         policy = engine.auto_policy(self.context[:-1])
-        self.calibrated = first
-        if first and engine.calibration["measured"]:  # reading the cache is not calibrating
+        if self.calibrated and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None
         if policy.model_could_pay() and (draft := engine.load_draft()) is not None:

@@ -32,6 +32,7 @@ MODEL_MAX = 16  # longest draft-model proposal
 OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
 CLEARLY_BELOW = 0.75  # a wide call this far under the one-token estimate lowers it
+DRIFT = 2.0  # a one-token call this many times slower or faster than when V was measured: V is stale
 GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
 TEXT_SHIFT_STEP = 0.05  # how far one judged draft token moves its text's logit shift
 TEXT_SHIFT_MAX = 2.0  # a text is at most this far (in logits) from what earlier texts taught
@@ -54,10 +55,15 @@ def bucket(value: float, edges: Sequence[float]) -> int:
 class CostTable:
     """One model's call costs: seconds of a one-token call, and V(n) = T(n) / T(1) for each call
     width n that was measured. Kept as ratios so that when the machine speeds up or slows down
-    (T(1) drifts), every width drifts with it."""
+    (T(1) drifts), every width drifts with it. `measured_at` is the one-token time when V was
+    last measured (see drifted)."""
 
     step_seconds: float
     V: dict[int, float] = field(default_factory=dict)
+    measured_at: float = 0.0  # 0: now
+
+    def __post_init__(self):
+        self.measured_at = self.measured_at or self.step_seconds
 
     def seconds(self, n: int) -> float:
         return self.step_seconds * self.ratio(n)
@@ -101,13 +107,25 @@ class CostTable:
             ratio = min(max(ratio, self.V[n] / 2), self.V[n] * 2)
             self.V[n] += EWMA * (ratio - self.V[n])
 
+    def drifted(self) -> bool:
+        """Has a one-token call become more than DRIFT times slower (or faster) than when V was
+        measured? Then V no longer holds: other processes wanting the CPU (a build, a throttled
+        laptop) add a delay to every call whatever its width, so a wide call costs relatively
+        less, and the other way round when they stop. V(n) is only corrected by calls of width n,
+        which a policy that drafts nothing never makes, so it has to be measured again."""
+        return not 1 / DRIFT < self.step_seconds / self.measured_at < DRIFT
+
     @classmethod
-    def from_ratios(cls, step_seconds: float, ratios: dict[int, float]) -> CostTable:
+    def from_ratios(cls, step_seconds: float, ratios: dict[int, float], measured_at: float = 0.0) -> CostTable:
         """A table of measured V(n), each held within [1, n] as `observe` holds them."""
-        return cls(step_seconds, {n: _within_width(n, v) for n, v in ratios.items()})
+        return cls(step_seconds, {n: _within_width(n, v) for n, v in ratios.items()}, measured_at)
 
     def to_dict(self) -> dict:
-        return {"step_seconds": self.step_seconds, "V": {str(n): v for n, v in sorted(self.V.items())}}
+        return {
+            "step_seconds": self.step_seconds,
+            "V": {str(n): v for n, v in sorted(self.V.items())},
+            "measured_at": self.measured_at,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> CostTable:
@@ -115,9 +133,12 @@ class CostTable:
         that takes no time or a width below 2 would divide by zero, NaN would decide everything."""
         step = float(d["step_seconds"])
         V = {int(n): float(v) for n, v in d["V"].items()}
-        if not (math.isfinite(step) and step > 0) or any(n < 2 or not math.isfinite(v) for n, v in V.items()):
+        measured_at = float(d.get("measured_at", step))  # a table written before it was kept
+        if not all(math.isfinite(t) and t > 0 for t in (step, measured_at)) or any(
+            n < 2 or not math.isfinite(v) for n, v in V.items()
+        ):
             raise ValueError(f"not a cost table: {d!r}")
-        return cls.from_ratios(step, V)
+        return cls.from_ratios(step, V, measured_at)
 
 
 def _within_width(n: int, ratio: float) -> float:

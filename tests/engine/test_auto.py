@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 from costs import FixedCosts, gpu_like_policy
+from slowed import SLOW_CALL, slowed
 from stats import chi_square_pvalue
 
 import specllm
@@ -247,6 +248,68 @@ def test_a_cached_verdict_that_the_draft_pays_loads_and_uses_it(tiny_models):
     e.policy = gpu_like_policy()  # keep the GPU-like costs: the tiny models' real ones would drift in
     result = greedy(e, PROMPTS[0], "auto")
     assert e.draft is not None and result.stats.sources["model"]["drafted"] > 0
+    e.close()
+
+
+# --- the machine's speed changes after calibration --------------------------------------------
+
+CPU_V = {2: 1.63, 3: 1.99, 4: 2.7, 5: 3.23}  # a quiet 2-core CPU's narrow calls
+
+
+def test_costs_measured_on_a_quiet_machine_are_measured_again_when_it_slows_down(engine, monkeypatch):
+    """Another process takes the CPU after calibration: every call now waits SLOW_CALL whatever its
+    width, so a 5-token call costs about one 1-token call. A policy that drafts nothing makes only
+    one-token calls, which never corrected V(5): it stayed at the quiet machine's 3.2 for good, and
+    the draft model, which this machine now pays for, was never tried. Once a one-token call is
+    more than twice as slow as when V was measured, the next text measures it again."""
+    quiet = SLOW_CALL / 10
+    engine.policy = AutoPolicy(CostTable(quiet, dict(CPU_V)), CostTable(quiet * 0.53, {2: 1.92, 5: 3.35}))
+    assert not engine.policy.model_could_pay()
+    slowed(monkeypatch, "llama_decode")
+    first = greedy(engine, PROMPTS[0], "auto", max_tokens=24)  # drafts nothing: one-token calls only
+    assert first.stats.policy["calibration"]["measured"] == []
+    assert engine.policy.target.V[5] == CPU_V[5]
+    second = greedy(engine, PROMPTS[0], "auto", max_tokens=24)
+    assert second.stats.policy["calibration"]["measured"] == ["target", "draft"]
+    assert second.stats.calibration_seconds > 0
+    assert engine.policy.target.V[5] < 2 and not engine.policy.target.drifted()
+    assert second.tokens == greedy(engine, PROMPTS[0], "none", max_tokens=24).tokens
+
+
+def test_costs_measured_on_a_busy_machine_are_measured_again_when_it_is_quiet(engine):
+    """Calibrated while other processes held the CPU, every call looked alike (V = 1) and the
+    draft model cheap: auto drafts with it at every step, and its wide calls alone only pulled the
+    one-token estimate down to three quarters of theirs, so V stayed 1 and the draft model in use
+    where it loses. Once a one-token call is more than twice as fast as when V was measured, the
+    next text measures it again."""
+    busy = SLOW_CALL * 10
+    engine.policy = AutoPolicy(CostTable(busy, {n: 1.0 for n in CPU_V}), CostTable(busy * 0.1, {2: 1.0, 5: 1.0}))
+    first = greedy(engine, PROMPTS[0], "auto", max_tokens=24)
+    assert first.stats.sources["model"]["steps"] > 0 and first.stats.policy["calibration"]["measured"] == []
+    second = greedy(engine, PROMPTS[0], "auto", max_tokens=24)
+    assert second.stats.policy["calibration"]["measured"] == ["target", "draft"]
+    assert engine.policy.target.measured_at < busy / 10 and second.tokens == first.tokens
+
+
+def test_costs_are_not_measured_again_while_the_machine_keeps_its_speed(engine, monkeypatch):
+    slowed(monkeypatch, "llama_decode")
+    engine.policy = AutoPolicy(CostTable(SLOW_CALL, dict(CPU_V)), CostTable(SLOW_CALL * 0.53, {2: 1.92, 5: 3.35}))
+    for _ in range(2):
+        assert greedy(engine, PROMPTS[0], "auto", max_tokens=24).stats.policy["calibration"]["measured"] == []
+    assert engine.policy.target.V == CPU_V
+
+
+def test_a_cached_table_whose_machine_slowed_down_is_measured_again_at_once(tiny_models, monkeypatch):
+    """A run on a busy machine wrote its slower one-token time to the cache: the next run does not
+    decide on the quiet machine's V."""
+    quiet = SLOW_CALL / 10
+    busy = CostTable(SLOW_CALL, dict(CPU_V), measured_at=quiet)
+    write_cache(tiny_models, busy, CostTable(quiet * 0.53, {2: 1.92, 5: 3.35}, measured_at=quiet))
+    slowed(monkeypatch, "llama_decode")
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1, defer_draft=True)
+    result = greedy(e, PROMPTS[0], "auto", max_tokens=4)
+    assert result.stats.policy["calibration"]["measured"] == ["target"]  # the draft was not loaded
+    assert e.policy.target.V[5] < 2
     e.close()
 
 

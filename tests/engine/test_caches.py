@@ -23,6 +23,8 @@ DAMAGED = {
     "a negative step": {"step_seconds": -1.4, "V": {"2": 1.5}},
     "NaN": {"step_seconds": 0.02, "V": {"2": float("nan")}},
     "a string": {"step_seconds": "fast", "V": {"2": 1.5}},
+    "measured at no time": {"step_seconds": 0.02, "V": {"2": 1.5}, "measured_at": 0},
+    "measured at NaN": {"step_seconds": 0.02, "V": {"2": 1.5}, "measured_at": float("nan")},
     "not a table": [1, 2, 3],
 }
 

@@ -147,6 +147,17 @@ def test_costs_drift_together_through_the_one_token_time():
     assert table.seconds(4) == pytest.approx(0.06, rel=0.01)
 
 
+def test_a_table_has_drifted_once_a_one_token_call_is_twice_as_slow_or_fast_as_when_measured():
+    table = CostTable(0.01, {4: 3.0})
+    for seconds, drifted in ((0.015, False), (0.03, True), (0.008, False), (0.004, True)):
+        table.step_seconds = seconds
+        assert table.drifted() is drifted
+        again = CostTable.from_dict(table.to_dict())  # the cache keeps when V was measured
+        assert again.measured_at == 0.01 and again.drifted() is drifted
+    old_entry = {"step_seconds": 0.03, "V": {"4": 3.0}}  # written before it was kept
+    assert not CostTable.from_dict(old_entry).drifted()
+
+
 def test_a_one_token_time_calibrated_too_high_is_corrected_by_wider_calls_alone():
     """Calibrated in a slow spell, the target looked 300x dearer than it is: auto then drafted at
     every step, so no one-token call came to correct it, and the cache kept the error for good.
