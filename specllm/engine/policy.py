@@ -29,7 +29,6 @@ MARGIN = 0.10  # drafting must promise this much more than a plain target step
 NGRAM_MAX = 64  # longest n-gram copy drafted in one step
 NGRAM_MIN_BUDGET = 3  # an n-gram copy may always draft this many, however short its repeat
 MODEL_MAX = 16  # longest draft-model proposal
-OPTIMISTIC_MODEL_ACCEPTANCE = 0.9  # "could the draft model ever pay here?" is asked at this rate
 EWMA = 0.2  # weight of a new timing in the running cost estimates
 CLEARLY_BELOW = 0.75  # a wide call this far under the one-token estimate lowers it
 DRIFT = 2.0  # a one-token call this many times slower or faster than when V was measured: V is stale
@@ -461,14 +460,14 @@ class AutoPolicy:
         return self.step_seconds(k, costs.seconds(max(1, catch_up)) + (k - 1) * costs.seconds(1))
 
     def model_could_pay(self, source: str = "model") -> bool:
-        """Could a model source beat a plain target step even at OPTIMISTIC_MODEL_ACCEPTANCE, or
-        at what it has shown when that is better? If not, it is not worth a single call here."""
+        """Could `choose` ever pick a model source, at the acceptance it expects of it and with
+        the cheapest catch-up? If not, the source is not worth a call (nor a prefill) here. It
+        asks no more optimistically than `choose` does: a source loaded and prefilled for a
+        higher rate than `choose` prices it at was prefilled for nothing, every generation."""
         if source not in self.costs:
             return False
-        learned = self.marginal[source].rates(0, MODEL_MAX)
-        rates = [max(OPTIMISTIC_MODEL_ACCEPTANCE, a) for a in learned]
-        best = best_length(rates, lambda k: self._model_step_seconds(k, 1, source) + self._replay(rates, k))
-        return best.k > 0 and best.rate > self.baseline * (1 + MARGIN)
+        choice = self.model_choice(MODEL_MAX, 1, source)
+        return choice.k > 0 and choice.rate > self.baseline * (1 + MARGIN)
 
     def choose(
         self,

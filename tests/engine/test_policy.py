@@ -60,6 +60,21 @@ def test_this_cpus_costs_never_choose_the_draft_model():
     assert policy.choose(0, 0, model_ready=True, cap=64).source == "none"
 
 
+def test_a_draft_model_choose_would_never_pick_is_not_worth_a_call():
+    """Costs where the draft model pays at 90% acceptance but not at the 70% that choose expects of
+    it before it has drafted: "could it pay" said yes, so every generation loaded and prefilled the
+    draft, and choose never drafted with it. The two now ask the same question."""
+    target = CostTable(0.030, {2: 2.0, 3: 2.14, 4: 1.84, 5: 2.94, 8: 4.5, 12: 6.0, 16: 7.5, 17: 8.0})
+    policy = AutoPolicy(target, CostTable(0.0066, {2: 1.9, 3: 2.2, 5: 3.3, 9: 5.0}))
+    assert policy.choose(0, 0, model_ready=True, cap=64).source == "none"
+    assert not policy.model_could_pay()
+    for _ in range(40):  # it drafted, and its drafts were accepted 90% of the time: now it pays
+        record_run(policy.learned["model_marginal"], 0, 16, 16)
+        record_run(policy.learned["model_marginal"], 0, 2, 1)
+    policy.start_generation()
+    assert policy.model_could_pay() and policy.choose(0, 0, model_ready=True, cap=64).source == "model"
+
+
 def test_this_cpus_costs_copy_long_reliable_repeats_with_ngram():
     policy = AutoPolicy(CPU_TARGET, CPU_DRAFT)
     copies_well(policy, repeat=24)
