@@ -225,12 +225,12 @@ def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
     return Drafter.MODEL if has_draft else Drafter.NGRAM
 
 
-def resolve_gamma(gamma, drafter, pair, target, models_file) -> int | None:
+def resolve_gamma(gamma, drafter, engine) -> int | None:
     """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
-    recommended draft length (pair_gamma)."""
+    recommended draft length (engine.fixed_gamma, which load_engine set)."""
     if gamma is not None or drafter == Drafter.AUTO:
         return gamma
-    return pair_gamma(pair, target, models_file)
+    return engine.fixed_gamma
 
 
 def pair_gamma(pair, target, models_file) -> int:
@@ -325,7 +325,7 @@ def run(
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
-    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    gamma = resolve_gamma(gamma, drafter, engine)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     generation = engine.start(text, config, chat=chat_template, system=system)
     console = Console()
@@ -394,7 +394,7 @@ def chat(
     show_llama_log(verbose)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    gamma = resolve_gamma(gamma, drafter, engine)
     check_draft_length(engine, drafter, gamma)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system)
@@ -673,7 +673,7 @@ def serve(
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     show_llama_log(verbose)
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    gamma = resolve_gamma(gamma, drafter, pair, target, models_file)
+    gamma = resolve_gamma(gamma, drafter, engine)
     check_draft_length(engine, drafter, gamma)
     from specllm.models.stores import store_name
 
