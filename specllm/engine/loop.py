@@ -28,7 +28,7 @@ from specllm.engine.drafters import (
     NoDrafter,
 )
 from specllm.engine.names import FIXED_GAMMA, Drafter
-from specllm.engine.policy import NGRAM_MAX, AutoPolicy
+from specllm.engine.policy import NGRAM_MAX, AutoPolicy, CostTable
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
 from specllm.engine.text import TextStream, check_utf8
@@ -441,12 +441,12 @@ class Engine:
             if self.has_draft:
                 draft = calibration.load_costs(self._draft_key())
                 if draft is None and (model := self.load_draft()) is not None:
-                    draft = calibration.measure(model, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+                    draft = self._measure_draft(model, context)
                     measured.append("draft")
             if self.mtp is not None:
                 mtp = calibration.load_costs(self._mtp_key())
-                if mtp is None:  # its inputs are the target's hidden states: timed on the target's context
-                    mtp = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
+                if mtp is None:
+                    mtp = self._measure_mtp(self.mtp, context)
                     measured.append("mtp")
             self.policy = AutoPolicy(target, draft, mtp)
             self.policy.replays = self.target.max_draft == 0  # no snapshots: a rejection is evaluated again
@@ -463,13 +463,21 @@ class Engine:
         assert policy is not None
         policy.target = calibration.measure(self.target, self._target_widths(), context)
         if self.draft is not None and policy.draft is not None:
-            prefix = context[: calibration.DRAFT_CONTEXT]
-            policy.costs["model"] = calibration.measure(self.draft, calibration.DRAFT_WIDTHS, prefix)
+            policy.costs["model"] = self._measure_draft(self.draft, context)
             measured.append("draft")
         if self.mtp is not None and "mtp" in policy.costs:
-            policy.costs["mtp"] = calibration.measure(self.mtp, calibration.DRAFT_WIDTHS, context)
+            policy.costs["mtp"] = self._measure_mtp(self.mtp, context)
             measured.append("mtp")
         self._calibrated(start, measured)
+
+    @staticmethod
+    def _measure_draft(draft: Model, context: list[int]) -> CostTable:
+        return calibration.measure(draft, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+
+    @staticmethod
+    def _measure_mtp(mtp: MtpHead, context: list[int]) -> CostTable:
+        # its inputs are the target's hidden states: timed on the target's context
+        return calibration.measure(mtp, calibration.DRAFT_WIDTHS, context)
 
     def _target_widths(self) -> tuple[int, ...]:
         """The target call widths auto can use: no wider than its longest draft (snapshots) + 1."""
@@ -834,9 +842,11 @@ class _Run:
 
     def _auto_drafter(self) -> AutoDrafter:
         engine = self.engine
-        # the costs are obtained now: on first use, or again once the machine's speed changed
-        self.calibrated = engine.policy is None or engine.policy.target.drifted()
+        before = engine.calibration
         policy = engine.auto_policy(self.context[:-1])
+        # costs obtained now (on first use, or again once the machine's speed changed) come with
+        # a new account of how they were
+        self.calibrated = engine.calibration is not before
         if self.calibrated and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None
