@@ -239,12 +239,10 @@ class EngineWorker:
         self.loop = loop = asyncio.get_running_loop()
         self.waiting += 1
         try:
-            await self.turn()
+            await self.turn()  # raises once the server is stopping
         finally:
             self.waiting -= 1
         try:
-            if self.stopping:
-                raise shutting_down()
             if await gone():
                 self.lock.release()
                 return None
@@ -332,10 +330,11 @@ class EngineWorker:
             )
         seed = default_seed(request.seed)
         wanted = request.requested_tokens
-        fits = room + 1  # tokens a reply can have: its last one needs no KV slot of its own
+        # A reply fits room + 1 tokens (its last needs no KV slot of its own). Asked for more, or
+        # for none, the engine ends it as context_full, as run's.
+        beyond = room + 2
         config = make_config(
-            # more than fits (or none asked for): the engine ends the reply as context_full, as run's
-            max_tokens=min(wanted or fits + 1, fits + 1),
+            max_tokens=min(wanted or beyond, beyond),
             drafter=request.drafter or self.settings.drafter,
             gamma=request.gamma if request.gamma is not None else self.settings.gamma,
             stop=request.stops,

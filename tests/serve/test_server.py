@@ -149,14 +149,20 @@ def test_top_p_0_and_min_p_1_keep_the_most_likely_token(srv):
         assert sampled.choices[0].text == greedy
 
 
-def test_a_growing_chat_prefills_only_its_new_tokens(srv):
-    client = srv.client()
+def two_turns(client) -> tuple:
+    """A greedy reply to PROMPT, and the conversation that follows it with a second question."""
     first = [{"role": "user", "content": PROMPT}]
     one = client.chat.completions.create(model="x", messages=first, **GREEDY)
     second = first + [
         {"role": "assistant", "content": one.choices[0].message.content},
         {"role": "user", "content": "and g(y)?"},
     ]
+    return one, second
+
+
+def test_a_growing_chat_prefills_only_its_new_tokens(srv):
+    client = srv.client()
+    one, second = two_turns(client)
     two = client.chat.completions.create(model="x", messages=second, **GREEDY)
     reused = one.usage.prompt_tokens + one.usage.completion_tokens
     stats = two.to_dict()["specllm"]["stats"]
@@ -178,12 +184,7 @@ def test_a_refused_request_does_not_forget_the_conversation_before_it(srv):
     Settings offer) leaves the KV cache as it was: the conversation goes on from the reply's own
     tokens, as if the refusal had not come between."""
     client = srv.client()
-    first = [{"role": "user", "content": PROMPT}]
-    one = client.chat.completions.create(model="x", messages=first, **GREEDY)
-    second = first + [
-        {"role": "assistant", "content": one.choices[0].message.content},
-        {"role": "user", "content": "and g(y)?"},
-    ]
+    one, second = two_turns(client)
     with pytest.raises(openai.BadRequestError, match="MTP layers"):
         client.chat.completions.create(model="x", messages=second, extra_body={"drafter": "mtp"}, **GREEDY)
     two = client.chat.completions.create(model="x", messages=second, **GREEDY)
