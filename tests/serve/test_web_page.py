@@ -333,3 +333,14 @@ def test_steps_are_streamed_only_when_asked_for(server):
         assert chunk.choices[0].text == step["accepted"] + step["target"]
     with pytest.raises(openai.BadRequestError, match="specllm_steps"):
         client.chat.completions.create(**ask, stream=True, extra_body={"specllm_steps": "yes"})
+
+
+def test_the_draft_mix_adds_up_to_100_as_the_terminals_does(page):
+    """Shares rounded each on its own can add up to 101% (12.5, 12.5, 75); the page takes the
+    terminal's rule (bench's whole_percents), so both show the same figures."""
+    from specllm.bench.view import whole_percents
+
+    cases = [[1 / 8, 1 / 8, 3 / 4], [1 / 3, 1 / 3, 1 / 3], [0.004, 0.996, 0.0], [1 / 6, 1 / 6, 2 / 3, 0.0], [1.0, 0, 0]]
+    for shares in cases:
+        shown = page.evaluate("shares => wholePercents(shares)", shares)
+        assert shown == whole_percents(shares) and sum(shown) == 100, shares
