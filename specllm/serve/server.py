@@ -392,7 +392,8 @@ class EngineWorker:
         return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
 
     def status(self) -> dict:
-        return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting}
+        drafters = [d.value for d in self.drafters]  # what a request may ask for: the chat page offers these
+        return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting, "drafters": drafters}
 
 
 # --- the HTTP layer -----------------------------------------------------------------------------

@@ -344,3 +344,12 @@ def test_the_draft_mix_adds_up_to_100_as_the_terminals_does(page):
     for shares in cases:
         shown = page.evaluate("shares => wholePercents(shares)", shares)
         assert shown == whole_percents(shares) and sum(shown) == 100, shares
+
+
+def test_the_page_offers_only_the_drafters_the_server_has(page):
+    """A llama target has no MTP layers: the server refuses `mtp`, and the page does not offer it."""
+    settings(page, api_key=KEY)
+    page.locator("#api-key").dispatch_event("change")  # as leaving the field does: the page asks again
+    expect(page.locator("#drafter option:text-is('mtp')")).to_be_disabled()
+    offered = "select => [...select.options].filter(o => !o.disabled).map(o => o.value)"
+    assert page.locator("#drafter").evaluate(offered) == ["", "auto", "model", "ngram", "none"]
