@@ -572,7 +572,7 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on
     if devices is not None:
         params.devices = ctypes.cast(devices, ctypes.c_void_p)
     if on_huge_pages:
-        params.load_mode = L.LLAMA_LOAD_MODE_NONE  # read into the process's memory, not mapped
+        _read_not_mapped(params)
         # called once the buffers exist, before they are filled
         params.progress_callback = huge_pages.ADVISE_HUGE_PAGES_ONCE
     recent_errors.clear()
@@ -583,6 +583,15 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on
             raise SpecllmError(f"cannot load {path} over RPC ({','.join(options.rpc)}): {why}")
         raise SpecllmError(f"cannot load {path}: {first_error('truncated, corrupt or unsupported')}")
     return model
+
+
+def _read_not_mapped(params) -> None:
+    """Have llama.cpp read the weights into the process's memory rather than map the file: its
+    load_mode where llama-cpp-python has one (0.3.35 on), its use_mmap flag before that."""
+    if hasattr(L, "LLAMA_LOAD_MODE_NONE"):
+        params.load_mode = L.LLAMA_LOAD_MODE_NONE
+    else:
+        params.use_mmap = False
 
 
 def passing_signals_through(call, free, *args):

@@ -10,6 +10,7 @@ import pytest
 
 from specllm.engine import calibration
 from specllm.llama import huge_pages, log
+from specllm.llama import model as llama_model
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
 
@@ -81,6 +82,23 @@ def test_weights_read_into_memory_compute_what_mapped_weights_do(tiny_models, mo
     logits_mapped = mapped.eval(mapped.tokenize(prompt), 4).copy()
     mapped.close()
     np.testing.assert_array_equal(logits_read, logits_mapped)
+
+
+@linux_with_thp
+def test_a_binding_without_load_modes_reads_the_weights_with_use_mmap_off(tiny_models, monkeypatch):
+    # llama-cpp-python before 0.3.35 says "read, do not map" with use_mmap: it has no load_mode
+    prompt = "def add(a, b): return a + b"
+    current = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    expected = current.eval(current.tokenize(prompt), 4).copy()
+    current.close()
+    monkeypatch.delattr(llama_model.L, "LLAMA_LOAD_MODE_NONE")
+    loads = []
+    load = llama_model.L.llama_model_load_from_file
+    monkeypatch.setattr(llama_model.L, "llama_model_load_from_file", lambda *a: loads.append(a[1]) or load(*a))
+    older = Model(tiny_models.target, ModelOptions(n_ctx=256, n_threads=1))
+    assert older.on_huge_pages and loads[0].use_mmap is False
+    np.testing.assert_array_equal(older.eval(older.tokenize(prompt), 4), expected)
+    older.close()
 
 
 def test_calibration_is_cached_apart_for_weights_on_huge_pages(tiny_models):
