@@ -557,11 +557,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _nextn_layers(model) -> int:
-    """MTP ("nextn") layers a model carries; llama.cpp also counts a router layer there."""
-    try:
-        return max(0, int(L.llama_model_n_layer_nextn(model)))
-    except AttributeError:  # a llama-cpp-python without MTP support
+    """MTP ("nextn") layers a model carries; llama.cpp also counts a router layer there. None
+    where this llama-cpp-python cannot draft with them: 0.3.35 counts them but has no batch
+    API to feed them (MtpHead), older ones do neither."""
+    if not (hasattr(L, "llama_model_n_layer_nextn") and hasattr(L, "llama_batch_ext_init")):
         return 0
+    return max(0, int(L.llama_model_n_layer_nextn(model)))
 
 
 def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on_huge_pages: bool):

@@ -92,6 +92,20 @@ def test_mtp_on_a_model_without_mtp_layers_is_one_clear_error(tiny_models):
     engine.close()
 
 
+def test_a_binding_that_cannot_feed_mtp_layers_runs_their_model_without_them(mtp_model, monkeypatch):
+    # llama-cpp-python 0.3.35 counts a model's MTP layers but has no batch API to feed them
+    from specllm.llama import model as llama_model
+
+    monkeypatch.delattr(llama_model.L, "llama_batch_ext_init")
+    engine = specllm.load(str(mtp_model), n_ctx=256, n_threads=1)
+    assert engine.mtp is None and engine.target.n_nextn == 0
+    expected = greedy(engine, PROMPTS[2], "none", None, max_tokens=12).tokens
+    assert greedy(engine, PROMPTS[2], "auto", None, max_tokens=12).tokens == expected
+    with pytest.raises(SpecllmError, match=r"drafter 'mtp' needs a target with MTP layers"):
+        engine.generate("Hello", max_tokens=4, drafter="mtp")
+    engine.close()
+
+
 def test_random_mtp_weights_are_exact_too(tmp_path):
     """MTP layers that predict nothing useful: every draft is rejected, the output is the target's."""
     path = tm.write_model(tmp_path / "q35-mtp-random.gguf", arch="qwen35", n_nextn=1)
