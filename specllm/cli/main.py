@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-try:  # typer >= 0.22 carries its own copy of click
+try:  # typer >= 0.26 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # older typer: click's own classes, of the same names and API (unused where typer is newer)
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment, unused-ignore]
