@@ -36,4 +36,7 @@ if ! has_chromium; then
       "tests/serve/test_web_page.py (or set SPECLLM_CHROMIUM=PATH, or SPECLLM_SKIP_BROWSER=1 to skip it)" >&2
   fi
 fi
-echo "ggml-rpc-server: $(PYTHON="$python" bash benchmarks/build_llama_cpp_tools.sh --rpc)/ggml-rpc-server"
+# (not inside echo's arguments, where set -e lets a failed build pass unnoticed)
+rpc_bin=$(PYTHON="$python" bash benchmarks/build_llama_cpp_tools.sh --rpc) ||
+  { echo "error: could not build ggml-rpc-server (the output above says why)" >&2; exit 1; }
+echo "ggml-rpc-server: $rpc_bin/ggml-rpc-server"
