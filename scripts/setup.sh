@@ -20,6 +20,12 @@ if ! has_rpc || [ -n "${CMAKE_ARGS:-}" ]; then
   has_rpc || { echo "error: llama-cpp-python still has no RPC backend" >&2; exit 1; }
 fi
 "${pip[@]}" -e ".[test]"
+# An installed llama-cpp-python older than specllm needs (kept or rebuilt above, at its own version)
+# is upgraded by that pip install, built without RPC. Run again, this script rebuilds it with RPC.
+has_rpc || {
+  echo "error: installing specllm upgraded llama-cpp-python to a build without RPC: run this script again" >&2
+  exit 1
+}
 
 # The browser that tests/serve/test_web_page.py drives: Debian's Chromium, which Playwright launches as
 # it is (Playwright's own browser download is not needed). Installed when missing, as root with apt.

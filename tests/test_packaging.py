@@ -54,21 +54,44 @@ def test_every_package_the_code_imports_is_a_declared_dependency():
     assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"
 
 
-def test_setup_fails_when_the_rpc_server_cannot_be_built(tmp_path):
-    # set up as setup.sh finds a machine that has the rest already: a python whose llama-cpp-python
-    # has RPC and whose pip installs at once (a stub answering success), and a Chromium
-    for script in ("scripts/setup.sh", "benchmarks/build_llama_cpp_tools.sh"):
-        (tmp_path / script).parent.mkdir(exist_ok=True)
+# A python for setup.sh: its pip installs at once, and its llama-cpp-python has RPC until a pip
+# install -e (specllm with its dependencies) has run where NO_RPC_AFTER_INSTALL is set.
+STUB_PYTHON = """#!/bin/sh
+case "$*" in
+  *"pip install"*"-e "*) touch "$STUBS/installed" ;;
+  "-c "*) [ -n "$NO_RPC_AFTER_INSTALL" ] && [ -e "$STUBS/installed" ] && exit 1 ;;
+esac
+exit 0
+"""
+
+
+def _run_setup(tmp_path, build_script: str, **env_vars: str) -> subprocess.CompletedProcess:
+    """scripts/setup.sh on a machine that has the rest already (a llama-cpp-python with RPC, a
+    Chromium), with this benchmarks/build_llama_cpp_tools.sh."""
+    for folder in ("scripts", "benchmarks", "bin"):
+        (tmp_path / folder).mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
-    (tmp_path / "benchmarks" / "build_llama_cpp_tools.sh").write_text("echo 'no network' >&2; exit 1\n")
+    (tmp_path / "benchmarks" / "build_llama_cpp_tools.sh").write_text(build_script)
     stubs = tmp_path / "bin"
-    stubs.mkdir()
-    for name in ("python", "chromium"):
-        (stubs / name).write_text("#!/bin/sh\nexit 0\n")
+    for name, text in (("python", STUB_PYTHON), ("chromium", "#!/bin/sh\nexit 0\n")):
+        (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "CMAKE_ARGS"}
-    env.update(PYTHON=str(stubs / "python"), PATH=f"{stubs}{os.pathsep}{env['PATH']}")
-    done = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    env.update(PYTHON=str(stubs / "python"), PATH=f"{stubs}{os.pathsep}{env['PATH']}", STUBS=str(stubs), **env_vars)
+    return subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+
+def test_setup_fails_when_the_rpc_server_cannot_be_built(tmp_path):
+    done = _run_setup(tmp_path, "echo 'no network' >&2; exit 1\n")
     assert done.returncode == 1
     assert "ggml-rpc-server:" not in done.stdout
     assert done.stderr.splitlines()[-1] == "error: could not build ggml-rpc-server (the output above says why)"
+
+
+def test_setup_fails_when_installing_specllm_leaves_llama_cpp_without_rpc(tmp_path):
+    done = _run_setup(tmp_path, "echo /built\n", NO_RPC_AFTER_INSTALL="1")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "error: installing specllm upgraded llama-cpp-python to a build without RPC: run this script again"
+    )
+    assert _run_setup(tmp_path / "with_rpc", "echo /built\n").stdout == "ggml-rpc-server: /built/ggml-rpc-server\n"
