@@ -1,6 +1,6 @@
 """Chat templates that render tools, for tests: Qwen2.5's as its GGUF files carry it, and the tool
-parts of Llama 3.1's and Mistral 7B Instruct v0.3's (abridged: their system prompts and date lines
-left out, their tool markup as they write it)."""
+parts of Llama 3.1's, Mistral 7B Instruct v0.3's and Qwen3.5's (abridged: their system prompts,
+date lines and image parts left out, their tool markup as they write it)."""
 
 QWEN25 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -147,6 +147,59 @@ MISTRAL_V3 = r"""{%- if messages[0]["role"] == "system" %}
         {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
     {%- endif %}
 {%- endfor %}
+"""
+
+# Qwen3.5's (and Qwen3-Coder's) calls are XML, the arguments one <parameter=...> each.
+QWEN35 = r"""{%- if tools %}
+    {{- '<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>' }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n</function>\n</tool_call><|im_end|>\n" }}
+{%- endif %}
+{%- set ns = namespace(last_query_index=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {%- set ns.last_query_index = loop.index0 %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- set content = message.content | trim %}
+    {%- if message.role == "user" or message.role == "system" %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if '</think>' in content %}
+            {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+            {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content + '\n</think>\n\n' + content }}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls or [] %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+            {%- for args_name, args_value in tool_call.arguments|items %}
+                {{- '<parameter=' + args_name + '>\n' }}
+                {%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+                {{- args_value }}
+                {{- '\n</parameter>\n' }}
+            {%- endfor %}
+            {{- '</function>\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {{- '<|im_start|>user\n<tool_response>\n' + content + '\n</tool_response><|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n<think>\n' }}
+{%- endif %}
 """
 
 # Writes a call's arguments as they come: it wants them as a string.

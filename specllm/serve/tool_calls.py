@@ -451,8 +451,12 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
     if at < 0 or not start.strip():
         return generic
     after = at + len(PROBE_TOOL)
-    brace = reply.rfind("{", after, max(reply.find(PROBE_ARG, after), after))
-    between = reply[after:brace] if brace >= 0 else GENERIC_NAME_TO_ARGUMENTS
+    # The arguments begin with a JSON object's brace, or, in the XML forms (Qwen3.5 and
+    # Qwen3-Coder's <parameter=...>, GLM's <arg_key>), with the tag that names the argument:
+    # whichever comes last before the argument's name.
+    argument = max(reply.find(PROBE_ARG, after), after)
+    opening = max(reply.rfind("{", after, argument), reply.rfind("<", after, argument))
+    between = reply[after:opening] if opening >= 0 else GENERIC_NAME_TO_ARGUMENTS
     return ToolTemplate(True, object_arguments, start, between)
 
 

@@ -160,6 +160,23 @@ def test_tools_and_tool_messages_go_through_the_models_template(qwen_templated):
     assert none.usage.prompt_tokens == prompt_length(engine, ASK)
 
 
+def test_a_forced_call_begins_as_a_template_with_xml_calls_writes_one(tmp_path):
+    """Qwen3.5's calls are XML: a named call begins with its function's tag, and what the model
+    goes on with follows it (held back while it may still become the call)."""
+    path = tm.write_model(tmp_path / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35)
+    engine, srv = serve(path)
+    try:
+        named = srv.client().chat.completions.create(
+            model="x", messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, temperature=0, max_tokens=2
+        )
+        prefill = "\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+        assert named.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER], prefill)
+        assert named.choices[0].message.content.startswith(prefill.strip())
+    finally:
+        srv.stop()
+        engine.close()
+
+
 def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
     """The tiny model writes noise: no call, and the same text either way; a forced call that
     the model leaves unfinished comes back as the text it is (held back until the end)."""

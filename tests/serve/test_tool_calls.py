@@ -211,6 +211,11 @@ def test_what_a_template_does_with_tools():
     )
     mistral = inspect_template(renderer(tool_templates.MISTRAL_V3))
     assert mistral == ToolTemplate(True, True, '[TOOL_CALLS] [{"name": "', '", "arguments": ')
+    # XML calls: a forced call begins with the function's tag, up to its first <parameter=...>
+    # (the generic JSON separator after the name would make a call no such template writes).
+    qwen35 = inspect_template(renderer(tool_templates.QWEN35))
+    assert qwen35 == ToolTemplate(True, True, "\n</think>\n\n<tool_call>\n<function=", ">\n")
+    assert qwen35.prefill("get_weather") == "\n</think>\n\n<tool_call>\n<function=get_weather>\n"
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
     assert inspect_template(renderer(tiny_models.CHATML_TEMPLATE)).renders_tools is False
     assert inspect_template(renderer("{{ raise_exception('no tools here') }}")).renders_tools is False
