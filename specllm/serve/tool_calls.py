@@ -4,6 +4,8 @@ The forms recognized, whichever template the model was prompted with (small mode
 their template's own form, so every form is tried):
 
     <tool_call>{"name": ..., "arguments": {...}}</tool_call>    Hermes, Qwen (closing tag optional)
+    <tool_call><function=name><parameter=key>value</parameter>  Qwen3.5, Qwen3-Coder (XML; a value
+        ...</function></tool_call>                                that reads as JSON is taken as such)
     <|python_tag|>{"name": ..., "parameters": {...}}            Llama 3.x (`;` between calls)
     [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]        Mistral
     [TOOL_CALLS]name[ARGS]{...}                                 newer Mistral ([CALL_ID]id optional)
@@ -31,6 +33,9 @@ from dataclasses import dataclass
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+XML_FUNCTION, XML_FUNCTION_END = "<function=", "</function>"
+XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
+XML_KEY = re.compile(r"[^<>\s]+")
 FENCE = "```"
 CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
 WRAPPER_KEYS = {"type", "function", "id"}
@@ -144,7 +149,11 @@ class ToolCallParser:
         after = _after_marker(text, HERMES_OPEN, self.ended)
         if not isinstance(after, int):
             return after
-        found = self._json_calls(text, _skip_spaces(text, after))
+        start = _skip_spaces(text, after)
+        xml = _after_marker(text[start:], XML_FUNCTION, self.ended)
+        if xml is MORE:
+            return MORE
+        found = self._xml_call(text, start + xml) if isinstance(xml, int) else self._json_calls(text, start)
         if not isinstance(found, _Match):
             return found
         # The closing tag is optional (a model may stop or go on without it).
@@ -153,6 +162,38 @@ class ToolCallParser:
         if tag is MORE:
             return MORE
         return _Match(close + tag, found.calls) if isinstance(tag, int) else found
+
+    def _xml_call(self, text: str, i: int):
+        """After <function=: name>, then <parameter=key>\nvalue\n</parameter> for each argument,
+        then </function> (Qwen3.5's and Qwen3-Coder's calls)."""
+        name = MISTRAL_NAME.match(text, i)
+        head = name.end() if name else i
+        if head == len(text):  # the name may still be growing
+            return None if self.ended else MORE
+        if name is None or text[head] != ">" or name.group() not in self.names:
+            return None
+        arguments: dict[str, object] = {}
+        i = head + 1
+        while True:
+            i = _skip_spaces(text, i)
+            end = _after_marker(text[i:], XML_FUNCTION_END, self.ended)
+            if isinstance(end, int):
+                given = _arguments(arguments)
+                return _Match(i + end, [ToolCall(name.group(), given)]) if given is not None else None
+            parameter = _after_marker(text[i:], XML_PARAMETER, self.ended)
+            if end is MORE or parameter is MORE:
+                return MORE
+            if not isinstance(parameter, int):
+                return None
+            key = XML_KEY.match(text, i + parameter)
+            after_key = key.end() if key else i + parameter
+            close = text.find(XML_PARAMETER_END, after_key)
+            if after_key == len(text) or (close < 0 and text[after_key] == ">"):  # not all here yet
+                return None if self.ended else MORE
+            if key is None or text[after_key] != ">" or close < 0:
+                return None
+            arguments[key.group()] = _xml_value(text[after_key + 1 : close])
+            i = close + len(XML_PARAMETER_END)
 
     def _python_tag(self, text: str):
         after = _after_marker(text, PYTHON_TAG, self.ended)
@@ -303,6 +344,20 @@ def _arguments(value) -> str | None:
     except (ValueError, RecursionError):  # NaN or Infinity; a lone surrogate (UnicodeEncodeError)
         return None
     return text
+
+
+def _xml_value(written: str):
+    """An argument as an XML call writes it, on lines of its own: JSON when it reads as JSON (a
+    number, an object, a quoted string), else the text itself. NaN and Infinity stay text."""
+    value = written.removeprefix("\n").removesuffix("\n")
+    try:
+        return json.loads(value, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return value
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not standard JSON")
 
 
 def _next_candidate(text: str, i: int) -> int:
