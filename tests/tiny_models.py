@@ -490,7 +490,7 @@ def write_model(
     noise_seed: int = 1,
     vocab: str = "standard",
     eos_token_id: int = EOS_ID,
-    chat_template: str | None = CHATML_TEMPLATE,
+    chat_template: str | list[dict[str, str]] | None = CHATML_TEMPLATE,
     byte_bias: bool = False,
     extra_scale: float = 1.0,
     n_layer: int | None = None,
@@ -513,7 +513,9 @@ def write_model(
     vocab        "standard", "incompatible" (same size, other texts from id 261 on) or
                  "extended" (standard + N_EXTRA_TOKENS normal pieces)
     eos_token_id tokenizer.ggml.eos_token_id (a normal id makes that token end generation)
-    chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none
+    chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none; a list
+                 of {"name", "template"} stores "default" as that and the others by name
+                 (tokenizer.chat_template.NAME), as a tokenizer_config.json's list is converted
     byte_bias    output layer strongly favours byte tokens 0x80-0xBF, 0xC3, 0xE2, 0xF0, 0xFF,
                  so generated text is partial / invalid UTF-8
     extra_scale  output-row scale of the ids appended by the "extended" vocab: > 1 makes the model

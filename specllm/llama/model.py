@@ -245,8 +245,9 @@ class Model:
     def detokenize(self, tokens: list[int]) -> bytes:
         return b"".join(self.piece(t) for t in tokens)
 
-    def chat_template(self) -> str | None:
-        raw = L.llama_model_chat_template(self._model, None)
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The GGUF's chat template, or the one of that name (tokenizer.chat_template.NAME)."""
+        raw = L.llama_model_chat_template(self._model, name.encode() if name else None)
         try:
             return raw.decode("utf-8") if raw else None
         except UnicodeDecodeError:  # (llama.cpp loads a damaged template's bytes as they are)
@@ -260,10 +261,12 @@ class Model:
         """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
         Jinja environment configured like llama-cpp-python's, with bounded loops and output.
         `tools` (OpenAI's function tools) go in the template's `tools` variable, as llama.cpp and
-        transformers pass them. Any template error, from compiling it or rendering it, is a
-        SpecllmError."""
+        transformers pass them; with tools, a model that carries a template of its own for them
+        (tokenizer.chat_template.tool_use: Hermes 2 Pro and 3, Command R) is rendered with that one,
+        as they do. Any template error, from compiling it or rendering it, is a SpecllmError."""
         try:
-            template = compile_chat_template(self.chat_template() or CHATML_TEMPLATE)
+            source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
+            template = compile_chat_template(source)
             return render_bounded(
                 template,
                 messages=messages,

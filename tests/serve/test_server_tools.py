@@ -12,6 +12,7 @@ from serving import Server
 
 import specllm
 from specllm.engine.loop import Step
+from specllm.llama.templates import compile_chat_template, render_bounded
 from specllm.models.hub import resolve_models
 from specllm.serve.server import EngineWorker, ServeSettings
 
@@ -175,6 +176,34 @@ def test_a_forced_call_begins_as_a_template_with_xml_calls_writes_one(tmp_path):
     finally:
         srv.stop()
         engine.close()
+
+
+def test_tools_are_rendered_with_the_models_own_template_for_them(tmp_path):
+    """A GGUF may carry a template for tools beside its default one (Hermes 3's and Command R's
+    tokenizer.chat_template.tool_use): offered tools, the request is rendered with that one."""
+    templates = [
+        {"name": "default", "template": tm.CHATML_TEMPLATE},
+        {"name": "tool_use", "template": tool_templates.QWEN25},
+    ]
+    engine, srv = serve(tm.write_model(tmp_path / "tool_use.gguf", seed=0, chat_template=templates))
+    try:
+        client = srv.client()
+        asked = client.chat.completions.create(model="x", messages=ASK, tools=[GET_WEATHER], max_tokens=2)
+        with_tools = tiny_rendering(tool_templates.QWEN25, ASK, [GET_WEATHER])
+        assert asked.usage.prompt_tokens == len(engine.prompt_tokens(with_tools))
+        plain = client.chat.completions.create(model="x", messages=ASK, max_tokens=2)
+        assert plain.usage.prompt_tokens == len(engine.prompt_tokens(tiny_rendering(tm.CHATML_TEMPLATE, ASK)))
+    finally:
+        srv.stop()
+        engine.close()
+
+
+def tiny_rendering(source, messages, tools=None):
+    """`source` rendered as serve renders it, with the tiny vocabulary's BOS and EOS."""
+    template = compile_chat_template(source)
+    return render_bounded(
+        template, messages=messages, tools=tools, add_generation_prompt=True, bos_token="<s>", eos_token="</s>"
+    )
 
 
 def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
