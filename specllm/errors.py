@@ -10,6 +10,11 @@ class SpecllmError(Exception):
     """A problem the user can fix: bad input, a missing file, an incompatible model pair."""
 
 
+class Interrupted(Exception):
+    """A generation was cancelled (Generation.cancel) while its prompt was evaluated: the prefill
+    stopped between two of its batches. Not a user's mistake: the generation ends cut short."""
+
+
 class ContextFull(SpecllmError):
     """The prompt leaves no room in the context for a token to be generated."""
 

@@ -46,7 +46,9 @@ class Server:
     def __init__(self, engine, **settings):
         self.sock = listen("127.0.0.1", 0)
         self.url = address(self.sock)
-        self.uvicorn = server(create_app(engine, ServeSettings(model="tiny", **settings)))
+        app = create_app(engine, ServeSettings(model="tiny", **settings))
+        self.worker = app.state.worker
+        self.uvicorn = server(app)
         self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         while not self.uvicorn.started:

@@ -37,13 +37,14 @@ from specllm.errors import (
     ContextFull,
     DraftTooLong,
     GammaTooLong,
+    Interrupted,
     NeedsDraftModel,
     NoMtpLayers,
     SpecllmError,
     whole_number,
 )
 from specllm.files import human_size
-from specllm.llama.model import Model, MtpHead
+from specllm.llama.model import Model, MtpHead, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
 from specllm.llama.vocab import ensure_compatible
@@ -235,7 +236,9 @@ class Generation:
     """A generation under way, as Engine.start returns it: an iterator of its Steps, one per
     target call; once they have run out, `result` is its Result. Leaving its `with` block (or
     close()) before then stops the generation and frees the engine; `result` then stays unset
-    (reading it raises), so a cut-short generation cannot pass for a finished one.
+    (reading it raises), so a cut-short generation cannot pass for a finished one. `cancel()`,
+    from any thread, cuts it short the same way at its next chance: between two batches of a long
+    prompt's prefill, or after the step under way.
 
         with engine.start(prompt, max_tokens=64) as generation:
             for step in generation:
@@ -245,11 +248,13 @@ class Generation:
 
     def __init__(
         self,
-        steps: Generator[Step, None, Result],
+        steps: Generator[Step, None, Result | None],
         ready: Callable[[], None] = lambda: None,
         in_use: Callable[[], AbstractContextManager] = nullcontext,
+        cancel: Callable[[], None] = lambda: None,
     ):
-        self._steps = steps  # a generator of Steps whose return value is the Result
+        self._steps = steps  # a generator of Steps whose return value is the Result (None: cut short)
+        self._cancel = cancel
         self._ready = ready  # raises while the steps cannot start (before a generator is spent on it)
         self._in_use = in_use  # held while a step runs: the models are not freed under it
         self._started = False
@@ -294,6 +299,12 @@ class Generation:
     def close(self) -> None:
         with self._in_use():  # a step under way in another thread ends first
             self._steps.close()
+
+    def cancel(self) -> None:
+        """Cut the generation short from any thread, without waiting: a prompt's prefill stops
+        before its next batch (n_batch tokens), a generation under way after its step. Its
+        steps then run out, with no result, as after close()."""
+        self._cancel()
 
     def __enter__(self) -> "Generation":
         return self
@@ -632,7 +643,7 @@ class Engine:
         with self._using_models():  # preparing the run reads the models too (its drafter, their limits)
             tokens = self.prompt_tokens(prompt, chat=chat, system=system)
             run = _Run(self, tokens, config)
-        return Generation(self._own(run), ready=self._check_ready, in_use=self._using_models)
+        return Generation(self._own(run), ready=self._check_ready, in_use=self._using_models, cancel=run.cancelled.set)
 
     def _check_idle(self) -> None:
         if self._live:
@@ -645,7 +656,7 @@ class Engine:
         self._check_open()  # closed between start and the first step
         self._check_idle()  # two streams created, then both started
 
-    def _own(self, run: "_Run") -> Generator[Step, None, Result]:
+    def _own(self, run: "_Run") -> Generator[Step, None, Result | None]:
         """Run's steps and result, holding the engine from the first step until the run ends or is
         closed (the Generation checks _check_ready just before that first step)."""
         self._live = True
@@ -770,6 +781,7 @@ class _Run:
         self.text = TextStream(config.stop)
         self.stats = Stats(prompt_tokens=len(prompt))
         self.calibrated = False  # this generation obtained auto's costs (see _auto_drafter)
+        self.cancelled = threading.Event()  # Generation.cancel
 
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
@@ -789,16 +801,22 @@ class _Run:
             return NgramDrafter(min_match=min_match, markup=self.target.markup_tokens)
         return NoDrafter()
 
-    def steps(self) -> Generator[Step, None, Result]:
+    def steps(self) -> Generator[Step, None, Result | None]:
         """A Step per target call (and a last text_tail step when the end releases held-back
-        text); returns the Result."""
-        self._prefill()
+        text); returns the Result, or None once cancelled."""
+        try:
+            with interruptible(self.cancelled.is_set):
+                self._prefill()
+        except Interrupted:
+            return None
         # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
         # step (rendering it, writing to a slow pipe), between the yield and the next request.
         start, in_llama = time.perf_counter(), self.engine.llama_seconds()
         reason = None
         while reason is None:
             self.engine._check_open()  # closed while the consumer held the last step
+            if self.cancelled.is_set():
+                return None
             # A step evaluates [last, d_1..d_k] on top of len(context) - 1 cached tokens.
             room = self.target.n_ctx - len(self.context)
             if room < 0:

@@ -5,11 +5,14 @@ are in its KV cache, so callers can append, cut back and reuse a common prefix. 
 for only at the rows that need them; there is never an n_ctx x n_vocab buffer.
 """
 
+import contextlib
 import copy
 import ctypes
 import functools
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -17,7 +20,7 @@ from typing import Protocol
 import llama_cpp as L
 import numpy as np
 
-from specllm.errors import SpecllmError
+from specllm.errors import Interrupted, SpecllmError
 from specllm.llama import huge_pages
 from specllm.llama.devices import gpu_layers, gpu_offload_supported, physical_cores
 from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
@@ -295,6 +298,8 @@ class Model:
         if n_logits > self.n_batch:
             raise ValueError(f"at most n_batch={self.n_batch} logit rows per call")
         for start in range(0, len(tokens), self.n_batch):
+            if start and (cancelled := _cancelled.get()) is not None and cancelled():
+                raise Interrupted("the generation was cancelled during its prefill")
             chunk = tokens[start : start + self.n_batch]
             n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
             self._decode(chunk, n_out)
@@ -549,6 +554,24 @@ def timed(owner: "Model | MtpHead", call, *args):
     result = call(*args)
     owner.llama_seconds += time.perf_counter() - start
     return result
+
+
+# What a long evaluation asks between two batches: stop here? (a prompt's prefill of tens of
+# seconds must not hold a server that is stopping, or whose client has left). Set per thread of
+# execution by `interruptible`; a batch already under way in llama.cpp runs to its end.
+_cancelled: ContextVar[Callable[[], bool] | None] = ContextVar("cancelled", default=None)
+
+
+@contextlib.contextmanager
+def interruptible(cancelled: Callable[[], bool]) -> Iterator[None]:
+    """Within this block, a model's evaluation of more than one batch raises Interrupted
+    before its next batch once `cancelled()` is true. The KV cache then holds the batches done,
+    as the model's tokens say."""
+    token = _cancelled.set(cancelled)
+    try:
+        yield
+    finally:
+        _cancelled.reset(token)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -149,33 +149,34 @@ AHEAD = 4  # steps the engine may take before the client's side has taken the ea
 
 class Job:
     """One generation on the engine thread; its steps, then its result, reach the event loop
-    through a queue. `cancel()` (the client went away) stops it after the step under way; `result`
-    stays None then. The engine runs at most AHEAD steps ahead of the response: when a client goes
-    away, what it would not read is not generated (it was: 3 to 341 tokens past a closed stream),
-    and the response, which sees the connection closed only when it waits for a step, cannot fall
-    far behind."""
+    through a queue. `cancel()` (the client went away) stops it after the step under way, or
+    between two batches of a long prompt's prefill; `result` stays None then. The engine runs at
+    most AHEAD steps ahead of the response: when a client goes away, what it would not read is not
+    generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
+    connection closed only when it waits for a step, cannot fall far behind."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop, self.cancelled = loop, threading.Event()
+    def __init__(self, loop: asyncio.AbstractEventLoop, generation: Generation):
+        self.loop, self.generation, self.cancelled = loop, generation, threading.Event()
         self.queue: asyncio.Queue[Step | Result | Exception | _End] = asyncio.Queue()
         self.room = threading.Semaphore(AHEAD)
         self.result: Result | None = None  # set on the event loop once the steps have all come
 
     def cancel(self) -> None:
         self.cancelled.set()
+        self.generation.cancel()  # a prefill under way stops at its next batch
         self.room.release()  # an engine waiting for room sees it
 
     def stop(self) -> None:
         """The server is shutting down: cancel, and end the steps now rather than when the step
-        under way ends. A long prompt's prefill is one step, and its response would otherwise wait
-        for it until uvicorn gives up on it (a 500 and a traceback). Safe from a signal handler or
-        another thread."""
+        under way ends (a batch of a long prompt's prefill takes seconds on a CPU). Safe from a
+        signal handler or another thread."""
         self.cancel()
         self.loop.call_soon_threadsafe(self.queue.put_nowait, _END)
 
-    def run(self, generation: Generation, on_result: Callable[[Result], None], on_end: Callable[[], object]) -> None:
+    def run(self, on_result: Callable[[Result], None], on_end: Callable[[], object]) -> None:
         """On the engine thread: step the engine, handing each step over, then the result
         (given to `on_result` first, still on the engine thread)."""
+        generation = self.generation
         try:
             with generation:  # closing ends the engine's generation: it is free for the next
                 for step in generation:
@@ -185,6 +186,8 @@ class Job:
                     # The engine's stats change on as it runs ahead of the response (AHEAD): each
                     # step carries them as they were after it, copied here on the engine's thread.
                     self._put(dataclasses.replace(step, stats=copy.deepcopy(step.stats)))
+                if not generation.finished:  # cancelled before a step came
+                    return
                 on_result(generation.result)
                 self._put(generation.result)
         except Exception as e:  # given to the request, which reports it
@@ -255,9 +258,9 @@ class EngineWorker:
         except BaseException:
             self.lock.release()
             raise
-        self.job = job = Job(loop)
+        self.job = job = Job(loop, plan.generation)
         remember = partial(self.cache.remember, plan.text, plan.tokens)
-        self.thread.submit(job.run, plan.generation, remember, partial(loop.call_soon_threadsafe, self.lock.release))
+        self.thread.submit(job.run, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
 
     async def turn(self) -> None:
@@ -535,15 +538,15 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
         return EventStream(chunks, job)
     generated = 0
+    watch = asyncio.create_task(cancel_when_gone(request, job))
     try:
         async for step in job.steps():
             generated = step.stats.generated_tokens
             plan.delta(step)  # a reply read for calls is read as it comes, as when streamed
-            if await request.is_disconnected():  # no wait: only what has arrived
-                break
     except Exception as e:
         raise ApiError(500, worker.without_paths(f"generation failed: {type(e).__name__}: {e}")) from None
     finally:
+        watch.cancel()
         job.cancel()  # the client went away, or the server is shutting down
     result = job.result
     if result is None and worker.stopping:
@@ -554,6 +557,14 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan.finish()
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
+
+
+async def cancel_when_gone(request: Request, job: Job) -> None:
+    """Cancel `job` once the client of a request not streamed goes away, even during a long
+    prefill, when no step comes to check on it (a streamed response watches on its own)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass  # the body has all come: nothing else arrives before the disconnect
+    job.cancel()
 
 
 async def stream(

@@ -1065,3 +1065,47 @@ def test_text_held_back_for_a_stop_string_ends_the_generation_as_a_text_tail_ste
     assert len(steps) == stats.target_calls + 1 and generation.result.text == full.text
     assert steps[-1] == Step.text_tail(steps[-1].token_text, stats) and steps[-1].token_text.endswith(held)
     assert (steps[-1].drafted, steps[-1].token, steps[-1].accepted_text) == ([], -1, "")
+
+
+def long_prompt(engine, batches: float) -> list[int]:
+    """Prompt tokens that fill `batches` of the target's batches (n_batch tokens each)."""
+    piece = engine.target.tokenize("def f(x):\n    return x * 2\n", add_special=False)
+    n = int(batches * engine.target.n_batch)
+    return (piece * (n // len(piece) + 1))[:n]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen35"])
+def test_a_cancelled_generation_stops_its_prefill_at_the_next_batch(tiny_models, tiny_recurrent_models, arch):
+    """cancel() before the first step: the prompt's first batch is evaluated, not the three
+    after it; the generation ends cut short, and the KV cache (a hybrid's recurrent state
+    too) holds what its tokens say: the next generation equals a fresh engine's."""
+    path = tiny_models.target if arch == "llama" else tiny_recurrent_models.qwen35
+    engine = specllm.load(str(path), n_ctx=2048, n_threads=1)
+    prompt = long_prompt(engine, 3.5)
+    try:
+        generation = engine.start(prompt, max_tokens=8, temperature=0, drafter="none")
+        generation.cancel()
+        before = engine.target.n_evaluated
+        assert list(generation) == [] and not generation.finished
+        assert engine.target.n_evaluated - before == engine.target.n_batch
+        with pytest.raises(RuntimeError, match="has not finished"):
+            _ = generation.result
+        again = engine.generate(prompt, max_tokens=8, temperature=0, drafter="ngram").tokens
+    finally:
+        engine.close()
+    fresh = specllm.load(str(path), n_ctx=2048, n_threads=1)
+    try:
+        assert again == fresh.generate(prompt, max_tokens=8, temperature=0, drafter="none").tokens
+    finally:
+        fresh.close()
+
+
+def test_a_generation_cancelled_from_another_thread_ends_after_its_step(engine):
+    generation = engine.start(PROMPTS[0], max_tokens=40, temperature=0, drafter="model")
+    next(generation)
+    canceller = threading.Thread(target=generation.cancel)
+    canceller.start()
+    canceller.join(5)
+    assert not canceller.is_alive()
+    assert list(generation) == [] and not generation.finished
+    assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4

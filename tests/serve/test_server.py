@@ -13,6 +13,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import llama_cpp
 import openai
 import pytest
 from serving import CTX, LogLines, Server, serving, wait_for_line
@@ -301,6 +302,37 @@ def test_a_client_that_goes_away_frees_the_server(srv, log, engine, monkeypatch)
     assert int(re.search(r"stopped after (\d+) tokens", stopped[1])[1]) < CTX - 16
     again = client.completions.create(model="x", prompt=PROMPT, **GREEDY)  # served normally
     assert again.usage.completion_tokens == 24 and again.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_during_a_long_prefill_stops_it_at_the_next_batch(srv, log, engine, monkeypatch, stream):
+    """Not streamed, a client leaving was seen only once a step came: a long prompt's prefill (30 s
+    for 15,000 tokens on a CPU) ran to its end first, for nobody, and every request behind it
+    waited. The prompt's second batch is held until the server has cancelled the job."""
+    piece = engine.target.tokenize(f"def g{stream}(y):\n    return y + 1\n", add_special=False)  # nothing cached
+    prompt = (piece * CTX)[: int(3.5 * engine.target.n_batch)]
+    decode, calls = llama_cpp.llama_decode, []
+
+    def held(ctx, batch):
+        calls.append(batch.n_tokens)
+        if len(calls) == 2:
+            srv.worker.job.cancelled.wait(30)
+        return decode(ctx, batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", held)
+    before = len(wait_for_line(log, "client went away", 0))
+    body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "drafter": "none", "stream": stream}
+    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    deadline = time.time() + 30
+    while len(calls) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    conn.close()  # during the prefill
+    assert len(wait_for_line(log, "client went away", before + 1)) == before + 1
+    assert len(calls) == 2  # no batch after the one under way
+    monkeypatch.undo()
+    again = srv.client().completions.create(model="x", prompt=PROMPT, **GREEDY)  # served normally
+    assert again.usage.completion_tokens == 24
 
 
 def test_a_client_that_leaves_while_it_waits_gets_nothing_generated(srv, log, engine, monkeypatch):
