@@ -805,8 +805,7 @@ class _Run:
         """A Step per target call (and a last text_tail step when the end releases held-back
         text); returns the Result, or None once cancelled."""
         try:
-            with interruptible(self.cancelled.is_set):
-                self._prefill()
+            self._prefill()
         except Interrupted:
             return None
         # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
@@ -850,12 +849,14 @@ class _Run:
         start, evaluated = time.perf_counter(), self.target.n_evaluated
         # Whatever the KV cache already holds of this prompt (an earlier turn) is reused; a
         # recurrent state may have to evaluate more than the tokens after the common prefix again.
-        self.target.sync(self.context[:-1])
+        with interruptible(self.cancelled.is_set):  # not auto's calibration: its timings stay clean
+            self.target.sync(self.context[:-1])
         self.stats.prefill_tokens = self.target.n_evaluated - evaluated
         self.target.checkpoint("prompt")  # a recurrent state: the next prompt (a chat's next turn) resumes here
         if self.config.drafter == Drafter.AUTO:
             self.drafter = self._auto_drafter()
-        self.drafter.prefill(self.context)
+        with interruptible(self.cancelled.is_set):
+            self.drafter.prefill(self.context)
         self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds
 
     def _auto_drafter(self) -> AutoDrafter:

@@ -10,6 +10,7 @@ import copy
 import ctypes
 import functools
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -297,16 +298,46 @@ class Model:
         n_logits = min(n_logits, len(tokens))
         if n_logits > self.n_batch:
             raise ValueError(f"at most n_batch={self.n_batch} logit rows per call")
-        for start in range(0, len(tokens), self.n_batch):
-            if start and (cancelled := _cancelled.get()) is not None and cancelled():
-                raise Interrupted("the generation was cancelled during its prefill")
-            chunk = tokens[start : start + self.n_batch]
-            n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
-            self._decode(chunk, n_out)
+        with self._abortable():
+            for start in range(0, len(tokens), self.n_batch):
+                if start and (cancelled := _cancelled.get()) is not None and cancelled():
+                    raise Interrupted("the generation was cancelled during its prefill")
+                chunk = tokens[start : start + self.n_batch]
+                n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
+                self._decode(chunk, n_out)
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         # with a GPU, llama_decode only queues the work: fetching the logits waits for it
         return self._views.of(timed(self, L.llama_get_logits, self._ctx), (n_logits, self.n_vocab))
+
+    @contextlib.contextmanager
+    def _abortable(self) -> Iterator[None]:
+        """Within `interruptible`, llama.cpp's CPU backend asks after each node of its graph
+        whether to stop (a batch of 512 prompt tokens takes 5-15 s on a small CPU), and the
+        batch then ends with status 2, its entries removed from the KV cache. A Python call per
+        node is nothing beside a prefill's, but would weigh on a step's: only set here.
+
+        On the main thread a Ctrl-C's KeyboardInterrupt is raised in that Python call, where
+        ctypes cannot pass it on (it reports it as unraisable and carries on): it is kept, the
+        next question stops the batch, and it is raised here as it would have been."""
+        cancelled = _cancelled.get()
+        if cancelled is None:
+            yield
+            return
+        signals: list[BaseException] = []
+        asks = L.ggml_abort_callback(lambda _data: bool(signals) or cancelled())
+        L.llama_set_abort_callback(self._ctx, asks, None)
+        try:
+            with _keeping_signals(signals):
+                yield
+        except Interrupted:
+            if signals:
+                raise signals[0] from None
+            raise
+        finally:
+            L.llama_set_abort_callback(self._ctx, L.ggml_abort_callback(), None)  # none
+        if signals:  # one that came with the last question
+            raise signals[0]
 
     def _decode(self, chunk: list[int], n_out: int) -> None:
         batch, pos0, n = self._batch, len(self.tokens), len(chunk)
@@ -317,6 +348,8 @@ class Model:
         self._batch_logits[n - n_out : n] = 1
         self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
         status = timed(self, L.llama_decode, self._ctx, batch)
+        if status == 2 and _cancelled.get() is not None:  # its abort callback said so (a recurrent state: _unsure)
+            raise Interrupted("the generation was cancelled during its prefill")
         if status != 0:
             raise SpecllmError(f"llama.cpp could not evaluate the batch (llama_decode returned {status})")
         if self._hidden is not None:
@@ -556,17 +589,17 @@ def timed(owner: "Model | MtpHead", call, *args):
     return result
 
 
-# What a long evaluation asks between two batches: stop here? (a prompt's prefill of tens of
-# seconds must not hold a server that is stopping, or whose client has left). Set per thread of
-# execution by `interruptible`; a batch already under way in llama.cpp runs to its end.
+# What a prompt's evaluation asks as it goes: stop here? (a prefill of minutes on a CPU must not
+# hold a server that is stopping, or whose client has left). Set per thread of execution by
+# `interruptible`: asked between two batches, and by llama.cpp's CPU backend within one.
 _cancelled: ContextVar[Callable[[], bool] | None] = ContextVar("cancelled", default=None)
 
 
 @contextlib.contextmanager
 def interruptible(cancelled: Callable[[], bool]) -> Iterator[None]:
-    """Within this block, a model's evaluation of more than one batch raises Interrupted
-    before its next batch once `cancelled()` is true. The KV cache then holds the batches done,
-    as the model's tokens say."""
+    """Within this block, a model's evaluation raises Interrupted once `cancelled()` is true:
+    within a batch on a CPU, else before the next batch. The KV cache then holds the batches
+    done, as the model's tokens say."""
     token = _cancelled.set(cancelled)
     try:
         yield
@@ -628,6 +661,23 @@ def passing_signals_through(call, free, *args):
     load), so it is caught there and raised again here, after free(result) if there is one, as it
     would be without a callback."""
     signals: list[BaseException] = []
+    with _keeping_signals(signals):
+        result = call(*args)
+        if signals and result:
+            free(result)  # its log lines may be interrupted too
+    if signals:
+        raise signals[0]
+    return result
+
+
+@contextlib.contextmanager
+def _keeping_signals(signals: list[BaseException]) -> Iterator[None]:
+    """Within this block, what a signal's handler raised in a callback from llama.cpp (reported
+    as unraisable: ctypes cannot pass it on) is appended to `signals` instead. Only on the main
+    thread, where signals' handlers run: the hook is the process's."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = sys.unraisablehook
 
     def keep_signals(unraisable):
@@ -638,14 +688,9 @@ def passing_signals_through(call, free, *args):
 
     sys.unraisablehook = keep_signals
     try:
-        result = call(*args)
-        if signals and result:
-            free(result)  # its log lines may be interrupted too
+        yield
     finally:
         sys.unraisablehook = previous
-    if signals:
-        raise signals[0]
-    return result
 
 
 @dataclass

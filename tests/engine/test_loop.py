@@ -3,6 +3,7 @@
 import codecs
 import copy
 import gc
+import os
 import signal
 import sys
 import threading
@@ -19,8 +20,8 @@ from specllm.engine.drafters import Draft, NgramDrafter, NoDrafter
 from specllm.engine.loop import Engine, Finished, Step
 from specllm.engine.sampling import SamplerSettings, distribution
 from specllm.engine.text import TextStream
-from specllm.errors import SpecllmError
-from specllm.llama.model import Model
+from specllm.errors import Interrupted, SpecllmError
+from specllm.llama.model import Model, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.vocab import ensure_compatible
 
@@ -1075,10 +1076,10 @@ def long_prompt(engine, batches: float) -> list[int]:
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen35"])
-def test_a_cancelled_generation_stops_its_prefill_at_the_next_batch(tiny_models, tiny_recurrent_models, arch):
-    """cancel() before the first step: the prompt's first batch is evaluated, not the three
-    after it; the generation ends cut short, and the KV cache (a hybrid's recurrent state
-    too) holds what its tokens say: the next generation equals a fresh engine's."""
+def test_a_cancelled_generation_stops_its_prefill_at_once(tiny_models, tiny_recurrent_models, arch):
+    """cancel() before the first step: llama.cpp stops the prompt's first batch at its first
+    node; the generation ends cut short, and the KV cache (a hybrid's recurrent state too)
+    holds what its tokens say: the next generation equals a fresh engine's."""
     path = tiny_models.target if arch == "llama" else tiny_recurrent_models.qwen35
     engine = specllm.load(str(path), n_ctx=2048, n_threads=1)
     prompt = long_prompt(engine, 3.5)
@@ -1087,7 +1088,7 @@ def test_a_cancelled_generation_stops_its_prefill_at_the_next_batch(tiny_models,
         generation.cancel()
         before = engine.target.n_evaluated
         assert list(generation) == [] and not generation.finished
-        assert engine.target.n_evaluated - before == engine.target.n_batch
+        assert engine.target.n_evaluated - before == 0
         with pytest.raises(RuntimeError, match="has not finished"):
             _ = generation.result
         again = engine.generate(prompt, max_tokens=8, temperature=0, drafter="ngram").tokens
@@ -1109,3 +1110,57 @@ def test_a_generation_cancelled_from_another_thread_ends_after_its_step(engine):
     assert not canceller.is_alive()
     assert list(generation) == [] and not generation.finished
     assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen35"])
+def test_an_evaluation_cancelled_within_a_batch_leaves_the_batches_before_it(tiny_models, tiny_recurrent_models, arch):
+    """llama.cpp asks after each node of its graph; once told to stop, the batch under way ends
+    and its entries leave the KV cache (a recurrent state, half written, is rebuilt): evaluating
+    the rest then gives a fresh model's logits exactly."""
+    path = tiny_models.target if arch == "llama" else tiny_recurrent_models.qwen35
+    model, fresh = (
+        Model(path, ModelOptions(n_ctx=2048, n_threads=1)),
+        Model(path, ModelOptions(n_ctx=2048, n_threads=1)),
+    )
+    piece = model.tokenize("def f(x):\n    return x * 2\n", add_special=False)
+    tokens = (piece * 2048)[: int(2.5 * model.n_batch)]
+    asked = []
+
+    def cancelled() -> bool:  # from the 6th question within the second batch on
+        if model.n_evaluated >= model.n_batch:
+            asked.append(True)
+        return len(asked) > 5
+
+    try:
+        with interruptible(cancelled), pytest.raises(Interrupted):
+            model.eval(tokens)
+        assert len(asked) == 6 and model.tokens == tokens[: model.n_batch]
+        rows = model.sync(tokens, n_logits=4).copy()
+        assert np.array_equal(rows, fresh.eval(tokens, n_logits=4))
+    finally:
+        model.close()
+        fresh.close()
+
+
+def test_a_ctrl_c_within_a_prompts_batch_stops_it_there(tiny_models):
+    """On the main thread, llama.cpp's question after each node runs Python: a Ctrl-C's
+    KeyboardInterrupt is raised in it, where ctypes reports it as unraisable and goes on. It is
+    kept, the batch stops at the next question, and the evaluation raises it."""
+    model = Model(tiny_models.target, ModelOptions(n_ctx=2048, n_threads=1))
+    piece = model.tokenize("def f(x):\n    return x * 2\n", add_special=False)
+    tokens = (piece * 2048)[: int(2.5 * model.n_batch)]
+    asked = []
+
+    def cancelled() -> bool:  # Ctrl-C at the 3rd question after the first batch: within the second
+        if model.n_evaluated >= model.n_batch:
+            asked.append(True)
+            if len(asked) == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+        return False
+
+    try:
+        with interruptible(cancelled), pytest.raises(KeyboardInterrupt):
+            model.eval(tokens)
+        assert 3 <= len(asked) <= 4 and model.tokens == tokens[: model.n_batch]
+    finally:
+        model.close()
