@@ -1,6 +1,7 @@
 """Chat templates that render tools, for tests: Qwen2.5's as its GGUF files carry it, and the tool
 parts of Llama 3.1's, Mistral 7B Instruct v0.3's and Qwen3.5's (abridged: their system prompts,
-date lines and image parts left out, their tool markup as they write it)."""
+date lines and image parts left out, their tool markup and Qwen3.5's think blocks as they write
+them)."""
 
 QWEN25 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -170,10 +171,15 @@ QWEN35 = r"""{%- if tools %}
         {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
     {%- elif message.role == "assistant" %}
         {%- set reasoning_content = '' %}
-        {%- if '</think>' in content %}
-            {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
-            {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
         {%- endif %}
+        {%- set reasoning_content = reasoning_content|trim %}
         {%- if loop.index0 > ns.last_query_index %}
             {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content + '\n</think>\n\n' + content }}
         {%- else %}
@@ -198,7 +204,12 @@ QWEN35 = r"""{%- if tools %}
     {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\n<think>\n' }}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}
 {%- endif %}
 """
 

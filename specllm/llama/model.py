@@ -260,19 +260,27 @@ class Model:
             ) from None
 
     def render_chat(
-        self, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        variables: dict | None = None,
     ) -> str:
         """Render messages with the GGUF's chat template (ChatML when it has none) in a sandboxed
         Jinja environment configured like llama-cpp-python's, with bounded loops and output.
         `tools` (OpenAI's function tools) go in the template's `tools` variable, as llama.cpp and
         transformers pass them; with tools, a model that carries a template of its own for them
         (tokenizer.chat_template.tool_use: Hermes 2 Pro and 3, Command R) is rendered with that one,
-        as they do. Any template error, from compiling it or rendering it, is a SpecllmError."""
+        as they do. `variables` are more of the template's variables (`enable_thinking`, say: a
+        template that does not read one ignores it). Any template error, from compiling it or
+        rendering it, is a SpecllmError."""
         try:
             source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
             template = compile_chat_template(source)
             return render_bounded(
                 template,
+                **(variables or {}),
                 messages=messages,
                 eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
                 bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),

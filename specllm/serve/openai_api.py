@@ -30,6 +30,7 @@ from specllm.errors import (
     NoMtpLayers,
     SpecllmError,
 )
+from specllm.reasoning import ReasoningSplitter, Split
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
 MAX_STOPS = 4  # as OpenAI
@@ -191,6 +192,7 @@ class Message(BaseModel):
     tool_calls: list[AssistantToolCall] | None = None  # an assistant's calls
     tool_call_id: str | None = None  # a tool message: the call it answers
     name: str | None = None
+    reasoning_content: str | None = None  # an assistant's reasoning, as a reply gave it back
 
     @field_validator("content", mode="before")
     @classmethod
@@ -225,6 +227,8 @@ class Message(BaseModel):
             message["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             message["name"] = self.name
+        if self.reasoning_content is not None:  # Qwen3.5's template renders it in a think block
+            message["reasoning_content"] = self.reasoning_content
         return message
 
 
@@ -261,9 +265,15 @@ class ChatRequest(_Request):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict | None = None  # variables for the template, as llama-server and vLLM take
 
     def check(self) -> None:
         super().check()
+        taken = sorted(TEMPLATE_VARIABLES & set(self.chat_template_kwargs or {}))
+        if taken:
+            verb = "is" if len(taken) == 1 else "are"
+            message = f"chat_template_kwargs: {', '.join(taken)} {verb} set by the server, not the request"
+            raise ApiError(400, message, "chat_template_kwargs")
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) < len(names):
             raise ApiError(400, "tools: two tools have the same name", "tools")
@@ -289,6 +299,13 @@ class ChatRequest(_Request):
     @property
     def call_required(self) -> bool:
         return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
+
+# What serve itself gives a chat template (Target.render_chat, render_bounded): not a request's to set.
+TEMPLATE_VARIABLES = {
+    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+    "strftime_now", "range", "functions", "function_call", "tool_choice",
+}  # fmt: skip
 
 
 class CompletionRequest(_Request):
@@ -419,28 +436,36 @@ class Reply:
             "choices": choices,
         }
 
-    def complete(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
-        """The whole response of a request that was not streamed; `tools` has read its calls."""
+    def complete(self, result: Result, seed: int, read: "ChatReply | None" = None) -> dict:
+        """The whole response of a request that was not streamed; `read` has read its reply (its
+        reasoning apart, its calls)."""
         finish = finish_reason(result.stop_reason)
         choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": result.text}
-            if tools is not None:
-                choice["message"] = tools.message()
-                choice["finish_reason"] = tools.finish_reason(finish)
+            if read is not None:
+                choice["message"] = read.message()
+                choice["finish_reason"] = read.finish_reason(finish)
         else:
             choice["text"] = result.text
         body = self._object("chat.completion" if self.chat else "text_completion", [choice])
         return body | {"usage": usage(result), "specllm": specllm_stats(result, seed)}
 
     def chunk(
-        self, text: str | None = None, *, first: bool = False, finish: str | None = None, tool_calls: list | None = None
+        self,
+        text: str | None = None,
+        *,
+        first: bool = False,
+        finish: str | None = None,
+        tool_calls: list | None = None,
+        reasoning: str | None = None,
     ) -> dict:
-        """One streamed chunk: new text or calls, or (with `finish`) the end of the choice."""
+        """One streamed chunk: new reasoning, text or calls, or (with `finish`) the end of the choice."""
         choice: dict[str, object] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if self.chat:
             choice["delta"] = (
                 ({"role": "assistant", "content": ""} if first else {})
+                | ({"reasoning_content": reasoning} if reasoning else {})
                 | ({"content": text} if text else {})
                 | ({"tool_calls": tool_calls} if tool_calls else {})
             )
@@ -448,17 +473,65 @@ class Reply:
             choice["text"] = text or ""
         return self._object("chat.completion.chunk" if self.chat else "text_completion", [choice])
 
-    def last_chunk(self, result: Result, seed: int, tools: "ToolReply | None" = None) -> dict:
+    def last_chunk(self, result: Result, seed: int, read: "ChatReply | None" = None) -> dict:
         """The chunk that ends the choice, with the speculative stats."""
         finish = finish_reason(result.stop_reason)
-        if tools is not None:
-            finish = tools.finish_reason(finish)
+        if read is not None:
+            finish = read.finish_reason(finish)
         return self.chunk(finish=finish) | {"specllm": specllm_stats(result, seed)}
 
     def usage_chunk(self, result: Result) -> dict:
         """stream_options.include_usage: a chunk with no choices and the usage, after the last."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return self._object(kind, []) | {"usage": usage(result)}
+
+
+class ChatReply:
+    """A chat reply read as it is generated: its reasoning kept apart from its answer
+    (reasoning.py), and the answer alone read for tool calls when tools were offered (ToolReply).
+    `opened`: the prompt ends inside a think block. The reply may begin with `prefill`, the start
+    of a call the prompt ends with (tool_choice "required" or a named function): it is read as
+    the reply's first text. Streamed or not, the same reading gives the same reply."""
+
+    def __init__(self, opened: bool, tools: "ToolReply | None" = None, prefill: str = ""):
+        self.splitter, self.tools, self.prefill = ReasoningSplitter(opened), tools, prefill
+        self.reasoning = ""  # what the deltas so far hold
+        self.text = ""
+
+    def feed(self, text: str) -> dict:
+        """The delta (keyword arguments of Reply.chunk: reasoning, text, tool_calls) that `text` decides."""
+        text, self.prefill = self.prefill + text, ""
+        return self._delta(self.splitter.feed(text), ended=False)
+
+    def finish(self) -> dict:
+        """The delta the end of the reply decides."""
+        return self._delta(self.splitter.finish(), ended=True)
+
+    def message(self) -> dict:
+        """The whole reply as a message (after finish)."""
+        message = self.tools.message() if self.tools is not None else {"role": "assistant", "content": self.text}
+        return message | ({"reasoning_content": self.reasoning} if self.reasoning else {})
+
+    def finish_reason(self, otherwise: str) -> str:
+        return self.tools.finish_reason(otherwise) if self.tools is not None else otherwise
+
+    def _delta(self, split: Split, ended: bool) -> dict:
+        self.reasoning += split.reasoning
+        if self.tools is None:
+            self.text += split.answer
+            answer = {"text": split.answer} if split.answer else {}
+        else:
+            answer = self.tools.feed(split.answer)
+            if ended:
+                answer = _joined(answer, self.tools.finish())
+        return ({"reasoning": split.reasoning} if split.reasoning else {}) | answer
+
+
+def _joined(first: dict, then: dict) -> dict:
+    """Two deltas of a ToolReply as one."""
+    text = first.get("text", "") + then.get("text", "")
+    calls = first.get("tool_calls", []) + then.get("tool_calls", [])
+    return ({"text": text} if text else {}) | ({"tool_calls": calls} if calls else {})
 
 
 class ToolReply:

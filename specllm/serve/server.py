@@ -41,7 +41,17 @@ from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
-from specllm.serve.openai_api import ApiError, ChatRequest, CompletionRequest, Reply, ToolReply, parse, specllm_step
+from specllm.reasoning import THINK_CLOSE, opens_thinking
+from specllm.serve.openai_api import (
+    ApiError,
+    ChatReply,
+    ChatRequest,
+    CompletionRequest,
+    Reply,
+    ToolReply,
+    parse,
+    specllm_step,
+)
 from specllm.serve.tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
 
 log = logging.getLogger("specllm.serve")
@@ -116,20 +126,20 @@ class Plan:
     seed: int
     generation: Generation
     continues: bool = False  # the prompt extends the previous request's whole transcript
-    tools: ToolReply | None = None  # reads the reply's tool calls, when tools were offered
+    read: ChatReply | None = None  # a chat reply: splits its reasoning off, reads its tool calls
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
 
     def delta(self, step: Step) -> dict:
-        """What a step adds to the reply (keyword arguments of Reply.chunk: text, tool_calls)."""
-        if self.tools is not None:
-            assert self.marked is not None  # given with the tools
-            return self.tools.feed(self.marked(step))
-        text = step.accepted_text + step.token_text
+        """What a step adds to the reply (keyword arguments of Reply.chunk: reasoning, text,
+        tool_calls)."""
+        text = self.marked(step) if self.marked is not None else step.accepted_text + step.token_text
+        if self.read is not None:
+            return self.read.feed(text)
         return {"text": text} if text else {}
 
     def finish(self) -> dict:
-        """What only the end of the reply decides: text held back as maybe a call."""
-        return self.tools.finish() if self.tools is not None else {}
+        """What only the end of the reply decides: text held back as maybe a call or a marker."""
+        return self.read.finish() if self.read is not None else {}
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -310,9 +320,9 @@ class EngineWorker:
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text, tools = None, None
+        text, read = None, None
         if chat:
-            text, tools = self.render_chat(request)
+            text, read = self.render_chat(request)
         elif isinstance(request.prompt, str):
             text = request.prompt
         continues = False
@@ -348,13 +358,15 @@ class EngineWorker:
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
-        marked = self.marked_text if tools else None
-        return Plan(text, tokens, seed, generation, continues, tools, marked)
+        marked = self.marked_text if read is not None and read.tools is not None else None
+        return Plan(text, tokens, seed, generation, continues, read, marked)
 
-    def render_chat(self, request: ChatRequest) -> tuple[str, ToolReply | None]:
-        """The prompt of a chat request, through the target's chat template with its tools, and
-        the reader of the reply's calls when tools are offered. A call that must be made is
-        begun in the prompt (ToolTemplate.prefill), so the model goes on with it."""
+    def render_chat(self, request: ChatRequest) -> tuple[str, ChatReply]:
+        """The prompt of a chat request, through the target's chat template with its tools and
+        the request's chat_template_kwargs, and the reader of the reply: its reasoning when the
+        prompt opens a think block (or the reply does), its calls when tools are offered. A call
+        that must be made is begun in the prompt (ToolTemplate.prefill), so the model goes on
+        with it."""
         offered = request.offered_tools
         uses_tools = offered or any(m.tool_calls for m in request.messages)
         form = self.tool_template() if uses_tools else ToolTemplate(False)
@@ -363,13 +375,19 @@ class EngineWorker:
             message = f"{name} cannot be offered tools: its chat template does not render them"
             raise ApiError(400, message, "tools", "tools_not_supported")
         messages = [m.to_template(form.object_arguments) for m in request.messages]
-        text = self.engine.target.render_chat(messages, tools=[t.to_template() for t in offered] or None)
+        tools = [t.to_template() for t in offered] or None
+        text = self.engine.target.render_chat(messages, tools=tools, variables=request.chat_template_kwargs)
+        opened = opens_thinking(text)
         if not offered:
-            return text, None
+            return text, ChatReply(opened)
         prefill = form.prefill(request.forced_tool) if request.call_required else ""
+        if not opened and THINK_CLOSE in prefill:  # the template wrote its call after a think block:
+            prefill = prefill.partition(THINK_CLOSE)[2].lstrip()  # the prompt has closed (or has none)
         names = [t.function.name for t in offered]
         self.tool_markers()  # found here, on the engine thread
-        return text + prefill, ToolReply(names, prefill, request.parallel_tool_calls is not False)
+        return text + prefill, ChatReply(
+            opened, ToolReply(names, parallel=request.parallel_tool_calls is not False), prefill
+        )
 
     def tool_template(self) -> ToolTemplate:
         if self._tool_template is None:
@@ -556,7 +574,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     plan.finish()
     access(request, 200, describe(result))
-    return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.tools))
+    return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.read))
 
 
 async def cancel_when_gone(request: Request, job: Job) -> None:
@@ -599,7 +617,7 @@ async def stream(
             outcome = describe(result)
             if delta := plan.finish():
                 yield sse(reply.chunk(**delta))
-            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.tools))
+            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.read))
             if include_usage:
                 yield sse(reply.usage_chunk(plan.reported(result)))
     except Exception as e:

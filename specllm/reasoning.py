@@ -1,0 +1,121 @@
+"""A thinking model's reasoning, kept apart from its answer; pure text, no model.
+
+Thinking models (Qwen3 and Qwen3.5, DeepSeek-R1 distills, SmolLM3, GLM, ...) reason in a think
+block before they answer. Their chat template opens it at the end of the generation prompt
+(Qwen3.5's prompt ends with "<think>\\n" unless `enable_thinking` is false), or the model writes
+"<think>" itself at the start of its reply; "</think>" ends it.
+
+`ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
+apart, so that any split of the text into chunks gives what reading it whole
+(`split_reasoning`) gives. The reasoning is trimmed of whitespace at its two ends, and the answer
+of the whitespace that follows "</think>"; a reply without a think block is all answer, exactly as
+generated; a block the reply leaves open (it reached max_tokens) is all reasoning. Only text is
+split: the tokens generated do not change.
+"""
+
+import enum
+from dataclasses import dataclass
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def opens_thinking(prompt: str) -> bool:
+    """Whether a rendered chat prompt ends inside an open think block: its template began the
+    reply's reasoning (a block it opened and closed, as Qwen3.5's does without thinking, is no
+    open one)."""
+    return prompt.rstrip().endswith(THINK_OPEN)
+
+
+@dataclass(frozen=True)
+class Split:
+    reasoning: str
+    answer: str
+
+
+def split_reasoning(reply: str, opened: bool = False) -> Split:
+    """A whole reply's reasoning and answer; `opened`: the prompt opened the think block."""
+    splitter = ReasoningSplitter(opened)
+    first, last = splitter.feed(reply), splitter.finish()
+    return Split(first.reasoning + last.reasoning, first.answer + last.answer)
+
+
+class _Where(enum.Enum):
+    START = enum.auto()  # nothing but whitespace yet: the reply may still open a block
+    REASONING = enum.auto()  # inside the think block
+    AFTER = enum.auto()  # just after "</think>": its whitespace is dropped
+    ANSWER = enum.auto()
+
+
+class ReasoningSplitter:
+    """Incremental: feed() the reply's text as it comes, then finish(); each returns the
+    reasoning and the answer decided by then. Text that may be the start of a marker is held
+    back until it is decided, and so is the reasoning's trailing whitespace."""
+
+    def __init__(self, opened: bool):
+        self.where = _Where.REASONING if opened else _Where.START
+        self.pending = ""  # text not handed out yet
+        self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
+        self.spaces = ""  # the reasoning's trailing whitespace, held back
+        self.ended = False
+
+    @property
+    def thinking(self) -> bool:
+        """Whether the reply is (so far) inside its think block."""
+        return self.where is _Where.REASONING
+
+    def feed(self, text: str) -> Split:
+        self.pending += text
+        return self._decide()
+
+    def finish(self) -> Split:
+        self.ended = True
+        return self._decide()
+
+    def _decide(self) -> Split:
+        reasoning, answer, closed = "", "", False
+        while self.pending or self.ended:
+            if self.where is _Where.START:
+                body = self.pending.lstrip()
+                if body.startswith(THINK_OPEN):
+                    self.where, self.pending = _Where.REASONING, body[len(THINK_OPEN) :]
+                elif THINK_OPEN.startswith(body) and not self.ended:  # whitespace, or a part of <think>
+                    break
+                else:
+                    self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
+            elif self.where is _Where.REASONING:
+                at = self.pending.find(THINK_CLOSE)
+                if at >= 0:
+                    reasoning += self.pending[:at]
+                    self.where, self.pending, closed = _Where.AFTER, self.pending[at + len(THINK_CLOSE) :], True
+                    continue
+                keep = 0 if self.ended else _marker_start(self.pending, THINK_CLOSE)
+                reasoning += self.pending[: len(self.pending) - keep]
+                self.pending = self.pending[len(self.pending) - keep :]
+                break
+            elif self.where is _Where.AFTER:
+                self.pending = self.pending.lstrip()
+                if not self.pending:
+                    break
+                self.where = _Where.ANSWER
+            else:
+                answer, self.pending = answer + self.pending, ""
+                break
+        return Split(self._trimmed(reasoning, closed or self.ended), answer)
+
+    def _trimmed(self, text: str, done: bool) -> str:
+        """Reasoning to hand out, without the block's leading and trailing whitespace."""
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        text = self.spaces + text
+        body = text.rstrip()
+        self.spaces = "" if done else text[len(body) :]
+        return body
+
+
+def _marker_start(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that is a beginning of `marker`."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0

@@ -1,0 +1,142 @@
+"""A thinking model's reasoning in `specllm serve`, with the real `openai` client, on the tiny
+target with Qwen3.5's chat template (its generation prompt opens a think block, which the tiny
+model's noise never closes: all of it is reasoning). What the model writes after a closed block,
+and calls in it, come from a forced call's prefill, which the reply is read as beginning with."""
+
+import json
+
+import pytest
+import tiny_models as tm
+import tool_templates
+from serving import Server
+
+import specllm
+from specllm.reasoning import split_reasoning
+
+CTX = 2048
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMETERS}}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+GREEDY = dict(model="x", temperature=0, max_tokens=12)
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    path = tm.write_model(
+        tmp_path_factory.mktemp("reasoning") / "qwen35.gguf", seed=0, chat_template=tool_templates.QWEN35
+    )
+    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    yield engine, srv
+    srv.stop()
+    engine.close()
+
+
+def raw(srv, engine, messages, **variables) -> str:
+    """The reply to `messages` as text, greedy, from /v1/completions: the tokens as they are."""
+    prompt = engine.target.render_chat(messages, variables=variables)
+    return srv.client().completions.create(prompt=prompt, **GREEDY).choices[0].text
+
+
+def streamed(chunks) -> tuple[str, str, list]:
+    """The reasoning, the content and the calls of a stream."""
+    reasoning, content, calls = "", "", []
+    for chunk in chunks:
+        for choice in chunk.choices:
+            delta = choice.delta.to_dict()
+            reasoning += delta.get("reasoning_content") or ""
+            content += delta.get("content") or ""
+            calls += delta.get("tool_calls") or []
+    return reasoning, content, calls
+
+
+def test_a_reply_in_an_open_think_block_is_reasoning_streamed_or_not(qwen35):
+    """The prompt ends with "<think>\\n"; the reply never closes it (max_tokens): all of it is
+    reasoning, the same tokens as the raw completion's, and no content."""
+    engine, srv = qwen35
+    client = srv.client()
+    text = raw(srv, engine, ASK)
+    whole = client.chat.completions.create(messages=ASK, **GREEDY)
+    message = whole.choices[0].message.to_dict()
+    assert message["reasoning_content"] == split_reasoning(text, opened=True).reasoning == text.strip()
+    assert message["content"] == "" and whole.usage.completion_tokens == 12
+    assert whole.choices[0].finish_reason == "length"
+    for steps in (False, True):
+        chunks = list(
+            client.chat.completions.create(messages=ASK, stream=True, **GREEDY, extra_body={"specllm_steps": steps})
+        )
+        assert streamed(chunks) == (text.strip(), "", [])
+
+
+def test_chat_template_kwargs_reach_the_template(qwen35):
+    """enable_thinking false: Qwen3.5's template closes the think block in the prompt, and the
+    reply is all content, exactly as generated."""
+    engine, srv = qwen35
+    client = srv.client()
+    text = raw(srv, engine, ASK, enable_thinking=False)
+    reply = client.chat.completions.create(messages=ASK, **GREEDY, extra_body=NO_THINKING)
+    closed = engine.target.render_chat(ASK, variables={"enable_thinking": False})
+    assert closed.endswith("<think>\n\n</think>\n\n")
+    assert reply.usage.prompt_tokens == len(engine.prompt_tokens(closed))
+    message = reply.choices[0].message.to_dict()
+    assert message["content"] == text and "reasoning_content" not in message
+    chunks = client.chat.completions.create(messages=ASK, stream=True, **GREEDY, extra_body=NO_THINKING)
+    assert streamed(chunks) == ("", text, [])
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ("no", "chat_template_kwargs: Input should be an object"),
+        ([{"enable_thinking": False}], "chat_template_kwargs: Input should be an object"),
+        ({"messages": []}, "chat_template_kwargs: messages is set by the server, not the request"),
+        ({"tools": [], "range": 1}, "chat_template_kwargs: range, tools are set by the server, not the request"),
+    ],
+)
+def test_chat_template_kwargs_that_are_no_object_of_variables_get_a_400(qwen35, kwargs, message):
+    _, srv = qwen35
+    body = {"messages": ASK, "max_tokens": 2, "chat_template_kwargs": kwargs}
+    status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+    assert (status, data["error"]["param"], data["error"]["message"]) == (400, "chat_template_kwargs", message)
+
+
+def test_reasoning_sent_back_reaches_the_template(qwen35):
+    """An assistant message after the last user message (a call, then its result) keeps its
+    reasoning_content: Qwen3.5's template writes it in the think block."""
+    engine, srv = qwen35
+    call = {
+        "id": "abc123XYZ",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    turns = ASK + [
+        {"role": "assistant", "content": "", "reasoning_content": "Paris: ask the tool.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C"},
+    ]
+    reply = srv.client().chat.completions.create(messages=turns, tools=[GET_WEATHER], **GREEDY)
+    rendered = dict(turns[1], tool_calls=[dict(call, function={"name": "get_weather", "arguments": {"city": "Paris"}})])
+    prompt = engine.target.render_chat([ASK[0], rendered, turns[2]], tools=[GET_WEATHER])
+    assert "<think>\nParis: ask the tool.\n</think>" in prompt
+    assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
+
+
+def test_calls_are_read_from_the_answer_after_the_think_block(qwen35):
+    """A named call begins after the think block the prompt opened ("\\n</think>\\n\\n<tool_call>
+    ..."): the block is empty reasoning, and the call's markup begins the content (the tiny model
+    leaves the call unfinished). Without thinking, the prompt closed the block itself: the call
+    begins right after it, with no second </think>."""
+    engine, srv = qwen35
+    client = srv.client()
+    start = "<tool_call>\n<function=get_weather>\n"
+    for extra in ({}, NO_THINKING):
+        request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY, extra_body=extra)
+        whole = client.chat.completions.create(**request)
+        message = whole.choices[0].message.to_dict()
+        assert message["content"].startswith(start) and "</think>" not in message["content"]
+        assert "reasoning_content" not in message
+        assert streamed(client.chat.completions.create(**request, stream=True)) == ("", message["content"], [])
+        prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER], variables=extra.get("chat_template_kwargs"))
+        prefill = start if extra else "\n</think>\n\n" + start
+        assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))

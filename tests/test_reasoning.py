@@ -1,0 +1,73 @@
+"""reasoning.py on fixed replies: where the think block is, and streaming split at every chunk
+boundary giving what the whole reply gives."""
+
+import random
+
+import pytest
+
+from specllm.reasoning import ReasoningSplitter, Split, opens_thinking, split_reasoning
+
+# (the reply, whether the prompt opened the think block, the reasoning and the answer expected)
+CASES = [
+    ("Let me see.\n</think>\n\nParis.", True, "Let me see.", "Paris."),
+    ("\n</think>\n\nParis.", True, "", "Paris."),  # an empty block (a template's, or the model's)
+    ("</think>Paris.", True, "", "Paris."),
+    ("I wonder.\nMaybe Paris", True, "I wonder.\nMaybe Paris", ""),  # left open: max_tokens
+    ("I wonder.\n</thi", True, "I wonder.\n</thi", ""),  # a closing tag cut short is reasoning
+    ("", True, "", ""),
+    ("<think>\nHmm.\n</think>\n\nParis.", False, "Hmm.", "Paris."),  # the model opens it itself
+    ("\n\n<think>Hmm.</think>Paris.", False, "Hmm.", "Paris."),
+    ("<think>\nHmm, 2 < 3", False, "Hmm, 2 < 3", ""),
+    ("Paris.", False, "", "Paris."),  # no block: the answer exactly as generated
+    ("  Paris.\n", False, "", "  Paris.\n"),
+    ("\n", False, "", "\n"),
+    ("<thin", False, "", "<thin"),
+    ("Paris. <think>x</think>", False, "", "Paris. <think>x</think>"),  # a block later on is answer
+    ("a</think>b</think>c", True, "a", "b</think>c"),  # one block: the first closing tag ends it
+    ("  spaced  \n  out \n</think>  \n answer  ", True, "spaced  \n  out", "answer  "),
+    ("Grüße 🙂</think>Ünïcode", True, "Grüße 🙂", "Ünïcode"),
+]
+
+
+def streamed(pieces: list[str], opened: bool) -> Split:
+    splitter = ReasoningSplitter(opened)
+    reasoning, answer = "", ""
+    for piece in [*pieces, None]:
+        split = splitter.feed(piece) if piece is not None else splitter.finish()
+        reasoning, answer = reasoning + split.reasoning, answer + split.answer
+    return Split(reasoning, answer)
+
+
+@pytest.mark.parametrize("reply,opened,reasoning,answer", CASES, ids=range(len(CASES)))
+def test_a_reply_split_whole(reply, opened, reasoning, answer):
+    assert split_reasoning(reply, opened) == Split(reasoning, answer)
+
+
+@pytest.mark.parametrize("reply,opened,reasoning,answer", CASES, ids=range(len(CASES)))
+def test_any_split_into_chunks_gives_the_same(reply, opened, reasoning, answer):
+    whole = Split(reasoning, answer)
+    for cut in range(len(reply) + 1):
+        assert streamed([reply[:cut], reply[cut:]], opened) == whole, cut
+    assert streamed(list(reply), opened) == whole
+    rng = random.Random(0)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(len(reply) + 1), min(4, len(reply) + 1)))
+        assert streamed([reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)])], opened) == whole
+
+
+def test_text_is_handed_out_as_soon_as_it_is_decided():
+    """Held back: only what may be the start of a marker, and the reasoning's trailing spaces."""
+    splitter = ReasoningSplitter(True)
+    assert splitter.feed("one two</th") == Split("one two", "")
+    assert splitter.feed("ink>\n\nthree ") == Split("", "three ")
+    assert splitter.feed("four") == Split("", "four")
+    fresh = ReasoningSplitter(False)
+    assert fresh.feed("  <thi") == Split("", "") and fresh.feed("s") == Split("", "  <this")
+
+
+def test_a_prompt_opens_thinking_when_it_ends_inside_a_think_block():
+    assert opens_thinking("<|im_start|>assistant\n<think>\n")
+    assert opens_thinking("<｜Assistant｜><think>\n")
+    assert not opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking false
+    assert not opens_thinking("<|im_start|>assistant\n")
+    assert not opens_thinking("<|im_start|>user\nwhat is <think>?<|im_end|>\n<|im_start|>assistant\n")
