@@ -14,10 +14,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import openai
 import pytest
+import tiny_models as tm
+import tool_templates
 
 SPECLLM = [sys.executable, "-m", "specllm"]
 KEY = "page-key"
@@ -353,3 +356,84 @@ def test_the_page_offers_only_the_drafters_the_server_has(page):
     expect(page.locator("#drafter option:text-is('mtp')")).to_be_disabled()
     offered = "select => [...select.options].filter(o => !o.disabled).map(o => o.value)"
     assert page.locator("#drafter").evaluate(offered) == ["", "auto", "model", "ngram", "none"]
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tiny_models, tmp_path_factory):
+    """A server whose target has Qwen3.5's template: its prompt opens a think block, which the
+    tiny model's reply never closes (all of it is reasoning)."""
+    where = tmp_path_factory.mktemp("thinking")
+    target = tm.write_model(where / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35)
+    with serving(SimpleNamespace(target=target, draft=tiny_models.draft), where / "serve.log", None) as (url, _):
+        yield url
+
+
+def test_a_thinking_models_reasoning_is_shown_apart_and_sent_back(browser, thinking_server):
+    context = browser.new_context()
+    tab = context.new_page()
+    errors = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.goto(thinking_server)
+    settings(tab, temperature=0, max_tokens=12)
+    chunks, _ = send(tab, "Why?")
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks if c["choices"])
+    assert reasoning and streamed_text(chunks) == ""
+    assert tab.text_content(".msg.assistant .reasoning .thoughts") == reasoning
+    assert tab.text_content(".msg.assistant .text") == ""  # no raw step, no <think> tag
+    _, request = send(tab, "And then?")
+    assert request["messages"][1] == {"role": "assistant", "content": "", "reasoning_content": reasoning}
+    context.close()
+    assert errors == []
+
+
+def test_the_answer_after_a_think_block_is_coloured_by_step(browser, thinking_server):
+    """The tiny model never closes its think block: the server's stream is given a reply that
+    does (its steps and deltas as serve splits them), ending with the real stream's last chunk.
+    The step that closes the block is shown as neither; the answer's start comes as text, then
+    its steps coloured."""
+    steps = [
+        ({"accepted": "Hmm, ", "rejected": "x", "target": "so"}, {"reasoning_content": "Hmm, so"}),
+        ({"accepted": "\n</think>", "rejected": "", "target": "\n\n"}, {}),
+        ({"accepted": "Par", "rejected": "", "target": "is"}, {"content": "Paris"}),
+        ({"accepted": " is", "rejected": " was", "target": " big"}, {"content": " is big"}),
+    ]
+
+    def reply(route):
+        real = events(route.fetch().text())
+        first, *_, last = real
+        made = (
+            [first]
+            + [
+                dict(
+                    last,
+                    choices=[dict(last["choices"][0], delta=delta, finish_reason=None)],
+                    specllm=dict(step, source="model", stats=last["specllm"]["stats"]),
+                )
+                for step, delta in steps
+            ]
+            + [last]
+        )
+        route.fulfill(
+            content_type="text/event-stream",
+            body="".join(f"data: {json.dumps(c)}\n\n" for c in made) + "data: [DONE]\n\n",
+        )
+
+    context = browser.new_context()
+    tab = context.new_page()
+    errors = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.goto(thinking_server)
+    settings(tab, temperature=0, max_tokens=4)
+    tab.route("**/v1/chat/completions", reply)
+    send(tab, "Where?")
+    tab.unroute("**/v1/chat/completions")
+    assert tab.text_content(".msg.assistant .reasoning .thoughts") == "Hmm, so"
+    assert not tab.locator(".msg.assistant .reasoning").evaluate("details => details.open")  # folded away
+    spans = "spans => spans.map(span => [span.className, span.textContent])"
+    shown = tab.eval_on_selector_all(".msg.assistant .text > *", spans)
+    assert [tuple(s) for s in shown] == [("accepted", " is"), ("rejected", " was"), ("target", " big")]
+    assert tab.text_content(".msg.assistant .text") == "Paris is was big"
+    _, request = send(tab, "And then?")
+    assert request["messages"][1] == {"role": "assistant", "content": "Paris is big", "reasoning_content": "Hmm, so"}
+    context.close()
+    assert errors == []
