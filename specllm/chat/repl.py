@@ -12,6 +12,7 @@ from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
 from specllm.engine.text import shown
 from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
+from specllm.reasoning import opens_thinking
 
 HELP = f"""\
 /help            this list
@@ -210,10 +211,11 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
         console.print(shown(f"note: {notice}"), style="yellow", markup=False)
     drafter = session.config.drafter
     view: LiveView | PlainView
+    opened = opens_thinking(prepared.text)  # the template began the reply's reasoning
     if live:
-        view = LiveView(console, drafter, show_legend=False, describe=chat_summary)
+        view = LiveView(console, drafter, show_legend=False, describe=chat_summary, opened=opened)
     else:
-        view = PlainView(drafter, describe=chat_summary)
+        view = PlainView(drafter, describe=chat_summary, opened=opened)
     reply = session.stream(prepared)
     try:
         with view:

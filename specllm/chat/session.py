@@ -34,6 +34,7 @@ from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 from specllm.files import write_text_atomic
+from specllm.reasoning import opens_thinking, split_reasoning
 
 
 @dataclass
@@ -46,12 +47,20 @@ class Turn:
     stats: Stats | None = None
     in_context: bool = True  # False once dropped to make room in the context
     seed: int | None = None  # this turn's own seed, derived from the session's (turn_seed)
+    reasoning: str = ""  # a thinking model's reasoning, apart from its answer (the reply)
 
     def messages(self) -> list[dict]:
-        return [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
+        """As the chat template gets them: a thinking model's reasoning as reasoning_content,
+        which a template renders (Qwen3.5's, in the turns after the last user message) or not."""
+        reply: dict[str, str] = {"role": "assistant", "content": self.reply}
+        if self.reasoning:
+            reply["reasoning_content"] = self.reasoning
+        return [{"role": "user", "content": self.user}, reply]
 
     def to_dict(self) -> dict:
         d: dict[str, object] = {"user": self.user, "reply": self.reply, "stop_reason": self.stop_reason}
+        if self.reasoning:
+            d["reasoning"] = self.reasoning
         d["interrupted"] = self.stop_reason == "interrupted"
         d["dropped_from_context"] = not self.in_context
         d["seed"] = self.seed
@@ -81,8 +90,16 @@ class ChatSession:
     reply.result
     """
 
-    def __init__(self, engine: Engine, config: GenerationConfig, system: str | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        config: GenerationConfig,
+        system: str | None = None,
+        template_variables: dict | None = None,
+    ):
         self.engine = engine
+        # More variables for the chat template ({"enable_thinking": False}: --no-think)
+        self.template_variables = template_variables
         # One seed for the whole session (config.sampler.seed, shown in /stats and /save); each
         # reply draws from its own stream derived from it (turn_seed), so no two replies repeat
         # one random stream, not even the same message after /reset.
@@ -161,9 +178,13 @@ class ChatSession:
         return msgs
 
     def _render(self, turns: list[Turn], pending: Turn) -> Prepared:
-        text = self.engine.target.render_chat(self.messages(turns, pending))
+        text = self.render(self.messages(turns, pending))
         prompt = self.cache.prompt(text)
         return Prepared(pending, text, prompt.tokens, prompt.reused, prompt.extended)
+
+    def render(self, messages: list[dict]) -> str:
+        """The conversation through the target's chat template, with the session's variables."""
+        return self.engine.target.render_chat(messages, variables=self.template_variables)
 
     def _drop_oldest(self, live: list[Turn], pending: Turn) -> Prepared:
         alone = self._render([], pending)
@@ -210,7 +231,9 @@ class ChatSession:
             if not partial:
                 return  # nothing generated: the message goes too, so the history holds no empty reply
         turn = prepared.turn
-        turn.reply = result.text if result else partial
+        # A thinking model's reasoning is kept apart: the template gets it as reasoning_content.
+        split = split_reasoning(result.text if result else partial, opens_thinking(prepared.text))
+        turn.reply, turn.reasoning = split.answer, split.reasoning
         turn.stop_reason = result.stop_reason if result else "interrupted"
         turn.stats = stats
         self.turns.append(turn)
@@ -278,7 +301,7 @@ class ChatSession:
         live = [t for t in self.turns if t.in_context]
         if saved.context_tokens and live and live[-1].stop_reason != "interrupted":
             target = self.engine.target
-            text = target.render_chat(self.messages(live[:-1], pending=live[-1])) + live[-1].reply
+            text = self.render(self.messages(live[:-1], pending=live[-1])) + live[-1].reply
             tokens = list(saved.context_tokens)
             in_vocabulary = all(0 <= t < target.n_vocab for t in tokens)
             if in_vocabulary and _spelled(target, tokens) == _spelled(target, self.engine.prompt_tokens(text)):
@@ -393,6 +416,7 @@ def _saved_chat(path: Path, data) -> SavedChat:
                 _stats(stats, i) if stats else None,
                 in_context=not _flag(t.get("dropped_from_context", False), f"turn {i}'s dropped_from_context"),
                 seed=_seed(t.get("seed"), i),
+                reasoning=text(t.get("reasoning", ""), f"turn {i}'s reasoning"),
             )
         )
     tokens = data.get("context_tokens")

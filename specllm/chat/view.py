@@ -5,6 +5,9 @@ own tokens (the correction after a rejection, the bonus after a full accept), an
 tokens, struck through before the correction that replaces them. While it runs, the tail of the
 text and a status line are redrawn in place; at the end the whole text is printed once, so the
 scrollback holds it in full. PlainView prints bare text, for pipes, NO_COLOR and --no-live.
+
+A thinking model's reasoning (reasoning.py) is shown apart from its answer, without its think
+block's tags: dimmed above the answer in LiveView, on stderr in PlainView.
 """
 
 import os
@@ -18,10 +21,12 @@ from rich.text import Span, Text
 from specllm.engine.loop import Result, Stats, Step
 from specllm.engine.names import Drafter
 from specllm.engine.text import shown
+from specllm.reasoning import ReasoningSplitter, Split
 
 ACCEPTED = "green"
 TARGET = "bold"
 REJECTED = "red strike"
+REASONING = "dim"
 REDRAW_SECONDS = 1 / 12  # at most this often
 REDRAW_SHARE = 0.05  # and at most this share of the time: a slow terminal or CPU redraws less often
 
@@ -69,15 +74,54 @@ def chat_summary(result: Result, drafter: str) -> str:
     )
 
 
+class ReplyParts:
+    """A reply's steps as the views show them, as (kind, text) pieces: `accepted`, `rejected` and
+    `target` for steps that are all answer, as before; else the `reasoning` and `answer` the
+    think block's split gives (its tags left out). Steps whose text is held back (it may open a
+    think block) wait, and are shown by their kinds once they turn out to be answer.
+    `opened`: the prompt ends inside a think block."""
+
+    def __init__(self, opened: bool = False):
+        self.splitter = ReasoningSplitter(opened)
+        self.waiting: list[Step] = []  # steps whose text is not handed out yet
+
+    def step(self, step: Step) -> list[tuple[str, str]]:
+        self.waiting.append(step)
+        return self._shown(self.splitter.feed(step.accepted_text + step.token_text))
+
+    def finish(self) -> list[tuple[str, str]]:
+        return self._shown(self.splitter.finish())
+
+    def _shown(self, split: Split) -> list[tuple[str, str]]:
+        raw = "".join(step.accepted_text + step.token_text for step in self.waiting)
+        if split == Split("", raw) and not self.splitter.thinking:  # all of them answer, as generated
+            pieces = [
+                (kind, text)
+                for step in self.waiting
+                for kind, text in (("accepted", step.accepted_text), ("rejected", step.rejected_text),
+                                   ("target", step.token_text))
+                if text
+            ]  # fmt: skip
+        elif split.reasoning or split.answer:
+            pieces = [(kind, text) for kind, text in (("reasoning", split.reasoning), ("answer", split.answer)) if text]
+        else:
+            return []  # held back: the steps wait
+        self.waiting = []
+        return pieces
+
+
 class PlainView:
     """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped. Piped, the
     text is the model's exactly; on a terminal its control characters show as symbols."""
 
-    def __init__(self, drafter: str, show_summary: bool = True, describe=summary):
+    def __init__(self, drafter: str, show_summary: bool = True, describe=summary, opened: bool = False):
         self.drafter = drafter
         self.show_summary = show_summary
         self.describe = describe
         self._show = shown if sys.stdout.isatty() else str
+        self._show_reasoning = shown if sys.stderr.isatty() else str
+        self.parts = ReplyParts(opened)
+        self.reasoning = False  # reasoning written to stderr, its line not ended yet
 
     def __enter__(self):
         return self
@@ -86,18 +130,39 @@ class PlainView:
         return False
 
     def step(self, step: Step) -> None:
-        sys.stdout.write(self._show(step.accepted_text + step.token_text))
-        sys.stdout.flush()
+        self._write(self.parts.step(step))
 
     def finish(self, result: Result) -> None:
+        self._write(self.parts.finish())
+        self._end_reasoning()
         sys.stdout.write("\n")
         sys.stdout.flush()
         if self.show_summary:
             print(self.describe(result, self.drafter), file=sys.stderr)
 
+    def _write(self, pieces: list[tuple[str, str]]) -> None:
+        """The answer on stdout, the model's text exactly when piped; the reasoning on stderr."""
+        for kind, text in pieces:
+            if kind == "reasoning":
+                sys.stderr.write(self._show_reasoning(text))
+                sys.stderr.flush()
+                self.reasoning = True
+            elif kind != "rejected":
+                self._end_reasoning()
+                sys.stdout.write(self._show(text))
+        sys.stdout.flush()
+
+    def _end_reasoning(self) -> None:
+        if self.reasoning:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.reasoning = False
+
 
 class LiveView:
-    def __init__(self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary):
+    def __init__(
+        self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary, opened: bool = False
+    ):
         self.console = console
         self.drafter = drafter
         self.show_legend = show_legend  # chat shows the legend once, not after every reply
@@ -112,6 +177,8 @@ class LiveView:
         self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._render)
         self._drawn_at = 0.0
         self._redraw_gap = REDRAW_SECONDS
+        self.parts = ReplyParts(opened)
+        self._reasoned = self._answered = False  # some reasoning, some answer shown
 
     def __enter__(self):
         self._live.__enter__()
@@ -125,13 +192,7 @@ class LiveView:
         return False
 
     def step(self, step: Step) -> None:
-        # a rejected newline would move the real text around: show it as a symbol instead
-        rejected = shown(step.rejected_text.replace("\n", "⏎"))
-        accepted, token = shown(step.accepted_text), shown(step.token_text)
-        for text in (self.body, self._recent):
-            _append(text, accepted, ACCEPTED)
-            _append(text, rejected, REJECTED)
-            _append(text, token, TARGET)
+        self._show(self.parts.step(step))
         self._stats = step.stats
         now = time.monotonic()
         if now - self._drawn_at >= self._redraw_gap:
@@ -139,7 +200,21 @@ class LiveView:
             self._drawn_at = time.monotonic()
             self._redraw_gap = max(REDRAW_SECONDS, (self._drawn_at - now) / REDRAW_SHARE)
 
+    def _show(self, pieces: list[tuple[str, str]]) -> None:
+        for kind, piece in pieces:
+            if kind == "rejected":  # a rejected newline would move the real text around: a symbol instead
+                piece = piece.replace("\n", "⏎")
+            elif kind != "reasoning":
+                if self._reasoned and not self._answered:  # the answer begins below the reasoning
+                    piece = "\n\n" + piece
+                self._answered = True
+            else:
+                self._reasoned = True
+            for text in (self.body, self._recent):
+                _append(text, shown(piece), STYLES[kind])
+
     def finish(self, result: Result) -> None:
+        self._show(self.parts.finish())
         self._live.__exit__(None, None, None)
         self.console.print(self.body)
         if self.show_legend:
@@ -163,6 +238,9 @@ class LiveView:
         lines = body.wrap(self.console, width)
         tail = Text("\n").join(lines[-height:]) if len(lines) > height else body
         return Group(tail, status)
+
+
+STYLES = {"accepted": ACCEPTED, "rejected": REJECTED, "target": TARGET, "reasoning": REASONING, "answer": ""}
 
 
 def _append(text: Text, piece: str, style: str) -> None:

@@ -33,6 +33,7 @@ NOT_FROM_ENV = {
 CONFLICTS = (
     ({"pair"}, {"target", "draft"}),
     ({"system"}, {"chat_template"}),  # --raw
+    ({"think"}, {"chat_template"}),
     ({"drafts_for"}, {"pair", "target", "draft", "drafter"}),
 )
 

@@ -44,6 +44,7 @@ from specllm.cli.options import (
     SourceOption,
     Target,
     Temperature,
+    Think,
     Threads,
     TopK,
     TopP,
@@ -58,6 +59,7 @@ from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source
+from specllm.reasoning import opens_thinking, split_reasoning
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -302,6 +304,7 @@ def run(
         bool, typer.Option("--chat-template/--raw", help="Wrap the prompt in the model's chat template.")
     ] = True,
     system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
+    think: Think = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
     no_live: NoLive = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")] = False,
@@ -321,21 +324,30 @@ def run(
     show_llama_log(verbose)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
+    if think is not None and not chat_template:
+        raise SpecllmError(f"--{'' if think else 'no-'}think needs the chat template: drop --raw")
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
     gamma = resolve_gamma(gamma, drafter, engine)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
-    generation = engine.start(text, config, chat=chat_template, system=system)
+    opened = False
+    if chat_template:  # rendered here, with the template's variables; then as any text prompt
+        system_message = [{"role": "system", "content": system}] if system else []
+        text = engine.target.render_chat(
+            system_message + [{"role": "user", "content": text}], variables=thinking(think)
+        )
+        opened = opens_thinking(text)
+    generation = engine.start(text, config)
     console = Console()
     view: PlainView | LiveView
     if as_json:
         view = PlainView(drafter, show_summary=False)
     elif use_live(no_live, console):
-        view = LiveView(console, drafter)
+        view = LiveView(console, drafter, opened=opened)
     else:
-        view = PlainView(drafter)
+        view = PlainView(drafter, opened=opened)
     with view:
         for step in generation:
             if not as_json:
@@ -346,7 +358,12 @@ def run(
     if verbose and result.stats.policy:
         print(describe_policy(result.stats.policy), file=sys.stderr)
     if as_json:
-        print(json.dumps(result_json(result, seed)))
+        print(json.dumps(result_json(result, seed, opened)))
+
+
+def thinking(think: bool | None) -> dict | None:
+    """The chat template's variables for --think/--no-think (none: the template's default)."""
+    return None if think is None else {"enable_thinking": think}
 
 
 @app.command()
@@ -376,6 +393,7 @@ def chat(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
     ] = None,
+    think: Think = None,
     no_live: NoLive = False,
     verbose: Verbose = False,
 ):
@@ -397,12 +415,12 @@ def chat(
     gamma = resolve_gamma(gamma, drafter, engine)
     check_draft_length(engine, drafter, gamma)
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
-    session = ChatSession(engine, config, system)
+    session = ChatSession(engine, config, system, thinking(think))
     if saved:
         session.notices.append(session.restore(saved))
         session.system = system or session.system
     # A chat template that cannot render a first message is refused now, not at every message.
-    engine.target.render_chat(session.messages() + [{"role": "user", "content": "Hello"}])
+    session.render(session.messages() + [{"role": "user", "content": "Hello"}])
     console = Console()
     # Off a terminal there is no width to wrap to: Rich would break every line at 80 columns
     # (an error in two lines); lines are written whole, as the replies are.
@@ -433,9 +451,13 @@ def describe_policy(policy: dict) -> str:
     return line
 
 
-def result_json(result, seed: int) -> dict:
+def result_json(result, seed: int, opened: bool = False) -> dict:
+    """run --json's object. A thinking model's reasoning (`opened`: the prompt opened its think
+    block) is `reasoning`, apart from the answer's `text`."""
+    split = split_reasoning(result.text, opened)
     return {
-        "text": result.text,
+        "text": split.answer,
+        **({"reasoning": split.reasoning} if split.reasoning else {}),
         "tokens": result.tokens,
         "stop_reason": result.stop_reason,
         "seed": seed,

@@ -141,6 +141,15 @@ Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say which backend and devices are used, and show llama.cpp's own log.")
 ]
 NoLive = Annotated[bool, typer.Option("--no-live", help="Plain text, no live display.")]
+Think = Annotated[
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="Set the chat template's enable_thinking: a thinking model (Qwen3.5, Qwen3, GLM, ...) reasons "
+        "before it answers, or not. Templates that do not read it ignore it. Default: the template's own.",
+        show_default=False,
+    ),
+]
 
 
 @dataclass(frozen=True)

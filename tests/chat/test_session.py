@@ -598,3 +598,26 @@ def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_s
     assert session.system is None
     assert command(session, f"/save {tmp_path / 'chat.json'}").text.startswith("saved 1 turn to")
     assert read_transcript(tmp_path / "chat.json").turns[0].user == MESSAGES[0]
+
+
+def test_a_thinking_models_reasoning_is_kept_apart_for_its_template(tmp_path):
+    """Qwen3.5's template opens a think block, which the tiny model never closes: the turn's
+    reply is empty and its reasoning goes to the template as reasoning_content (and into /save).
+    Without thinking (its enable_thinking false) the template closes the block: all reply."""
+    import tool_templates
+
+    engine = load(tm.write_model(tmp_path / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35))
+    config = make_config(max_tokens=6, temperature=0.0, drafter="none")
+    try:
+        session = ChatSession(engine, config)
+        reasoning = session.send("Hello").text.strip()
+        assert reasoning and (session.turns[0].reply, session.turns[0].reasoning) == ("", reasoning)
+        assert session.messages()[-1] == {"role": "assistant", "content": "", "reasoning_content": reasoning}
+        session.save(tmp_path / "chat.json")
+        assert read_transcript(tmp_path / "chat.json").turns[0].reasoning == reasoning
+        off = ChatSession(engine, config, template_variables={"enable_thinking": False})
+        assert off.prepare("Hello").text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        text = off.send("Hello").text
+        assert (off.turns[0].reply, off.turns[0].reasoning) == (text, "")
+    finally:
+        engine.close()

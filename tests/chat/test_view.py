@@ -6,7 +6,7 @@ import random
 from rich.console import Console
 from rich.text import Text
 
-from specllm.chat.view import ACCEPTED, REJECTED, TARGET, LiveView
+from specllm.chat.view import ACCEPTED, REASONING, REJECTED, TARGET, LiveView
 from specllm.engine.loop import Stats, Step
 
 WIDTH, HEIGHT = 60, 12
@@ -175,3 +175,55 @@ def test_runs_summary_counts_the_prompt_as_a_prompt_not_as_a_prefill():
 
     stats = Stats(generated_tokens=3, target_calls=3, prompt_tokens=19, prefill_tokens=18, prefill_seconds=0.25)
     assert summary(Result("", [], "max_tokens", stats), "auto").endswith(" · prompt 19 tokens, prefilled in 0.25s")
+
+
+# A thinking model's reply, as steps (accepted, rejected, target): its prompt opened the think
+# block, which the second step closes.
+THINKING = [("Hmm,", "", " so"), ("\n</think>", "x", "\n\n"), ("Par", "", "is"), (" is", " was", " big")]
+
+
+def thinking_steps() -> list[Step]:
+    return [Step([1], 1, 2, accepted, target, rejected, Stats(), "model") for accepted, rejected, target in THINKING]
+
+
+def test_a_thinking_models_reasoning_is_shown_apart_and_its_answer_by_kind():
+    """The reasoning as one piece, the step that closes the block as nothing, the answer's start
+    as text, then its steps by kind; a reply without a block is shown by kind, held back or not."""
+    from specllm.chat.view import ReplyParts
+
+    parts = ReplyParts(opened=True)
+    shown = [parts.step(step) for step in thinking_steps()] + [parts.finish()]
+    assert shown == [
+        [("reasoning", "Hmm, so")],
+        [],
+        [("answer", "Paris")],
+        [("accepted", " is"), ("rejected", " was"), ("target", " big")],
+        [],
+    ]
+    plain = ReplyParts()
+    steps = [Step([1], 1, 2, "\n", "", "", Stats(), "model"), Step([1], 1, 2, "Hi", "!", "x", Stats(), "model")]
+    assert [plain.step(s) for s in steps] == [
+        [],
+        [("accepted", "\n"), ("accepted", "Hi"), ("rejected", "x"), ("target", "!")],
+    ]
+
+
+def test_the_live_view_dims_the_reasoning_above_the_answer():
+    console = Console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT)
+    view = LiveView(console, "model", opened=True)
+    for step in thinking_steps():
+        view.step(step)
+    assert view.body.plain == "Hmm, so\n\nParis is was big"
+    assert styles(view.body, console)[0] == str(console.get_style(REASONING))
+    assert "</think>" not in view.body.plain
+
+
+def test_the_plain_view_writes_the_answer_to_stdout_and_the_reasoning_to_stderr(capsys):
+    from specllm.chat.view import PlainView
+
+    view = PlainView("model", show_summary=False, opened=True)
+    for step in thinking_steps():
+        view.step(step)
+    view.finish(None)
+    out, err = capsys.readouterr()
+    assert (out, err) == ("Paris is big\n", "Hmm, so\n")

@@ -562,3 +562,35 @@ def test_a_command_started_with_stdin_or_stdout_closed_is_no_traceback(models, c
         assert_one_line_error(proc, "standard input is closed", exit_code=1)
     else:
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
+    """Qwen3.5's template opens a think block, which the tiny model never closes: --json has it
+    as `reasoning` and an empty `text`; piped, the answer goes to stdout and the reasoning to
+    stderr. --no-think closes the block in the prompt: the reply is all text, the tokens those
+    of the prompt the template renders so (given with --raw)."""
+    import tiny_models as tm
+    import tool_templates
+
+    from specllm.llama.templates import compile_chat_template, render_bounded
+
+    path = tm.write_model(tmp_path / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35)
+    args = ["--target", path, "--draft", "none", "--threads", 1, "--ctx-size", 256, "--temperature", 0, "-n", 8]
+    thought = json.loads(specllm_run("Hi", *args, "--json").stdout)
+    assert thought["text"] == "" and thought["reasoning"] and thought["stop_reason"] == "max_tokens"
+    plain = specllm_run("Hi", *args)
+    assert plain.returncode == 0 and plain.stdout == "\n"
+    assert plain.stderr.startswith(thought["reasoning"] + "\n[max_tokens] ")
+    answered = json.loads(specllm_run("Hi", *args, "--json", "--no-think").stdout)
+    assert "reasoning" not in answered
+    closed = render_bounded(
+        compile_chat_template(tool_templates.QWEN35),
+        messages=[{"role": "user", "content": "Hi"}],
+        add_generation_prompt=True,
+        enable_thinking=False,
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    raw = json.loads(specllm_run(closed, "--raw", *args, "--json").stdout)
+    assert (answered["text"], answered["tokens"]) == (raw["text"], raw["tokens"])
+    assert_one_line_error(specllm_run("Hi", *args, "--raw", "--think"), "--think needs the chat template")
