@@ -1,7 +1,8 @@
 """A thinking model's reasoning in `specllm serve`, with the real `openai` client, on the tiny
 target with Qwen3.5's chat template (its generation prompt opens a think block, which the tiny
 model's noise never closes: all of it is reasoning). What the model writes after a closed block,
-and calls in it, come from a forced call's prefill, which the reply is read as beginning with."""
+and calls in it, come from a forced call's prefill, which the reply is read as beginning with;
+and ChatReply reads a fixed reply, split into chunks anywhere."""
 
 import json
 
@@ -12,6 +13,7 @@ from serving import Server
 
 import specllm
 from specllm.reasoning import split_reasoning
+from specllm.serve.openai_api import ChatReply, ToolReply
 
 CTX = 2048
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -140,3 +142,33 @@ def test_calls_are_read_from_the_answer_after_the_think_block(qwen35):
         prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER], variables=extra.get("chat_template_kwargs"))
         prefill = start if extra else "\n</think>\n\n" + start
         assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
+
+
+CALL_IN_REASONING = (
+    'I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call> but no.\n'
+    '</think>\n\nLet me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+)
+
+
+def read_reply(pieces: list[str]) -> tuple[dict, dict]:
+    """A reply read by ChatReply in these pieces: the message, and the deltas joined."""
+    reply = ChatReply(True, ToolReply(["get_weather"]))
+    joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
+    for delta in [reply.feed(piece) for piece in pieces] + [reply.finish()]:
+        for key, value in delta.items():
+            joined[key] += value
+    return reply.message(), joined
+
+
+def test_calls_are_read_from_the_answer_only_however_the_reply_comes():
+    """A call the reasoning writes is reasoning, as it was written; the answer's is a call."""
+    text = CALL_IN_REASONING
+    message, joined = read_reply([text])
+    [call] = message["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert message["content"] == "Let me check." and message["reasoning_content"] == text.split("\n</think>")[0]
+    for cut in range(0, len(text) + 1, 7):
+        again, streamed = read_reply([text[:cut], text[cut:]])
+        assert [c["function"] for c in again["tool_calls"]] == [call["function"]]
+        assert (again["content"], again["reasoning_content"]) == (message["content"], message["reasoning_content"])
+        assert (streamed["text"], streamed["reasoning"]) == (message["content"], message["reasoning_content"])
