@@ -3,6 +3,7 @@ single clear line and a non-zero exit code, the server into an HTTP 4xx. Their m
 for any caller: the subclasses below carry what a caller needs to add its own hint (the CLI names
 its flags, the server its request fields)."""
 
+import math
 from numbers import Integral, Real
 
 
@@ -110,6 +111,11 @@ def whole_number(name: str, value) -> int:
 
 
 def real_number(name: str, value) -> float:
+    """value as a float, if it is a number (a bool is not); one beyond a float's range (the int
+    10**400) is infinite, as the command line reads "1e400", and is refused by the same check."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise SpecllmError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return -math.inf if value < 0 else math.inf

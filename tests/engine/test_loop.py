@@ -747,6 +747,8 @@ def test_a_config_that_is_not_a_generation_config_is_refused_in_one_line(engine,
         dict(temperature=None),
         dict(top_k=1.5),
         dict(top_p="0.9"),
+        dict(temperature=10**400),  # beyond a float's range: an OverflowError before
+        dict(min_p=-(10**400)),
         dict(gamma="4"),
         dict(gamma=2.5),
     ],
