@@ -412,8 +412,8 @@ def chat(
     show_llama_log(verbose)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    gamma = resolve_gamma(gamma, drafter, engine)
-    check_draft_length(engine, drafter, gamma)
+    check_draft_length(engine, drafter, resolve_gamma(gamma, drafter, engine))
+    # --gamma alone: a fixed drafter without it drafts the pair's length, and /drafter auto its own
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system, thinking(think))
     if saved:
@@ -695,11 +695,11 @@ def serve(
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     show_llama_log(verbose)
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    gamma = resolve_gamma(gamma, drafter, engine)
-    check_draft_length(engine, drafter, gamma)
+    check_draft_length(engine, drafter, resolve_gamma(gamma, drafter, engine))
     from specllm.models.stores import store_name
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
+    # --gamma alone: a request's fixed drafter without one drafts the pair's length, auto its own
     settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key)
     if warning := exposure_warning(sock, settings):
         print(warning, file=sys.stderr, flush=True)

@@ -594,3 +594,33 @@ def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
     raw = json.loads(specllm_run(closed, "--raw", *args, "--json").stdout)
     assert (answered["text"], answered["tokens"]) == (raw["text"], raw["tokens"])
     assert_one_line_error(specllm_run("Hi", *args, "--raw", "--think"), "--think needs the chat template")
+
+
+def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(tiny_models, monkeypatch):
+    """serve --drafter model (no --gamma) gave every request the pair's draft length as its
+    gamma: a request for drafter auto drafted 4 tokens at most (15 on an auto server). chat's
+    /drafter auto did the same. The commands run in-process up to their loop."""
+    import specllm.chat.repl
+    import specllm.serve.server
+    from specllm.cli.main import app
+    from specllm.engine.policy import NGRAM_MAX
+
+    got = {}
+    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, sock: got.update(settings=settings))
+    monkeypatch.setattr(specllm.chat.repl, "repl", lambda session, console, live: got.update(session=session))
+    models = ["--target", str(tiny_models.target), "--draft", str(tiny_models.draft), "--threads", "1"]
+    app(["serve", "--drafter", "model", "--port", "0", "--ctx-size", "512", *models], standalone_mode=False)
+    app(["chat", "--drafter", "model", "--ctx-size", "512", "--no-live", *models], standalone_mode=False)
+    session = got["session"]
+    try:
+        assert got["settings"].gamma is None
+        assert session.config.gamma is None and session.gamma_shown == "4"  # the pair's, as before
+        session.set_drafter("auto")
+        assert session.config.draft_length(session.engine.fixed_gamma) == NGRAM_MAX
+    finally:
+        session.engine.close()
+    app(
+        ["serve", "--drafter", "model", "--gamma", "3", "--port", "0", "--ctx-size", "512", *models],
+        standalone_mode=False,
+    )
+    assert got["settings"].gamma == 3
