@@ -47,8 +47,8 @@ def check_vocabulary(path: str | Path) -> None:
                     _check_unique_tokens(f, path)
                     return
                 _skip_value(f, value_type)
-    except (struct.error, UnicodeDecodeError, ValueError, OSError):
-        return  # (cut short or unreadable: llama.cpp says so)
+    except (struct.error, UnicodeDecodeError, ValueError, OSError, RecursionError):
+        return  # (cut short, unreadable or arrays nested without end: llama.cpp says so)
 
 
 _TOKENS = "tokenizer.ggml.tokens"
@@ -111,7 +111,8 @@ def read_metadata(path: str | Path, wanted: set[str]) -> dict:
                     found[key] = _read_value(f, value_type)
                 if len(found) == len(wanted):
                     break
-    except (struct.error, UnicodeDecodeError, ValueError, OSError):
+    # RecursionError: arrays nested in arrays thousands deep, which a damaged file can declare
+    except (struct.error, UnicodeDecodeError, ValueError, OSError, RecursionError):
         raise SpecllmError(f"cannot read the GGUF metadata of {path}") from None
     return found
 

@@ -536,6 +536,32 @@ def test_a_header_string_of_a_damaged_length_is_one_line_and_the_listing_goes_on
     assert_one_line_error(proc, str(damaged))
 
 
+def with_arrays_nested(model: Path, dest: Path, depth: int) -> Path:
+    """A copy of `model` whose first metadata value is an array of arrays `depth` deep: reading
+    the header went as deep in Python's recursion, past its limit."""
+    data = model.read_bytes()
+    array, string = (9).to_bytes(4, "little"), (8).to_bytes(4, "little")
+    one = (1).to_bytes(8, "little")
+    nested = array + (array + one) * depth + string + (0).to_bytes(8, "little")  # ... of 0 strings
+    n_kv = int.from_bytes(data[16:24], "little") + 1
+    key = b"nested"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    entry = len(key).to_bytes(8, "little") + key + nested  # the first key, before the model's own
+    dest.write_bytes(data[:16] + n_kv.to_bytes(8, "little") + entry + data[24:])
+    return dest
+
+
+def test_arrays_nested_without_end_in_a_header_are_one_line_and_the_listing_goes_on(store_env, small_draft):
+    damaged = with_arrays_nested(small_draft, store_env["llamacpp"] / "nested.gguf", depth=100_000)
+    listing = specllm_cli("models", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert [(m["spec"], m["architecture"]) for m in json.loads(listing.stdout)["models"]] == [
+        ("llamacpp:nested.gguf", None)
+    ]
+    proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", damaged)
+    assert_one_line_error(proc, f"cannot load {damaged}", "invalid GGUF type 9")
+
+
 def test_a_chat_template_that_is_not_utf8_is_one_line(tmp_path, tiny_models):
     """llama.cpp hands back a damaged template's bytes as they are."""
     data = tiny_models.target.read_bytes()
