@@ -283,7 +283,8 @@ def _is(model: LocalModel, wanted: ModelFile) -> bool:
     parts = split_parts(wanted.file) or [wanted.file]
     if model.cut_short:  # a download is one part's
         return model.repo == wanted.repo and model.file in parts
-    return model.repo == wanted.repo and model.file == parts[0]
+    # A split model with its first part missing is listed by the first part it has: the same model.
+    return model.repo == wanted.repo and (split_parts(model.file) or [model.file])[0] == parts[0]
 
 
 def _at_revision(model: LocalModel, revision: str) -> bool:

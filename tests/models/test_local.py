@@ -176,6 +176,24 @@ def test_rm_a_pair_removes_both_files_from_either_cache(fake_hub, isolated, tiny
     assert str(again.exception) == "pair 'tiny' is not downloaded: nothing to remove"
 
 
+def test_rm_removes_a_split_model_with_its_first_part_missing_by_the_name_models_lists(
+    fake_hub, isolated, tiny_models, tmp_path
+):
+    """The parts a split model has left after its first was removed by hand are listed by the first
+    part there is; that name, and the first part's, remove them from either cache."""
+    first = tm.write_model(tmp_path / "whole.gguf", seed=0, split_max_tensors=8)
+    parts = sorted(first.parent.glob("whole-*.gguf"))[1:]
+    in_hf = [download(fake_hub, REPO, part) for part in parts]
+    in_own = [into_specllm_cache(part, "tiny-org/mirror-GGUF") for part in parts]
+    listed = sorted(m["spec"] for m in json.loads(invoke("models", "--json").output)["models"])
+    assert listed == [f"hf:{repo}/whole-00002-of-00003.gguf" for repo in (REPO, "tiny-org/mirror-GGUF")]
+    for spec, files in ((listed[0], in_hf), ("hf:tiny-org/mirror-GGUF/whole-00001-of-00003.gguf", in_own)):
+        result = invoke("rm", spec, "--yes")
+        assert result.exit_code == 0, result.output
+        assert "removed 1 model," in result.output and not any(f.exists() for f in files)
+    assert local_models.scan() == []
+
+
 def test_rm_a_single_file_entry_removes_its_one_file(fake_hub, isolated, tiny_models, small_models):
     from fakehub import single_file
 
