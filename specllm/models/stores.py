@@ -400,8 +400,10 @@ def _scan_llamacpp() -> Scan:
 
 
 def _scan_folders(folders: list[Path], store: str, scheme: str) -> Scan:
-    """The GGUFs anywhere under these folders, named by their paths inside them."""
-    models, problems = [], []
+    """The GGUFs anywhere under these folders, named by their paths inside them. A name already
+    taken in an earlier folder finds that folder's file (as `resolve` looks in the same order), so
+    the later file with the same name goes by its own path."""
+    models, problems, named = [], [], set()
     for folder in folders:
         problem = _folder_problem(folder, store)
         if problem:
@@ -418,8 +420,10 @@ def _scan_folders(folders: list[Path], store: str, scheme: str) -> Scan:
         for directory, names in sorted(by_dir.items()):
             for group in group_splits(names):
                 parts = tuple(directory / n for n in group.names)
-                name = scheme + parts[0].relative_to(folder).as_posix()
-                models.append(_store_model(name, store, parts, complete=group.complete))
+                file = parts[0].relative_to(folder).as_posix()
+                name = scheme + file if scheme + file not in named else str(parts[0])
+                named.add(name)
+                models.append(_store_model(name, store, parts, file=file, complete=group.complete))
     return Scan(models, problems)
 
 

@@ -25,6 +25,7 @@ import specllm
 from specllm.errors import SpecllmError
 from specllm.models import local as local_models
 from specllm.models import stores
+from specllm.models.hub import parse_model_spec
 
 REGISTRY = "registry.example"  # any registry folder: none is assumed (see stores.py)
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -193,6 +194,22 @@ def test_lmstudio_models_folder_from_its_settings_and_its_home_pointer(tmp_path,
     assert stores.lmstudio_roots() == [tmp_path / "big-disk", home / "models"]
     into_folder(tiny_models.target, tmp_path / "big-disk" / "pub" / "Repo-GGUF" / "m.gguf")
     assert [m.spec for m in stores.scan().models] == ["lmstudio:pub/Repo-GGUF/m.gguf"]
+
+
+def test_a_file_of_the_same_name_in_both_lmstudio_folders_is_listed_by_a_name_that_finds_it(
+    store_env, tiny_models, small_draft
+):
+    """Models moved to another disk (settings.json's downloadsFolder) and an older copy left in the
+    default folder: lmstudio:NAME finds the moved one, so the other is listed by its path (both
+    were listed as lmstudio:NAME, and a draft chosen there was named by a name that finds the other)."""
+    home = store_env["lmstudio"]
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps({"downloadsFolder": str(home / "big-disk")}))
+    moved = into_folder(tiny_models.target, home / "big-disk" / "pub" / "Repo-GGUF" / "m.gguf")
+    left = into_folder(small_draft, home / "models" / "pub" / "Repo-GGUF" / "m.gguf")
+    listed = {m.spec: m.path for m in stores.scan().models}
+    assert listed == {"lmstudio:pub/Repo-GGUF/m.gguf": moved, str(left): left}
+    assert all(parse_model_spec(spec) == path for spec, path in listed.items())
 
 
 def test_llamacpp_cache_is_found_where_llama_cpp_puts_it(tmp_path, monkeypatch):
