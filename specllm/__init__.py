@@ -80,6 +80,7 @@ def load(
     `target` and `draft` may be hf:OWNER/REPO/FILE.gguf (downloaded to the cache unless it is
     there) or name a model in another tool's store: ollama:NAME[:TAG],
     lmstudio:PUBLISHER/REPO/FILE.gguf, llamacpp:FILE.gguf (used in place, never copied)."""
+    from specllm import report
     from specllm.engine.loop import Engine
     from specllm.llama.model import Model
     from specllm.llama.options import ModelOptions
@@ -99,6 +100,12 @@ def load(
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
     target_model = Model(target, options)
+    if target_model.pre_tokenizer_missing:  # (a draft's text is never split into tokens: no matter there)
+        report.say(
+            f"warning: {target_model.path.name} names no pre-tokenizer (tokenizer.ggml.pre, which GGUFs "
+            "converted before May 2024 lack): llama.cpp splits its text by default rules that may not be "
+            "the model's, and its answers can be worse; a newer conversion of the model has it"
+        )
     if draft is None:
         return Engine(target_model)
     # A draft never uses snapshots: its one-token steps leave none to go back to (see ModelDrafter).

@@ -503,6 +503,8 @@ def write_model(
     full_attention_interval: int = 2,
     n_ctx_train: int = 4096,
     split_max_tensors: int = 0,
+    tokenizer_model: str = "llama",
+    tokenizer_pre: str | None = None,
 ) -> Path:
     """Write a tiny GGUF model (all F32) to `path` and return the path.
 
@@ -531,6 +533,9 @@ def write_model(
     split_max_tensors > 0: split the model as llama.cpp's gguf-split does, at most this many
                  tensors a file, into STEM-00001-of-0000N.gguf, ... beside `path` (split.no,
                  split.count and split.tensors.count in each header); returns the first part
+    tokenizer_model tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE over the same
+                 pieces, with one merge), which reads tokenizer_pre, tokenizer.ggml.pre (None
+                 writes none, as GGUFs converted before llama.cpp had the key)
     """
     path = Path(path)
     if arch not in ARCHS:
@@ -630,7 +635,11 @@ def write_model(
     w.add_layer_norm_rms_eps(1e-5 if arch != "qwen35" else 1e-6)
     w.add_vocab_size(n_vocab)
 
-    w.add_tokenizer_model("llama")
+    w.add_tokenizer_model(tokenizer_model)
+    if tokenizer_model == "gpt2":
+        w.add_token_merges(["▁ t"])  # (llama.cpp requires the key)
+    if tokenizer_pre is not None:
+        w.add_tokenizer_pre(tokenizer_pre)
     w.add_token_list(pieces)
     w.add_token_scores(scores)
     w.add_token_types(types)

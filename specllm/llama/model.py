@@ -212,6 +212,22 @@ class Model:
     def vocab_type(self) -> int:
         return L.llama_vocab_type(self._vocab)
 
+    @property
+    def pre_tokenizer_missing(self) -> bool:
+        """A BPE vocabulary whose GGUF names no pre-tokenizer (tokenizer.ggml.pre, which files
+        converted before llama.cpp had it lack): llama.cpp then splits text into words by its
+        default rules, which may not be the model's, and says so only in its log."""
+        return self.vocab_type == L.LLAMA_VOCAB_TYPE_BPE and not self.metadata("tokenizer.ggml.pre")
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as text, as llama.cpp loaded it (None: the file has no such key)."""
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_model_meta_val_str(self._model, key.encode("utf-8"), buf, len(buf))
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            n = L.llama_model_meta_val_str(self._model, key.encode("utf-8"), buf, len(buf))
+        return None if n < 0 else buf.value.decode("utf-8", errors="replace")
+
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self._vocab, token))
 

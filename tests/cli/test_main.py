@@ -167,6 +167,27 @@ def test_a_truncated_gguf_is_one_clear_line(tiny_models):
     assert_one_line_error(specllm_run("hi", "--target", tiny_models.truncated, "--threads", 1), "cannot load")
 
 
+def test_a_bpe_model_without_a_pre_tokenizer_runs_with_one_warning(tmp_path):
+    """A GGUF converted before tokenizer.ggml.pre existed: llama.cpp splits its text by default
+    rules and said so only in its own log, hidden without -v."""
+    import tiny_models as tm
+
+    args = ["hi", "--draft", "none", "-n", 2, "--threads", 1, "--ctx-size", 256, "--no-live"]
+    old = tm.write_model(tmp_path / "old.gguf", tokenizer_model="gpt2")
+    proc = specllm_run(*args, "--target", old)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "specllm: warning: old.gguf names no pre-tokenizer (tokenizer.ggml.pre, which GGUFs converted before "
+        "May 2024 lack): llama.cpp splits its text by default rules that may not be the model's, and its "
+        "answers can be worse; a newer conversion of the model has it"
+    ]
+    for pre in ("default", "qwen2"):
+        named = tm.write_model(tmp_path / f"{pre}.gguf", tokenizer_model="gpt2", tokenizer_pre=pre)
+        proc = specllm_run(*args, "--target", named)
+        assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
 def test_an_incompatible_pair_is_one_clear_line(tiny_models):
     proc = specllm_run("hi", "--target", tiny_models.target, "--draft", tiny_models.incompatible, "--threads", 1)
     assert_one_line_error(proc, "cannot draft", "token 261 differs")
