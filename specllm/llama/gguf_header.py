@@ -31,6 +31,14 @@ def check_gguf_header(path: str | Path) -> None:
         raise SpecllmError(f"unsupported GGUF version {version}: {path}")
 
 
+def tensor_count(path: str | Path) -> int:
+    """How many tensors a GGUF file (one whose header passed check_gguf_header) holds: none in a
+    vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) or in a split model's first part written
+    with gguf-split --no-tensor-first-split."""
+    with Path(path).open("rb") as f:
+        return _HEADER.unpack(f.read(_HEADER.size))[2]
+
+
 def check_vocabulary(path: str | Path) -> None:
     """Raise SpecllmError when the token list of a GGUF file (one whose header passed
     check_gguf_header) has the same token twice. llama.cpp's vocabulary loader asserts that every

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specllm.errors import Incompatible, SpecllmError
-from specllm.llama.gguf_header import read_metadata
+from specllm.llama.gguf_header import read_metadata, tensor_count
 from specllm.models.local import LocalModel, scan, size_on_disk
 from specllm.models.registry import SPLIT_NAME, ModelFile, Pair
 
@@ -139,6 +139,8 @@ class _Checker:
         problem = _header_problem(self.header, header)
         if problem:
             return problem
+        if SPLIT_NAME.fullmatch(draft.name) is None and _no_weights(draft):  # (its vocabulary would pass)
+            return "a vocabulary without weights, not a model"
         from specllm.llama.vocab import Compatibility  # llama.cpp, only for files that got this far
 
         if self.vocabulary is None:
@@ -156,6 +158,13 @@ class _Checker:
     def close(self) -> None:
         if self.vocabulary is not None:
             self.vocabulary.close()
+
+
+def _no_weights(path: Path) -> bool:
+    try:
+        return tensor_count(path) == 0
+    except OSError:
+        return False  # (llama.cpp says why when it loads the vocabulary)
 
 
 def _header_problem(target: dict, draft: dict) -> str | None:

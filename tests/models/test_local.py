@@ -312,6 +312,30 @@ def test_candidates_are_tried_smallest_first_and_checked(drafts_on_disk, tiny_mo
     ] == "hf:tiny-org/mirror-GGUF/smaller.gguf"
 
 
+def vocabulary_only(model: Path, dest: Path) -> Path:
+    """A copy of `model` without its tensors, as llama.cpp's ggml-vocab-*.gguf files are."""
+    import gguf
+
+    last = list(gguf.GGUFReader(model).fields.values())[-1]
+    end = last.offset + sum(part.nbytes for part in last.parts)
+    data = model.read_bytes()
+    dest.write_bytes(data[:8] + (0).to_bytes(8, "little") + data[16:end])  # no tensors, the metadata
+    return dest
+
+
+def test_a_vocabulary_without_weights_is_no_draft(drafts_on_disk, tiny_models, tmp_path):
+    """Its vocabulary passes the check and it is the smallest file on disk: it was chosen, and a run
+    of a target given alone failed to load it."""
+    vocabulary = vocabulary_only(tiny_models.target, tmp_path / "ggml-vocab-tiny.gguf")
+    into_specllm_cache(vocabulary, "tiny-org/vocab-GGUF")
+    first = candidates(tiny_models.target, {})[0]
+    assert (first.name, first.compatible) == ("hf:tiny-org/vocab-GGUF/ggml-vocab-tiny.gguf", False)
+    assert first.reason == "a vocabulary without weights, not a model"
+    proc = specllm("run", "hi", "--target", tiny_models.target, "--drafter", "model", "-n", 2, "--threads", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert "draft for target.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf" in proc.stderr
+
+
 def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tiny_models):
     args = (
         "run",
