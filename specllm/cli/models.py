@@ -71,7 +71,7 @@ def models_command(
     console.print(_files_table(on_disk, total, architectures))
     where = [f"HF cache: {hf_cache_dir()}", f"specllm cache: {cache_dir()}"]
     where += [f"{name}: {', '.join(map(str, folders))}" for name, folders in stores.roots().items()]
-    console.print("\n".join(where), highlight=False, soft_wrap=True)
+    console.print(escape("\n".join(where)), highlight=False, soft_wrap=True)
 
 
 def _pairs_table(pairs: dict[str, Pair]) -> Table:
@@ -151,9 +151,12 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
         table.add_column(column, overflow="fold", justify="right" if column == "size" else "left")
     for c in found:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
-        table.add_row(c.name, c.origin, _size(c.size), fits, c.reason)
+        # (names and reasons quote file names and tokens: "[/]" in one was read as Rich markup, and failed)
+        table.add_row(escape(c.name), escape(c.origin), _size(c.size), fits, escape(c.reason))
     Console().print(
-        table if found else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {what}"
+        table
+        if found
+        else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {escape(what)}"
     )
     if fastest is not None:  # what a run of this target alone uses before the order above
         speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
@@ -188,10 +191,8 @@ def rm_command(
     found = local_models.find_for_removal(what, load_pairs(models_file))
     console = Console(stderr=True, highlight=False)
     for m in found:
-        console.print(
-            f"{m.spec}  ({_size(m.size)}, {m.cache}{', ' + str(len(m.parts)) + ' files' if len(m.parts) > 1 else ''})",
-            soft_wrap=True,
-        )
+        files = f", {len(m.parts)} files" if len(m.parts) > 1 else ""
+        console.print(escape(f"{m.spec}  ({_size(m.size)}, {m.cache}{files})"), soft_wrap=True)
     total = _size(local_models.total_size(found))
     if not yes:
         if not sys.stdin.isatty():
@@ -229,7 +230,7 @@ def pull_command(
     console = Console(highlight=False)
     for role, path in (("target", target), ("draft", draft)):
         if path is not None:
-            console.print(f"{role:6}  {path}  ({_bytes(path)})", soft_wrap=True)  # never break a path
+            console.print(escape(f"{role:6}  {path}  ({_bytes(path)})"), soft_wrap=True)  # never break a path
     checked = "vocabularies match" if draft else _SINGLE_FILE
     console.print(f"[green]ready:[/] pair {chosen.name}, {checked}, recommended gamma {chosen.gamma}")
 

@@ -336,6 +336,18 @@ def test_a_vocabulary_without_weights_is_no_draft(drafts_on_disk, tiny_models, t
     assert "draft for target.gguf: hf:tiny-org/mirror-GGUF/smaller.gguf" in proc.stderr
 
 
+def test_names_that_look_like_markup_are_shown_as_they_are(isolated, tiny_models, small_models):
+    """A file "]b.gguf" in a folder "a[" is named a[/]b.gguf, which the tables read as markup (a
+    closing tag with nothing to close): models --drafts-for and rm ended in a traceback."""
+    odd = into_specllm_cache(small_models["smaller.gguf"], "tiny-org/odd-GGUF", "a[/]b.gguf")
+    proc = specllm("models", "--drafts-for", tiny_models.target, env={"COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hf:tiny-org/odd-GGUF/a[/]b.gguf" in proc.stdout
+    removed = invoke("rm", "hf:tiny-org/odd-GGUF/a[/]b.gguf", "--yes")
+    assert removed.exit_code == 0, removed.output
+    assert "hf:tiny-org/odd-GGUF/a[/]b.gguf  (" in removed.output and not odd.exists()
+
+
 def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tiny_models):
     args = (
         "run",
