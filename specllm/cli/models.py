@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specllm.cli.options import ModelsFileOption, OfflineOption, PairArgument, SourceOption
+from specllm.engine.text import shown
 from specllm.errors import SpecllmError
 from specllm.files import human_size
 from specllm.models import local as local_models
@@ -53,7 +54,7 @@ def models_command(
     architectures = {m.path: None if m.cut_short else local_models.architecture(m.path) for m in on_disk}
     total = local_models.total_size(on_disk)
     for problem in problems:  # (stderr: stdout stays one JSON object or the tables)
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"warning: {shown(problem)}", file=sys.stderr)
     if as_json:
         listing = {
             "pairs": [_pair_dict(pair) for pair in pairs.values()],
@@ -71,7 +72,7 @@ def models_command(
     console.print(_files_table(on_disk, total, architectures))
     where = [f"HF cache: {hf_cache_dir()}", f"specllm cache: {cache_dir()}"]
     where += [f"{name}: {', '.join(map(str, folders))}" for name, folders in stores.roots().items()]
-    console.print(escape("\n".join(where)), highlight=False, soft_wrap=True)
+    console.print(_shown("\n".join(where)), highlight=False, soft_wrap=True)
 
 
 def _pairs_table(pairs: dict[str, Pair]) -> Table:
@@ -108,7 +109,7 @@ def _files_table(on_disk: list[local_models.LocalModel], total: int, architectur
             name = f"{m.spec} [download cut short: `specllm pull` goes on, `specllm rm` removes it]"
         elif not m.complete:
             name += " [parts missing]"
-        table.add_row(escape(name), _location(m), architectures[m.path] or "?", _size(m.size))
+        table.add_row(_shown(name), _location(m), architectures[m.path] or "?", _size(m.size))
     return table
 
 
@@ -152,16 +153,16 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
     for c in found:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         # (names and reasons quote file names and tokens: "[/]" in one was read as Rich markup, and failed)
-        table.add_row(escape(c.name), escape(c.origin), _size(c.size), fits, escape(c.reason))
+        table.add_row(_shown(c.name), _shown(c.origin), _size(c.size), fits, _shown(c.reason))
     Console().print(
         table
         if found
-        else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {escape(what)}"
+        else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {_shown(what)}"
     )
     if fastest is not None:  # what a run of this target alone uses before the order above
         speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
         Console(highlight=False).print(
-            f"Measured fastest here ({speed}`specllm bench --drafts-for`), used first: {escape(fastest.name)}"
+            f"Measured fastest here ({speed}`specllm bench --drafts-for`), used first: {_shown(fastest.name)}"
         )
 
 
@@ -192,7 +193,7 @@ def rm_command(
     console = Console(stderr=True, highlight=False)
     for m in found:
         files = f", {len(m.parts)} files" if len(m.parts) > 1 else ""
-        console.print(escape(f"{m.spec}  ({_size(m.size)}, {m.cache}{files})"), soft_wrap=True)
+        console.print(_shown(f"{m.spec}  ({_size(m.size)}, {m.cache}{files})"), soft_wrap=True)
     total = _size(local_models.total_size(found))
     if not yes:
         if not sys.stdin.isatty():
@@ -230,7 +231,7 @@ def pull_command(
     console = Console(highlight=False)
     for role, path in (("target", target), ("draft", draft)):
         if path is not None:
-            console.print(escape(f"{role:6}  {path}  ({_bytes(path)})"), soft_wrap=True)  # never break a path
+            console.print(_shown(f"{role:6}  {path}  ({_bytes(path)})"), soft_wrap=True)  # never break a path
     checked = "vocabularies match" if draft else _SINGLE_FILE
     console.print(f"[green]ready:[/] pair {chosen.name}, {checked}, recommended gamma {chosen.gamma}")
 
@@ -256,6 +257,13 @@ def _where(path: Path | None) -> str:
 def _bytes(path: Path) -> str:
     size = local_models.size_on_disk(path)
     return f"{size:,} bytes, {_size(size)}"
+
+
+def _shown(text: str) -> str:
+    """A name or a line that quotes one (a file name, a token), for Rich: its control characters
+    made visible (an escape sequence in a file name was obeyed by the terminal) and its brackets
+    never read as markup."""
+    return escape(shown(text))
 
 
 def _size(n: int | None) -> str:
