@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specllm.bench.runner import NEAR_TIE, NOISE
+from specllm.engine.text import shown
 
 BAR_WIDTH = 40
 
@@ -532,7 +533,7 @@ def render_draft_race(results: dict, console: Console) -> None:
         )
     )
     console.print(draft_race_table(results))
-    console.print(_race_verdict(results), markup=False, highlight=False, soft_wrap=True)  # it names files
+    console.print(shown(_race_verdict(results)), markup=False, highlight=False, soft_wrap=True)  # it names files
 
 
 def draft_race_table(results: dict) -> Table:
@@ -552,7 +553,9 @@ def draft_race_table(results: dict) -> Table:
         for i, g in enumerate(draft["by_gamma"]):
             first = i == 0  # a draft's fastest draft length first, the others dim below it
             name = (
-                Text(draft["name"]).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim") if first else ""
+                Text(shown(draft["name"])).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim")
+                if first
+                else ""
             )
             table.add_row(
                 str(rank) if first else "",

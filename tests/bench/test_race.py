@@ -204,6 +204,16 @@ def test_bench_drafts_for_names_a_target_with_brackets_as_it_is(two_drafts, tmp_
     assert f"`specllm run --target {target}`" in flat(proc.stdout)
 
 
+def test_bench_drafts_for_shows_an_escape_sequence_in_a_drafts_name_not_obeys_it(two_drafts, tmp_path):
+    two_drafts["same"].rename(two_drafts["same"].with_name("s\x1b[31mame.gguf"))  # the winner: table and verdict
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n')
+    args = ("bench", "--drafts-for", two_drafts["target"], "-n", 4, "--gamma", 2, "--threads", 1, "--prompts", prompts)
+    proc = specllm_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and flat(proc.stdout).count("lmstudio:tiny-org/Tiny-GGUF/s␛[31mame.gguf") == 2
+
+
 def test_bench_drafts_for_without_a_draft_on_disk_or_with_a_pair_is_one_line(tiny_models):
     assert_one_line_error(
         specllm_cli("bench", "--drafts-for", tiny_models.target), "no draft on disk fits", "--drafts-for"
