@@ -92,7 +92,7 @@ def load(
         raise SpecllmError(f"defer_draft must be True or False, got {defer_draft!r}")
 
     def model_file(spec: str) -> str:
-        if isinstance(spec, str) and spec.startswith("hf:"):
+        if isinstance(spec, str):  # read as the command line reads --target: "~/m.gguf" is in the home folder
             return str(resolve_models(target=spec, progress=False)[0])
         return local_path(spec)
 

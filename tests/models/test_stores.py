@@ -283,6 +283,18 @@ def test_the_python_api_loads_a_store_model(filled):
         engine.close()
 
 
+def test_the_python_api_reads_a_path_in_the_home_folder_as_the_command_line_does(tmp_path, monkeypatch, tiny_models):
+    """--target ~/m.gguf loads the file in the home folder; specllm.load said it was not found."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    target, draft = (Path(shutil.copy(m, tmp_path)) for m in (tiny_models.target, tiny_models.draft))
+    engine = specllm.load("~/target.gguf", draft="~/draft.gguf", n_ctx=256, n_threads=1, defer_draft=True)
+    try:
+        assert engine.target.path == target and engine.generate("hi", max_tokens=4, drafter="model").tokens
+        assert engine.draft is not None and engine.draft.path == draft
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("scheme, folder", [("lmstudio", "lmstudio/models/pub/Split-GGUF"), ("llamacpp", "llama.cpp")])
 def test_any_part_of_a_split_store_model_loads_the_whole_model(store_env, tmp_path, scheme, folder):
     """llama.cpp loads a split model only from its first part: a store name of any part means that
