@@ -593,6 +593,10 @@ def parse_model_spec(spec: str, pairs: dict[str, Pair] | None = None) -> ModelFi
     curated size, checksum and mirror when it is a curated file; with every part when FILE is a
     part NAME-0000i-of-0000N.gguf of a split model); ollama:NAME, lmstudio:PATH and llamacpp:FILE
     -> the file in that tool's store (stores.py); anything else is a local GGUF path, checked now."""
+    if not spec:  # (an unset shell variable: `--target "$MODEL"`; as a path it was ".", "not a file")
+        raise SpecllmError(
+            f"bad model {spec!r}: empty; give a GGUF path, hf:OWNER/REPO/FILE.gguf or ollama:/lmstudio:/llamacpp: NAME"
+        )
     if spec.startswith("hf:"):
         return parse_hf_spec(spec, pairs)
     from specllm.models.stores import resolve, store_name

@@ -146,6 +146,14 @@ def test_a_missing_file_is_one_clear_line(models, tmp_path):
     assert_one_line_error(specllm_run("hi", "--target", tmp_path / "nope.gguf"), "not found", "nope.gguf")
 
 
+def test_an_empty_model_name_is_one_line_that_says_so(tiny_models):
+    """`--target "$MODEL"` with MODEL unset: an empty name was read as the path ".", "not a file: ."."""
+    for args in (["--target", ""], ["--target", tiny_models.target, "--draft", ""]):
+        assert_one_line_error(specllm_run("hi", *args), "bad model '': empty; give a GGUF path")
+    with pytest.raises(specllm.SpecllmError, match="bad model '': empty"):
+        specllm.load("")
+
+
 def test_a_pair_with_a_target_or_a_draft_alone_is_refused_in_the_flags_words(tiny_models, isolated):
     both = specllm_run("hi", "--pair", "x", "--target", tiny_models.target)
     assert_one_line_error(both, "give either --pair or --target/--draft, not both")
