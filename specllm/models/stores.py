@@ -176,12 +176,19 @@ def _resolve_file(spec: str, name: str, folders: list[Path], store: str) -> Path
     parts = name.split("/")
     if not name.endswith(".gguf") or any(p in ("", ".", "..") for p in parts) or "\\" in name:
         raise SpecllmError(f"bad model {spec!r}: expected a .gguf file's path inside {store}'s folder")
-    name = (split_parts(name) or [name])[0]
+    names = split_parts(name) or [name]  # a split model's parts, the first first
+    first = names[0]
     for folder in folders:
         _check_readable(folder, store)
-        path = folder / name
+        path = folder / first
         if _is_file(path):
             return path
+    other = next((folder / p for folder in folders for p in names[1:] if _is_file(folder / p)), None)
+    if other is not None:  # (`models` lists such parts by the first one there is: "no such model" was wrong)
+        raise SpecllmError(
+            f"{spec}: the first part of this split model, {other.with_name(first.rsplit('/', 1)[-1])}, "
+            "is missing (llama.cpp loads a split model from its first part)"
+        )
     where = " or ".join(str(f) for f in folders)
     raise SpecllmError(f"no {spec} in {where} (`specllm models` lists the models there)")
 

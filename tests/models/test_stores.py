@@ -320,6 +320,19 @@ def test_any_part_of_a_split_store_model_loads_the_whole_model(store_env, tmp_pa
     assert outputs[0] == outputs[1]
 
 
+def test_a_split_store_model_without_its_first_part_says_that_part_is_missing(store_env, tmp_path):
+    """models lists the parts there are by the first of them; that name said "no such model"."""
+    tm.write_model(tmp_path / "tiny.gguf", seed=0, split_max_tensors=8)
+    place = store_env["llamacpp"]
+    for part in sorted(tmp_path.glob("tiny-*.gguf"))[1:]:
+        into_folder(part, place / part.name)
+    listing = specllm_cli("models", "--json")
+    assert [m["spec"] for m in json.loads(listing.stdout)["models"]] == ["llamacpp:tiny-00002-of-00003.gguf"]
+    proc = specllm_cli("run", "hi", "--target", "llamacpp:tiny-00002-of-00003.gguf")
+    first = place / "tiny-00001-of-00003.gguf"
+    assert_one_line_error(proc, f"the first part of this split model, {first}, is missing")
+
+
 def test_a_target_alone_finds_its_draft_in_another_store(filled):
     proc = specllm_cli("models", "--drafts-for", "ollama:tiny", "--json")
     assert proc.returncode == 0, proc.stderr
