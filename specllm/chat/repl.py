@@ -10,9 +10,9 @@ from specllm.chat.session import ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
+from specllm.engine.reasoning import opens_thinking
 from specllm.engine.text import shown
 from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
-from specllm.reasoning import opens_thinking
 
 HELP = f"""\
 /help            this list

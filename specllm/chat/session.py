@@ -30,11 +30,11 @@ from specllm.engine.loop import (
 )
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
+from specllm.engine.reasoning import opens_thinking, split_reasoning
 from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 from specllm.files import write_text_atomic
-from specllm.reasoning import opens_thinking, split_reasoning
 
 
 @dataclass

@@ -6,7 +6,7 @@ tokens, struck through before the correction that replaces them. While it runs, 
 text and a status line are redrawn in place; at the end the whole text is printed once, so the
 scrollback holds it in full. PlainView prints bare text, for pipes, NO_COLOR and --no-live.
 
-A thinking model's reasoning (reasoning.py) is shown apart from its answer, without its think
+A thinking model's reasoning (engine/reasoning.py) is shown apart from its answer, without its think
 block's tags: dimmed above the answer in LiveView, on stderr in PlainView.
 """
 
@@ -20,8 +20,8 @@ from rich.text import Span, Text
 
 from specllm.engine.loop import Result, Stats, Step
 from specllm.engine.names import Drafter
+from specllm.engine.reasoning import ReasoningSplitter, Split
 from specllm.engine.text import shown
-from specllm.reasoning import ReasoningSplitter, Split
 
 ACCEPTED = "green"
 TARGET = "bold"

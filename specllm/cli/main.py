@@ -53,13 +53,13 @@ from specllm.cli.options import (
 )
 from specllm.cli.report import RichReporter
 from specllm.engine.names import FIXED_GAMMA, Drafter
+from specllm.engine.reasoning import opens_thinking, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source
-from specllm.reasoning import opens_thinking, split_reasoning
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specllm.engine.loop import DRAFTERS, Result, Step
+from specllm.engine.reasoning import ReasoningSplitter, Split
 from specllm.engine.sampling import MAX_SEED
 from specllm.errors import (
     CannotTakeBack,
@@ -30,7 +31,6 @@ from specllm.errors import (
     NoMtpLayers,
     SpecllmError,
 )
-from specllm.reasoning import ReasoningSplitter, Split
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
 MAX_STOPS = 4  # as OpenAI
@@ -488,7 +488,7 @@ class Reply:
 
 class ChatReply:
     """A chat reply read as it is generated: its reasoning kept apart from its answer
-    (reasoning.py), and the answer alone read for tool calls when tools were offered (ToolReply).
+    (engine/reasoning.py), and the answer alone read for tool calls when tools were offered (ToolReply).
     `opened`: the prompt ends inside a think block. The reply may begin with `prefill`, the start
     of a call the prompt ends with (tool_choice "required" or a named function): it is read as
     the reply's first text. Streamed or not, the same reading gives the same reply."""

@@ -39,9 +39,9 @@ from starlette.requests import ClientDisconnect
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
+from specllm.engine.reasoning import THINK_CLOSE, opens_thinking
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
-from specllm.reasoning import THINK_CLOSE, opens_thinking
 from specllm.serve.openai_api import (
     ApiError,
     ChatReply,

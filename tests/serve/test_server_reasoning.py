@@ -12,7 +12,7 @@ import tool_templates
 from serving import Server
 
 import specllm
-from specllm.reasoning import split_reasoning
+from specllm.engine.reasoning import split_reasoning
 from specllm.serve.openai_api import ChatReply, ToolReply
 
 CTX = 2048

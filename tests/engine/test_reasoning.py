@@ -1,11 +1,11 @@
-"""reasoning.py on fixed replies: where the think block is, and streaming split at every chunk
+"""specllm/engine/reasoning.py on fixed replies: where the think block is, and streaming split at every chunk
 boundary giving what the whole reply gives."""
 
 import random
 
 import pytest
 
-from specllm.reasoning import ReasoningSplitter, Split, opens_thinking, split_reasoning
+from specllm.engine.reasoning import ReasoningSplitter, Split, opens_thinking, split_reasoning
 
 # (the reply, whether the prompt opened the think block, the reasoning and the answer expected)
 CASES = [
