@@ -322,20 +322,27 @@ class Model:
         n_logits = min(n_logits, len(tokens))
         if n_logits > self.n_batch:
             raise ValueError(f"at most n_batch={self.n_batch} logit rows per call")
-        with self._abortable():
-            for start in range(0, len(tokens), self.n_batch):
-                if start and (cancelled := _cancelled.get()) is not None and cancelled():
-                    raise Interrupted("the generation was cancelled during its prefill")
-                chunk = tokens[start : start + self.n_batch]
-                n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
-                self._decode(chunk, n_out)
+        cancelled = _cancelled.get()
+        if cancelled is None:  # a step's call: nothing more to do per call
+            self._decode_batches(tokens, n_logits)
+        else:
+            with self._abortable(cancelled):
+                self._decode_batches(tokens, n_logits, cancelled)
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         # with a GPU, llama_decode only queues the work: fetching the logits waits for it
         return self._views.of(timed(self, L.llama_get_logits, self._ctx), (n_logits, self.n_vocab))
 
+    def _decode_batches(self, tokens: list[int], n_logits: int, cancelled: Callable[[], bool] | None = None) -> None:
+        for start in range(0, len(tokens), self.n_batch):
+            if start and cancelled is not None and cancelled():
+                raise Interrupted("the generation was cancelled during its prefill")
+            chunk = tokens[start : start + self.n_batch]
+            n_out = max(0, n_logits - (len(tokens) - start - len(chunk)))  # rows in this chunk
+            self._decode(chunk, n_out)
+
     @contextlib.contextmanager
-    def _abortable(self) -> Iterator[None]:
+    def _abortable(self, cancelled: Callable[[], bool]) -> Iterator[None]:
         """Within `interruptible`, llama.cpp's CPU backend asks after each node of its graph
         whether to stop (a batch of 512 prompt tokens takes 5-15 s on a small CPU), and the
         batch then ends with status 2, its entries removed from the KV cache. A Python call per
@@ -344,10 +351,6 @@ class Model:
         On the main thread a Ctrl-C's KeyboardInterrupt is raised in that Python call, where
         ctypes cannot pass it on (it reports it as unraisable and carries on): it is kept, the
         next question stops the batch, and it is raised here as it would have been."""
-        cancelled = _cancelled.get()
-        if cancelled is None:
-            yield
-            return
         signals: list[BaseException] = []
         asks = L.ggml_abort_callback(lambda _data: bool(signals) or cancelled())
         L.llama_set_abort_callback(self._ctx, asks, None)
