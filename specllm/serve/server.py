@@ -738,6 +738,7 @@ def _protocol(header_seconds: float, read_seconds: float):
 
     class Protocol(H11Protocol):
         def connection_made(self, transport) -> None:
+            self._unread: asyncio.TimerHandle | None = None
             super().connection_made(transport)
             self._headers_due()
 
@@ -756,7 +757,16 @@ def _protocol(header_seconds: float, read_seconds: float):
 
         def resume_writing(self) -> None:
             super().resume_writing()
-            self._unread.cancel()
+            if self._unread is not None:
+                self._unread.cancel()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            # A timer left waiting holds the connection (its protocol, transport, request and
+            # response) for header_seconds after it closed: a busy server kept thousands of them.
+            self._deadline.cancel()
+            if self._unread is not None:
+                self._unread.cancel()
 
         def _cut_if_unread(self) -> None:
             if self.flow.write_paused and not self.transport.is_closing():
