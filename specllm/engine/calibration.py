@@ -5,9 +5,9 @@ draft calls of a few widths (one token drafts; wider ones are catch-up calls) on
 context: about a second or two for the default pair on a small CPU. The result is cached per model
 file (path, size, modification time), threads, GPU layers, RPC servers, huge pages and llama.cpp build, so the next run
 starts calibrated; the engine keeps refining the table from its own timed calls (the machine's
-speed drifts) and writes it back after each generation. When a one-token call has become more than
-twice as slow or fast as when the table was measured (another process wants the CPU, or stopped),
-the next generation measures it again.
+speed drifts) and writes it back after a generation, at most once a minute (Engine.save_costs).
+When a one-token call has become more than twice as slow or fast as when the table was measured
+(another process wants the CPU, or stopped), the next generation measures it again.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from specllm.llama.system import llama_cpp_python_version
 from specllm.llama.vocab import ensure_compatible
 
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
+SAVE_COSTS_EVERY = 60.0  # seconds: how often costs that were only refined are written back
 RowT = TypeVar("RowT")  # what verification reads of a target row
 
 
@@ -358,6 +359,7 @@ class Engine:
         self.mtp = MtpHead(target) if target.n_nextn else None  # the target's own MTP layers
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
+        self._costs_saved: tuple[float, dict] | None = None  # when save_costs last wrote, and which calibration
         # A fixed drafter's draft length where a generation gives none: the command line sets a
         # curated pair's recommended one, so `/drafter model` in chat drafts as `--drafter model` does.
         self.fixed_gamma = FIXED_GAMMA
@@ -503,13 +505,25 @@ class Engine:
         }
 
     def save_costs(self) -> None:
-        if self.policy is not None:
-            tables = {self._key(self.target): self.policy.target}
-            if self.policy.draft is not None and self.has_draft:
-                tables[self._draft_key()] = self.policy.draft
-            if "mtp" in self.policy.costs and self.mtp is not None:
-                tables[self._mtp_key()] = self.policy.costs["mtp"]
-            calibration.save_costs(tables)
+        """Write the auto policy's costs to the calibration cache for the next run: at once when
+        they were obtained now (measured, or read from the cache), else, as every generation
+        refines them, at most every SAVE_COSTS_EVERY seconds. Written after every generation (a
+        lock, a whole new file, an fsync), they cost each ~20 ms, more than a short generation
+        of a small model takes."""
+        if self.policy is None:
+            return
+        now = time.monotonic()
+        if self._costs_saved is not None:
+            saved_at, saved_calibration = self._costs_saved
+            if saved_calibration is self.calibration and now - saved_at < SAVE_COSTS_EVERY:
+                return
+        tables = {self._key(self.target): self.policy.target}
+        if self.policy.draft is not None and self.has_draft:
+            tables[self._draft_key()] = self.policy.draft
+        if "mtp" in self.policy.costs and self.mtp is not None:
+            tables[self._mtp_key()] = self.policy.costs["mtp"]
+        calibration.save_costs(tables)
+        self._costs_saved = (now, self.calibration)
 
     def policy_report(self, calibrated: bool = True) -> dict | None:
         """The auto policy's cost estimates now, for --json and -v; `calibrated`: the generation

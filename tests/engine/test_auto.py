@@ -11,7 +11,7 @@ from slowed import SLOW_CALL, slowed
 from stats import chi_square_pvalue
 
 import specllm
-from specllm.engine import calibration
+from specllm.engine import calibration, loop
 from specllm.engine.policy import Acceptance, AutoPolicy, CostTable
 from specllm.engine.sampling import SamplerSettings, distribution
 from specllm.llama.model import Model
@@ -193,6 +193,21 @@ def test_calibration_is_cached_and_reused(tiny_models):
     assert len(cached) == 2 and all("step_seconds" in t for t in cached.values())
     again = run_auto(tiny_models, n_threads=1)
     assert again.calibration["measured"] == []
+
+
+def test_refined_costs_are_not_written_after_every_generation(tiny_models, monkeypatch):
+    """Costs obtained now are written at once; refined ones at most once a minute: written after
+    every generation, they cost each about 20 ms, more than a short one takes here."""
+    writes, save = [], calibration.save_costs
+    monkeypatch.setattr(calibration, "save_costs", lambda tables: writes.append(tables) or save(tables))
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    for prompt in PROMPTS[:4]:
+        greedy(e, prompt, "auto", max_tokens=4)
+    assert len(writes) == 1 and calibration.load_costs(next(iter(writes[0]))) is not None
+    monkeypatch.setattr(loop, "SAVE_COSTS_EVERY", 0.0)  # a minute has passed
+    greedy(e, PROMPTS[0], "auto", max_tokens=4)
+    assert len(writes) == 2
+    e.close()
 
 
 @pytest.mark.parametrize("change", ["threads", "gpu_layers", "model_file"])
