@@ -36,10 +36,12 @@ def compile_chat_template(source: str):
     return env.from_string(source)
 
 
-def render_bounded(template, tools=None, **variables) -> str:
+def render_bounded(template, /, tools=None, **variables) -> str:
     """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
     that gives at most TEMPLATE_RANGE_BUDGET items in all, and at most TEMPLATE_MAX_CHARS characters
-    of output (counted as they are produced, so a runaway template stops early)."""
+    of output (counted as they are produced, so a runaway template stops early). Any name is a
+    variable, even "template" or "self" (a request's chat_template_kwargs): the variables go to
+    Jinja as one dict, not as arguments of these functions."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
 
     budget = [TEMPLATE_RANGE_BUDGET]
@@ -56,14 +58,16 @@ def render_bounded(template, tools=None, **variables) -> str:
 
     out = io.StringIO()
     chunks = template.generate(
-        **variables,
-        raise_exception=raise_exception,
-        strftime_now=Formatter.strftime_now,
-        range=bounded_range,
-        functions=None,
-        function_call=None,
-        tools=tools,
-        tool_choice=None,
+        variables
+        | {
+            "raise_exception": raise_exception,
+            "strftime_now": Formatter.strftime_now,
+            "range": bounded_range,
+            "functions": None,
+            "function_call": None,
+            "tools": tools,
+            "tool_choice": None,
+        }
     )
     for chunk in chunks:
         if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:

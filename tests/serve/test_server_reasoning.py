@@ -104,6 +104,19 @@ def test_chat_template_kwargs_that_are_no_object_of_variables_get_a_400(qwen35, 
     assert (status, data["error"]["param"], data["error"]["message"]) == (400, "chat_template_kwargs", message)
 
 
+def test_chat_template_kwargs_named_as_the_renderers_own_arguments_are_variables_too(qwen35):
+    """ "template" and "self" are no variables serve sets, but named the arguments of the Python
+    functions that render the template: they were a 400 saying that the model's template failed
+    ("render_bounded() got multiple values for argument 'template'")."""
+    engine, srv = qwen35
+    variables = {"template": "x", "self": 1, "enable_thinking": False}
+    prompt = engine.target.render_chat(ASK, variables=variables)
+    assert prompt == engine.target.render_chat(ASK, variables={"enable_thinking": False})
+    body = {"messages": ASK, "max_tokens": 2, "chat_template_kwargs": variables}
+    status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+    assert status == 200 and data["usage"]["prompt_tokens"] == len(engine.prompt_tokens(prompt))
+
+
 def test_reasoning_sent_back_reaches_the_template(qwen35):
     """An assistant message after the last user message (a call, then its result) keeps its
     reasoning_content: Qwen3.5's template writes it in the think block."""
