@@ -269,6 +269,21 @@ def test_chat_commands_refuse_a_fixed_draft_longer_than_the_snapshots(paths):
         engine.close()
 
 
+def test_a_fixed_drafters_own_length_is_shown_within_the_snapshots(paths):
+    """Without a gamma, a fixed drafter drafts the pair's length, but on a hybrid target no more
+    than its snapshots take back: /gamma and /stats said 4 where every draft was at most 2 long,
+    and where /gamma 4 was refused as too long."""
+    engine = load(paths, "qwen35", "qwen35_draft", snapshots=2)
+    try:
+        session = ChatSession(engine, greedy("auto"))
+        command(session, "/drafter model")
+        assert command(session, "/gamma auto").text == "gamma 2"
+        assert "gamma 2 ·" in command(session, "/stats").text
+        assert len(session.send("Hello world").stats.drafted_per_position) == 2
+    finally:
+        engine.close()
+
+
 # --- serve ----------------------------------------------------------------------------------
 
 

@@ -267,11 +267,15 @@ class ChatSession:
 
     @property
     def gamma_shown(self) -> str:
-        """The draft length as /stats and /gamma say it: a fixed drafter's default is a number."""
+        """The draft length as /stats and /gamma say it: a fixed drafter's default is a number,
+        the pair's length, or a hybrid target's snapshots where they are fewer (the engine keeps
+        such a draft within them; 0 snapshots: none to keep within, a checkpoint takes it back)."""
         c = self.config
         if c.gamma is not None:
             return str(c.gamma)
-        return "auto" if c.drafter in (Drafter.AUTO, Drafter.NONE) else str(self.engine.fixed_gamma)
+        if c.drafter in (Drafter.AUTO, Drafter.NONE):
+            return "auto"
+        return str(min(self.engine.fixed_gamma, self.engine.target.max_draft or self.engine.fixed_gamma))
 
     def set_temperature(self, temperature: float) -> None:
         sampler = dataclasses.replace(self.config.sampler, temperature=temperature)
