@@ -10,6 +10,7 @@ extends it, else the longest common token prefix with what the KV cache holds.
 
 import dataclasses
 import json
+import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,25 +133,38 @@ class ChatSession:
 
     def stream(self, prepared: Prepared) -> Generation:
         """Generate the reply: its Steps, then its `result`. The turn joins the history when the
-        generation ends or is cut short (KeyboardInterrupt inside, or the consumer closing it): a
-        partial reply is kept, marked "interrupted"; a reply stopped before its first token is
-        dropped with its message."""
-        return Generation(self._reply(prepared))
+        generation ends or is cut short (KeyboardInterrupt inside, the consumer closing it, or
+        its cancel() from any thread): a partial reply is kept, marked "interrupted"; a reply
+        stopped before its first token is dropped with its message."""
+        cancelled = threading.Event()
+        started: list[Generation] = []  # the engine's generation, once the first step starts it
 
-    def _reply(self, prepared: Prepared) -> Generator[Step, None, Result]:
+        def cancel() -> None:
+            cancelled.set()  # first: a generation started after this sees it
+            for generation in started:
+                generation.cancel()
+
+        return Generation(self._reply(prepared, started, cancelled), cancel=cancel)
+
+    def _reply(
+        self, prepared: Prepared, started: list[Generation], cancelled: threading.Event
+    ) -> Generator[Step, None, Result | None]:
         """The reply's steps, from its first step on (nothing happens before: closed before it
-        started, the reply leaves no trace); returns its result."""
+        started, the reply leaves no trace); returns its result (None: cancelled)."""
         result, stats, pieces = None, None, []
         prepared.turn.seed = turn_seed(self.config.sampler.seed, self.replies_started)
         self.replies_started += 1
         sampler = dataclasses.replace(self.config.sampler, seed=prepared.turn.seed)
         try:
             with self.engine.start(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)) as generation:
+                started.append(generation)
+                if cancelled.is_set():  # cancelled before this generation was there to hear it
+                    generation.cancel()
                 for step in generation:
                     pieces.append(step.accepted_text + step.token_text)
                     stats = step.stats
                     yield step
-                result = generation.result
+                result = generation.result if generation.finished else None
         finally:
             self._commit(prepared, result, "".join(pieces), stats)
         return result

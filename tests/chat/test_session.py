@@ -7,6 +7,7 @@ import dataclasses
 import json
 import random
 import signal
+import threading
 import time
 
 import llama_cpp
@@ -286,6 +287,26 @@ def test_stopping_a_reply_keeps_the_partial_reply_and_the_next_turn_is_exact(eng
     assert_fresh_reply(reference, prepared.tokens, result.tokens, max_tokens=64)
     assert kv_matches_record(engine.target) and kv_matches_record(engine.draft)
     assert session.totals()["interrupted"] == 1
+
+
+def test_a_reply_cancelled_from_another_thread_is_kept_as_an_interrupted_turn(engines):
+    """A reply is a Generation, whose cancel() (any thread: a UI's stop button) did nothing: the
+    reply went on to its max_tokens. It now stops after the step under way, as close() does."""
+    engine, _ = engines
+    session = ChatSession(engine, greedy(max_tokens=64), system=SYSTEM)
+    early = session.stream(session.prepare("Hello world"))
+    early.cancel()  # before its first step: nothing generated, the message dropped
+    assert list(early) == [] and not early.finished and session.turns == []
+    reply = session.stream(session.prepare("def add(a, b):"))
+    first = next(reply)
+    canceller = threading.Thread(target=reply.cancel)
+    canceller.start()
+    canceller.join(5)
+    assert list(reply) == [] and not reply.finished
+    [partial] = session.turns
+    assert (partial.stop_reason, partial.reply) == ("interrupted", first.accepted_text + first.token_text)
+    assert session.totals()["interrupted"] == 2
+    assert turn(session, "print the value")[1].stats.generated_tokens == 64
 
 
 def test_a_reply_closed_before_it_started_leaves_no_trace(engines):
