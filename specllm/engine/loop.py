@@ -260,6 +260,7 @@ class Generation:
         self._in_use = in_use  # held while a step runs: the models are not freed under it
         self._started = False
         self._result: Result | None = None
+        self._cut_short = False  # its steps ran out with no result: cancelled or closed
 
     def __iter__(self) -> "Generation":
         return self
@@ -275,6 +276,7 @@ class Generation:
                 return next(self._steps)
             except StopIteration as end:  # its value is the Result (None once closed: cut short)
                 self._result = end.value
+                self._cut_short = end.value is None
                 raise StopIteration from None
 
     @property
@@ -283,6 +285,8 @@ class Generation:
 
     @property
     def result(self) -> Result:
+        if self._result is None and self._cut_short:
+            raise RuntimeError("the generation has not finished: it was cut short (cancel() or close())")
         if self._result is None:
             raise RuntimeError("the generation has not finished: its steps were not all taken")
         return self._result
@@ -300,6 +304,7 @@ class Generation:
     def close(self) -> None:
         with self._in_use():  # a step under way in another thread ends first
             self._steps.close()
+        self._cut_short = self._result is None
 
     def cancel(self) -> None:
         """Cut the generation short from any thread, without waiting: a prompt's prefill stops

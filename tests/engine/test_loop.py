@@ -1114,6 +1114,22 @@ def test_a_generation_cancelled_from_another_thread_ends_after_its_step(engine):
     assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4
 
 
+def test_the_result_of_a_generation_cut_short_says_so(engine):
+    """run() after cancel() from another thread (a stop button) raised "its steps were not all
+    taken", when they had all been: the generation was cut short."""
+    generation = engine.start(PROMPTS[0], max_tokens=40, temperature=0, drafter="ngram")
+    next(generation)
+    with pytest.raises(RuntimeError, match="its steps were not all taken"):
+        _ = generation.result
+    generation.cancel()
+    with pytest.raises(RuntimeError, match=r"^the generation has not finished: it was cut short \(cancel"):
+        generation.run()
+    closed = engine.start(PROMPTS[1], max_tokens=4, temperature=0)
+    closed.close()
+    with pytest.raises(RuntimeError, match="it was cut short"):
+        _ = closed.result
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen35"])
 def test_an_evaluation_cancelled_within_a_batch_leaves_the_batches_before_it(tiny_models, tiny_recurrent_models, arch):
     """llama.cpp asks after each node of its graph; once told to stop, the batch under way ends
