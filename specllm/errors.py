@@ -13,7 +13,8 @@ class SpecllmError(Exception):
 
 class Interrupted(Exception):
     """A generation was cancelled (Generation.cancel) while its prompt was evaluated: the prefill
-    stopped between two of its batches. Not a user's mistake: the generation ends cut short."""
+    stopped within a batch (on a CPU) or between two. Not a user's mistake: the generation ends
+    cut short."""
 
 
 class ContextFull(SpecllmError):

@@ -238,8 +238,8 @@ class Generation:
     target call; once they have run out, `result` is its Result. Leaving its `with` block (or
     close()) before then stops the generation and frees the engine; `result` then stays unset
     (reading it raises), so a cut-short generation cannot pass for a finished one. `cancel()`,
-    from any thread, cuts it short the same way at its next chance: between two batches of a long
-    prompt's prefill, or after the step under way.
+    from any thread, cuts it short the same way at its next chance: within a long prompt's
+    prefill, or after the step under way.
 
         with engine.start(prompt, max_tokens=64) as generation:
             for step in generation:
@@ -308,8 +308,9 @@ class Generation:
 
     def cancel(self) -> None:
         """Cut the generation short from any thread, without waiting: a prompt's prefill stops
-        before its next batch (n_batch tokens), a generation under way after its step. Its
-        steps then run out, with no result, as after close()."""
+        at once on a CPU (llama.cpp asks between the operations of a batch), elsewhere before its
+        next batch (n_batch tokens); a generation under way after its step. Its steps then run
+        out, with no result, as after close()."""
         self._cancel()
 
     def __enter__(self) -> "Generation":

@@ -160,7 +160,7 @@ AHEAD = 4  # steps the engine may take before the client's side has taken the ea
 class Job:
     """One generation on the engine thread; its steps, then its result, reach the event loop
     through a queue. `cancel()` (the client went away) stops it after the step under way, or
-    between two batches of a long prompt's prefill; `result` stays None then. The engine runs at
+    within a long prompt's prefill; `result` stays None then. The engine runs at
     most AHEAD steps ahead of the response: when a client goes away, what it would not read is not
     generated (it was: 3 to 341 tokens past a closed stream), and the response, which sees the
     connection closed only when it waits for a step, cannot fall far behind."""
