@@ -1182,3 +1182,21 @@ def test_a_ctrl_c_within_a_prompts_batch_stops_it_there(tiny_models):
         assert 3 <= len(asked) <= 4 and model.tokens == tokens[: model.n_batch]
     finally:
         model.close()
+
+
+def test_llama_cpp_asks_within_a_batch_only_for_a_long_prompt(tiny_models):
+    """Its question is a Python call per node, which waits for the GIL while another thread runs
+    Python: a short prompt, done in a second or two, is evaluated without it."""
+    from specllm.llama.model import ASKED_FROM_TOKENS
+
+    model = Model(tiny_models.target, ModelOptions(n_ctx=512, n_threads=1))
+    tokens = (model.tokenize("def f(x):\n    return x * 2\n", add_special=False) * 512)[:ASKED_FROM_TOKENS]
+    asked = []
+    try:
+        with interruptible(lambda: asked.append(True) or False):
+            model.eval(tokens[:-1])
+            assert asked == []
+            model.eval(tokens)
+            assert len(asked) > 10  # a question a node
+    finally:
+        model.close()
