@@ -500,3 +500,16 @@ def test_chat_and_serve_refuse_a_fixed_draft_longer_than_the_snapshots_at_the_st
         f"or --snapshots {gamma} (each snapshot costs 11.3 KB of memory)"
     )
     assert proc.stdout == b""
+
+
+def test_a_fixed_drafter_given_no_gamma_drafts_within_the_snapshots(isolated, paths):  # noqa: F811
+    """run and chat with --drafter model and 2 snapshots, no --gamma, were refused at the start
+    ("gamma 4 is longer than the 2 snapshots: use --gamma 2"), a length the user never gave, while
+    chat's /drafter model and serve's requests drafted within the snapshots. The pair's length is
+    a default: kept within them, as auto's drafts are."""
+    args = ["--target", paths["qwen35"], "--draft", paths["qwen35_draft"], "--drafter", "model", "--snapshots", 2]
+    args += ["--threads", 1, "--ctx-size", CTX, "-n", MAX_TOKENS, "--temperature", 0, "--json"]
+    proc = subprocess.run(SPECLLM + ["run", "Hello", *map(str, args)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    stats = json.loads(proc.stdout)["stats"]
+    assert stats["n_drafted"] > 0 and len(stats["drafted_per_position"]) <= 2

@@ -289,7 +289,7 @@ class ChatSession:
             return str(c.gamma)
         if c.drafter in (Drafter.AUTO, Drafter.NONE):
             return "auto"
-        return str(min(self.engine.fixed_gamma, self.engine.target.max_draft or self.engine.fixed_gamma))
+        return str(self.engine.fixed_draft_length)
 
     def set_temperature(self, temperature: float) -> None:
         sampler = dataclasses.replace(self.config.sampler, temperature=temperature)

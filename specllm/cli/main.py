@@ -150,8 +150,9 @@ def check_pair_has_draft(pair: str | None, models_file) -> None:
 
 
 def check_draft_length(engine, drafter: str, gamma: int | None) -> None:
-    """A fixed drafter's draft length must fit a hybrid target's snapshots: chat and serve refuse
-    it at the start, not at every message or request (where a client never asked for it)."""
+    """A --gamma for a fixed drafter must fit a hybrid target's snapshots: chat and serve refuse it
+    at the start, not at every message or request (where a client never asked for it). Without
+    --gamma, the pair's length is kept within them, as auto's drafts are."""
     from specllm.engine.loop import check_snapshots
 
     try:
@@ -225,14 +226,6 @@ def default_drafter(drafter, gamma, has_draft: bool) -> str | None:
     if drafter or gamma is None:
         return drafter
     return Drafter.MODEL if has_draft else Drafter.NGRAM
-
-
-def resolve_gamma(gamma, drafter, engine) -> int | None:
-    """--gamma if given; else none for auto (it chooses), and for a fixed drafter the pair's
-    recommended draft length (engine.fixed_gamma, which load_engine set)."""
-    if gamma is not None or drafter == Drafter.AUTO:
-        return gamma
-    return engine.fixed_gamma
 
 
 def pair_gamma(pair, target, models_file) -> int:
@@ -330,7 +323,7 @@ def run(
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
         print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
-    gamma = resolve_gamma(gamma, drafter, engine)
+    # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     opened = False
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
@@ -412,7 +405,7 @@ def chat(
     show_llama_log(verbose)
     saved = read_transcript(resume) if resume else None  # a bad file is refused before loading models
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    check_draft_length(engine, drafter, resolve_gamma(gamma, drafter, engine))
+    check_draft_length(engine, drafter, gamma)
     # --gamma alone: a fixed drafter without it drafts the pair's length, and /drafter auto its own
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
     session = ChatSession(engine, config, system, thinking(think))
@@ -695,7 +688,7 @@ def serve(
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     show_llama_log(verbose)
     engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    check_draft_length(engine, drafter, resolve_gamma(gamma, drafter, engine))
+    check_draft_length(engine, drafter, gamma)
     from specllm.models.stores import store_name
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash

@@ -510,6 +510,12 @@ class Engine:
             "cache": str(calibration.cache_path()),
         }
 
+    @property
+    def fixed_draft_length(self) -> int:
+        """A fixed drafter's draft length where a generation gives none: fixed_gamma, within a
+        hybrid target's snapshots (0 snapshots: none to keep within, a checkpoint takes it back)."""
+        return min(self.fixed_gamma, self.target.max_draft or self.fixed_gamma)
+
     def save_costs(self) -> None:
         """Write the auto policy's costs to the calibration cache for the next run: at once when
         they were obtained now (measured, or read from the cache), else, as every generation

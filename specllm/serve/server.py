@@ -686,10 +686,10 @@ def address(sock: socket.socket) -> str:
 def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
     """The startup line: where, what, how."""
     s, url = settings, address(sock)
+    gamma = s.gamma or (engine.fixed_draft_length if s.drafter != Drafter.AUTO else "auto")
     return (
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
-        f"drafter {s.drafter} · gamma {s.gamma or (engine.fixed_gamma if s.drafter != Drafter.AUTO else 'auto')} · "
-        f"context {engine.target.n_ctx} tokens · "
+        f"drafter {s.drafter} · gamma {gamma} · context {engine.target.n_ctx} tokens · "
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
     )
 
