@@ -513,3 +513,14 @@ def test_a_fixed_drafter_given_no_gamma_drafts_within_the_snapshots(isolated, pa
     assert proc.returncode == 0, proc.stderr.decode()
     stats = json.loads(proc.stdout)["stats"]
     assert stats["n_drafted"] > 0 and len(stats["drafted_per_position"]) <= 2
+
+
+def test_bench_keeps_its_default_lengths_within_the_snapshots(isolated, paths, tmp_path):  # noqa: F811
+    """bench without --gamma compares draft lengths 2 and 4: on a target with 2 snapshots it was
+    refused ("gamma 4 is longer than the 2 snapshots"), a length the user never gave."""
+    out = tmp_path / "bench.json"
+    args = ["--target", paths["qwen35"], "--draft", paths["qwen35_draft"], "--drafter", "model", "--snapshots", 2]
+    args += ["--threads", 1, "--ctx-size", CTX, "-n", 4, "--per-category", 1, "--categories", "chat", "--json", out]
+    proc = subprocess.run(SPECLLM + ["bench", *map(str, args)], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(out.read_text())["settings"]["gammas"] == [2]

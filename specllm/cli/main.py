@@ -61,6 +61,8 @@ from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source
 
+BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
+
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
     no_args_is_help=True,
@@ -481,7 +483,14 @@ def bench(
             "mtp for a target with MTP layers, and ngram."
         ),
     ] = None,
-    gamma: Annotated[str, typer.Option("--gamma", "-g", help="Draft lengths to compare, comma-separated.")] = "2,4",
+    gamma: Annotated[
+        str | None,
+        typer.Option(
+            "--gamma",
+            "-g",
+            help="Draft lengths to compare, comma-separated (default 2,4; on a hybrid target, within its snapshots).",
+        ),
+    ] = None,
     prompts: Annotated[
         Path | None,
         typer.Option(
@@ -552,7 +561,7 @@ def bench(
         if per_category is None and prompts is None:
             per_category = RACE_PROMPTS_PER_CATEGORY
     max_tokens = max_tokens or 128
-    gammas = b.parse_gammas(gamma)
+    gammas = b.parse_gammas(gamma or BENCH_GAMMAS)
     wanted = b.parse_list(drafter, "drafter") if drafter else None
     if wanted:
         b.configurations(wanted, gammas)  # refuse bad options before loading any model
@@ -586,6 +595,8 @@ def bench(
         *([Drafter.MTP] if engine.mtp else []),
         Drafter.NGRAM,
     ]
+    if gamma is None and engine.target.max_draft:  # the default lengths, kept within the snapshots
+        gammas = list(dict.fromkeys(min(g, engine.target.max_draft) for g in gammas))
     settings = b.BenchSettings(
         tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
     )
