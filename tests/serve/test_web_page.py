@@ -358,6 +358,25 @@ def test_the_page_offers_only_the_drafters_the_server_has(page):
     assert page.locator("#drafter").evaluate(offered) == ["", "auto", "model", "ngram", "none"]
 
 
+def test_a_refused_drafter_makes_the_page_offer_the_drafters_the_server_has_now(page):
+    """The page asked /health when it opened; a server restarted since with other models offers
+    other drafters. Its refusal of one the page still offered makes the page ask again, so that
+    the drafters its message names can be chosen."""
+    stale = json.dumps({"status": "ok", "busy": False, "waiting": 0, "drafters": ["auto", "mtp", "ngram", "none"]})
+    page.route("**/health", lambda route: route.fulfill(content_type="application/json", body=stale))
+    settings(page, api_key=KEY, max_tokens=4)
+    page.locator("#api-key").dispatch_event("change")
+    expect(page.locator("#drafter option:text-is('model')")).to_be_disabled()  # as the server was
+    page.unroute("**/health")
+    page.select_option("#drafter", "mtp")
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    expect(page.locator("#error")).to_have_text(re.compile(r"^drafter 'mtp' needs a target with MTP layers"))
+    expect(page.locator("#drafter option:text-is('mtp')")).to_be_disabled()
+    offered = "select => [...select.options].filter(o => !o.disabled).map(o => o.value)"
+    assert page.locator("#drafter").evaluate(offered) == ["", "auto", "model", "ngram", "none"]
+
+
 @pytest.fixture(scope="module")
 def thinking_server(tiny_models, tmp_path_factory):
     """A server whose target has Qwen3.5's template: its prompt opens a think block, which the
