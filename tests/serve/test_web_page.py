@@ -248,6 +248,25 @@ def test_a_double_click_on_send_sends_rather_than_stopping_at_once(page):
     expect(page.locator(".msg.assistant .stats").nth(1)).to_have_text(re.compile(r" · stopped$"))
 
 
+def test_send_and_stop_from_the_keyboard_leave_the_focus_on_the_message_field(page):
+    """Send is hidden while a reply comes, and Stop once it ends: the focus a hidden button had
+    goes to the message field, where the next message is typed, rather than to nothing (keys
+    then went nowhere)."""
+    settings(page, api_key=KEY, temperature=0, max_tokens=2000)
+    page.focus("#input")
+    page.keyboard.type("a long one")
+    page.keyboard.press("Tab")
+    expect(page.locator("#send")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator(".msg.assistant .text > *").first).to_be_attached(timeout=REPLY_SECONDS * 1000)
+    expect(page.locator("#input")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator("#stop")).to_be_focused()
+    page.keyboard.press("Space")
+    expect(page.locator(".msg.assistant .stats")).to_have_text(re.compile(r" · stopped$"))
+    expect(page.locator("#input")).to_be_focused()
+
+
 def test_a_long_word_wraps_in_its_bubble_rather_than_widening_the_page(page):
     """A URL or a pasted hash is one word: the user's bubble breaks it as the reply's text does."""
     settings(page, api_key=KEY, temperature=0, max_tokens=4)
