@@ -308,6 +308,22 @@ def test_the_page_is_served_without_the_key_and_asks_for_it(page, server):
     expect(page.locator("#model")).to_have_text("target.gguf")
 
 
+def test_a_key_that_is_not_ascii_is_sent_as_its_utf8_bytes(browser, tiny_models, tmp_path):
+    """The server takes a key that is not ASCII as its UTF-8 bytes, as clients send it: the page
+    sends it so too. The browser refuses a header with a character beyond U+00FF, and the page
+    said the server could not be reached."""
+    key = "clé-ключ"
+    with serving(tiny_models, tmp_path / "serve.log", key) as (url, _):
+        context = browser.new_context()
+        tab = context.new_page()
+        tab.goto(url)
+        settings(tab, api_key=key, max_tokens=4)
+        tab.locator("#api-key").dispatch_event("change")
+        expect(tab.locator("#model")).to_have_text("target.gguf")
+        send(tab, "hello")
+        context.close()
+
+
 def test_a_server_that_goes_away_is_said_in_words(browser, tiny_models, tmp_path):
     """A server killed in the middle of a reply, then no server at all: the page says so, rather
     than the browser's "network error" and "Failed to fetch"."""
