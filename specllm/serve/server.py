@@ -245,20 +245,20 @@ class EngineWorker:
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
         self._tool_markers: dict[int, str] | None = None
 
-    async def start(self, request, gone: Callable[[], Awaitable[bool]]) -> tuple[Plan, Job] | None:
+    async def start(self, request, left: Callable[[], Awaitable[None]]) -> tuple[Plan, Job] | None:
         """Wait for the engine, then start generating for `request` on the engine thread; None
-        when the client is `gone` by its turn (nothing is prefilled for it). Bad input raises
-        ApiError, before anything is generated."""
+        when the client has `left` (returns once it has) before its turn: nothing is prefilled
+        for it, and it no longer counts as waiting. Bad input raises ApiError, before anything
+        is generated."""
         self.loop = loop = asyncio.get_running_loop()
         self.waiting += 1
         try:
-            await self.turn()  # raises once the server is stopping
+            ours = await self.turn(left)  # raises once the server is stopping
         finally:
             self.waiting -= 1
+        if not ours:
+            return None
         try:
-            if await gone():
-                self.lock.release()
-                return None
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
@@ -273,21 +273,28 @@ class EngineWorker:
         self.thread.submit(job.run, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
 
-    async def turn(self) -> None:
-        """Wait until the engine is this request's (the lock: first come, first served), or until
-        the server stops: the generation under way may take long to end its step (a long
-        prefill), and a request still waiting is answered at once (ApiError 503)."""
+    async def turn(self, left: Callable[[], Awaitable[None]]) -> bool:
+        """Wait until the engine is this request's (the lock: first come, first served: True),
+        until its client has `left` (False: the lock goes to the next), or until the server
+        stops: the generation under way may take long to end its step (a long prefill), and a
+        request still waiting is answered at once (ApiError 503)."""
         turn, stopped = asyncio.ensure_future(self.lock.acquire()), asyncio.ensure_future(self.stopped.wait())
+        gone = asyncio.ensure_future(left())
         try:
-            await asyncio.wait((turn, stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((turn, stopped, gone), return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             self.give_up(turn)
             raise
         finally:
             stopped.cancel()
+            gone.cancel()
         if self.stopping:
             self.give_up(turn)
             raise shutting_down()
+        if gone.done() and not gone.cancelled():  # left, maybe just as its turn came
+            self.give_up(turn)
+            return False
+        return True
 
     def give_up(self, turn: asyncio.Future) -> None:
         """Leave the engine's lock as if `turn` had never asked for it."""
@@ -546,7 +553,7 @@ async def read_body(request: Request, limit: int, seconds: float) -> bytes:
 
 
 async def generate(worker: EngineWorker, request: Request, body) -> Response:
-    started = await worker.start(body, request.is_disconnected)
+    started = await worker.start(body, partial(client_left, request))
     if started is None:
         access(request, CLIENT_CLOSED, "the client went away before its turn: nothing generated")
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
@@ -577,11 +584,16 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.read))
 
 
+async def client_left(request: Request) -> None:
+    """Return once the client of a request whose body has all come goes away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass  # nothing else arrives before the disconnect
+
+
 async def cancel_when_gone(request: Request, job: Job) -> None:
     """Cancel `job` once the client of a request not streamed goes away, even during a long
     prefill, when no step comes to check on it (a streamed response watches on its own)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass  # the body has all come: nothing else arrives before the disconnect
+    await client_left(request)
     job.cancel()
 
 

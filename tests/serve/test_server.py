@@ -336,7 +336,8 @@ def test_a_client_that_leaves_during_a_long_prefill_stops_it_at_the_next_batch(s
 
 
 def test_a_client_that_leaves_while_it_waits_gets_nothing_generated(srv, log, engine, monkeypatch):
-    """Gone before its turn: its prompt is not prefilled, no step is taken for it."""
+    """Gone before its turn: its prompt is not prefilled, no step is taken for it, and it stops
+    counting as waiting when it leaves, not when its turn would have come."""
     client, before = srv.client(), len(log)
     release = hold(engine, monkeypatch, CTX - 16)
     busy = threading.Thread(
@@ -348,10 +349,16 @@ def test_a_client_that_leaves_while_it_waits_gets_nothing_generated(srv, log, en
         time.sleep(0.005)
     with pytest.raises(openai.APITimeoutError):  # waits behind the held generation, then gives up
         srv.client().with_options(timeout=0.5).completions.create(model="x", prompt="other words", max_tokens=8)
+    [line] = wait_for_line(log, "before its turn", 1)  # the engine still busy
+    assert " 499 · " in line
+    assert srv.get("/health") == {
+        "status": "ok",
+        "busy": True,
+        "waiting": 0,
+        "drafters": ["auto", "model", "ngram", "none"],
+    }
     release.set()
     busy.join(60)
-    [line] = wait_for_line(log, "before its turn", 1)
-    assert " 499 · " in line
     served = [line for line in log[before:] if "/v1/completions 200" in line]
     assert len(served) == 1 and f"{CTX - 16} tokens" in served[0]
     assert not [line for line in log[before:] if "stopped after" in line]  # no step was taken for it
