@@ -536,19 +536,16 @@ def _joined(first: dict, then: dict) -> dict:
 
 class ToolReply:
     """A chat reply read for tool calls as it is generated: its deltas hold text decided not to be
-    a call, and calls once complete (tool_calls.py). The reply may begin with `prefill`, the start
-    of a call the prompt ends with (tool_choice "required" or a named function): it is read as the
-    reply's first text. Streamed or not, the same reading gives the same calls and text."""
+    a call, and calls once complete (tool_calls.py). Streamed or not, the same reading gives the
+    same calls and text. (A call the prompt begins is given as the reply's first text: ChatReply.)"""
 
-    def __init__(self, tool_names: list[str], prefill: str = "", parallel: bool = True):
+    def __init__(self, tool_names: list[str], parallel: bool = True):
         self.parser, self.parallel = ToolCallParser(tool_names), parallel
-        self.prefill = prefill
         self.text = ""  # what the deltas so far hold: text and calls
         self.calls: list[dict] = []
 
     def feed(self, text: str) -> dict:
         """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""
-        text, self.prefill = self.prefill + text, ""
         return self._delta(*self.parser.feed(text))
 
     def finish(self) -> dict:
