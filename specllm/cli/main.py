@@ -329,10 +329,7 @@ def run(
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     opened = False
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
-        system_message = [{"role": "system", "content": system}] if system else []
-        text = engine.target.render_chat(
-            system_message + [{"role": "user", "content": text}], variables=thinking(think)
-        )
+        text = engine.chat_prompt(text, system, thinking(think))
         opened = opens_thinking(text)
     generation = engine.start(text, config)
     console = Console()

@@ -581,6 +581,13 @@ class Engine:
         with self._using_models():  # the vocabulary is not freed under the call
             return self._prompt_tokens(prompt, chat, system)
 
+    def chat_prompt(self, message: str, system: str | None = None, variables: dict | None = None) -> str:
+        """One user message (after the system message, if any) through the target's chat template
+        (ChatML for a model without one), with the template's `variables` ({"enable_thinking":
+        False}); what chat=True prompts with."""
+        system_message = [{"role": "system", "content": system}] if system else []
+        return self.target.render_chat(system_message + [{"role": "user", "content": message}], variables=variables)
+
     def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
         self._check_open()
         if not isinstance(chat, bool):  # chat="no" would be taken as yes
@@ -594,8 +601,7 @@ class Engine:
         if system is not None and not chat:
             raise SpecllmError("a system message needs chat=True (the chat template)")
         if chat:
-            system_message = [{"role": "system", "content": system}] if system else []
-            prompt = self.target.render_chat(system_message + [{"role": "user", "content": prompt}])
+            prompt = self.chat_prompt(prompt, system)
         try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
             prompt.encode("utf-8")
         except UnicodeEncodeError:
