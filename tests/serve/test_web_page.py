@@ -101,17 +101,23 @@ def browser():
         chrome.close()
 
 
-@pytest.fixture
-def page(browser, server):
-    """A fresh tab on the page; a script error in it fails the test."""
+@contextlib.contextmanager
+def opened(browser, url: str):
+    """A fresh tab on the page at `url`; a script error in it fails the test."""
     context = browser.new_context()
     tab = context.new_page()
     errors = []
     tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.goto(server)
+    tab.goto(url)
     yield tab
     context.close()
     assert errors == []
+
+
+@pytest.fixture
+def page(browser, server):
+    with opened(browser, server) as tab:
+        yield tab
 
 
 def settings(page, **fields):
@@ -313,24 +319,20 @@ def test_a_key_that_is_not_ascii_is_sent_as_its_utf8_bytes(browser, tiny_models,
     sends it so too. The browser refuses a header with a character beyond U+00FF, and the page
     said the server could not be reached."""
     key = "clé-ключ"
-    with serving(tiny_models, tmp_path / "serve.log", key) as (url, _):
-        context = browser.new_context()
-        tab = context.new_page()
-        tab.goto(url)
+    with serving(tiny_models, tmp_path / "serve.log", key) as (url, _), opened(browser, url) as tab:
         settings(tab, api_key=key, max_tokens=4)
         tab.locator("#api-key").dispatch_event("change")
         expect(tab.locator("#model")).to_have_text("target.gguf")
         send(tab, "hello")
-        context.close()
 
 
 def test_a_server_that_goes_away_is_said_in_words(browser, tiny_models, tmp_path):
     """A server killed in the middle of a reply, then no server at all: the page says so, rather
     than the browser's "network error" and "Failed to fetch"."""
-    with serving(tiny_models, tmp_path / "serve.log", key=None, ctx_size=4096) as (url, proc):
-        context = browser.new_context()
-        tab = context.new_page()
-        tab.goto(url)
+    with (
+        serving(tiny_models, tmp_path / "serve.log", key=None, ctx_size=4096) as (url, proc),
+        opened(browser, url) as tab,
+    ):
         settings(tab, max_tokens=4000, temperature=0)  # seconds of reply: it is killed well before its end
         tab.fill("#input", "def f(x):")
         tab.press("#input", "Enter")
@@ -342,7 +344,6 @@ def test_a_server_that_goes_away_is_said_in_words(browser, tiny_models, tmp_path
         tab.press("#input", "Enter")
         expect(tab.locator("#error")).to_have_text("could not reach the server: is specllm serve still running?")
         assert tab.input_value("#input") == "again"  # taken back, to send once the server is back
-        context.close()
 
 
 # --- the stream the page reads ---------------------------------------------------------------
@@ -423,21 +424,15 @@ def thinking_server(tiny_models, tmp_path_factory):
 
 
 def test_a_thinking_models_reasoning_is_shown_apart_and_sent_back(browser, thinking_server):
-    context = browser.new_context()
-    tab = context.new_page()
-    errors = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.goto(thinking_server)
-    settings(tab, temperature=0, max_tokens=12)
-    chunks, _ = send(tab, "Why?")
-    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks if c["choices"])
-    assert reasoning and streamed_text(chunks) == ""
-    assert tab.text_content(".msg.assistant .reasoning .thoughts") == reasoning
-    assert tab.text_content(".msg.assistant .text") == ""  # no raw step, no <think> tag
-    _, request = send(tab, "And then?")
-    assert request["messages"][1] == {"role": "assistant", "content": "", "reasoning_content": reasoning}
-    context.close()
-    assert errors == []
+    with opened(browser, thinking_server) as tab:
+        settings(tab, temperature=0, max_tokens=12)
+        chunks, _ = send(tab, "Why?")
+        reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks if c["choices"])
+        assert reasoning and streamed_text(chunks) == ""
+        assert tab.text_content(".msg.assistant .reasoning .thoughts") == reasoning
+        assert tab.text_content(".msg.assistant .text") == ""  # no raw step, no <think> tag
+        _, request = send(tab, "And then?")
+        assert request["messages"][1] == {"role": "assistant", "content": "", "reasoning_content": reasoning}
 
 
 def test_the_answer_after_a_think_block_is_coloured_by_step(browser, thinking_server):
@@ -472,22 +467,20 @@ def test_the_answer_after_a_think_block_is_coloured_by_step(browser, thinking_se
             body="".join(f"data: {json.dumps(c)}\n\n" for c in made) + "data: [DONE]\n\n",
         )
 
-    context = browser.new_context()
-    tab = context.new_page()
-    errors = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.goto(thinking_server)
-    settings(tab, temperature=0, max_tokens=4)
-    tab.route("**/v1/chat/completions", reply)
-    send(tab, "Where?")
-    tab.unroute("**/v1/chat/completions")
-    assert tab.text_content(".msg.assistant .reasoning .thoughts") == "Hmm, so"
-    assert not tab.locator(".msg.assistant .reasoning").evaluate("details => details.open")  # folded away
-    spans = "spans => spans.map(span => [span.className, span.textContent])"
-    shown = tab.eval_on_selector_all(".msg.assistant .text > *", spans)
-    assert [tuple(s) for s in shown] == [("accepted", " is"), ("rejected", " was"), ("target", " big")]
-    assert tab.text_content(".msg.assistant .text") == "Paris is was big"
-    _, request = send(tab, "And then?")
-    assert request["messages"][1] == {"role": "assistant", "content": "Paris is big", "reasoning_content": "Hmm, so"}
-    context.close()
-    assert errors == []
+    with opened(browser, thinking_server) as tab:
+        settings(tab, temperature=0, max_tokens=4)
+        tab.route("**/v1/chat/completions", reply)
+        send(tab, "Where?")
+        tab.unroute("**/v1/chat/completions")
+        assert tab.text_content(".msg.assistant .reasoning .thoughts") == "Hmm, so"
+        assert not tab.locator(".msg.assistant .reasoning").evaluate("details => details.open")  # folded away
+        spans = "spans => spans.map(span => [span.className, span.textContent])"
+        shown = tab.eval_on_selector_all(".msg.assistant .text > *", spans)
+        assert [tuple(s) for s in shown] == [("accepted", " is"), ("rejected", " was"), ("target", " big")]
+        assert tab.text_content(".msg.assistant .text") == "Paris is was big"
+        _, request = send(tab, "And then?")
+        assert request["messages"][1] == {
+            "role": "assistant",
+            "content": "Paris is big",
+            "reasoning_content": "Hmm, so",
+        }
