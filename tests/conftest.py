@@ -21,6 +21,9 @@ without downloading anything. Its attributes are paths:
     qwen35_mtp    qwen35 with one MTP ("nextn") block; its trunk is qwen35's, weight for weight
     mamba         Mamba 1 (fully recurrent), seed 0, standard vocab
     mamba_draft   mamba plus noise (DRAFT_NOISES["mamba"]): agrees with it ~80%
+
+`tiny_code_models` holds a target and draft of the "code" vocabulary, which has Qwen2.5-Coder's
+fill-in-the-middle tokens.
 """
 
 from __future__ import annotations
@@ -122,4 +125,20 @@ def tiny_recurrent_models(tmp_path_factory: pytest.TempPathFactory) -> TinyRecur
         qwen35_mtp=write(d / "qwen35_mtp.gguf", arch="qwen35", seed=0, n_nextn=1),
         mamba=write(d / "mamba.gguf", arch="mamba", seed=0),
         mamba_draft=write(d / "mamba_draft.gguf", arch="mamba", seed=0, noise=tm.DRAFT_NOISES["mamba"], noise_seed=1),
+    )
+
+
+@dataclass(frozen=True)
+class TinyCodeModels:
+    target: Path
+    draft: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_code_models(tmp_path_factory: pytest.TempPathFactory) -> TinyCodeModels:
+    """A target and draft with the "code" vocabulary: Qwen2.5-Coder's fill-in-the-middle tokens."""
+    d = tmp_path_factory.mktemp("tiny_code_models")
+    return TinyCodeModels(
+        target=tm.write_model(d / "code.gguf", seed=0, vocab="code"),
+        draft=tm.write_model(d / "code_draft.gguf", seed=0, vocab="code", noise=tm.DRAFT_NOISE, noise_seed=1),
     )

@@ -76,6 +76,8 @@ __all__ = [
     "DRAFT_NOISES",
     "ARCHS",
     "VOCABS",
+    "FIM_PIECES",
+    "CODELLAMA_FIM_PIECES",
     "byte_token_id",
     "vocab_pieces",
     "vocab_size",
@@ -103,7 +105,12 @@ ARCHS = ("llama", "qwen35", "mamba")
 # Per-arch draft noise (target agreement ~80% for each; see the module docstring).
 DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
-VOCABS = ("standard", "incompatible", "extended")
+VOCABS = ("standard", "incompatible", "extended", "code", "codellama")
+# "code" vocab: the standard one and Qwen2.5-Coder's fill-in-the-middle control tokens after it,
+# which llama.cpp finds by their text (as in the real Qwen2.5-Coder files, whose GGUFs name none);
+# "codellama": CodeLlama's, which has no repository-level tokens.
+FIM_PIECES = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+CODELLAMA_FIM_PIECES = ["<PRE>", "<SUF>", "<MID>"]
 
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 
@@ -227,6 +234,10 @@ def vocab_pieces(vocab: str = "standard") -> list[str]:
     elif vocab == "extended":
         assert not set(_EXTRA_PIECES) & set(_STANDARD)
         normal = _STANDARD + _EXTRA_PIECES
+    elif vocab == "code":
+        normal = _STANDARD + FIM_PIECES
+    elif vocab == "codellama":
+        normal = _STANDARD + CODELLAMA_FIM_PIECES
     elif vocab == "incompatible":
         # Same pieces, same size, reversed order: every id from FIRST_NORMAL_ID on has another text.
         normal = _STANDARD[::-1]
@@ -257,6 +268,9 @@ def _scores_and_types(pieces: list[str]) -> tuple[list[float], list[int]]:
         elif i < FIRST_NORMAL_ID:
             scores.append(0.0)
             types.append(gguf.TokenType.BYTE)
+        elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES:
+            scores.append(0.0)
+            types.append(gguf.TokenType.CONTROL)
         else:
             # SPM merges the highest-scoring pair first: prefer longer pieces, then lower ids.
             scores.append(float(len(text)) - i * 1e-4)
@@ -512,8 +526,10 @@ def write_model(
                  "mamba" (fully recurrent Mamba 1); see the module docstring
     seed         weights (deterministic; the same seed gives the same model)
     noise        > 0: the seed's weights plus N(0, (noise * rms(tensor))^2) noise from noise_seed
-    vocab        "standard", "incompatible" (same size, other texts from id 261 on) or
-                 "extended" (standard + N_EXTRA_TOKENS normal pieces)
+    vocab        "standard", "incompatible" (same size, other texts from id 261 on),
+                 "extended" (standard + N_EXTRA_TOKENS normal pieces), "code" (standard +
+                 FIM_PIECES, fill-in-the-middle control tokens) or "codellama" (standard +
+                 CODELLAMA_FIM_PIECES)
     eos_token_id tokenizer.ggml.eos_token_id (a normal id makes that token end generation)
     chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none; a list
                  of {"name", "template"} stores "default" as that and the others by name
@@ -553,6 +569,8 @@ def write_model(
     if not 0 <= eos_token_id < n_vocab:
         raise ValueError(f"eos_token_id {eos_token_id} outside the vocab (0..{n_vocab - 1})")
     scores, types = _scores_and_types(pieces)
+    if vocab in ("code", "codellama"):  # control tokens (three of them end generation) are rarely the argmax
+        extra_scale *= _SPECIAL_ROW_SCALE
     n_vocab_std = vocab_size("standard")
 
     if arch == "llama":

@@ -8,7 +8,7 @@ import copy
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
@@ -27,6 +27,7 @@ from specllm.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
+from specllm.engine.infill import ContextFile, InfillPrompt, infill_prompt
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy, CostTable
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
@@ -588,6 +589,26 @@ class Engine:
         system_message = [{"role": "system", "content": system}] if system else []
         return self.target.render_chat(system_message + [{"role": "user", "content": message}], variables=variables)
 
+    def infill_prompt(
+        self,
+        prefix: str,
+        suffix: str,
+        *,
+        files: Sequence[ContextFile] = (),
+        line: str = "",
+        max_tokens: int | None = None,
+    ) -> InfillPrompt:
+        """The fill-in-the-middle prompt (token ids) for the gap between `prefix` and `suffix`, with
+        other `files` of the project for context (engine/infill.py). It leaves room for `max_tokens`
+        (at most half the context; a quarter when not given) and cuts what it must to do so."""
+        for text in (prefix, suffix, line, *(f.text for f in files), *(f.name for f in files)):
+            _check_text(text, "the text around a gap")
+        n_ctx = self.target.n_ctx
+        reply = n_ctx // 4 if max_tokens is None else min(whole_number("max_tokens", max_tokens), n_ctx // 2)
+        with self._using_models():
+            self._check_open()
+            return infill_prompt(self.target, prefix, suffix, budget=n_ctx - reply, files=files, line=line)
+
     def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
         self._check_open()
         if not isinstance(chat, bool):  # chat="no" would be taken as yes
@@ -602,10 +623,7 @@ class Engine:
             raise SpecllmError("a system message needs chat=True (the chat template)")
         if chat:
             prompt = self.chat_prompt(prompt, system)
-        try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
-            prompt.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SpecllmError("the prompt is not valid UTF-8 text") from None
+        _check_text(prompt, "the prompt")
         tokens = self.target.tokenize(prompt, add_special=True, parse_special=True)
         if len(tokens) > 1 and tokens[0] == tokens[1] == self.target.bos:  # template added one too
             tokens = tokens[1:]
@@ -696,6 +714,15 @@ class Engine:
             return (yield from run.steps())
         finally:
             self._live = False
+
+
+def _check_text(text, what: str) -> None:
+    if not isinstance(text, str):
+        raise SpecllmError(f"{what} is text (a str), not {type(text).__name__}")
+    try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecllmError(f"{what} is not valid UTF-8 text") from None
 
 
 def describe_models(engine: Engine) -> str:

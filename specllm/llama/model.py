@@ -75,6 +75,18 @@ class _Views:
         return view
 
 
+@dataclass(frozen=True)
+class FimTokens:
+    """A code model's fill-in-the-middle tokens: the gap's three, and the repository-level pair
+    (Qwen2.5-Coder's <|repo_name|> and <|file_sep|>) where the model has them."""
+
+    prefix: int
+    suffix: int
+    middle: int
+    repo: int | None = None
+    file_sep: int | None = None
+
+
 class Model:
     """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
 
@@ -227,6 +239,18 @@ class Model:
             buf = ctypes.create_string_buffer(n + 1)
             n = L.llama_model_meta_val_str(self._model, key.encode("utf-8"), buf, len(buf))
         return None if n < 0 else buf.value.decode("utf-8", errors="replace")
+
+    @functools.cached_property
+    def fim_tokens(self) -> "FimTokens | None":
+        """The control tokens of a fill-in-the-middle prompt, as llama.cpp found them (by the GGUF's
+        tokenizer.ggml.fim_*_token_id, or by their text: Qwen's <|fim_prefix|>, CodeLlama's <PRE>,
+        ...); None for a model without the three a gap needs."""
+        v = self._vocab
+        prefix, suffix, middle = L.llama_vocab_fim_pre(v), L.llama_vocab_fim_suf(v), L.llama_vocab_fim_mid(v)
+        if min(prefix, suffix, middle) < 0:  # LLAMA_TOKEN_NULL
+            return None
+        repo, file_sep = L.llama_vocab_fim_rep(v), L.llama_vocab_fim_sep(v)
+        return FimTokens(prefix, suffix, middle, repo if repo >= 0 else None, file_sep if file_sep >= 0 else None)
 
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self._vocab, token))
