@@ -301,6 +301,13 @@ def run(
     system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
     think: Think = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
+    suffix: Annotated[
+        str | None,
+        typer.Option(
+            help="Fill in the middle: the prompt is the code before the gap and this the code after it "
+            "(a code model's FIM tokens; no chat template)."
+        ),
+    ] = None,
     no_live: NoLive = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")] = False,
     verbose: Verbose = False,
@@ -321,6 +328,9 @@ def run(
         raise SpecllmError("--system needs the chat template: drop --raw")
     if think is not None and not chat_template:
         raise SpecllmError(f"--{'' if think else 'no-'}think needs the chat template: drop --raw")
+    if suffix is not None and (system is not None or think is not None):
+        raise SpecllmError("--suffix fills in the middle of code, without the chat template: drop --system and --think")
+    chat_template = chat_template and suffix is None
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
@@ -331,7 +341,8 @@ def run(
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
         text = engine.chat_prompt(text, system, thinking(think))
         opened = opens_thinking(text)
-    generation = engine.start(text, config)
+    gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
+    generation = engine.start(gap.tokens if gap else text, config)
     console = Console()
     view: PlainView | LiveView
     if as_json:

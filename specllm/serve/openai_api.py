@@ -15,10 +15,11 @@ import string
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specllm.engine.infill import ContextFile
 from specllm.engine.loop import DRAFTERS, Result, Step
 from specllm.engine.reasoning import ReasoningSplitter, Split
 from specllm.engine.sampling import MAX_SEED
@@ -85,7 +86,6 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "response_format": (None, {"type": "text"}),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
-    "suffix": (None, ""),
     "echo": (None, False),
     "best_of": (None, 1),
     "modalities": (None, ["text"]),  # audio replies
@@ -142,6 +142,15 @@ class _Request(BaseModel):
     @property
     def requested_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def gap(self) -> "Gap | None":
+        """The code around a gap to fill in the middle, for a request that asks for one."""
+        return None
+
+    def reply(self, model: str, left_out: int = 0) -> "Reply":
+        """The shape of this request's response objects (`left_out`: tokens of a gap's code cut
+        to leave room for the reply, which only /infill's responses tell)."""
+        return Reply(isinstance(self, ChatRequest), model)
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -308,8 +317,25 @@ TEMPLATE_VARIABLES = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Gap:
+    """What a fill-in-the-middle request gives: the code before and after the gap (Engine.infill_prompt)."""
+
+    prefix: str
+    suffix: str
+    files: tuple[ContextFile, ...] = ()
+    line: str = ""
+
+
 class CompletionRequest(_Request):
     prompt: str | list[int] | list[str] | list[list[int]]  # OpenAI's batch forms: one prompt each
+    suffix: str | None = None  # the text after the completion: the prompt is the text before the gap
+
+    def gap(self) -> Gap | None:
+        if not self.suffix:  # "" asks for nothing, as Ollama reads it
+            return None
+        assert isinstance(self.prompt, str)  # check() saw to it
+        return Gap(self.prompt, self.suffix)
 
     def check(self) -> None:
         super().check()
@@ -320,6 +346,8 @@ class CompletionRequest(_Request):
                 self.prompt = ids
             case [] | [str() | list(), *_]:  # an empty list, or several prompts
                 raise ApiError(400, "give one prompt per request (a string or a list of token ids)", "prompt")
+        if self.suffix and not isinstance(self.prompt, str):
+            raise ApiError(400, "a suffix needs the prompt as text: the code before the gap", "suffix")
 
 
 def parse(kind: type[_Request], body: bytes) -> _Request:
@@ -425,6 +453,7 @@ class Reply:
     model: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
+    END_OF_STREAM: ClassVar[str | None] = "[DONE]"  # the last event of a stream
 
     def _object(self, kind: str, choices: list[dict]) -> dict:
         prefix = "chatcmpl" if self.chat else "cmpl"

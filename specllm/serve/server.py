@@ -42,6 +42,7 @@ from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import THINK_CLOSE, opens_thinking
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
+from specllm.serve.infill_api import InfillRequest
 from specllm.serve.openai_api import (
     ApiError,
     ChatReply,
@@ -126,6 +127,7 @@ class Plan:
     seed: int
     generation: Generation
     continues: bool = False  # the prompt extends the previous request's whole transcript
+    left_out: int = 0  # a gap's code cut to leave room for the reply (Engine.infill_prompt)
     read: ChatReply | None = None  # a chat reply: splits its reasoning off, reads its tool calls
     marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
 
@@ -327,15 +329,19 @@ class EngineWorker:
     def prepare(self, request) -> Plan:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text, read = None, None
+        text, read, gap, left_out = None, None, request.gap(), 0
         if chat:
             text, read = self.render_chat(request)
-        elif isinstance(request.prompt, str):
+        elif isinstance(request.prompt, str) and gap is None:
             text = request.prompt
         continues = False
         if text is not None:
             prompt = self.cache.prompt(text)
             tokens, continues = prompt.tokens, prompt.extended
+        elif gap is not None:
+            wanted = request.requested_tokens
+            infill = engine.infill_prompt(gap.prefix, gap.suffix, files=gap.files, line=gap.line, max_tokens=wanted)
+            tokens, left_out = infill.tokens, infill.left_out
         else:
             tokens = request.prompt
             if not all(0 <= t < engine.target.n_vocab for t in tokens):
@@ -366,7 +372,7 @@ class EngineWorker:
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
         marked = self.marked_text if read is not None and read.tools is not None else None
-        return Plan(text, tokens, seed, generation, continues, read, marked)
+        return Plan(text, tokens, seed, generation, continues, left_out, read, marked)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ChatReply]:
         """The prompt of a chat request, through the target's chat template with its tools and
@@ -497,6 +503,11 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         body = await read_body(request, limit, settings.body_seconds)
         return await generate(worker, request, parse(CompletionRequest, body))
 
+    @app.post("/infill")
+    async def infill(request: Request):
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, parse(InfillRequest, body))
+
     return app
 
 
@@ -558,7 +569,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         access(request, CLIENT_CLOSED, "the client went away before its turn: nothing generated")
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     plan, job = started
-    reply = Reply(isinstance(body, ChatRequest), worker.settings.model)
+    reply = body.reply(worker.settings.model, plan.left_out)
     if body.stream:
         chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
         return EventStream(chunks, job)
@@ -638,7 +649,8 @@ async def stream(
         yield sse(error.body())
     finally:  # not reached above: cancelled, as Starlette does when the client goes away
         access(request, 200, outcome or stopped(generated, "the client went away"))
-    yield sse("[DONE]")
+    if reply.END_OF_STREAM is not None:
+        yield sse(reply.END_OF_STREAM)
 
 
 # --- logging ------------------------------------------------------------------------------------

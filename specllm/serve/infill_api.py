@@ -1,0 +1,129 @@
+"""llama-server's /infill for `specllm serve`: fill in the middle, as editor plugins made for
+llama.cpp ask for it (llama.vscode, llama.vim, Continue's llama.cpp provider). The request names
+the code before and after the cursor and other files of the project; the response is llama.cpp's
+own completion object, not OpenAI's. Plain data, as openai_api.py: no HTTP, no engine.
+
+The sampler is specllm's (temperature, top-k, top-p, min-p) whatever `samplers` lists, and the
+hints llama.cpp uses to end a completion early (`t_max_predict_ms`, `n_indent`) are not applied:
+a completion ends at the model's end of text, a stop string or `n_predict`.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specllm.engine.infill import ContextFile
+from specllm.engine.loop import Result
+from specllm.serve.openai_api import ApiError, Gap, Reply, _asks_nothing, _Request, specllm_stats, usage
+
+# llama.cpp's fields that ask for what specllm does not do, and their values that ask nothing.
+UNSUPPORTED = {
+    "n_probs": (None, 0),
+    "grammar": (None, ""),
+    "json_schema": (None, {}),
+    "repeat_penalty": (None, 1, 1.0),
+}
+STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit"}
+
+
+class ExtraChunk(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    text: str
+    filename: str = "tmp"  # llama-server's name for a chunk that has none
+
+
+class InfillRequest(_Request):
+    input_prefix: str
+    input_suffix: str
+    input_extra: list[ExtraChunk] = []
+    prompt: str = ""  # follows the prefix: the text typed on the cursor's line
+    n_predict: int | None = Field(None, ge=-1)  # llama.cpp's max_tokens; -1: no limit
+    response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
+
+    def check(self) -> None:
+        super().check()
+        if self.n_predict == 0:
+            raise ApiError(400, "n_predict must be at least 1, or -1 for no limit", "n_predict")
+        for name, harmless in UNSUPPORTED.items():
+            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
+                raise ApiError(400, f"{name} is not supported by specllm serve", name)
+
+    @property
+    def requested_tokens(self) -> int | None:
+        if self.n_predict is not None:
+            return None if self.n_predict == -1 else self.n_predict
+        return super().requested_tokens
+
+    @property
+    def include_usage(self) -> bool:
+        return False  # llama.cpp's stream has no usage chunk: its last chunk carries the counts
+
+    def gap(self) -> Gap:
+        files = tuple(ContextFile(chunk.filename, chunk.text) for chunk in self.input_extra)
+        return Gap(self.input_prefix, self.input_suffix, files, self.prompt)
+
+    def reply(self, model: str, left_out: int = 0) -> "InfillReply":
+        return InfillReply(False, model, fields=tuple(self.response_fields or ()), left_out=left_out)
+
+
+@dataclass(frozen=True)
+class InfillReply(Reply):
+    """llama.cpp's completion objects: the whole one, or streamed chunks of `content` ending with
+    the whole one (its content empty), and no [DONE] after them. `fields`: response_fields;
+    `left_out`: tokens of the request's code cut to leave room for the reply."""
+
+    fields: tuple[str, ...] = ()
+    left_out: int = 0
+    END_OF_STREAM: ClassVar[str | None] = None
+
+    def complete(self, result: Result, seed: int, read=None) -> dict:
+        return self._body(result, seed, result.text)
+
+    def chunk(self, text=None, *, first=False, finish=None, tool_calls=None, reasoning=None) -> dict:
+        return {"content": text or "", "stop": False}
+
+    def last_chunk(self, result: Result, seed: int, read=None) -> dict:
+        return self._body(result, seed, "")  # the content has come in the chunks
+
+    def _body(self, result: Result, seed: int, content: str) -> dict:
+        counts, stats = usage(result), result.stats
+        body = {
+            "content": content,
+            "stop": True,
+            "stop_type": STOP_TYPES[result.stop_reason],
+            "model": self.model,
+            "tokens_predicted": counts["completion_tokens"],
+            "tokens_evaluated": counts["prompt_tokens"],
+            "tokens_cached": counts["prompt_tokens_details"]["cached_tokens"],
+            "truncated": self.left_out > 0,
+            "timings": {
+                "prompt_n": stats.prefill_tokens,
+                "prompt_ms": stats.prefill_seconds * 1000,
+                "prompt_per_second": _rate(stats.prefill_tokens, stats.prefill_seconds),
+                "predicted_n": stats.generated_tokens,
+                "predicted_ms": stats.decode_seconds * 1000,
+                "predicted_per_second": _rate(stats.generated_tokens, stats.decode_seconds),
+            },
+            "specllm": specllm_stats(result, seed),
+        }
+        return _only(self.fields, body) if self.fields else body
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else 0.0
+
+
+def _only(paths: tuple[str, ...], body: dict) -> dict:
+    """llama-server's response_fields: each path ("timings/prompt_n") found in the body, under
+    that path as its key."""
+    picked = {}
+    for path in paths:
+        value: object = body
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            picked[path] = value
+    return picked

@@ -1,0 +1,142 @@
+"""Fill in the middle over HTTP: /v1/completions with a suffix, and llama-server's /infill, on tiny
+models with Qwen2.5-Coder's FIM tokens. Greedy answers are compared with the engine's own."""
+
+import http.client
+import json
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import pytest
+from serving import CTX, Server
+
+import specllm
+from specllm.engine.infill import ContextFile
+
+PREFIX = "def total(values):\n    result = 0\n"
+SUFFIX = "\n    return result\n"
+GREEDY = dict(temperature=0, max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_code_models):
+    engine = specllm.load(str(tiny_code_models.target), str(tiny_code_models.draft), n_ctx=CTX, n_threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(engine):
+    s = Server(engine)
+    yield s
+    s.stop()
+
+
+def expected(engine, files=(), line="", max_tokens=16):
+    prompt = engine.infill_prompt(PREFIX, SUFFIX, files=files, line=line, max_tokens=max_tokens)
+    return engine.generate(prompt.tokens, max_tokens=max_tokens, temperature=0, drafter="none")
+
+
+def post_stream(srv, path, body) -> list[dict]:
+    """The events of a streamed response, each data line read as JSON ("[DONE]" as a string)."""
+    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    lines = conn.getresponse().read().decode().split("\n\n")
+    conn.close()
+    data = [line.removeprefix("data: ") for line in lines if line]
+    return [d if d == "[DONE]" else json.loads(d) for d in data]
+
+
+def test_a_completion_with_a_suffix_fills_the_gap(srv, engine):
+    reply = srv.client().completions.create(model="m", prompt=PREFIX, suffix=SUFFIX, **GREEDY)
+    alone = expected(engine)
+    assert reply.choices[0].text == alone.text
+    assert reply.usage.prompt_tokens == len(engine.infill_prompt(PREFIX, SUFFIX, max_tokens=16).tokens)
+    plain = srv.client().completions.create(model="m", prompt=PREFIX, suffix="", **GREEDY)
+    assert plain.usage.prompt_tokens == len(engine.prompt_tokens(PREFIX))  # "" asks for no gap
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram", "auto"])
+def test_infill_greedy_equals_target_only(srv, engine, drafter):
+    body = dict(input_prefix=PREFIX, input_suffix=SUFFIX, n_predict=16, temperature=0, drafter=drafter)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    assert status == 200
+    alone = expected(engine)
+    assert data["content"] == alone.text
+    assert data["tokens_predicted"] == 16 and data["stop_type"] == "limit" and data["stop"] is True
+    assert data["tokens_evaluated"] == alone.stats.prompt_tokens and data["truncated"] is False
+    assert data["timings"]["predicted_n"] == 16
+
+
+def test_infill_reads_files_and_the_cursors_line_as_llama_server_does(srv, engine):
+    extra = [{"filename": "a.py", "text": "x = 1\n"}, {"text": "y = 2\n"}]
+    body = dict(
+        input_prefix=PREFIX, input_suffix=SUFFIX, input_extra=extra, prompt="    res", n_predict=8, temperature=0
+    )
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    files = (ContextFile("a.py", "x = 1\n"), ContextFile("tmp", "y = 2\n"))  # llama-server's name for none
+    alone = expected(engine, files=files, line="    res", max_tokens=8)
+    assert status == 200 and data["content"] == alone.text
+    assert data["tokens_evaluated"] == alone.stats.prompt_tokens
+
+
+def test_a_streamed_infill_is_llama_cpps_stream(srv, engine):
+    events = post_stream(
+        srv, "/infill", dict(input_prefix=PREFIX, input_suffix=SUFFIX, n_predict=16, temperature=0, stream=True)
+    )
+    *chunks, last = events
+    assert "[DONE]" not in events  # llama.cpp's own stream ends with its last object
+    assert all(chunk["stop"] is False for chunk in chunks)
+    assert "".join(chunk["content"] for chunk in chunks) == expected(engine).text
+    assert last["stop"] is True and last["content"] == "" and last["tokens_predicted"] == 16
+
+
+def test_response_fields_pick_paths_as_llama_server_does(srv):
+    fields = ["content", "timings/predicted_n", "truncated", "no/such"]
+    body = dict(input_prefix=PREFIX, input_suffix=SUFFIX, n_predict=4, response_fields=fields)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    assert status == 200 and set(data) == {"content", "timings/predicted_n", "truncated"}
+    assert data["timings/predicted_n"] == 4
+
+
+def test_code_cut_to_leave_room_for_the_reply_is_told_as_truncated(srv, engine):
+    body = dict(input_prefix=PREFIX * 400, input_suffix=SUFFIX, n_predict=8, temperature=0)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    assert status == 200 and data["truncated"] is True
+    assert data["tokens_evaluated"] == CTX - 8
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "message"),
+    [
+        ("/infill", {"input_suffix": ""}, "input_prefix", "Field required"),
+        ("/infill", {"input_prefix": "", "input_suffix": "", "n_predict": 0}, "n_predict", "at least 1"),
+        ("/infill", {"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a"}]}, "input_extra.0.text", "required"),  # noqa: E501
+        ("/infill", {"input_prefix": "", "input_suffix": "", "grammar": "root ::= x"}, "grammar", "not supported"),
+        ("/v1/completions", {"prompt": [1, 2], "suffix": "x"}, "suffix", "prompt as text"),
+    ],
+)  # fmt: skip
+def test_bad_fill_requests_are_a_400(srv, path, body, param, message):
+    status, data = srv.post(path, json.dumps(body).encode())
+    assert status == 400 and data["error"]["param"] == param and message in data["error"]["message"]
+
+
+def test_a_model_without_fim_tokens_says_so(tiny_models):
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    try:
+        status, data = srv.post("/infill", json.dumps(dict(input_prefix="a", input_suffix="b")).encode())
+    finally:
+        srv.stop()
+        engine.close()
+    assert status == 400 and "has no fill-in-the-middle tokens" in data["error"]["message"]
+
+
+def test_run_with_a_suffix_fills_the_gap(tiny_code_models, engine):
+    models = ["--target", tiny_code_models.target, "--draft", tiny_code_models.draft, "--threads", 1]
+    args = ["run", PREFIX, "--suffix", SUFFIX, "-n", 16, "--temperature", 0, "--ctx-size", CTX, "--json", *models]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["text"] == expected(engine).text
