@@ -1,7 +1,7 @@
 """Chat templates that render tools, for tests: Qwen2.5's as its GGUF files carry it, and the tool
-parts of Llama 3.1's, Mistral 7B Instruct v0.3's and Qwen3.5's (abridged: their system prompts,
-date lines and image parts left out, their tool markup and Qwen3.5's think blocks as they write
-them)."""
+parts of Llama 3.1's, Mistral 7B Instruct v0.3's, Qwen3.5's and Nemotron 3 Nano's (abridged: their
+system prompts, date lines and image parts left out, their tool markup and think blocks as they
+write them)."""
 
 QWEN25 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -209,6 +209,56 @@ QWEN35 = r"""{%- if tools %}
         {{- '<think>\n\n</think>\n\n' }}
     {%- else %}
         {{- '<think>\n' }}
+    {%- endif %}
+{%- endif %}
+"""
+
+# Nemotron 3 Nano's: its generation prompt opens a think block ("<think>\n"), but the assistant
+# turns it renders write an empty one ("<think></think>") before a call in Qwen3.5's XML.
+NEMOTRON3 = r"""{%- set enable_thinking = enable_thinking if enable_thinking is defined else True %}
+{%- if tools %}
+    {{- '<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>' }}
+    {%- for tool in tools %}
+        {%- if tool.function is defined %}
+            {%- set tool = tool.function %}
+        {%- endif %}
+        {{- "\n<function>\n<name>" ~ tool.name ~ "</name>\n</function>" }}
+    {%- endfor %}
+    {{- "\n</tools><|im_end|>\n" }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == "assistant" %}
+        {%- if message.reasoning_content is string and message.reasoning_content | trim | length > 0 %}
+            {%- set content = "<think>\n" ~ message.reasoning_content ~ "\n</think>\n" ~ (message.content | default('', true)) %}
+        {%- else %}
+            {%- set content = "<think></think>" ~ (message.content | default('', true)) %}
+        {%- endif %}
+        {{- '<|im_start|>assistant\n' ~ (content | trim) }}
+        {%- if message.tool_calls %}
+            {{- '\n' }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls or [] %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '<tool_call>\n<function=' ~ tool_call.name ~ '>\n' -}}
+            {%- for args_name, args_value in tool_call.arguments|items %}
+                {{- '<parameter=' ~ args_name ~ '>\n' ~ args_value ~ '\n</parameter>\n' -}}
+            {%- endfor %}
+            {{- '</function>\n</tool_call>\n' -}}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {{- '<|im_start|>user\n<tool_response>\n' ~ message.content ~ '\n</tool_response><|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {%- if enable_thinking %}
+        {{- '<|im_start|>assistant\n<think>\n' }}
+    {%- else %}
+        {{- '<|im_start|>assistant\n<think></think>' }}
     {%- endif %}
 {%- endif %}
 """

@@ -26,6 +26,26 @@ def opens_thinking(prompt: str) -> bool:
     return prompt.rstrip().endswith(THINK_OPEN)
 
 
+def without_opening(prompt: str) -> str:
+    """A prompt that opens a think block (opens_thinking) without that opening: where a template
+    that opens one in its generation prompt begins the assistant turns it renders itself."""
+    return prompt.rstrip().removesuffix(THINK_OPEN)
+
+
+def after_think_block(text: str, opened: bool) -> str:
+    """`text`, which a template writes after a reply's think block or in place of one (a call's
+    start: Qwen3.5's "\\n</think>\\n\\n<tool_call>", Nemotron 3's "<think></think>\\n<tool_call>",
+    MiniMax M2's "<minimax:tool_call>"), made to follow the prompt: one that opened a think block
+    (`opened`) gets it closed first, else what followed would be reasoning; one that closed it, or
+    has none, gets no second end tag."""
+    before, close, after = text.partition(THINK_CLOSE)
+    if not opened:
+        return after.lstrip() if close else text
+    if close:
+        return before.replace(THINK_OPEN, "") + close + after
+    return f"{THINK_CLOSE}\n\n{text.lstrip()}"
+
+
 @dataclass(frozen=True)
 class Split:
     reasoning: str

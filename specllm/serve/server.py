@@ -39,7 +39,7 @@ from starlette.requests import ClientDisconnect
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.reasoning import THINK_CLOSE, opens_thinking
+from specllm.engine.reasoning import after_think_block, opens_thinking
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
 from specllm.serve.infill_api import InfillRequest
@@ -393,9 +393,8 @@ class EngineWorker:
         opened = opens_thinking(text)
         if not offered:
             return text, ChatReply(opened)
-        prefill = form.prefill(request.forced_tool) if request.call_required else ""
-        if not opened and THINK_CLOSE in prefill:  # the template wrote its call after a think block:
-            prefill = prefill.partition(THINK_CLOSE)[2].lstrip()  # the prompt has closed (or has none)
+        # A call that must be made begins after the think block: not inside one the prompt opened
+        prefill = after_think_block(form.prefill(request.forced_tool), opened) if request.call_required else ""
         names = [t.function.name for t in offered]
         self.tool_markers()  # found here, on the engine thread
         return text + prefill, ChatReply(

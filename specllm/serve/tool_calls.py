@@ -30,6 +30,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from specllm.engine.reasoning import opens_thinking, without_opening
+
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -498,6 +500,12 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
     """How the template writes a call: the reply part of `whole` (the conversation with the
     probe call) after `prompt` (the conversation up to the reply)."""
     generic = ToolTemplate(True, object_arguments)
+    if not whole.startswith(prompt) and opens_thinking(prompt):
+        # Its prompt opens a think block that its own assistant turns write otherwise (Nemotron
+        # 3's "<think></think>", GLM 4.7's "</think>") or not at all (MiniMax M2): they begin
+        # where the opening does. (The call's start is placed after the prompt's block when a
+        # call is prefilled: reasoning.after_think_block.)
+        prompt = without_opening(prompt)
     if not whole.startswith(prompt):
         return generic
     reply = whole[len(prompt) :]

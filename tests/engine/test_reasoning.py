@@ -5,7 +5,14 @@ import random
 
 import pytest
 
-from specllm.engine.reasoning import ReasoningSplitter, Split, opens_thinking, split_reasoning
+from specllm.engine.reasoning import (
+    ReasoningSplitter,
+    Split,
+    after_think_block,
+    opens_thinking,
+    split_reasoning,
+    without_opening,
+)
 
 # (the reply, whether the prompt opened the think block, the reasoning and the answer expected)
 CASES = [
@@ -71,3 +78,31 @@ def test_a_prompt_opens_thinking_when_it_ends_inside_a_think_block():
     assert not opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking false
     assert not opens_thinking("<|im_start|>assistant\n")
     assert not opens_thinking("<|im_start|>user\nwhat is <think>?<|im_end|>\n<|im_start|>assistant\n")
+
+
+# (a call's start as a template writes it, whether the prompt opened a think block, the start placed
+# after the prompt's block)
+CALL_STARTS = [
+    ("\n</think>\n\n<tool_call>", True, "\n</think>\n\n<tool_call>"),  # Qwen3.5's closes the block
+    ("<think></think>\n<tool_call>", True, "</think>\n<tool_call>"),  # Nemotron 3's: no second opening
+    ("</think><tool_call>", True, "</think><tool_call>"),  # GLM 4.7's
+    ("\n<minimax:tool_call>", True, "</think>\n\n<minimax:tool_call>"),  # MiniMax M2's: none of its own
+    ('{"name": "', True, '</think>\n\n{"name": "'),
+    ("\n</think>\n\n<tool_call>", False, "<tool_call>"),  # the prompt closed the block itself
+    ("<think></think>\n<tool_call>", False, "<tool_call>"),
+    ('{"name": "', False, '{"name": "'),
+]
+
+
+@pytest.mark.parametrize("start,opened,placed", CALL_STARTS, ids=range(len(CALL_STARTS)))
+def test_a_call_begun_after_the_prompt_is_after_its_think_block(start, opened, placed):
+    """A forced call's start: a prompt that opened a think block has it closed first, so that the
+    call is the answer's, not reasoning; one that closed it gets no second end tag."""
+    assert after_think_block(start, opened) == placed
+    answer = placed.partition("</think>")[2].lstrip() if opened else placed
+    assert split_reasoning(placed + "Paris", opened) == Split("", answer + "Paris")
+
+
+def test_a_prompt_without_its_think_blocks_opening():
+    assert without_opening("<|im_start|>assistant\n<think>\n") == "<|im_start|>assistant\n"
+    assert without_opening("<|assistant|><think>") == "<|assistant|>"

@@ -157,6 +157,46 @@ def test_calls_are_read_from_the_answer_after_the_think_block(qwen35):
         assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
 
 
+@pytest.fixture(scope="module")
+def nemotron3(tmp_path_factory):
+    path = tm.write_model(
+        tmp_path_factory.mktemp("reasoning") / "nemotron3.gguf", seed=0, chat_template=tool_templates.NEMOTRON3
+    )
+    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    yield engine, srv
+    srv.stop()
+    engine.close()
+
+
+def test_a_call_that_must_be_made_is_begun_after_the_think_block_the_prompt_opened(nemotron3):
+    """Nemotron 3's prompt opens a think block ("<think>\\n") that its own assistant turns write as
+    "<think></think>": a named call begins by closing the block, so the call is the answer's (it
+    was begun inside the block, in the generic JSON form, and read as reasoning: no call came).
+    Without thinking, the prompt closed the block itself: the call follows it."""
+    engine, srv = nemotron3
+    client = srv.client()
+    start = "<tool_call>\n<function=get_weather>\n"
+    for extra in ({}, NO_THINKING):
+        request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY, extra_body=extra)
+        whole = client.chat.completions.create(**request)
+        message = whole.choices[0].message.to_dict()
+        assert message["content"].startswith(start) and "reasoning_content" not in message
+        assert streamed(client.chat.completions.create(**request, stream=True)) == ("", message["content"], [])
+        prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER], variables=extra.get("chat_template_kwargs"))
+        prefill = start if extra else "</think>\n" + start
+        assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
+    # The model goes on with the call as the template writes it: it is read as one.
+    rest = "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    reply = ChatReply(True, ToolReply(["get_weather"]), "</think>\n" + start)
+    reply.feed(rest), reply.finish()
+    message = reply.message()
+    assert [call["function"] for call in message["tool_calls"]] == [
+        {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    ]
+    assert message["content"] is None and "reasoning_content" not in message
+
+
 CALL_IN_REASONING = (
     'I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call> but no.\n'
     '</think>\n\nLet me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

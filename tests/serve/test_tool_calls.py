@@ -235,6 +235,10 @@ def test_what_a_template_does_with_tools():
     qwen35 = inspect_template(renderer(tool_templates.QWEN35))
     assert qwen35 == ToolTemplate(True, True, "\n</think>\n\n<tool_call>\n<function=", ">\n")
     assert qwen35.prefill("get_weather") == "\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+    # Nemotron 3's prompt opens a think block its own turns write as "<think></think>": its calls'
+    # form is found all the same (it was the generic JSON one, which no such template writes).
+    nemotron = inspect_template(renderer(tool_templates.NEMOTRON3))
+    assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n")
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
     assert inspect_template(renderer(tiny_models.CHATML_TEMPLATE)).renders_tools is False
     assert inspect_template(renderer("{{ raise_exception('no tools here') }}")).renders_tools is False
@@ -242,8 +246,14 @@ def test_what_a_template_does_with_tools():
 
 @pytest.mark.parametrize(
     "source",
-    [tool_templates.QWEN25, tool_templates.LLAMA31, tool_templates.MISTRAL_V3, tool_templates.QWEN35],
-    ids=["qwen25", "llama31", "mistral_v3", "qwen35"],
+    [
+        tool_templates.QWEN25,
+        tool_templates.LLAMA31,
+        tool_templates.MISTRAL_V3,
+        tool_templates.QWEN35,
+        tool_templates.NEMOTRON3,
+    ],
+    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3"],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
     """tool_choice "required" / named: the reply begins with the prefill, the model finishes the call."""
@@ -253,9 +263,10 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.LLAMA31: '{"city": "Paris"}}',
         tool_templates.MISTRAL_V3: '{"city": "Paris"}, "id": "abcDEF123"}]',
         tool_templates.QWEN35: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        tool_templates.NEMOTRON3: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
     }[source]
-    # Qwen3.5's prefill closes the think block its prompt opened: that end tag is text.
-    content = "</think>" if source == tool_templates.QWEN35 else None
+    # Qwen3.5's and Nemotron 3's prefills hold a think block's end: read alone, that is text.
+    content = {tool_templates.QWEN35: "</think>", tool_templates.NEMOTRON3: "<think></think>"}.get(source)
     assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
 
 
