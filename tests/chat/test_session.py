@@ -640,5 +640,12 @@ def test_a_thinking_models_reasoning_is_kept_apart_for_its_template(tmp_path):
         assert off.prepare("Hello").text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
         text = off.send("Hello").text
         assert (off.turns[0].reply, off.turns[0].reasoning) == (text, "")
+        # An answer that writes "</think>" (with no reasoning) goes back whole: given no
+        # reasoning_content, the template took the part before it for reasoning, and dropped it.
+        answer = "Write </think> after the reasoning, then answer."
+        saved = tmp_path / "tag.json"
+        saved.write_text(json.dumps({"turns": [{"user": "How does a think block end?", "reply": answer}]}))
+        off.restore(read_transcript(saved))
+        assert f"<|im_start|>assistant\n{answer}<|im_end|>" in off.prepare("Thanks").text
     finally:
         engine.close()
