@@ -72,6 +72,17 @@ def test_a_reply_in_an_open_think_block_is_reasoning_streamed_or_not(qwen35):
         assert streamed(chunks) == (text.strip(), "", [])
 
 
+def test_a_stop_string_in_the_reasoning_ends_the_reply_there(qwen35):
+    """Stop strings are looked for in the whole reply, reasoning too, as llama-server does."""
+    engine, srv = qwen35
+    text = raw(srv, engine, ASK).strip()
+    stop = text[len(text) // 2 :][:3]
+    reply = srv.client().chat.completions.create(messages=ASK, stop=[stop], **GREEDY)
+    message = reply.choices[0].message.to_dict()
+    assert reply.choices[0].finish_reason == "stop" and message["content"] == ""
+    assert message["reasoning_content"] == text[: text.index(stop)].strip()
+
+
 def test_chat_template_kwargs_reach_the_template(qwen35):
     """enable_thinking false: Qwen3.5's template closes the think block in the prompt, and the
     reply is all content, exactly as generated."""
