@@ -484,3 +484,22 @@ def test_the_answer_after_a_think_block_is_coloured_by_step(browser, thinking_se
             "content": "Paris is big",
             "reasoning_content": "Hmm, so",
         }
+
+
+def test_an_answer_that_writes_the_end_tag_goes_back_with_empty_reasoning(browser, thinking_server):
+    """Qwen3.5's template looks for reasoning in a reply up to its </think> when the message has
+    none: an answer that writes the tag (with --no-think, say) would lose all before it."""
+
+    def reply(route):
+        first, *_, last = events(route.fetch().text())
+        answer = dict(last, choices=[dict(last["choices"][0], delta={"content": "a </think> b"}, finish_reason=None)])
+        body = "".join(f"data: {json.dumps(c)}\n\n" for c in (first, answer, last)) + "data: [DONE]\n\n"
+        route.fulfill(content_type="text/event-stream", body=body)
+
+    with opened(browser, thinking_server) as tab:
+        settings(tab, temperature=0, max_tokens=4)
+        tab.route("**/v1/chat/completions", reply)
+        send(tab, "Where?")
+        tab.unroute("**/v1/chat/completions")
+        _, request = send(tab, "And then?")
+        assert request["messages"][1] == {"role": "assistant", "content": "a </think> b", "reasoning_content": ""}
