@@ -57,7 +57,7 @@ def race(
 ) -> dict:
     """Measure each candidate at each of the settings' gammas against target-only decoding on
     `engine`'s target (loaded without a draft); a JSON-ready dict, the drafts fastest first."""
-    check_prompts_fit(engine, prompts, settings.chat)
+    check_prompts_fit(engine, prompts, settings)
     progress = progress or (lambda description, completed, total: None)
     gammas = list(dict.fromkeys(c.gamma for c in settings.configurations))
     drafts = {str(c.path): Model(c.path, draft_options) for c in candidates}

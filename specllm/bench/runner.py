@@ -77,6 +77,14 @@ class BenchPrompt:
     prompt: str  # one user message, rendered with the target's chat template
     category: str = DEFAULT_CATEGORY
     max_tokens: int | None = None  # None: the bench's --max-tokens
+    suffix: str | None = None  # fill in the middle: `prompt` is the code before the gap, this after it
+
+    def tokens(self, engine: Engine, chat: bool, max_tokens: int) -> list[int]:
+        """The prompt as the engine gets it: a gap's FIM prompt, else the message (chat: with the
+        chat template)."""
+        if self.suffix is not None:
+            return engine.infill_prompt(self.prompt, self.suffix, max_tokens=max_tokens).tokens
+        return engine.prompt_tokens(self.prompt, chat=chat)
 
 
 def builtin_prompts() -> list[BenchPrompt]:
@@ -129,7 +137,10 @@ def _parse_line(line: str) -> BenchPrompt:
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f'"max_tokens" must be a positive integer, got {max_tokens!r}')
-    return BenchPrompt(prompt, category.strip(), max_tokens)
+    suffix = obj.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise ValueError(f'"suffix" must be a string, got {type(suffix).__name__}')
+    return BenchPrompt(prompt, category.strip(), max_tokens, suffix)
 
 
 def select_prompts(
@@ -308,7 +319,7 @@ class _Running:
             drafter=config.drafter,
             gamma=None if config.drafter == Drafter.AUTO else max(config.gamma or 1, 1),
         )
-        self.tokens = engine.prompt_tokens(prompt.prompt, chat=settings.chat)
+        self.tokens = prompt.tokens(engine, settings.chat, gen.max_tokens)
         for model in (engine.target, engine.draft):
             if model is not None:
                 model.truncate(0)
@@ -470,7 +481,7 @@ def run_bench(
         raise NeedsDraftModel()
     if any(c.drafter == Drafter.MTP for c in settings.configurations) and engine.mtp is None:
         raise NoMtpLayers(engine.target.path.name)
-    check_prompts_fit(engine, prompts, settings.chat)
+    check_prompts_fit(engine, prompts, settings)
     progress = progress or (lambda description, completed, total: None)
     configs = [BASELINE, *settings.configurations]
     total = 2 + len(configs) * len(prompts) * settings.rounds
@@ -483,7 +494,7 @@ def run_bench(
     done += 1
 
     progress("calibration", done, total)
-    context = engine.prompt_tokens(prompts[0].prompt, chat=settings.chat)
+    context = prompts[0].tokens(engine, settings.chat, prompts[0].max_tokens or settings.max_tokens)
     calibration = calibrate(engine, settings.max_gamma + 1, context, settings.calibration_reps)
     done += 1
 
@@ -541,12 +552,13 @@ def run_bench(
     }
 
 
-def check_prompts_fit(engine: Engine, prompts: list[BenchPrompt], chat: bool) -> None:
-    """Refuse a prompt longer than the context before anything runs, and say which one: found
-    when its turn came, it would throw away every result measured before it."""
+def check_prompts_fit(engine: Engine, prompts: list[BenchPrompt], settings: BenchSettings) -> None:
+    """Refuse a prompt longer than the context (or a gap the model cannot fill) before anything
+    runs, and say which one: found when its turn came, it would throw away every result
+    measured before it."""
     n_ctx = engine.target.n_ctx
     for i, prompt in enumerate(prompts):
-        n = len(engine.prompt_tokens(prompt.prompt, chat=chat))
+        n = len(prompt.tokens(engine, settings.chat, prompt.max_tokens or settings.max_tokens))
         if n >= n_ctx:
             start = prompt.prompt[:40] + ("…" if len(prompt.prompt) > 40 else "")
             raise ContextFull(n, n_ctx, what=f"prompt {i + 1} ({prompt.category}: {start!r})")

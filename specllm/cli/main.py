@@ -502,8 +502,8 @@ def bench(
     prompts: Annotated[
         Path | None,
         typer.Option(
-            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line. '
-            "Default: the built-in suite."
+            help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line '
+            '("suffix": ... makes the prompt the code before a gap to fill). Default: the built-in suite.'
         ),
     ] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,

@@ -84,6 +84,33 @@ def test_malformed_lines_are_reported_with_their_numbers():
     assert "not valid JSON" in msg and '"max_tokens" must be a positive integer' in msg
 
 
+def test_a_gap_to_fill_is_a_prompt_with_a_suffix():
+    text = '{"prompt": "def f():\\n", "suffix": "\\nf()\\n", "category": "fill"}\n'
+    assert b.parse_prompts(text, "f") == [b.BenchPrompt("def f():\n", "fill", None, "\nf()\n")]
+    with pytest.raises(SpecllmError, match='line 1: "suffix" must be a string'):
+        b.parse_prompts('{"prompt": "a", "suffix": 3}', "f")
+
+
+def test_a_gap_is_benched_with_its_fim_prompt(tiny_code_models):
+    e = specllm.load(str(tiny_code_models.target), str(tiny_code_models.draft), n_ctx=512, n_threads=1)
+    try:
+        gap = b.BenchPrompt("def total(values):\n", "fill", 12, "\n    return result\n")
+        run = b.run_one(e, 0, gap, b.Configuration("model", 3), settings())
+        assert run.prompt_tokens == e.infill_prompt(gap.prompt, gap.suffix, max_tokens=12).tokens
+        assert run.result.tokens == e.generate(run.prompt_tokens, max_tokens=12, temperature=0, drafter="none").tokens
+    finally:
+        e.close()
+
+
+def test_a_gap_the_model_cannot_fill_is_refused_before_anything_runs(engine):
+    events = []
+    with pytest.raises(SpecllmError, match="no fill-in-the-middle tokens"):
+        b.run_bench(
+            engine, [*SMALL_SUITE[:2], b.BenchPrompt("a", "fill", None, "b")], settings(), lambda *e: events.append(e)
+        )
+    assert events == []
+
+
 def test_a_prompt_file_is_read_or_refused_in_one_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "hi", "category": "chat"}\n')
