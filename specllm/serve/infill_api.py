@@ -23,6 +23,7 @@ UNSUPPORTED = {
     "grammar": (None, ""),
     "json_schema": (None, {}),
     "repeat_penalty": (None, 1, 1.0),
+    "lora": (None, []),
 }
 STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit"}
 
@@ -38,13 +39,13 @@ class InfillRequest(_Request):
     input_suffix: str
     input_extra: list[ExtraChunk] = []
     prompt: str = ""  # follows the prefix: the text typed on the cursor's line
-    n_predict: int | None = Field(None, ge=-1)  # llama.cpp's max_tokens; -1: no limit
+    # llama.cpp's max_tokens; -1: no limit; 0: one token, as llama-server samples one before it
+    # checks the limit (llama.vscode's requests that only fill the KV cache with other files)
+    n_predict: int | None = Field(None, ge=-1)
     response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
 
     def check(self) -> None:
         super().check()
-        if self.n_predict == 0:
-            raise ApiError(400, "n_predict must be at least 1, or -1 for no limit", "n_predict")
         for name, harmless in UNSUPPORTED.items():
             if not _asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
@@ -52,7 +53,7 @@ class InfillRequest(_Request):
     @property
     def requested_tokens(self) -> int | None:
         if self.n_predict is not None:
-            return None if self.n_predict == -1 else self.n_predict
+            return None if self.n_predict == -1 else max(self.n_predict, 1)
         return super().requested_tokens
 
     @property

@@ -3,12 +3,13 @@ models with Qwen2.5-Coder's FIM tokens. Greedy answers are compared with the eng
 
 import http.client
 import json
+import logging
 import subprocess
 import sys
 from urllib.parse import urlsplit
 
 import pytest
-from serving import CTX, Server
+from serving import CTX, LogLines, Server
 
 import specllm
 from specllm.engine.infill import ContextFile
@@ -26,7 +27,17 @@ def engine(tiny_code_models):
 
 
 @pytest.fixture(scope="module")
-def srv(engine):
+def log():
+    logger = logging.getLogger("specllm.serve")
+    handler = LogLines()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler.lines
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def srv(engine, log):
     s = Server(engine)
     yield s
     s.stop()
@@ -110,7 +121,8 @@ def test_code_cut_to_leave_room_for_the_reply_is_told_as_truncated(srv, engine):
     ("path", "body", "param", "message"),
     [
         ("/infill", {"input_suffix": ""}, "input_prefix", "Field required"),
-        ("/infill", {"input_prefix": "", "input_suffix": "", "n_predict": 0}, "n_predict", "at least 1"),
+        ("/infill", {"input_prefix": "", "input_suffix": "", "n_predict": -2}, "n_predict", "greater than or equal to -1"),  # noqa: E501
+        ("/infill", {"input_prefix": "", "input_suffix": "", "lora": [{"id": 0}]}, "lora", "not supported"),
         ("/infill", {"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a"}]}, "input_extra.0.text", "required"),  # noqa: E501
         ("/infill", {"input_prefix": "", "input_suffix": "", "grammar": "root ::= x"}, "grammar", "not supported"),
         ("/v1/completions", {"prompt": [1, 2], "suffix": "x"}, "suffix", "prompt as text"),
@@ -140,3 +152,18 @@ def test_run_with_a_suffix_fills_the_gap(tiny_code_models, engine):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["text"] == expected(engine).text
+
+
+def test_n_predict_0_fills_the_cache_and_samples_one_token_as_llama_server(srv, engine, log):
+    """llama.vscode sends its other files with n_predict 0 ahead of completions, so that their
+    prompt is in the KV cache: the next request that begins with them prefills only the rest."""
+    files = [{"filename": "a.py", "text": "x = 1\n" * 50}]
+    warm = dict(input_prefix="", input_suffix="", input_extra=files, n_predict=0, temperature=0)
+    status, data = srv.post("/infill", json.dumps(warm).encode())
+    assert status == 200 and data["tokens_predicted"] == 1
+    body = dict(input_prefix=PREFIX, input_suffix=SUFFIX, input_extra=files, n_predict=4, temperature=0)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    shared = engine.infill_prompt("", "", files=[ContextFile("a.py", "x = 1\n" * 50)]).tokens[:-2]  # to <|fim_prefix|>
+    # The reply tells no reuse (another client may have left it: serve.md), the log does.
+    prefilled = data["tokens_evaluated"] - len(shared) - 1
+    assert status == 200 and f"prompt {data['tokens_evaluated']} tokens ({prefilled} prefilled)" in log[-1]
