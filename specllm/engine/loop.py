@@ -587,7 +587,9 @@ class Engine:
         (ChatML for a model without one), with the template's `variables` ({"enable_thinking":
         False}); what chat=True prompts with."""
         system_message = [{"role": "system", "content": system}] if system else []
-        return self.target.render_chat(system_message + [{"role": "user", "content": message}], variables=variables)
+        with self._using_models():  # the template is read from the model: not freed under the call
+            self._check_open()
+            return self.target.render_chat(system_message + [{"role": "user", "content": message}], variables=variables)
 
     def infill_prompt(
         self,

@@ -105,7 +105,7 @@ class Model:
         self._model = _load_model(self.path, options, vocab_only, self._devices, self.on_huge_pages)
         rpc_connected.update(options.rpc)  # llama.cpp now holds a connection to each until close()
         self.on_gpu = gpu_offload_supported() and gpu_layers(options) > 0  # then batched calls cost about one call
-        self._vocab = L.llama_model_get_vocab(self._model)
+        self._vocab_handle = L.llama_model_get_vocab(self._model)
         self.n_vocab: int = L.llama_vocab_n_tokens(self._vocab)
         # A recurrent state (Mamba, RWKV) or a hybrid's recurrent layers (Qwen3.5, Granite 4, LFM2,
         # ...) sum up every earlier token: it cannot simply be cut back to a position (see _rewind).
@@ -202,7 +202,17 @@ class Model:
     def __del__(self):
         self.close()
 
+    def _check_open(self) -> None:
+        """Refuse a call once closed: llama.cpp would read freed memory, and crash the process."""
+        if self._model is None:
+            raise SpecllmError(f"{self.path.name} is closed: load the model again")
+
     # --- vocabulary -------------------------------------------------------------------------
+
+    @property
+    def _vocab(self):
+        self._check_open()  # the vocabulary is freed with the weights
+        return self._vocab_handle
 
     @property
     def bos(self) -> int:
@@ -233,6 +243,7 @@ class Model:
 
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as text, as llama.cpp loaded it (None: the file has no such key)."""
+        self._check_open()
         buf = ctypes.create_string_buffer(256)
         n = L.llama_model_meta_val_str(self._model, key.encode("utf-8"), buf, len(buf))
         if n >= len(buf):
@@ -291,6 +302,7 @@ class Model:
 
     def chat_template(self, name: str | None = None) -> str | None:
         """The GGUF's chat template, or the one of that name (tokenizer.chat_template.NAME)."""
+        self._check_open()
         raw = L.llama_model_chat_template(self._model, name.encode() if name else None)
         try:
             return raw.decode("utf-8") if raw else None
@@ -315,6 +327,7 @@ class Model:
         as they do. `variables` are more of the template's variables (`enable_thinking`, say: a
         template that does not read one ignores it). Any template error, from compiling it or
         rendering it, is a SpecllmError."""
+        self._check_open()  # before the template's own errors, which this is not
         try:
             source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
             template = compile_chat_template(source)
@@ -331,6 +344,7 @@ class Model:
             raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
 
     def describe(self) -> str:
+        self._check_open()
         buf = ctypes.create_string_buffer(256)
         L.llama_model_desc(self._model, buf, len(buf))
         return buf.value.decode("utf-8", errors="replace")

@@ -558,9 +558,20 @@ def test_a_closed_engine_refuses_every_call_in_one_line(tiny_models):
     for call in (
         lambda: closed.generate(PROMPTS[0], max_tokens=4),
         lambda: closed.prompt_tokens(PROMPTS[0]),
+        lambda: closed.chat_prompt(PROMPTS[0]),
         lambda: closed.lane(),
     ):
         with pytest.raises(SpecllmError, match="engine is closed"):
+            call()
+    message = [{"role": "user", "content": PROMPTS[0]}]
+    for call in (  # its models, which the API names too (engine.target.render_chat)
+        lambda: closed.target.render_chat(message),
+        lambda: closed.target.tokenize(PROMPTS[0]),
+        lambda: closed.target.piece(closed.target.n_vocab - 1),
+        lambda: closed.target.metadata("general.architecture"),
+        lambda: closed.draft.is_eog(0),
+    ):
+        with pytest.raises(SpecllmError, match=r"\.gguf is closed: load the model again"):
             call()
     during = fresh()  # closed while a stream holds a step, or between start and its first step
     started = during.start(PROMPTS[0], max_tokens=8)
