@@ -586,6 +586,9 @@ class Engine:
         """One user message (after the system message, if any) through the target's chat template
         (ChatML for a model without one), with the template's `variables` ({"enable_thinking":
         False}); what chat=True prompts with."""
+        if not isinstance(message, str):  # else the template's own error would take the blame
+            raise SpecllmError(f"a message is text (a str), not {type(message).__name__}")
+        check_system(system)
         system_message = [{"role": "system", "content": system}] if system else []
         with self._using_models():  # the template is read from the model: not freed under the call
             self._check_open()
@@ -615,8 +618,7 @@ class Engine:
         self._check_open()
         if not isinstance(chat, bool):  # chat="no" would be taken as yes
             raise SpecllmError(f"chat must be True or False, got {chat!r}")
-        if system is not None and not isinstance(system, str):
-            raise SpecllmError(f"a system message is text (a str), not {type(system).__name__}")
+        check_system(system)
         if not isinstance(prompt, str):
             if chat or system is not None:
                 raise SpecllmError("chat and system apply to a text prompt: token ids are used as given")
@@ -753,6 +755,11 @@ class _LazyRows(Generic[RowT]):
         if i not in self._rows:
             self._rows[i] = self._read(self._logits[i])
         return self._rows[i]
+
+
+def check_system(system: str | None) -> None:
+    if system is not None and not isinstance(system, str):
+        raise SpecllmError(f"a system message is text (a str), not {type(system).__name__}")
 
 
 def make_config(**kwargs) -> GenerationConfig:

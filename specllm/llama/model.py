@@ -12,7 +12,7 @@ import functools
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,7 +327,10 @@ class Model:
         as they do. `variables` are more of the template's variables (`enable_thinking`, say: a
         template that does not read one ignores it). Any template error, from compiling it or
         rendering it, is a SpecllmError."""
-        self._check_open()  # before the template's own errors, which this is not
+        self._check_open()  # before the template's own errors, which these are not
+        named = isinstance(variables, Mapping) and all(isinstance(name, str) for name in variables)
+        if variables is not None and not named:
+            raise SpecllmError(f"a chat template's variables are a dict of names (str) to values, got {variables!r}")
         try:
             source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
             template = compile_chat_template(source)

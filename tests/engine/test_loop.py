@@ -796,6 +796,22 @@ def test_bad_prompts_from_python_are_refused_in_one_line(engine, prompt, options
         engine.generate(prompt, max_tokens=2, **options)
 
 
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ((None,), "a message is text"),
+        ((["hi"],), "a message is text"),
+        (("hi", 5), "a system message is text"),
+        (("hi", None, ["enable_thinking"]), "variables are a dict of names"),
+        (("hi", None, {1: False}), "variables are a dict of names"),
+    ],
+)
+def test_chat_prompts_bad_arguments_are_named_not_blamed_on_the_template(engine, arguments, message):
+    """They were refused as "the chat template ... failed", which points at the model file."""
+    with pytest.raises(SpecllmError, match=message):
+        engine.chat_prompt(*arguments)
+
+
 # --- text ---------------------------------------------------------------------------------------
 
 
