@@ -198,6 +198,15 @@ def _specllm_invocations(line: str) -> list[list[str]]:
     return [seg[1:] for seg in segments if seg and seg[0] == "specllm"]
 
 
+def test_the_python_api_page_names_every_name_the_package_exports():
+    import specllm
+
+    page = (DOCS / "python-api.md").read_text(encoding="utf-8")
+    for name in specllm.__all__:
+        assert getattr(specllm, name) is not None
+        assert re.search(rf"`(specllm\.)?{re.escape(name)}\b", page), f"docs/python-api.md does not name {name}"
+
+
 def test_readme_is_a_front_door_of_at_most_250_lines():
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail into docs/"

@@ -120,7 +120,7 @@ class Stats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     calibration_seconds: float = 0.0  # auto: timing the models' calls (0 when the cache had it)
-    # per drafting source ("none", "ngram", "model"): steps, drafted and accepted tokens
+    # per drafting source ("none", "ngram", "model", "mtp"): steps, drafted and accepted tokens
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
     # auto: the cost estimates at the end and where they came from; None for a fixed drafter
     policy: dict | None = None
@@ -210,7 +210,7 @@ class Step:
     token_text: str  # text the target's own token added
     rejected_text: str  # the rejected draft tokens, for display only
     stats: "Stats"
-    source: str = "none"  # which drafter proposed the draft: "none", "ngram" or "model"
+    source: str = "none"  # which drafter proposed the draft: "none", "ngram", "model" or "mtp"
 
     @classmethod
     def text_tail(cls, text: str, stats: "Stats") -> "Step":
