@@ -91,12 +91,14 @@ def load(
     if not isinstance(defer_draft, bool):  # defer_draft="no" would defer it
         raise SpecllmError(f"defer_draft must be True or False, got {defer_draft!r}")
 
-    def model_file(spec: str) -> str:
+    def model_file(spec: str, what: str) -> str:
         if isinstance(spec, str):  # read as the command line reads --target: "~/m.gguf" is in the home folder
             return str(resolve_models(target=spec, progress=False)[0])
+        if not isinstance(spec, os.PathLike) or not isinstance(os.fspath(spec), str):  # not "file not found: None"
+            raise SpecllmError(f"{what} is a model file's path (a str or a Path), not {type(spec).__name__}")
         return local_path(spec)
 
-    target, draft = model_file(target), (None if draft is None else model_file(draft))
+    target, draft = model_file(target, "target"), (None if draft is None else model_file(draft, "draft"))
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
     target_model = Model(target, options)

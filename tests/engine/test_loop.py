@@ -902,6 +902,15 @@ def _ending_in_an_unfinished_character(e, tokens: list[int]) -> tuple[int, str]:
 # --- vocabularies -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("target, draft", [(None, None), ("T", b"D"), (b"T", None), (3, None), ("T", 3)])
+def test_a_model_that_is_not_a_path_is_refused_as_such(tiny_models, target, draft):
+    """None, bytes or a number was "model file not found: b'...'", even for a file that exists."""
+    spelled = {"T": str(tiny_models.target), b"T": bytes(tiny_models.target), b"D": bytes(tiny_models.draft)}
+    wrong = "target" if draft is None else "draft"
+    with pytest.raises(SpecllmError, match=f"^{wrong} is a model file's path \\(a str or a Path\\), not "):
+        specllm.load(spelled.get(target, target), spelled.get(draft, draft), n_ctx=256, n_threads=1)
+
+
 def test_incompatible_vocabularies_are_refused(tiny_models):
     with pytest.raises(SpecllmError, match=r"token 261 differs \('.*' vs '.*'\)"):
         ensure_compatible(tiny_models.target, tiny_models.incompatible)
