@@ -190,7 +190,8 @@ class NgramDrafter(NoDrafter):
     slower than the target alone.
 
     An index from each n-gram to its latest end positions is kept up to date incrementally, so a
-    proposal costs O(gamma + occurrences x repeat) whatever the length of the context.
+    proposal costs O(gamma + occurrences x repeat) whatever the length of the context: it reads
+    only the tokens added since the last one and a fixed window before them.
     """
 
     name = "ngram"
@@ -209,7 +210,8 @@ class NgramDrafter(NoDrafter):
         self.reset()
 
     def reset(self) -> None:
-        self._seen: list[int] = []
+        self._seen = 0  # context tokens indexed so far
+        self._seen_tail: list[int] = []  # the last of them (_MATCH_CAP at most): see _index
         self._ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> indices after its latest ends
 
     def propose(self, context: list[int], gamma: int) -> Draft:
@@ -239,17 +241,24 @@ class NgramDrafter(NoDrafter):
         return copy
 
     def _index(self, context: list[int]) -> None:
-        """Index every n-gram ending before the last token (the last one is what we look up)."""
-        if self._seen != context[: len(self._seen)]:
+        """Index every n-gram ending before the last token (the last one is what we look up).
+        A context that does not go on from the one indexed (another generation's) starts the
+        index again. That is told by its length and the last tokens indexed, not by comparing
+        the whole context: a generation's context only grows, and comparing (and copying) all of
+        it made every step slower than the one before (5x over 4k tokens). A copy is verified
+        like any draft, so a context changed further back could only cost acceptance."""
+        seen, tail = self._seen, self._seen_tail
+        if len(context) < seen or context[seen - len(tail) : seen] != tail:
             self.reset()
-        for end in range(max(len(self._seen), 1), len(context)):
+        for end in range(max(self._seen, 1), len(context)):
             for n in self.sizes:
                 if end >= n:
                     ends = self._ends.setdefault(tuple(context[end - n : end]), [])
                     ends.append(end)
                     if len(ends) > self.OCCURRENCES:
                         del ends[0]
-        self._seen = list(context)
+        self._seen = len(context)
+        self._seen_tail = context[max(0, len(context) - _MATCH_CAP) :]
 
 
 def _repeat_length(context: list[int], end: int) -> int:

@@ -1022,6 +1022,39 @@ def test_ngram_drafter_proposes_the_continuation_of_the_latest_match():
     assert d.propose([7, 1, 2, 7, 1], 2).tokens == [2, 7]  # a new context resets the index
 
 
+class _CountedReads(list):
+    """A context that counts the tokens read out of it."""
+
+    reads = 0
+
+    def __getitem__(self, index):
+        got = super().__getitem__(index)
+        self.reads += len(got) if isinstance(index, slice) else 1
+        return got
+
+    def __iter__(self):
+        self.reads += len(self)
+        return super().__iter__()
+
+
+def test_an_ngram_proposal_reads_as_much_at_25k_tokens_as_at_8k():
+    """A long repetitive generation: each step's lookup must cost the same at its end as at its
+    start (it read, and copied, the whole context every step), and propose what a drafter that
+    indexes the whole context at once proposes."""
+    period = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]
+    context, drafter, reads = _CountedReads(), NgramDrafter(min_match=6), {}
+    for i in range(25_600):  # the text repeats every 850 tokens (17 x 50): from the 9th on, alike
+        context.append(period[i % len(period)] if i % 50 else 99)  # a copy is rejected now and then
+        before = context.reads
+        draft = drafter.propose(context, 8)
+        reads[len(context)] = context.reads - before
+        if len(context) in (8_550, 25_550):
+            assert draft.tokens == NgramDrafter(min_match=6).propose(list(context), 8).tokens != []
+    early = [reads[n] for n in range(8_500, 8_600)]
+    late = [reads[n] for n in range(25_500, 25_600)]
+    assert late == early
+
+
 def test_an_ngram_copy_stops_before_chat_markup():
     text = [5, 1, 2, 3, 4, 6, 7, 99, 98, 8, 1, 2, 3, 4]  # the repeat was followed by 6 7, then markup
     assert NgramDrafter(min_match=4).propose(text, 4).tokens == [6, 7, 99, 98]
