@@ -378,9 +378,11 @@ class ChatSession:
 
     @property
     def context_in_use(self) -> int:
-        """Tokens of the context the conversation holds now."""
+        """Tokens of the context the conversation holds now. A reply that filled the context
+        ends with a token the context has no room for (it was never evaluated): /stats said
+        "257 of 256 tokens in use"."""
         held = self.cache.tokens
-        return len(held) if held is not None else len(self.engine.target.tokens)
+        return min(len(held) if held is not None else len(self.engine.target.tokens), self.n_ctx)
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,7 @@ def test_a_message_longer_than_the_context_is_refused(tiny_models):
     assert 244 <= prompt_length(engine, fits) < 250
     prepared, result = turn(session, fits)
     assert result.stop_reason == "context_full" and session.turns[-1].reply == result.text
+    assert "context 256 of 256 tokens in use" in stats_lines(session)  # not the 257 of its transcript
     assert [t.in_context for t in session.turns] == [False, True] and prepared.dropped
     assert prepared.notices[0].startswith("context full: dropped the 1 oldest turn;")
     assert prepared.notices[1] == f"only {256 - len(prepared.tokens)} tokens of context left for the reply"
