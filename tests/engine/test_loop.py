@@ -4,10 +4,12 @@ import codecs
 import copy
 import gc
 import os
+import random
 import signal
 import sys
 import threading
 import time
+import timeit
 
 import llama_cpp
 import numpy as np
@@ -21,7 +23,7 @@ from specllm.engine.loop import Engine, Finished, Step
 from specllm.engine.sampling import SamplerSettings, distribution
 from specllm.engine.text import TextStream
 from specllm.errors import Interrupted, SpecllmError
-from specllm.llama.model import Model, interruptible
+from specllm.llama.model import Model, common_prefix, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.vocab import ensure_compatible
 
@@ -329,6 +331,31 @@ def test_sync_reuses_the_common_prefix(tiny_models):
     np.testing.assert_allclose(model.sync(b, n_logits=1)[0], logits, atol=1e-3)
     assert model.tokens == b
     model.close()
+
+
+def test_the_common_prefix_is_found_wherever_the_lists_part():
+    rng = random.Random(1)
+    for length in (0, 1, 15, 16, 17, 63, 64, 65, 191, 192, 193, 1000, 5000):
+        a = [rng.randrange(2) for _ in range(length)]
+        for part in {0, 1, length // 3, length - 17, length - 1, length}:
+            part = max(0, part)
+            for tail in ([], [2], [2, 0, 1] * 100, a[part:][1:]):
+                b = a[:part] + tail
+                expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                assert common_prefix(a, b) == common_prefix(b, a) == expected
+
+
+def test_finding_the_common_prefix_of_a_long_context_costs_about_a_list_comparison():
+    """A draft model's cache is checked against the context on every step: a Python loop over
+    the whole context made each step of a long generation slower (here, over 20x a list comparison)."""
+    context = list(range(1000, 101_000))
+    cached = [*context[:-1], 7]  # its last token differs
+
+    def fastest(call) -> float:
+        return min(timeit.repeat(call, number=3, repeat=5))
+
+    assert fastest(lambda: common_prefix(context, cached)) < 6 * fastest(lambda: context == list(cached))
+    assert common_prefix(context, cached) == len(context) - 1
 
 
 # --- stopping ---------------------------------------------------------------------------------
