@@ -5,6 +5,7 @@ target call on [last token, d_1..d_k] that yields p_1..p_{k+1}.
 """
 
 import copy
+import math
 import threading
 import time
 import weakref
@@ -42,6 +43,7 @@ from specllm.errors import (
     NeedsDraftModel,
     NoMtpLayers,
     SpecllmError,
+    real_number,
     whole_number,
 )
 from specllm.files import human_size
@@ -66,9 +68,20 @@ class GenerationConfig:
     drafter: str = Drafter.AUTO
     gamma: int | None = None
     stop: tuple[str, ...] = ()
+    # An editor's limits on a completion (TextStream): end before a new line indented by fewer
+    # spaces or tabs than this (0: off), and at a line break once this many seconds have passed.
+    min_indent: int = 0
+    line_seconds: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "stop", stop_strings(self.stop))
+        object.__setattr__(self, "min_indent", whole_number("min_indent", self.min_indent))
+        if self.min_indent < 0:
+            raise SpecllmError(f"min_indent must be >= 0, got {self.min_indent}")
+        if self.line_seconds is not None:
+            object.__setattr__(self, "line_seconds", real_number("line_seconds", self.line_seconds))
+            if not 0 <= self.line_seconds < math.inf:
+                raise SpecllmError(f"line_seconds must be a finite number >= 0, got {self.line_seconds}")
         object.__setattr__(self, "max_tokens", whole_number("max tokens", self.max_tokens))
         if self.gamma is not None:
             object.__setattr__(self, "gamma", whole_number("gamma (draft length)", self.gamma))
@@ -223,7 +236,7 @@ class Step:
 class Result:
     text: str
     tokens: list[int]
-    stop_reason: str  # "eos", "max_tokens", "stop", "context_full"
+    stop_reason: str  # "eos", "max_tokens", "stop", "context_full", "limit" (min_indent, line_seconds)
     stats: Stats
 
 
@@ -846,7 +859,7 @@ class _Run:
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
         self.generated: list[int] = []
-        self.text = TextStream(config.stop)
+        self.text = TextStream(config.stop, config.min_indent, config.line_seconds)
         self.stats = Stats(prompt_tokens=len(prompt))
         self.calibrated = False  # this generation obtained auto's costs (see _auto_drafter)
         self.cancelled = threading.Event()  # Generation.cancel
@@ -905,8 +918,8 @@ class _Run:
             if self.stats.policy is not None:
                 self.stats.policy["draft_limit"] = draft_limit_note(self.target)
         tail = self.text.finish()
-        if self.text.stopped:  # a character left unfinished at the end, shown as U+FFFD, completed a stop string
-            reason = "stop"
+        if self.text.stopped and not self.text.limited:  # a character left unfinished at the end,
+            reason = "stop"  # shown as U+FFFD, completed a stop string
         self.stats.decode_seconds += time.perf_counter() - start
         self.stats.llama_seconds += self.engine.llama_seconds() - in_llama
         if tail:
@@ -1029,7 +1042,7 @@ class _Run:
         if self.target.is_eog(token):
             return "eos"
         if self.text.stopped:
-            return "stop"
+            return "limit" if self.text.limited else "stop"
         if len(self.generated) >= self.config.max_tokens:
             return "max_tokens"
         return None

@@ -7,6 +7,7 @@ string is held back too, so a stop string is never shown.
 """
 
 import codecs
+import time
 
 from specllm.errors import SpecllmError
 
@@ -34,20 +35,58 @@ def shown(text: str) -> str:
 
 
 class TextStream:
-    def __init__(self, stop: tuple[str, ...] = ()):
+    """`min_indent` and `line_seconds` are an editor's limits on a completion, as llama-server
+    applies them (its n_indent and t_max_predict_ms): the text ends before the first character of
+    a line after the first that is indented by fewer than `min_indent` spaces or tabs (a blank
+    line included), and at the first token with a line break once `line_seconds` have passed
+    since the first token."""
+
+    def __init__(self, stop: tuple[str, ...] = (), min_indent: int = 0, line_seconds: float | None = None):
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
+        self._min_indent, self._line_seconds = min_indent, line_seconds
         self.text = ""  # everything decoded so far, cut at a stop string once one is seen
         self._shown = 0  # how much of self.text has been handed out
-        self.stopped = False  # a stop string was seen
+        self._lines_checked = 0  # the text before this has no line that ends it (min_indent)
+        self._started: float | None = None  # when the first token came (line_seconds)
+        self.stopped = False  # a stop string was seen, or a limit reached
+        self.limited = False  # stopped by min_indent or line_seconds, not a stop string
 
     def push(self, data: bytes) -> str:
         """Feed a token's bytes; return the new text that is safe to show."""
         if self.stopped:
             return ""
-        self.text += self._decoder.decode(data)
+        new = self._decoder.decode(data)
+        self.text += new
         self._cut_at_stop()
+        if not self.stopped:
+            self._apply_limits("\n" in new)
         return self._release(len(self.text) if self.stopped else self._safe_end())
+
+    def _apply_limits(self, line_break: bool) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+        if self._min_indent:
+            self._cut_at_outdent()
+        seconds = self._line_seconds
+        if not self.stopped and seconds is not None and line_break and time.monotonic() - self._started > seconds:
+            self.stopped = self.limited = True
+
+    def _cut_at_outdent(self) -> None:
+        """End the text before the first character of a new line indented less than min_indent;
+        a line whose first character has not come yet waits for it."""
+        text, newline = self.text, self.text.find("\n", self._lines_checked)
+        while newline >= 0:
+            first = newline + 1
+            while first < len(text) and text[first] in " \t":
+                first += 1
+            if first == len(text):
+                return
+            if first - newline - 1 < self._min_indent:
+                self.text, self.stopped, self.limited = text[:first], True, True
+                return
+            self._lines_checked = first
+            newline = text.find("\n", first)
 
     def finish(self) -> str:
         """End of generation: flush whatever is held back (an unfinished byte sequence becomes U+FFFD)."""

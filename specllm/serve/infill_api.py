@@ -3,9 +3,8 @@ llama.cpp ask for it (llama.vscode, llama.vim, Continue's llama.cpp provider). T
 the code before and after the cursor and other files of the project; the response is llama.cpp's
 own completion object, not OpenAI's. Plain data, as openai_api.py: no HTTP, no engine.
 
-The sampler is specllm's (temperature, top-k, top-p, min-p) whatever `samplers` lists, and the
-hints llama.cpp uses to end a completion early (`t_max_predict_ms`, `n_indent`) are not applied:
-a completion ends at the model's end of text, a stop string or `n_predict`.
+The sampler is specllm's (temperature, top-k, top-p, min-p) whatever `samplers` lists. The limits
+an editor puts on a completion, `n_indent` and `t_max_predict_ms`, end it as llama-server does.
 """
 
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ UNSUPPORTED = {
     "repeat_penalty": (None, 1, 1.0),
     "lora": (None, []),
 }
-STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit"}
+STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit", "limit": "limit"}
 
 
 class ExtraChunk(BaseModel):
@@ -43,6 +42,8 @@ class InfillRequest(_Request):
     # checks the limit (llama.vscode's requests that only fill the KV cache with other files)
     n_predict: int | None = Field(None, ge=-1)
     response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
+    n_indent: int = Field(0, ge=0)  # end before a new line indented less (TextStream)
+    t_max_predict_ms: int | float = Field(0, ge=0, allow_inf_nan=False)  # end at a line break after this; 0: never
 
     def check(self) -> None:
         super().check()
@@ -55,6 +56,11 @@ class InfillRequest(_Request):
         if self.n_predict is not None:
             return None if self.n_predict == -1 else max(self.n_predict, 1)
         return super().requested_tokens
+
+    @property
+    def limits(self) -> dict:
+        seconds = self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None
+        return {"min_indent": self.n_indent, "line_seconds": seconds}
 
     @property
     def include_usage(self) -> bool:

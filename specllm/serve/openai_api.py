@@ -143,6 +143,11 @@ class _Request(BaseModel):
     def requested_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    @property
+    def limits(self) -> dict:
+        """GenerationConfig's limits on a completion (/infill's n_indent and t_max_predict_ms)."""
+        return {}
+
     def gap(self) -> "Gap | None":
         """The code around a gap to fill in the middle, for a request that asks for one."""
         return None

@@ -366,6 +366,7 @@ class EngineWorker:
             stop=request.stops,
             seed=seed,
             **request.sampler,
+            **request.limits,
         )
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the

@@ -7,6 +7,7 @@ import tiny_models as tm
 
 import specllm
 from specllm.engine.infill import CURRENT_FILE, REPO_NAME, SNIPPET_LINE, ContextFile, infill_prompt
+from specllm.engine.text import TextStream
 from specllm.errors import SpecllmError
 from specllm.llama.model import FimTokens
 
@@ -125,3 +126,55 @@ def test_snippets_for_a_model_without_repository_tokens(tmp_path):
         snippet = [*text_tokens(engine, SNIPPET_LINE), *text_tokens(engine, "x = 1\n")]
         gap = [pre, *text_tokens(engine, PREFIX), suf, *text_tokens(engine, SUFFIX), mid]
         assert prompt.tokens == [tm.BOS_ID, *snippet, *gap]
+
+
+# --- an editor's limits on a completion (TextStream's min_indent and line_seconds) ---------------
+
+
+def pushed(text: str, cuts: list[int], **limits) -> tuple[str, str, bool]:
+    """`text` fed to a TextStream in the pieces `cuts` makes: what it released, its text, stopped."""
+    stream, out, start = TextStream(**limits), "", 0
+    for end in [*cuts, len(text)]:
+        out += stream.push(text[start:end].encode())
+        start = end
+    return out + stream.finish(), stream.text, stream.limited
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("x = 1\n    y = 2\n    z\n  w = 3\n", "x = 1\n    y = 2\n    z\n  "),  # ends before the outdented "w"
+        ("x\n    y\n\n    z\n", "x\n    y\n"),  # a blank line is indented by nothing
+        ("x\n\ty\n", None),  # a tab counts as one
+        ("  first line is not judged\n    y", None),
+        ("x\n   ", None),  # the line's first character has not come
+    ],
+)
+def test_min_indent_ends_before_the_first_outdented_line(text, kept):
+    for cuts in ([], list(range(1, len(text))), [3, 9]):  # however the text comes in tokens
+        out, whole, limited = pushed(text, cuts, min_indent=1 if "\t" in text else 4)
+        assert (out, whole, limited) == ((kept, kept, True) if kept is not None else (text, text, False))
+
+
+def test_line_seconds_end_at_the_first_line_break_after_them():
+    assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=0)[1:] == ("a\n", True)  # the first token starts the clock
+    assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=3600)[1:] == ("a\nb\nc\n", False)
+
+
+@pytest.mark.parametrize("drafter", ["none", "model", "ngram"])
+def test_a_generation_limited_by_indent_is_the_unlimited_ones_text_cut(engine, drafter):
+    prompt = engine.infill_prompt(PREFIX, SUFFIX).tokens
+    free = engine.generate(prompt, max_tokens=200, temperature=0, drafter="none")
+    cut = pushed(free.text, [], min_indent=1)[1]
+    assert cut != free.text  # the tiny model writes lines that begin without indentation
+    limited = engine.generate(prompt, max_tokens=200, temperature=0, drafter=drafter, min_indent=1)
+    assert (limited.text, limited.stop_reason) == (cut, "limit")
+    assert limited.tokens == free.tokens[: len(limited.tokens)]
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2"])
+def test_bad_limits_are_refused(engine, value):
+    with pytest.raises(SpecllmError, match="min_indent"):
+        engine.generate("x", max_tokens=2, min_indent=value)
+    with pytest.raises(SpecllmError, match="line_seconds"):
+        engine.generate("x", max_tokens=2, line_seconds=value if value != 1.5 else float("nan"))

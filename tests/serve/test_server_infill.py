@@ -167,3 +167,19 @@ def test_n_predict_0_fills_the_cache_and_samples_one_token_as_llama_server(srv, 
     # The reply tells no reuse (another client may have left it: serve.md), the log does.
     prefilled = data["tokens_evaluated"] - len(shared) - 1
     assert status == 200 and f"prompt {data['tokens_evaluated']} tokens ({prefilled} prefilled)" in log[-1]
+
+
+def test_n_indent_and_t_max_predict_ms_end_a_completion_as_llama_server(srv, engine):
+    prefix = PREFIX + "    for value in values:\n"  # the tiny model's reply to it has line breaks
+    prompt = engine.infill_prompt(prefix, SUFFIX, max_tokens=200).tokens
+    free = engine.generate(prompt, max_tokens=200, temperature=0, drafter="none")
+    limited = engine.generate(prompt, max_tokens=200, temperature=0, drafter="none", min_indent=1)
+    assert limited.stop_reason == "limit" and free.text.startswith(limited.text) and free.text != limited.text
+    body = dict(input_prefix=prefix, input_suffix=SUFFIX, n_predict=200, temperature=0, n_indent=1)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    assert status == 200 and (data["content"], data["stop_type"]) == (limited.text, "limit")
+    body = dict(body, n_indent=0, t_max_predict_ms=0.001)
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    content = data["content"]  # to the first token with a line break after the first token
+    assert status == 200 and data["stop_type"] == "limit" and content != free.text and free.text.startswith(content)
+    assert content.count("\n") == free.text[: len(content)].count("\n") >= 1 and "\n" in content[-4:]
