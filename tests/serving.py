@@ -88,6 +88,18 @@ class LogLines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@contextmanager
+def serve_log() -> Iterator[list[str]]:
+    """The lines specllm serve logs meanwhile (a fixture's `log`)."""
+    logger, handler = logging.getLogger("specllm.serve"), LogLines()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+
+
 def wait_for_line(log, fragment, count):
     deadline = time.time() + 30
     while sum(fragment in line for line in log) < count and time.time() < deadline:

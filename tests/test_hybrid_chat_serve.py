@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import tiny_models as tm
 from one_line import assert_one_line_error
-from serving import LogLines, Server
+from serving import Server, serve_log
 
 import specllm
 from specllm.chat.repl import command
@@ -344,13 +344,8 @@ def fresh_texts(path, *texts):
 
 @pytest.fixture
 def log():
-    import logging
-
-    logger, handler = logging.getLogger("specllm.serve"), LogLines()
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.lines
-    logger.removeHandler(handler)
+    with serve_log() as lines:
+        yield lines
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ real llama.cpp on the tiny models. Greedy answers are compared with `specllm run
 
 import http.client
 import json
-import logging
 import os
 import re
 import signal
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit
 import llama_cpp
 import openai
 import pytest
-from serving import CTX, LogLines, Server, serving, wait_for_line
+from serving import CTX, Server, serve_log, serving, wait_for_line
 
 import specllm
 from specllm.engine.loop import Generation
@@ -31,12 +30,8 @@ SPECLLM = [sys.executable, "-m", "specllm"]
 
 @pytest.fixture(scope="module")
 def log():
-    logger = logging.getLogger("specllm.serve")
-    handler = LogLines()
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.lines
-    logger.removeHandler(handler)
+    with serve_log() as lines:
+        yield lines
 
 
 @pytest.fixture(scope="module")

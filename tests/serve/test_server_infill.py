@@ -3,13 +3,12 @@ models with Qwen2.5-Coder's FIM tokens. Greedy answers are compared with the eng
 
 import http.client
 import json
-import logging
 import subprocess
 import sys
 from urllib.parse import urlsplit
 
 import pytest
-from serving import CTX, LogLines, Server
+from serving import CTX, Server, serve_log
 
 import specllm
 from specllm.engine.infill import ContextFile
@@ -28,12 +27,8 @@ def engine(tiny_code_models):
 
 @pytest.fixture(scope="module")
 def log():
-    logger = logging.getLogger("specllm.serve")
-    handler = LogLines()
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.lines
-    logger.removeHandler(handler)
+    with serve_log() as lines:
+        yield lines
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,19 @@ GREEDY = dict(model="x", temperature=0, max_tokens=12)
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
-@pytest.fixture(scope="module")
-def qwen35(tmp_path_factory):
-    path = tm.write_model(
-        tmp_path_factory.mktemp("reasoning") / "qwen35.gguf", seed=0, chat_template=tool_templates.QWEN35
-    )
+def templated_server(tmp_path_factory, name: str, template: str):
+    """A tiny model with `template` as its chat template, and a server of it: (engine, server)."""
+    path = tm.write_model(tmp_path_factory.mktemp("reasoning") / f"{name}.gguf", seed=0, chat_template=template)
     engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
     srv = Server(engine)
     yield engine, srv
     srv.stop()
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "qwen35", tool_templates.QWEN35)
 
 
 def raw(srv, engine, messages, **variables) -> str:
@@ -153,31 +156,32 @@ def test_calls_are_read_from_the_answer_after_the_think_block(qwen35):
     ..."): the block is empty reasoning, and the call's markup begins the content (the tiny model
     leaves the call unfinished). Without thinking, the prompt closed the block itself: the call
     begins right after it, with no second </think>."""
-    engine, srv = qwen35
+    assert_a_named_call_follows_the_think_block(*qwen35, closing="\n</think>\n\n")
+
+
+CALL_START = "<tool_call>\n<function=get_weather>\n"
+
+
+def assert_a_named_call_follows_the_think_block(engine, srv, closing: str) -> None:
+    """A named call's reply, whole and streamed, is content that begins with the call; its prompt
+    is the rendered one, then `closing` (the think block the prompt opened ended as the template
+    writes it; nothing without thinking, where the prompt closed it) and the call's start."""
     client = srv.client()
-    start = "<tool_call>\n<function=get_weather>\n"
     for extra in ({}, NO_THINKING):
         request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY, extra_body=extra)
         whole = client.chat.completions.create(**request)
         message = whole.choices[0].message.to_dict()
-        assert message["content"].startswith(start) and "</think>" not in message["content"]
+        assert message["content"].startswith(CALL_START) and "</think>" not in message["content"]
         assert "reasoning_content" not in message
         assert streamed(client.chat.completions.create(**request, stream=True)) == ("", message["content"], [])
         prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER], variables=extra.get("chat_template_kwargs"))
-        prefill = start if extra else "\n</think>\n\n" + start
+        prefill = CALL_START if extra else closing + CALL_START
         assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
 
 
 @pytest.fixture(scope="module")
 def nemotron3(tmp_path_factory):
-    path = tm.write_model(
-        tmp_path_factory.mktemp("reasoning") / "nemotron3.gguf", seed=0, chat_template=tool_templates.NEMOTRON3
-    )
-    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    srv = Server(engine)
-    yield engine, srv
-    srv.stop()
-    engine.close()
+    yield from templated_server(tmp_path_factory, "nemotron3", tool_templates.NEMOTRON3)
 
 
 def test_a_call_that_must_be_made_is_begun_after_the_think_block_the_prompt_opened(nemotron3):
@@ -185,21 +189,10 @@ def test_a_call_that_must_be_made_is_begun_after_the_think_block_the_prompt_open
     "<think></think>": a named call begins by closing the block, so the call is the answer's (it
     was begun inside the block, in the generic JSON form, and read as reasoning: no call came).
     Without thinking, the prompt closed the block itself: the call follows it."""
-    engine, srv = nemotron3
-    client = srv.client()
-    start = "<tool_call>\n<function=get_weather>\n"
-    for extra in ({}, NO_THINKING):
-        request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY, extra_body=extra)
-        whole = client.chat.completions.create(**request)
-        message = whole.choices[0].message.to_dict()
-        assert message["content"].startswith(start) and "reasoning_content" not in message
-        assert streamed(client.chat.completions.create(**request, stream=True)) == ("", message["content"], [])
-        prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER], variables=extra.get("chat_template_kwargs"))
-        prefill = start if extra else "</think>\n" + start
-        assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
+    assert_a_named_call_follows_the_think_block(*nemotron3, closing="</think>\n")
     # The model goes on with the call as the template writes it: it is read as one.
     rest = "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
-    reply = ChatReply(True, ToolReply(["get_weather"]), "</think>\n" + start)
+    reply = ChatReply(True, ToolReply(["get_weather"]), "</think>\n" + CALL_START)
     reply.feed(rest), reply.finish()
     message = reply.message()
     assert [call["function"] for call in message["tool_calls"]] == [
