@@ -42,7 +42,7 @@ from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, opens_thinking
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
-from specllm.serve.infill_api import InfillRequest
+from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
 from specllm.serve.openai_api import (
     ApiError,
     ChatReply,
@@ -507,6 +507,11 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     async def infill(request: Request):
         body = await read_body(request, limit, settings.body_seconds)
         return await generate(worker, request, parse(InfillRequest, body))
+
+    @app.post("/completion")
+    async def completion(request: Request):
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, parse(NativeCompletionRequest, body))
 
     return app
 

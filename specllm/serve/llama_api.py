@@ -1,7 +1,7 @@
-"""llama-server's /infill for `specllm serve`: fill in the middle, as editor plugins made for
-llama.cpp ask for it (llama.vscode, llama.vim, Continue's llama.cpp provider). The request names
-the code before and after the cursor and other files of the project; the response is llama.cpp's
-own completion object, not OpenAI's. Plain data, as openai_api.py: no HTTP, no engine.
+"""llama-server's own endpoints for `specllm serve`, for clients made for llama.cpp: /infill (fill
+in the middle, as editor plugins ask for it: llama.vscode, llama.vim) and /completion (a prompt
+completed, as Continue's llama.cpp provider asks for it). The responses are llama.cpp's completion
+objects, not OpenAI's. Plain data, as openai_api.py: no HTTP, no engine.
 
 The sampler is specllm's (temperature, top-k, top-p, min-p) whatever `samplers` lists. The limits
 an editor puts on a completion, `n_indent` and `t_max_predict_ms`, end it as llama-server does.
@@ -33,11 +33,9 @@ class ExtraChunk(BaseModel):
     filename: str = "tmp"  # llama-server's name for a chunk that has none
 
 
-class InfillRequest(_Request):
-    input_prefix: str
-    input_suffix: str
-    input_extra: list[ExtraChunk] = []
-    prompt: str = ""  # follows the prefix: the text typed on the cursor's line
+class LlamaRequest(_Request):
+    """The fields llama-server's endpoints share."""
+
     # llama.cpp's max_tokens; -1: no limit; 0: one token, as llama-server samples one before it
     # checks the limit (llama.vscode's requests that only fill the KV cache with other files)
     n_predict: int | None = Field(None, ge=-1)
@@ -66,16 +64,32 @@ class InfillRequest(_Request):
     def include_usage(self) -> bool:
         return False  # llama.cpp's stream has no usage chunk: its last chunk carries the counts
 
+    def reply(self, model: str, left_out: int = 0) -> "LlamaReply":
+        return LlamaReply(False, model, fields=tuple(self.response_fields or ()), left_out=left_out)
+
+
+class NativeCompletionRequest(LlamaRequest):
+    prompt: str | list[int]  # text (its control tokens read as such) or token ids
+
+    def check(self) -> None:
+        super().check()
+        if self.prompt == []:
+            raise ApiError(400, "the prompt has no token ids", "prompt")
+
+
+class InfillRequest(LlamaRequest):
+    input_prefix: str
+    input_suffix: str
+    input_extra: list[ExtraChunk] = []
+    prompt: str = ""  # follows the prefix: the text typed on the cursor's line
+
     def gap(self) -> Gap:
         files = tuple(ContextFile(chunk.filename, chunk.text) for chunk in self.input_extra)
         return Gap(self.input_prefix, self.input_suffix, files, self.prompt)
 
-    def reply(self, model: str, left_out: int = 0) -> "InfillReply":
-        return InfillReply(False, model, fields=tuple(self.response_fields or ()), left_out=left_out)
-
 
 @dataclass(frozen=True)
-class InfillReply(Reply):
+class LlamaReply(Reply):
     """llama.cpp's completion objects: the whole one, or streamed chunks of `content` ending with
     the whole one (its content empty), and no [DONE] after them. `fields`: response_fields;
     `left_out`: tokens of the request's code cut to leave room for the reply."""

@@ -1,5 +1,6 @@
-"""Fill in the middle over HTTP: /v1/completions with a suffix, and llama-server's /infill, on tiny
-models with Qwen2.5-Coder's FIM tokens. Greedy answers are compared with the engine's own."""
+"""llama-server's own endpoints, /infill and /completion, and filling in the middle with
+/v1/completions' suffix, on tiny models with Qwen2.5-Coder's FIM tokens. Greedy answers are
+compared with the engine's own."""
 
 import http.client
 import json
@@ -178,3 +179,23 @@ def test_n_indent_and_t_max_predict_ms_end_a_completion_as_llama_server(srv, eng
     content = data["content"]  # to the first token with a line break after the first token
     assert status == 200 and data["stop_type"] == "limit" and content != free.text and free.text.startswith(content)
     assert content.count("\n") == free.text[: len(content)].count("\n") >= 1 and "\n" in content[-4:]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_is_llama_servers_completion(srv, engine, stream):
+    """Continue's llama.cpp provider: a prompt (its FIM tokens written by the client, as text)
+    completed, in llama.cpp's completion objects."""
+    text = "<|fim_prefix|>" + PREFIX + "<|fim_suffix|>" + SUFFIX + "<|fim_middle|>"
+    alone = engine.generate(text, max_tokens=16, temperature=0, drafter="none")
+    assert engine.prompt_tokens(text) == engine.infill_prompt(PREFIX, SUFFIX).tokens  # the tokens read as such
+    body = dict(prompt=text, n_predict=16, temperature=0, stream=stream)
+    if stream:
+        *chunks, last = post_stream(srv, "/completion", body)
+        content = "".join(chunk["content"] for chunk in chunks)
+    else:
+        status, last = srv.post("/completion", json.dumps(body).encode())
+        content = last["content"]
+    assert content == alone.text and last["tokens_predicted"] == 16 and last["stop"] is True
+    ids = dict(body, prompt=engine.prompt_tokens(text), stream=False)
+    assert srv.post("/completion", json.dumps(ids).encode())[1]["content"] == alone.text
+    assert srv.post("/completion", json.dumps(dict(ids, prompt=[])).encode())[0] == 400
