@@ -200,7 +200,7 @@ class Model:
                 rpc_connected.subtract(self.options.rpc)
 
     def __del__(self):
-        self.close()
+        close_to_the_end(self)
 
     def _check_open(self) -> None:
         """Refuse a call once closed: llama.cpp would read freed memory, and crash the process."""
@@ -590,7 +590,7 @@ class MtpHead:
             L.llama_free(ctx)
 
     def __del__(self):
-        self.close()
+        close_to_the_end(self)
 
     def cached_prefix(self, tokens: list[int]) -> int:
         return min(common_prefix(self.tokens, tokens), self._exact)
@@ -649,6 +649,23 @@ class MtpHead:
         self._own = self._views.of(last, (self._n_embd,)).copy()
         logits = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
         return logits[0][np.newaxis] if len(logits) == 1 else np.stack(logits)  # a view, as Model.eval's
+
+
+def close_to_the_end(model: "Model | MtpHead") -> None:
+    """model.close() from its __del__, whatever signal lands meanwhile. Python cannot pass an
+    exception out of a finalizer: it prints "Exception ignored in ... __del__" with a traceback and
+    drops it. A command interrupted by Ctrl-C frees its models on its way out (~0.2 s for the
+    default pair), and a second Ctrl-C (or a SIGTERM) landing then printed that traceback and left
+    the rest unfreed. close() forgets each handle before freeing it, so calling it again frees
+    only what is left; the signal is dropped, as Python would drop it."""
+    while True:
+        try:
+            model.close()
+            return
+        except Exception:
+            raise
+        except BaseException:  # KeyboardInterrupt, the command's SIGTERM exception: free the rest
+            continue
 
 
 def timed(owner: "Model | MtpHead", call, *args):

@@ -761,6 +761,31 @@ def test_an_interrupt_right_after_a_free_never_frees_twice(request, monkeypatch,
     gc.collect()
 
 
+@pytest.mark.parametrize("models, name", [("tiny_models", "target"), ("tiny_recurrent_models", "qwen35_mtp")])
+def test_a_second_ctrl_c_while_dropped_models_are_freed_is_no_traceback(request, monkeypatch, models, name):
+    """A command interrupted by Ctrl-C frees its models on its way out, as their last reference
+    goes (__del__): a second Ctrl-C landing there printed "Exception ignored in Model.__del__"
+    with a traceback, and the weights were never freed."""
+    engine = specllm.load(str(getattr(request.getfixturevalue(models), name)), n_ctx=256, n_threads=1)
+    assert (engine.mtp is not None) == (name == "qwen35_mtp")  # its MTP head is freed so too
+    free, free_weights, weights_freed, unraisable = llama_cpp.llama_free, llama_cpp.llama_model_free, [], []
+
+    def free_then_interrupt(ctx):
+        free(ctx)
+        signal.raise_signal(signal.SIGINT)
+
+    def free_weights_counted(model):
+        free_weights(model)
+        weights_freed.append(model)
+
+    monkeypatch.setattr(llama_cpp, "llama_free", free_then_interrupt)
+    monkeypatch.setattr(llama_cpp, "llama_model_free", free_weights_counted)
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    del engine
+    gc.collect()
+    assert [u.exc_type for u in unraisable] == [] and len(weights_freed) == 1
+
+
 def test_generate_takes_a_config_as_stream_does(engine):
     from specllm.engine.loop import GenerationConfig
 
