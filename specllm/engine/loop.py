@@ -316,6 +316,7 @@ class Generation:
         return Events(self)
 
     def close(self) -> None:
+        self._cancel()  # a prefill under way in another thread stops at once, not at its end
         with self._in_use():  # a step under way in another thread ends first
             self._steps.close()
         self._cut_short = self._result is None
@@ -926,17 +927,22 @@ class _Run:
             yield Step.text_tail(tail, self.stats)
         return Result(self.text.text, self.generated, reason, self.stats)
 
+    def _stopping(self) -> bool:
+        """Whether a prefill under way should stop: the generation was cancelled, or its engine
+        closed (from another thread, which waits for the call under way to end)."""
+        return self.cancelled.is_set() or self.engine.closed
+
     def _prefill(self) -> None:
         start, evaluated = time.perf_counter(), self.target.n_evaluated
         # Whatever the KV cache already holds of this prompt (an earlier turn) is reused; a
         # recurrent state may have to evaluate more than the tokens after the common prefix again.
-        with interruptible(self.cancelled.is_set):  # not auto's calibration: its timings stay clean
+        with interruptible(self._stopping):  # not auto's calibration: its timings stay clean
             self.target.sync(self.context[:-1])
         self.stats.prefill_tokens = self.target.n_evaluated - evaluated
         self.target.checkpoint("prompt")  # a recurrent state: the next prompt (a chat's next turn) resumes here
         if self.config.drafter == Drafter.AUTO:
             self.drafter = self._auto_drafter()
-        with interruptible(self.cancelled.is_set):
+        with interruptible(self._stopping):
             self.drafter.prefill(self.context)
         self.stats.prefill_seconds = time.perf_counter() - start - self.stats.calibration_seconds
 

@@ -1,6 +1,7 @@
 """The engine on real llama.cpp with tiny generated models."""
 
 import codecs
+import contextlib
 import copy
 import gc
 import os
@@ -1327,3 +1328,26 @@ def test_llama_cpp_asks_within_a_batch_only_for_a_long_prompt(tiny_models):
             assert len(asked) > 10  # a question a node
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("close", ["generation", "engine"])
+def test_closing_from_another_thread_stops_a_prefill_under_way(tiny_models, close):
+    """close() waits for the call under way: a long prompt's prefill went on to its end first."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=32768, n_threads=1)
+    prompt = long_prompt(engine, 60)
+    generation = engine.start(prompt, max_tokens=4, temperature=0, drafter="none")
+    runner = threading.Thread(target=lambda: list(generation) if close == "generation" else _ends(generation))
+    try:
+        runner.start()
+        while engine.target.n_evaluated < engine.target.n_batch:  # the prefill's first batch is done
+            time.sleep(0.001)
+        (generation if close == "generation" else engine).close()
+        runner.join(30)
+        assert not runner.is_alive() and engine.target.n_evaluated < len(prompt) // 2
+    finally:
+        engine.close()
+
+
+def _ends(generation) -> None:
+    with contextlib.suppress(SpecllmError):  # the engine closed under it
+        list(generation)
