@@ -22,6 +22,7 @@ UNSUPPORTED = {
     "grammar": (None, ""),
     "json_schema": (None, {}),
     "repeat_penalty": (None, 1, 1.0),
+    "mirostat": (None, 0),  # 1 and 2 are samplers of their own (Continue's llama.cpp provider sends it)
     "lora": (None, []),
 }
 STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit", "limit": "limit"}

@@ -121,6 +121,7 @@ def test_code_cut_to_leave_room_for_the_reply_is_told_as_truncated(srv, engine):
         ("/infill", {"input_prefix": "", "input_suffix": "", "lora": [{"id": 0}]}, "lora", "not supported"),
         ("/infill", {"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a"}]}, "input_extra.0.text", "required"),  # noqa: E501
         ("/infill", {"input_prefix": "", "input_suffix": "", "grammar": "root ::= x"}, "grammar", "not supported"),
+        ("/completion", {"prompt": "x", "mirostat": 2}, "mirostat", "not supported"),
         ("/v1/completions", {"prompt": [1, 2], "suffix": "x"}, "suffix", "prompt as text"),
     ],
 )  # fmt: skip
@@ -188,7 +189,7 @@ def test_completion_is_llama_servers_completion(srv, engine, stream):
     text = "<|fim_prefix|>" + PREFIX + "<|fim_suffix|>" + SUFFIX + "<|fim_middle|>"
     alone = engine.generate(text, max_tokens=16, temperature=0, drafter="none")
     assert engine.prompt_tokens(text) == engine.infill_prompt(PREFIX, SUFFIX).tokens  # the tokens read as such
-    body = dict(prompt=text, n_predict=16, temperature=0, stream=stream)
+    body = dict(prompt=text, n_predict=16, temperature=0, stream=stream, mirostat=0)  # 0: no mirostat
     if stream:
         *chunks, last = post_stream(srv, "/completion", body)
         content = "".join(chunk["content"] for chunk in chunks)
