@@ -72,11 +72,13 @@ def infill_prompt(
     tokenize = _tokenizer(target)
     before, after, typed = tokenize(prefix), tokenize(suffix), tokenize(line)
     fixed = [target.bos] if target.add_bos else []
-    room = budget - len(fixed) - 3 - len(typed)
-    if room < 0:
+    line_room = budget - len(fixed) - 3  # what the line may take: the rest of the prompt may be cut
+    if len(typed) > line_room:
         raise SpecllmError(
-            f"the text on the cursor's line is {len(typed)} tokens, more than the {budget} the prompt may take"
+            f"the text on the cursor's line is {len(typed)} tokens, more than the {max(line_room, 0)} "
+            "the prompt has room for"
         )
+    room = line_room - len(typed)
     after_kept = min(len(after), room - min(len(before), int(room * PREFIX_SHARE)))
     before_kept = min(len(before), room - after_kept)
     project = _project(target, fim, files, room - before_kept - after_kept)

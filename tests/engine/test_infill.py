@@ -84,6 +84,16 @@ def test_a_short_suffix_leaves_its_share_to_the_prefix(engine):
     assert prompt.tokens[2:51] == before[-49:] and prompt.left_out == len(before) - 49
 
 
+def test_a_cursor_line_longer_than_the_room_says_how_much_room_there_is(engine):
+    line = "        result = result + value"
+    n = len(text_tokens(engine, line))
+    fits = infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n, line=line)  # BOS, the FIM tokens
+    assert fits.tokens == [tm.BOS_ID, PRE, *text_tokens(engine, line), SUF, MID]
+    message = f"the text on the cursor's line is {n} tokens, more than the {n - 1} the prompt has room for"
+    with pytest.raises(SpecllmError, match=message):
+        infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n - 1, line=line)
+
+
 def test_the_reply_keeps_room_for_max_tokens(engine):
     n_ctx = engine.target.n_ctx  # 512
     long = PREFIX * 40
