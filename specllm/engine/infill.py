@@ -13,10 +13,13 @@ A model without the repository tokens gets the files as text, each after a snipp
 llama-server does. The text is never read for control tokens: code that contains "<|endoftext|>"
 is code.
 
-A prompt that would leave too little room for the reply is cut where it matters least: the files
-go first (the earliest given first, since editors send their most recent last), then the prefix
-loses its start and the suffix its end, the prefix keeping up to three quarters of the room (the
-code just before the cursor says most about what comes next).
+The files take at most a room that depends on the context alone (FILES_SHARE of it), filled with
+the latest of them (editors send their most recent last): so one request after another keeps the
+same files, whatever its prefix or reply, and the KV cache holds them from one to the next (an
+editor sends them ahead, to be read while the user types). The code then takes what the reply
+leaves: when it does not fit, the prefix loses its start and the suffix its end, the prefix
+keeping up to three quarters of the room (the code just before the cursor says most about what
+comes next).
 """
 
 from collections.abc import Sequence
@@ -29,6 +32,7 @@ REPO_NAME = "myproject"  # llama-server's placeholders
 CURRENT_FILE = "filename"
 SNIPPET_LINE = "\n\n--- snippet ---\n\n"  # a file's header for a model without <|file_sep|>
 PREFIX_SHARE = 3 / 4
+FILES_SHARE = 1 / 4  # of the context, at most, for the other files
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,13 @@ def infill_prompt(
     suffix: str,
     *,
     budget: int,
+    files_room: int,
     files: Sequence[ContextFile] = (),
     line: str = "",
 ) -> InfillPrompt:
-    """The FIM prompt for the gap between `prefix` and `suffix`, at most `budget` tokens. `line`
-    (llama-server's `prompt`) follows the prefix and is never cut: the text typed on the cursor's
-    line."""
+    """The FIM prompt for the gap between `prefix` and `suffix`, at most `budget` tokens, of which
+    the files take at most `files_room`. `line` (llama-server's `prompt`) follows the prefix and is
+    never cut: the text typed on the cursor's line."""
     fim = fim_tokens(target)
     tokenize = _tokenizer(target)
     before, after, typed = tokenize(prefix), tokenize(suffix), tokenize(line)
@@ -78,10 +83,10 @@ def infill_prompt(
             f"the text on the cursor's line is {len(typed)} tokens, more than the {max(line_room, 0)} "
             "the prompt has room for"
         )
-    room = line_room - len(typed)
+    project = _project(target, fim, files, min(files_room, line_room - len(typed)))
+    room = line_room - len(typed) - len(project.tokens)
     after_kept = min(len(after), room - min(len(before), int(room * PREFIX_SHARE)))
     before_kept = min(len(before), room - after_kept)
-    project = _project(target, fim, files, room - before_kept - after_kept)
     left_out = len(before) - before_kept + len(after) - after_kept + project.left_out
     gap = [fim.prefix, *before[len(before) - before_kept :], *typed, fim.suffix, *after[:after_kept], fim.middle]
     return InfillPrompt(fixed + project.tokens + gap, left_out)
@@ -103,12 +108,11 @@ def _project(target: Model, fim: FimTokens, files: Sequence[ContextFile], room: 
     else:
         head, tail = [], []
         bodies = [tokenize(SNIPPET_LINE) + tokenize(f.text) for f in files]
-    total = sum(map(len, bodies))
-    kept: list[list[int]] = []
-    for body in reversed(bodies):  # the latest first, while they fit
-        if len(head) + len(tail) + sum(map(len, kept)) + len(body) > room:
-            break
-        kept.insert(0, body)
+    total, first_kept, used = sum(map(len, bodies)), len(bodies), len(head) + len(tail)
+    while first_kept > 0 and used + len(bodies[first_kept - 1]) <= room:  # the latest first, while they fit
+        first_kept -= 1
+        used += len(bodies[first_kept])
+    kept = bodies[first_kept:]
     if not kept:
         return InfillPrompt([], total)
     tokens = head + [t for body in kept for t in body] + tail

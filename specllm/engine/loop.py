@@ -28,7 +28,7 @@ from specllm.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
-from specllm.engine.infill import ContextFile, InfillPrompt, infill_prompt
+from specllm.engine.infill import FILES_SHARE, ContextFile, InfillPrompt, infill_prompt
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy, CostTable
 from specllm.engine.sampling import SamplerSettings, sparse_distribution
@@ -618,15 +618,19 @@ class Engine:
         max_tokens: int | None = None,
     ) -> InfillPrompt:
         """The fill-in-the-middle prompt (token ids) for the gap between `prefix` and `suffix`, with
-        other `files` of the project for context (engine/infill.py). It leaves room for `max_tokens`
-        (at most half the context; a quarter when not given) and cuts what it must to do so."""
+        other `files` of the project for context (engine/infill.py): the latest that fit in a
+        quarter of the context. It leaves room for `max_tokens` (at most half the context; a
+        quarter when not given) and cuts the code to do so."""
         for text in (prefix, suffix, line, *(f.text for f in files), *(f.name for f in files)):
             _check_text(text, "the text around a gap")
         n_ctx = self.target.n_ctx
         reply = n_ctx // 4 if max_tokens is None else min(whole_number("max_tokens", max_tokens), n_ctx // 2)
         with self._using_models():
             self._check_open()
-            return infill_prompt(self.target, prefix, suffix, budget=n_ctx - reply, files=files, line=line)
+            budget, files_room = n_ctx - reply, int(n_ctx * FILES_SHARE)
+            return infill_prompt(
+                self.target, prefix, suffix, budget=budget, files_room=files_room, files=files, line=line
+            )
 
     def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
         self._check_open()

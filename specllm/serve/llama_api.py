@@ -117,7 +117,9 @@ class LlamaReply(Reply):
             "model": self.model,
             "tokens_predicted": counts["completion_tokens"],
             "tokens_evaluated": counts["prompt_tokens"],
-            "tokens_cached": counts["prompt_tokens_details"]["cached_tokens"],
+            # llama-server's: what the KV cache holds of this prompt and reply at the end (all but
+            # the reply's last token, never evaluated); it tells nothing of other clients' requests
+            "tokens_cached": counts["prompt_tokens"] + max(counts["completion_tokens"] - 1, 0),
             "truncated": self.left_out > 0,
             "timings": {
                 "prompt_n": stats.prefill_tokens,

@@ -62,36 +62,60 @@ def test_control_token_text_in_the_code_stays_text(engine):
     assert prompt.tokens.count(SUF) == 1 and SEP not in prompt.tokens
 
 
-def test_a_prompt_too_long_loses_the_oldest_files_then_the_far_ends_of_the_code(engine):
+def test_the_files_fill_their_own_room_latest_first_whatever_the_code(engine):
     target = engine.target
-    before, after = text_tokens(engine, PREFIX * 4), text_tokens(engine, SUFFIX * 4)
     files = [ContextFile("old.py", "x = 1\n" * 20), ContextFile("new.py", "y = 2\n")]
-    whole = infill_prompt(target, PREFIX * 4, SUFFIX * 4, budget=10_000, files=files)
-    assert whole.left_out == 0
+    scaffold = 1 + len(text_tokens(engine, REPO_NAME + "\n")) + 1 + len(text_tokens(engine, CURRENT_FILE + "\n"))
     bodies = [1 + len(text_tokens(engine, f.name + "\n")) + len(text_tokens(engine, f.text)) for f in files]
-    old_file = bodies[0]
-    no_old = infill_prompt(target, PREFIX * 4, SUFFIX * 4, budget=len(whole.tokens) - 1, files=files)
-    assert no_old.left_out == old_file and len(no_old.tokens) == len(whole.tokens) - old_file
-    code_only = infill_prompt(target, PREFIX * 4, SUFFIX * 4, budget=1 + 3 + 100, files=files)
+    both = scaffold + sum(bodies)
+    whole = infill_prompt(target, PREFIX, SUFFIX, budget=10_000, files_room=both, files=files)
+    assert (
+        whole.left_out == 0
+        and whole.tokens[1 : 1 + both] == engine.infill_prompt(PREFIX, SUFFIX, files=files).tokens[1 : 1 + both]
+    )
+    no_old = infill_prompt(target, PREFIX, SUFFIX, budget=10_000, files_room=both - 1, files=files)
+    assert no_old.left_out == bodies[0] and len(no_old.tokens) == len(whole.tokens) - bodies[0]
+    # Another prefix, a tighter budget: the same files, for the KV cache to hold from one request to the next
+    other = infill_prompt(target, PREFIX * 9, "", budget=len(no_old.tokens), files_room=both - 1, files=files)
+    project = no_old.tokens[: 1 + scaffold + bodies[1]]
+    assert other.tokens[: len(project)] == project and other.left_out > bodies[0]
+    assert infill_prompt(
+        target, PREFIX, SUFFIX, budget=10_000, files_room=scaffold + bodies[1] - 1, files=files
+    ).left_out == sum(bodies)
+
+
+def test_code_too_long_loses_its_far_ends(engine):
+    before, after = text_tokens(engine, PREFIX * 4), text_tokens(engine, SUFFIX * 4)
+    code_only = infill_prompt(engine.target, PREFIX * 4, SUFFIX * 4, budget=1 + 3 + 100, files_room=0)
     assert len(code_only.tokens) == 104  # BOS, the three FIM tokens, 75 of the prefix, 25 of the suffix
     assert code_only.tokens[2:77] == before[-75:] and code_only.tokens[78:103] == after[:25]
-    assert code_only.left_out == len(before) + len(after) - 100 + sum(bodies)
+    assert code_only.left_out == len(before) + len(after) - 100
+
+
+def test_an_editors_files_are_the_same_ahead_of_a_completion_as_in_it(engine):
+    """llama.vscode sends its files ahead with n_predict 0 and an empty gap, then completions with
+    them: both keep the latest that fit in a quarter of the context."""
+    files = [ContextFile(f"f{i}.py", f"v = {i}\n") for i in range(30)]
+    ahead = engine.infill_prompt("", "", files=files, max_tokens=1).tokens[:-3]  # but the gap
+    for prefix, max_tokens in ((PREFIX, 128), (PREFIX * 30, 64), (PREFIX * 3, None)):
+        assert engine.infill_prompt(prefix, SUFFIX, files=files, max_tokens=max_tokens).tokens[: len(ahead)] == ahead
+    assert engine.target.n_ctx // 4 - 40 < len(ahead) - 1 <= engine.target.n_ctx // 4
 
 
 def test_a_short_suffix_leaves_its_share_to_the_prefix(engine):
     before = text_tokens(engine, PREFIX * 4)
-    prompt = infill_prompt(engine.target, PREFIX * 4, "x", budget=1 + 3 + 50)
+    prompt = infill_prompt(engine.target, PREFIX * 4, "x", budget=1 + 3 + 50, files_room=0)
     assert prompt.tokens[2:51] == before[-49:] and prompt.left_out == len(before) - 49
 
 
 def test_a_cursor_line_longer_than_the_room_says_how_much_room_there_is(engine):
     line = "        result = result + value"
     n = len(text_tokens(engine, line))
-    fits = infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n, line=line)  # BOS, the FIM tokens
+    fits = infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n, files_room=0, line=line)  # BOS, FIM tokens
     assert fits.tokens == [tm.BOS_ID, PRE, *text_tokens(engine, line), SUF, MID]
     message = f"the text on the cursor's line is {n} tokens, more than the {n - 1} the prompt has room for"
     with pytest.raises(SpecllmError, match=message):
-        infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n - 1, line=line)
+        infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n - 1, files_room=0, line=line)
 
 
 def test_the_reply_keeps_room_for_max_tokens(engine):

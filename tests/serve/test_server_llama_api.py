@@ -72,6 +72,7 @@ def test_infill_greedy_equals_target_only(srv, engine, drafter):
     assert data["content"] == alone.text
     assert data["tokens_predicted"] == 16 and data["stop_type"] == "limit" and data["stop"] is True
     assert data["tokens_evaluated"] == alone.stats.prompt_tokens and data["truncated"] is False
+    assert data["tokens_cached"] == alone.stats.prompt_tokens + 16 - 1  # all but the last token, as llama-server
     assert data["timings"]["predicted_n"] == 16
 
 
