@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import Result
+from specllm.engine.sampling import MAX_SEED
 from specllm.serve.openai_api import ApiError, Gap, Reply, _asks_nothing, _Request, specllm_stats, usage
 
 # llama.cpp's fields that ask for what specllm does not do, and their values that ask nothing.
@@ -43,9 +44,12 @@ class LlamaRequest(_Request):
     response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
     n_indent: int = Field(0, ge=0)  # end before a new line indented less (TextStream)
     t_max_predict_ms: int | float = Field(0, ge=0, allow_inf_nan=False)  # end at a line break after this; 0: never
+    seed: int | None = Field(None, ge=-1, le=MAX_SEED)  # -1: a fresh one, as llama-server reads it
 
     def check(self) -> None:
         super().check()
+        if self.seed == -1:
+            self.seed = None
         for name, harmless in UNSUPPORTED.items():
             if not _asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
