@@ -13,7 +13,8 @@ text does not extend it (a template that trims or rewrites history, a changed sy
 dropped turns, an interrupted reply, another client's prompt), the whole text is tokenized and the
 engine falls back to the longest common token prefix with what its KV cache holds.
 
-A generation cut by a stop string is not remembered. Its text ends where the stop string begins,
+A generation cut by a stop string (or by an editor's limit, which cuts the text within a token
+too) is not remembered. Its text ends where the stop string begins,
 but its tokens go on: the token that completed the stop string spells the stop string (and maybe
 more), and tokens accepted with it may follow. Reusing those tokens for a prompt whose text merely
 extends the cut text would put tokens in front of the model that its transcript does not hold,
@@ -56,9 +57,9 @@ class PromptCache:
 
     def remember(self, prompt_text: str | None, prompt_tokens: list[int], result: Result | None) -> None:
         """Keep the transcript of a generation that has ended (result None: cut short; forgotten,
-        as is one whose prompt was token ids, with no text). A generation cut by a stop string is
-        forgotten too: see the module docstring."""
-        if prompt_text is None or result is None or result.stop_reason == "stop":
+        as is one whose prompt was token ids, with no text). A generation cut by a stop string or
+        a limit is forgotten too: see the module docstring."""
+        if prompt_text is None or result is None or result.stop_reason in ("stop", "limit"):
             self._last = None
         else:
             self._last = (prompt_text + result.text, prompt_tokens + result.tokens)

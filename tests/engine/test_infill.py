@@ -7,6 +7,7 @@ import tiny_models as tm
 
 import specllm
 from specllm.engine.infill import CURRENT_FILE, REPO_NAME, SNIPPET_LINE, ContextFile, infill_prompt
+from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.text import TextStream
 from specllm.errors import SpecllmError
 from specllm.llama.model import FimTokens
@@ -212,3 +213,15 @@ def test_bad_limits_are_refused(engine, value):
         engine.generate("x", max_tokens=2, min_indent=value)
     with pytest.raises(SpecllmError, match="line_seconds"):
         engine.generate("x", max_tokens=2, line_seconds=value if value != 1.5 else float("nan"))
+
+
+def test_a_reply_cut_by_a_limit_is_not_continued_from_its_tokens(engine):
+    """The limit cuts the text within a token: the tokens spell more than the text, and a prompt
+    that extends the text must not be read with them (engine/prompt_cache.py)."""
+    prompt = "<|fim_prefix|>" + PREFIX + "<|fim_suffix|>" + SUFFIX + "<|fim_middle|>"  # control tokens read
+    limited = engine.generate(prompt, max_tokens=200, temperature=0, drafter="none", min_indent=1)
+    assert limited.stop_reason == "limit"
+    cache = PromptCache(engine)
+    cache.remember(prompt, engine.prompt_tokens(prompt), limited)
+    assert cache.tokens is None
+    assert not cache.prompt(prompt + limited.text + "x").extended
