@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specllm.errors import SpecllmError
-from specllm.llama.model import FimTokens, Model
+from specllm.llama.model import FimTokens, Model, common_prefix
 
 REPO_NAME = "myproject"  # llama-server's placeholders
 CURRENT_FILE = "filename"
@@ -75,7 +75,11 @@ def infill_prompt(
     never cut: the text typed on the cursor's line."""
     fim = fim_tokens(target)
     tokenize = _tokenizer(target)
-    before, after, typed = tokenize(prefix), tokenize(suffix), tokenize(line)
+    # The line is read with the prefix, as the file's text is (a SentencePiece vocabulary would
+    # put a space before a text read on its own); its tokens, those the prefix alone lacks, stay.
+    written, after = tokenize(prefix + line), tokenize(suffix)
+    typed = written[common_prefix(written, tokenize(prefix)) :] if line else []
+    before = written[: len(written) - len(typed)]
     fixed = [target.bos] if target.add_bos else []
     line_room = budget - len(fixed) - 3  # what the line may take: the rest of the prompt may be cut
     if len(typed) > line_room:

@@ -621,10 +621,17 @@ class Engine:
         other `files` of the project for context (engine/infill.py): the latest that fit in a
         quarter of the context. It leaves room for `max_tokens` (at most half the context; a
         quarter when not given) and cuts the code to do so."""
-        for text in (prefix, suffix, line, *(f.text for f in files), *(f.name for f in files)):
-            _check_text(text, "the text around a gap")
+        for text, what in ((prefix, "the prefix"), (suffix, "the suffix"), (line, "the cursor's line")):
+            _check_text(text, what)
+        for file in files:
+            if not isinstance(file, ContextFile):
+                raise SpecllmError(f"files are ContextFile(name, text)s, not {type(file).__name__}")
+            _check_text(file.name, "a file's name")
+            _check_text(file.text, f"the text of {file.name}")
+        if max_tokens is not None and whole_number("max_tokens", max_tokens) < 1:
+            raise SpecllmError(f"max_tokens must be >= 1, got {max_tokens}")
         n_ctx = self.target.n_ctx
-        reply = n_ctx // 4 if max_tokens is None else min(whole_number("max_tokens", max_tokens), n_ctx // 2)
+        reply = n_ctx // 4 if max_tokens is None else min(max_tokens, n_ctx // 2)
         with self._using_models():
             self._check_open()
             budget, files_room = n_ctx - reply, int(n_ctx * FILES_SHARE)
@@ -741,10 +748,7 @@ class Engine:
 def _check_text(text, what: str) -> None:
     if not isinstance(text, str):
         raise SpecllmError(f"{what} is text (a str), not {type(text).__name__}")
-    try:  # bytes that were not UTF-8 (from a pipe or an argument) arrive as lone surrogates
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SpecllmError(f"{what} is not valid UTF-8 text") from None
+    check_utf8(text, what)
 
 
 def describe_models(engine: Engine) -> str:

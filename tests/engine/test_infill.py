@@ -10,7 +10,7 @@ from specllm.engine.infill import CURRENT_FILE, REPO_NAME, SNIPPET_LINE, Context
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.text import TextStream
 from specllm.errors import SpecllmError
-from specllm.llama.model import FimTokens
+from specllm.llama.model import FimTokens, common_prefix
 
 PREFIX = "def total(values):\n    result = 0\n    for value in values:\n"
 SUFFIX = "\n    return result\n\nprint(total([1, 2]))\n"
@@ -36,16 +36,20 @@ def test_the_gap_is_the_models_fim_tokens_around_the_text(engine):
     assert prompt.left_out == 0
 
 
-def test_the_line_follows_the_prefix_and_empty_texts_add_nothing(engine):
+def line_tokens(engine, prefix: str, line: str) -> list[int]:
+    """The tokens of the line as it is read after the prefix: those the prefix alone lacks."""
+    written = text_tokens(engine, prefix + line)
+    return written[common_prefix(written, text_tokens(engine, prefix)) :]
+
+
+def test_the_line_is_read_with_the_prefix_and_empty_texts_add_nothing(engine):
+    """SentencePiece puts a space before a text read on its own: the line (llama-server's
+    `prompt`) is read as the file's text, after the prefix."""
     prompt = engine.infill_prompt(PREFIX, "", line="        res")
-    assert prompt.tokens == [
-        tm.BOS_ID,
-        PRE,
-        *text_tokens(engine, PREFIX),
-        *text_tokens(engine, "        res"),
-        SUF,
-        MID,
-    ]
+    assert prompt.tokens == [tm.BOS_ID, PRE, *text_tokens(engine, PREFIX + "        res"), SUF, MID]
+    assert text_tokens(engine, PREFIX) + text_tokens(engine, "        res") != text_tokens(
+        engine, PREFIX + "        res"
+    )
 
 
 def test_files_come_first_in_the_repository_form(engine):
@@ -111,9 +115,10 @@ def test_a_short_suffix_leaves_its_share_to_the_prefix(engine):
 
 def test_a_cursor_line_longer_than_the_room_says_how_much_room_there_is(engine):
     line = "        result = result + value"
-    n = len(text_tokens(engine, line))
+    typed = line_tokens(engine, PREFIX, line)
+    n = len(typed)
     fits = infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n, files_room=0, line=line)  # BOS, FIM tokens
-    assert fits.tokens == [tm.BOS_ID, PRE, *text_tokens(engine, line), SUF, MID]
+    assert fits.tokens == [tm.BOS_ID, PRE, *typed, SUF, MID]
     message = f"the text on the cursor's line is {n} tokens, more than the {n - 1} the prompt has room for"
     with pytest.raises(SpecllmError, match=message):
         infill_prompt(engine.target, PREFIX, SUFFIX, budget=1 + 3 + n - 1, files_room=0, line=line)
@@ -225,3 +230,17 @@ def test_a_reply_cut_by_a_limit_is_not_continued_from_its_tokens(engine):
     cache.remember(prompt, engine.prompt_tokens(prompt), limited)
     assert cache.tokens is None
     assert not cache.prompt(prompt + limited.text + "x").extended
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda e: e.infill_prompt(PREFIX, SUFFIX, max_tokens=0), "max_tokens must be >= 1"),
+        (lambda e: e.infill_prompt(PREFIX, SUFFIX, files=[{"name": "a", "text": ""}]), "files are ContextFile"),
+        (lambda e: e.infill_prompt(PREFIX, SUFFIX, files=[ContextFile("a.py", "\udcff")]), "the text of a.py is not"),
+        (lambda e: e.infill_prompt(PREFIX, SUFFIX, line="\udcff"), "the cursor's line is not valid UTF-8"),
+    ],
+)
+def test_bad_arguments_of_a_gap_are_named(engine, call, message):
+    with pytest.raises(SpecllmError, match=message):
+        call(engine)
