@@ -23,9 +23,10 @@ UNSUPPORTED = {
     "grammar": (None, ""),
     "json_schema": (None, {}),
     "repeat_penalty": (None, 1, 1.0),
-    "mirostat": (None, 0),  # 1 and 2 are samplers of their own (Continue's llama.cpp provider sends it)
+    "mirostat": (None, 0, 0.0),  # 1 and 2 are samplers of their own (Continue's llama.cpp provider sends it)
     "lora": (None, []),
 }
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama-server's default seed, which asks for a fresh one
 STOP_TYPES = {"eos": "eos", "stop": "word", "max_tokens": "limit", "context_full": "limit", "limit": "limit"}
 
 
@@ -44,11 +45,11 @@ class LlamaRequest(_Request):
     response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
     n_indent: int = Field(0, ge=0)  # end before a new line indented less (TextStream)
     t_max_predict_ms: int | float = Field(0, ge=0, allow_inf_nan=False)  # end at a line break after this; 0: never
-    seed: int | None = Field(None, ge=-1, le=MAX_SEED)  # -1: a fresh one, as llama-server reads it
+    seed: int | None = Field(None, ge=-1, le=MAX_SEED)  # -1 or 2^32-1: a fresh one, as llama-server reads them
 
     def check(self) -> None:
         super().check()
-        if self.seed == -1:
+        if self.seed in (-1, LLAMA_DEFAULT_SEED):
             self.seed = None
         for name, harmless in UNSUPPORTED.items():
             if not _asks_nothing((self.model_extra or {}).get(name), harmless):
@@ -121,9 +122,7 @@ class LlamaReply(Reply):
             "model": self.model,
             "tokens_predicted": counts["completion_tokens"],
             "tokens_evaluated": counts["prompt_tokens"],
-            # llama-server's: what the KV cache holds of this prompt and reply at the end (all but
-            # the reply's last token, never evaluated); it tells nothing of other clients' requests
-            "tokens_cached": counts["prompt_tokens"] + max(counts["completion_tokens"] - 1, 0),
+            "tokens_cached": tokens_cached(result),
             "truncated": self.left_out > 0,
             "timings": {
                 "prompt_n": stats.prefill_tokens,
@@ -136,6 +135,14 @@ class LlamaReply(Reply):
             "specllm": specllm_stats(result, seed),
         }
         return _only(self.fields, body) if self.fields else body
+
+
+def tokens_cached(result: Result) -> int:
+    """llama-server's tokens_cached: what the KV cache holds of this prompt and reply at the end.
+    The reply's last token is never evaluated, but for an end-of-text token, which is not part of
+    the reply: the token before it was. It tells nothing of other clients' requests."""
+    generated = len(result.tokens)
+    return result.stats.prompt_tokens + (generated if result.stop_reason == "eos" else max(generated - 1, 0))
 
 
 def _rate(n: int, seconds: float) -> float:

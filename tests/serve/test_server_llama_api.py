@@ -13,6 +13,8 @@ from serving import CTX, Server, serve_log
 
 import specllm
 from specllm.engine.infill import ContextFile
+from specllm.engine.loop import Result, Stats
+from specllm.serve.llama_api import tokens_cached
 
 PREFIX = "def total(values):\n    result = 0\n"
 SUFFIX = "\n    return result\n"
@@ -201,3 +203,18 @@ def test_completion_is_llama_servers_completion(srv, engine, stream):
     ids = dict(body, prompt=engine.prompt_tokens(text), stream=False, seed=-1)  # llama-server's "a fresh seed"
     assert srv.post("/completion", json.dumps(ids).encode())[1]["content"] == alone.text
     assert srv.post("/completion", json.dumps(dict(ids, prompt=[])).encode())[0] == 400
+
+
+def test_tokens_cached_counts_what_the_kv_cache_holds_as_llama_server():
+    stats = Stats(prompt_tokens=10)
+    assert tokens_cached(Result("abc", [7, 8, 9], "max_tokens", stats)) == 12  # the last token never evaluated
+    assert tokens_cached(Result("abc", [7, 8, 9], "eos", stats)) == 13  # the end of text is none of them
+
+
+@pytest.mark.parametrize("seed", [-1, 4294967295])
+def test_llama_servers_seeds_for_a_fresh_one_ask_for_a_fresh_one(srv, seed):
+    body = dict(prompt="def", n_predict=2, seed=seed, mirostat=0.0)
+    status, data = srv.post("/completion", json.dumps(body).encode())
+    assert status == 200 and data["specllm"]["seed"] != 4294967295
+    again = srv.post("/completion", json.dumps(body).encode())[1]
+    assert again["specllm"]["seed"] != data["specllm"]["seed"]
