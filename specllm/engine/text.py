@@ -47,7 +47,8 @@ class TextStream:
         self._min_indent, self._line_seconds = min_indent, line_seconds
         self.text = ""  # everything decoded so far, cut at a stop string once one is seen
         self._shown = 0  # how much of self.text has been handed out
-        self._lines_checked = 0  # the text before this has no line that ends it (min_indent)
+        self._scanned = 0  # min_indent: the text read so far,
+        self._indent: int | None = None  # and the indentation of the line it is in (None: in its text)
         self._started: float | None = None  # when the first token came (line_seconds)
         self.stopped = False  # a stop string was seen, or a limit reached
         self.limited = False  # stopped by min_indent or line_seconds, not a stop string
@@ -59,7 +60,7 @@ class TextStream:
         new = self._decoder.decode(data)
         self.text += new
         self._cut_at_stop()
-        if not self.stopped:
+        if not self.stopped and (self._min_indent or self._line_seconds is not None):
             self._apply_limits("\n" in new)
         return self._release(len(self.text) if self.stopped else self._safe_end())
 
@@ -73,20 +74,22 @@ class TextStream:
             self.stopped = self.limited = True
 
     def _cut_at_outdent(self) -> None:
-        """End the text before the first character of a new line indented less than min_indent;
-        a line whose first character has not come yet waits for it."""
-        text, newline = self.text, self.text.find("\n", self._lines_checked)
-        while newline >= 0:
-            first = newline + 1
-            while first < len(text) and text[first] in " \t":
-                first += 1
-            if first == len(text):
+        """End the text before the first character of a new line indented less than min_indent
+        (a blank line's first character is its line break). Each character is read once."""
+        text = self.text
+        for at in range(self._scanned, len(text)):
+            char = text[at]
+            if self._indent is None:  # in a line's text (the first line is never judged)
+                if char == "\n":
+                    self._indent = 0
+            elif char in " \t":
+                self._indent += 1
+            elif self._indent < self._min_indent:
+                self.text, self.stopped, self.limited = text[:at], True, True
                 return
-            if first - newline - 1 < self._min_indent:
-                self.text, self.stopped, self.limited = text[:first], True, True
-                return
-            self._lines_checked = first
-            newline = text.find("\n", first)
+            else:
+                self._indent = 0 if char == "\n" else None
+        self._scanned = len(text)
 
     def finish(self) -> str:
         """End of generation: flush whatever is held back (an unfinished byte sequence becomes U+FFFD)."""
