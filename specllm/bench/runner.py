@@ -79,12 +79,13 @@ class BenchPrompt:
     max_tokens: int | None = None  # None: the bench's --max-tokens
     suffix: str | None = None  # fill in the middle: `prompt` is the code before the gap, this after it
 
-    def tokens(self, engine: Engine, chat: bool, max_tokens: int) -> list[int]:
-        """The prompt as the engine gets it: a gap's FIM prompt, else the message (chat: with the
-        chat template)."""
+    def tokens(self, engine: Engine, settings: BenchSettings) -> list[int]:
+        """The prompt as the engine gets it: a gap's FIM prompt (with room for this prompt's
+        reply), else the message (with the chat template unless the settings say raw)."""
         if self.suffix is not None:
-            return engine.infill_prompt(self.prompt, self.suffix, max_tokens=max_tokens).tokens
-        return engine.prompt_tokens(self.prompt, chat=chat)
+            reply = self.max_tokens or settings.max_tokens
+            return engine.infill_prompt(self.prompt, self.suffix, max_tokens=reply).tokens
+        return engine.prompt_tokens(self.prompt, chat=settings.chat)
 
 
 def builtin_prompts() -> list[BenchPrompt]:
@@ -319,7 +320,7 @@ class _Running:
             drafter=config.drafter,
             gamma=None if config.drafter == Drafter.AUTO else max(config.gamma or 1, 1),
         )
-        self.tokens = prompt.tokens(engine, settings.chat, gen.max_tokens)
+        self.tokens = prompt.tokens(engine, settings)  # a warm-up's shorter reply reads the same prompt
         for model in (engine.target, engine.draft):
             if model is not None:
                 model.truncate(0)
@@ -494,7 +495,7 @@ def run_bench(
     done += 1
 
     progress("calibration", done, total)
-    context = prompts[0].tokens(engine, settings.chat, prompts[0].max_tokens or settings.max_tokens)
+    context = prompts[0].tokens(engine, settings)
     calibration = calibrate(engine, settings.max_gamma + 1, context, settings.calibration_reps)
     done += 1
 
@@ -558,10 +559,19 @@ def check_prompts_fit(engine: Engine, prompts: list[BenchPrompt], settings: Benc
     measured before it."""
     n_ctx = engine.target.n_ctx
     for i, prompt in enumerate(prompts):
-        n = len(prompt.tokens(engine, settings.chat, prompt.max_tokens or settings.max_tokens))
+        n = len(_tokens_of(engine, i, prompt, settings))
         if n >= n_ctx:
             start = prompt.prompt[:40] + ("…" if len(prompt.prompt) > 40 else "")
             raise ContextFull(n, n_ctx, what=f"prompt {i + 1} ({prompt.category}: {start!r})")
+
+
+def _tokens_of(engine: Engine, i: int, prompt: BenchPrompt, settings: BenchSettings) -> list[int]:
+    """A prompt's tokens, or the error that says which prompt has none (a gap for a model
+    without fill-in-the-middle tokens)."""
+    try:
+        return prompt.tokens(engine, settings)
+    except SpecllmError as e:
+        raise SpecllmError(f"prompt {i + 1} ({prompt.category}): {e}") from None
 
 
 def _positions(prompts: list[BenchPrompt]) -> list[str]:

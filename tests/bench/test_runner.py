@@ -98,13 +98,16 @@ def test_a_gap_is_benched_with_its_fim_prompt(tiny_code_models):
         run = b.run_one(e, 0, gap, b.Configuration("model", 3), settings())
         assert run.prompt_tokens == e.infill_prompt(gap.prompt, gap.suffix, max_tokens=12).tokens
         assert run.result.tokens == e.generate(run.prompt_tokens, max_tokens=12, temperature=0, drafter="none").tokens
+        cut = b.BenchPrompt("x = 1\n" * 300, "fill", 12, "\n")  # cut to leave room for its reply
+        warm_up = b.run_one(e, 0, cut, b.Configuration("model", 3), settings(), max_tokens=200)
+        assert warm_up.prompt_tokens == b.run_one(e, 0, cut, b.Configuration("model", 3), settings()).prompt_tokens
     finally:
         e.close()
 
 
 def test_a_gap_the_model_cannot_fill_is_refused_before_anything_runs(engine):
     events = []
-    with pytest.raises(SpecllmError, match="no fill-in-the-middle tokens"):
+    with pytest.raises(SpecllmError, match=r"^prompt 3 \(fill\): target.gguf has no fill-in-the-middle tokens"):
         b.run_bench(
             engine, [*SMALL_SUITE[:2], b.BenchPrompt("a", "fill", None, "b")], settings(), lambda *e: events.append(e)
         )
