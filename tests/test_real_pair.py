@@ -55,13 +55,17 @@ def test_greedy_speculative_matches_target_only_but_at_near_ties(engine, baselin
 
 def test_fill_in_the_middle_writes_code_that_fits_the_gap(engine):
     """Qwen2.5-Coder's FIM tokens, found by their text (its GGUFs name none), prompt a gap that the
-    target fills with code the whole file parses with, drafted or not."""
+    target fills with code the whole file parses with; drafted, the same but at near-ties."""
     prefix = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
     suffix = "\n\nprint(fibonacci(10))\n"
     assert engine.target.fim_tokens == FimTokens(151659, 151661, 151660, repo=151663, file_sep=151664)
-    prompt = engine.infill_prompt(prefix, suffix, max_tokens=64).tokens
-    alone = engine.generate(prompt, max_tokens=64, temperature=0, drafter="none")
-    assert alone.stop_reason == "eos"
-    ast.parse(prefix + alone.text + suffix)
-    drafted = engine.generate(prompt, max_tokens=64, temperature=0, drafter="model")
-    assert drafted.tokens == alone.tokens and drafted.stats.n_drafted > 0
+    gap = BenchPrompt(prefix, "fill", 64, suffix)
+    settings = BenchSettings(configurations=(BASELINE, Configuration("model", 4)), max_tokens=64)  # greedy
+    alone = run_one(engine, 0, gap, BASELINE, settings)
+    assert alone.prompt_tokens == engine.infill_prompt(prefix, suffix, max_tokens=64).tokens
+    assert alone.result.stop_reason == "eos"
+    ast.parse(prefix + alone.result.text + suffix)
+    drafted = run_one(engine, 0, gap, Configuration("model", 4), settings)
+    assert drafted.result.stats.n_drafted > 0
+    divergence = check_fidelity(engine.target, drafted.prompt_tokens, alone.emitted, drafted.emitted, drafted.calls)
+    assert divergence is None or divergence["kind"] == NEAR_TIE, divergence

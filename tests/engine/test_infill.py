@@ -1,11 +1,13 @@
 """Fill in the middle (engine/infill.py) on tiny models with Qwen2.5-Coder's FIM tokens."""
 
+import itertools
 from contextlib import closing
 
 import pytest
 import tiny_models as tm
 
 import specllm
+from specllm.engine import text as text_module
 from specllm.engine.infill import CURRENT_FILE, REPO_NAME, SNIPPET_LINE, ContextFile, infill_prompt
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.text import TextStream
@@ -196,8 +198,12 @@ def test_min_indent_ends_before_the_first_outdented_line(text, kept):
         assert (out, whole, limited) == ((kept, kept, True) if kept is not None else (text, text, False))
 
 
-def test_line_seconds_end_at_the_first_line_break_after_them():
-    assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=0)[1:] == ("a\n", True)  # the first token starts the clock
+def test_line_seconds_end_at_the_first_line_break_after_them(monkeypatch):
+    clock = itertools.count()  # a second more at every reading
+    monkeypatch.setattr(text_module.time, "monotonic", lambda: next(clock))
+    # pushes "a", "\n", "b", "\nc\n": the clock starts at the first, then reads 1, 2, 3 s after it
+    assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=1.5)[1:] == ("a\nb\nc\n", True)  # "\n" at 1 s: too soon
+    assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=0.5)[1:] == ("a\n", True)
     assert pushed("a\nb\nc\n", [1, 2, 3], line_seconds=3600)[1:] == ("a\nb\nc\n", False)
 
 

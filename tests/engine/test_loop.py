@@ -1339,7 +1339,9 @@ def test_closing_from_another_thread_stops_a_prefill_under_way(tiny_models, clos
     runner = threading.Thread(target=lambda: list(generation) if close == "generation" else _ends(generation))
     try:
         runner.start()
+        deadline = time.monotonic() + 60
         while engine.target.n_evaluated < engine.target.n_batch:  # the prefill's first batch is done
+            assert runner.is_alive() and time.monotonic() < deadline
             time.sleep(0.001)
         (generation if close == "generation" else engine).close()
         runner.join(30)
