@@ -342,6 +342,8 @@ def run(
         text = engine.chat_prompt(text, system, thinking(think))
         opened = opens_thinking(text)
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
+    if gap and gap.left_out:
+        print(f"note: {gap.left_out} tokens of the code were cut to leave room for the reply", file=sys.stderr)
     generation = engine.start(gap.tokens if gap else text, config)
     console = Console()
     view: PlainView | LiveView

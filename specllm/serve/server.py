@@ -622,7 +622,8 @@ async def stream(
     without_paths: Callable[[str], str],
     steps: bool = False,
 ) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation, ending with `data: [DONE]`. The status
+    """The server-sent events of one streamed generation, ending with `data: [DONE]` (OpenAI's
+    endpoints; llama-server's end with their last object: Reply.END_OF_STREAM). The status
     is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
     With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
     generated, outcome = 0, None

@@ -146,12 +146,17 @@ def test_a_model_without_fim_tokens_says_so(tiny_models):
 
 def test_run_with_a_suffix_fills_the_gap(tiny_code_models, engine):
     models = ["--target", tiny_code_models.target, "--draft", tiny_code_models.draft, "--threads", 1]
-    args = ["run", PREFIX, "--suffix", SUFFIX, "-n", 16, "--temperature", 0, "--ctx-size", CTX, "--json", *models]
-    proc = subprocess.run(
-        [sys.executable, "-m", "specllm", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+
+    def run(prefix: str) -> subprocess.CompletedProcess:
+        args = ["run", prefix, "--suffix", SUFFIX, "-n", 16, "--temperature", 0, "--ctx-size", CTX, "--json", *models]
+        command = [sys.executable, "-m", "specllm", *map(str, args)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    proc = run(PREFIX)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["text"] == expected(engine).text
+    assert json.loads(proc.stdout)["text"] == expected(engine).text and "note:" not in proc.stderr
+    proc, left_out = run(PREFIX * 200), engine.infill_prompt(PREFIX * 200, SUFFIX, max_tokens=16).left_out
+    assert proc.returncode == 0 and f"note: {left_out} tokens of the code were cut" in proc.stderr and left_out > 0
 
 
 def test_n_predict_0_fills_the_cache_and_samples_one_token_as_llama_server(srv, engine, log):
