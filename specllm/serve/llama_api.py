@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import Result
 from specllm.engine.sampling import MAX_SEED
-from specllm.serve.openai_api import ApiError, Gap, Reply, _asks_nothing, _Request, specllm_stats, usage
+from specllm.serve.openai_api import ApiError, BaseRequest, Gap, Reply, asks_nothing, specllm_stats, usage
 
 # llama.cpp's fields that ask for what specllm does not do, and their values that ask nothing.
 UNSUPPORTED = {
@@ -36,7 +36,7 @@ class ExtraChunk(BaseModel):
     filename: str = "tmp"  # llama-server's name for a chunk that has none
 
 
-class LlamaRequest(_Request):
+class LlamaRequest(BaseRequest):
     """The fields llama-server's endpoints share."""
 
     # llama.cpp's max_tokens; -1: no limit; 0: one token, as llama-server samples one before it
@@ -52,7 +52,7 @@ class LlamaRequest(_Request):
         if self.seed in (-1, LLAMA_DEFAULT_SEED):
             self.seed = None
         for name, harmless in UNSUPPORTED.items():
-            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
+            if not asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property

@@ -93,7 +93,7 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
 }
 
 
-def _asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
+def asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
     """Whether `value` is one of `harmless`, type and all: in Python 0 == False and 1 == True."""
     return any(type(value) is type(h) and value == h for h in harmless)
 
@@ -103,7 +103,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Request(BaseModel):
+class BaseRequest(BaseModel):
     """Fields common to chat and completions requests."""
 
     model_config = ConfigDict(extra="allow", strict=True)
@@ -136,7 +136,7 @@ class _Request(BaseModel):
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
         for name, harmless in UNSUPPORTED.items():
-            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
+            if not asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property
@@ -274,7 +274,7 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
-class ChatRequest(_Request):
+class ChatRequest(BaseRequest):
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -332,7 +332,7 @@ class Gap:
     line: str = ""
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(BaseRequest):
     prompt: str | list[int] | list[str] | list[list[int]]  # OpenAI's batch forms: one prompt each
     suffix: str | None = None  # the text after the completion: the prompt is the text before the gap
 
@@ -355,7 +355,7 @@ class CompletionRequest(_Request):
             raise ApiError(400, "a suffix needs the prompt as text: the code before the gap", "suffix")
 
 
-def parse(kind: type[_Request], body: bytes) -> _Request:
+def parse(kind: type[BaseRequest], body: bytes) -> BaseRequest:
     """Validate a request body (JSON bytes) as `kind`; every problem is an ApiError 400."""
     try:
         request = kind.model_validate_json(body)

@@ -45,6 +45,7 @@ from specllm.errors import SpecllmError
 from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
 from specllm.serve.openai_api import (
     ApiError,
+    BaseRequest,
     ChatReply,
     ChatRequest,
     CompletionRequest,
@@ -493,27 +494,25 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         access(request, 200, "")
         return HTMLResponse(page_html(), headers=PAGE_HEADERS)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        body = await read_body(request, limit, settings.body_seconds)
-        return await generate(worker, request, parse(ChatRequest, body))
+    def generating(kind: type[BaseRequest]):
+        async def endpoint(request: Request):
+            body = await read_body(request, limit, settings.body_seconds)
+            return await generate(worker, request, parse(kind, body))
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        body = await read_body(request, limit, settings.body_seconds)
-        return await generate(worker, request, parse(CompletionRequest, body))
+        return endpoint
 
-    @app.post("/infill")
-    async def infill(request: Request):
-        body = await read_body(request, limit, settings.body_seconds)
-        return await generate(worker, request, parse(InfillRequest, body))
-
-    @app.post("/completion")
-    async def completion(request: Request):
-        body = await read_body(request, limit, settings.body_seconds)
-        return await generate(worker, request, parse(NativeCompletionRequest, body))
-
+    # OpenAI's endpoints, and llama-server's own (llama_api.py)
+    for path, kind in GENERATING.items():
+        app.add_api_route(path, generating(kind), methods=["POST"])
     return app
+
+
+GENERATING: dict[str, type[BaseRequest]] = {
+    "/v1/chat/completions": ChatRequest,
+    "/v1/completions": CompletionRequest,
+    "/infill": InfillRequest,
+    "/completion": NativeCompletionRequest,
+}
 
 
 def page_html() -> str:
