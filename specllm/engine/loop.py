@@ -600,8 +600,7 @@ class Engine:
         """One user message (after the system message, if any) through the target's chat template
         (ChatML for a model without one), with the template's `variables` ({"enable_thinking":
         False}); what chat=True prompts with."""
-        if not isinstance(message, str):  # else the template's own error would take the blame
-            raise SpecllmError(f"a message is text (a str), not {type(message).__name__}")
+        _require_str(message, "a message")  # else the template's own error would take the blame
         check_system(system)
         system_message = [{"role": "system", "content": system}] if system else []
         with self._using_models():  # the template is read from the model: not freed under the call
@@ -745,9 +744,13 @@ class Engine:
             self._live = False
 
 
+def _require_str(value, what: str) -> None:
+    if not isinstance(value, str):
+        raise SpecllmError(f"{what} is text (a str), not {type(value).__name__}")
+
+
 def _check_text(text, what: str) -> None:
-    if not isinstance(text, str):
-        raise SpecllmError(f"{what} is text (a str), not {type(text).__name__}")
+    _require_str(text, what)
     check_utf8(text, what)
 
 
@@ -780,8 +783,8 @@ class _LazyRows(Generic[RowT]):
 
 
 def check_system(system: str | None) -> None:
-    if system is not None and not isinstance(system, str):
-        raise SpecllmError(f"a system message is text (a str), not {type(system).__name__}")
+    if system is not None:
+        _require_str(system, "a system message")
 
 
 def make_config(**kwargs) -> GenerationConfig:

@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import Result
 from specllm.engine.sampling import MAX_SEED
-from specllm.serve.openai_api import ApiError, BaseRequest, Gap, Reply, asks_nothing, specllm_stats, usage
+from specllm.serve.openai_api import UNSUPPORTED, ApiError, BaseRequest, Gap, Reply, specllm_stats, usage
 
 # llama.cpp's fields that ask for what specllm does not do, and their values that ask nothing.
-UNSUPPORTED = {
+LLAMA_UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "n_probs": (None, 0),
     "grammar": (None, ""),
     "json_schema": (None, {}),
@@ -39,6 +39,8 @@ class ExtraChunk(BaseModel):
 class LlamaRequest(BaseRequest):
     """The fields llama-server's endpoints share."""
 
+    UNSUPPORTED_FIELDS: ClassVar[dict[str, tuple[object, ...]]] = UNSUPPORTED | LLAMA_UNSUPPORTED
+
     # llama.cpp's max_tokens; -1: no limit; 0: one token, as llama-server samples one before it
     # checks the limit (llama.vscode's requests that only fill the KV cache with other files)
     n_predict: int | None = Field(None, ge=-1)
@@ -51,9 +53,6 @@ class LlamaRequest(BaseRequest):
         super().check()
         if self.seed in (-1, LLAMA_DEFAULT_SEED):
             self.seed = None
-        for name, harmless in UNSUPPORTED.items():
-            if not asks_nothing((self.model_extra or {}).get(name), harmless):
-                raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property
     def requested_tokens(self) -> int | None:

@@ -93,7 +93,7 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
 }
 
 
-def asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
+def _asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
     """Whether `value` is one of `harmless`, type and all: in Python 0 == False and 1 == True."""
     return any(type(value) is type(h) and value == h for h in harmless)
 
@@ -107,6 +107,7 @@ class BaseRequest(BaseModel):
     """Fields common to chat and completions requests."""
 
     model_config = ConfigDict(extra="allow", strict=True)
+    UNSUPPORTED_FIELDS: ClassVar[dict[str, tuple[object, ...]]] = UNSUPPORTED  # refused, but at their harmless values
     model: str | None = None  # any name is accepted: the server has one model
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -135,8 +136,8 @@ class BaseRequest(BaseModel):
             raise ApiError(400, "specllm_steps is only allowed when stream is true", "specllm_steps")
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
-        for name, harmless in UNSUPPORTED.items():
-            if not asks_nothing((self.model_extra or {}).get(name), harmless):
+        for name, harmless in self.UNSUPPORTED_FIELDS.items():
+            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property

@@ -331,6 +331,7 @@ class EngineWorker:
         """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
         text, read, gap, left_out = None, None, request.gap(), 0
+        wanted = request.requested_tokens
         if chat:
             text, read = self.render_chat(request)
         elif isinstance(request.prompt, str) and gap is None:
@@ -340,7 +341,6 @@ class EngineWorker:
             prompt = self.cache.prompt(text)
             tokens, continues = prompt.tokens, prompt.extended
         elif gap is not None:
-            wanted = request.requested_tokens
             infill = engine.infill_prompt(gap.prefix, gap.suffix, files=gap.files, line=gap.line, max_tokens=wanted)
             tokens, left_out = infill.tokens, infill.left_out
         else:
@@ -356,7 +356,6 @@ class EngineWorker:
                 "context_length_exceeded",
             )
         seed = default_seed(request.seed)
-        wanted = request.requested_tokens
         # A reply fits room + 1 tokens (its last needs no KV slot of its own). Asked for more, or
         # for none, the engine ends it as context_full, as run's.
         beyond = room + 2
