@@ -5,6 +5,9 @@ block before they answer. Their chat template opens it at the end of the generat
 (Qwen3.5's prompt ends with "<think>\\n" unless `enable_thinking` is false), or the model writes
 "<think>" itself at the start of its reply; "</think>" ends it.
 
+gpt-oss writes its reasoning in harmony's analysis channel instead: a reply that begins as a
+harmony message (its channel or its recipient) is read by engine/harmony.py.
+
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
 (`split_reasoning`) gives. The reasoning is trimmed of whitespace at its two ends, and the answer
@@ -15,6 +18,9 @@ split: the tokens generated do not change.
 
 import enum
 from dataclasses import dataclass
+
+from specllm.engine.harmony import HarmonyReader, begins_harmony, may_begin_harmony
+from specllm.engine.text import marker_start
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -64,6 +70,7 @@ class _Where(enum.Enum):
     REASONING = enum.auto()  # inside the think block
     AFTER = enum.auto()  # just after "</think>": its whitespace is dropped
     ANSWER = enum.auto()
+    HARMONY = enum.auto()  # a gpt-oss reply: HarmonyReader reads it
 
 
 class ReasoningSplitter:
@@ -77,11 +84,12 @@ class ReasoningSplitter:
         self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
         self.spaces = ""  # the reasoning's trailing whitespace, held back
         self.ended = False
+        self.harmony = HarmonyReader()
 
     @property
     def thinking(self) -> bool:
         """Whether the reply is (so far) inside its think block."""
-        return self.where is _Where.REASONING
+        return self.where is _Where.REASONING or (self.where is _Where.HARMONY and self.harmony.thinking)
 
     def feed(self, text: str) -> Split:
         self.pending += text
@@ -98,8 +106,10 @@ class ReasoningSplitter:
                 body = self.pending.lstrip()
                 if body.startswith(THINK_OPEN):
                     self.where, self.pending = _Where.REASONING, body[len(THINK_OPEN) :]
-                elif THINK_OPEN.startswith(body) and not self.ended:  # whitespace, or a part of <think>
-                    break
+                elif begins_harmony(body):
+                    self.where = _Where.HARMONY
+                elif (THINK_OPEN.startswith(body) or may_begin_harmony(body)) and not self.ended:
+                    break  # whitespace, or a part of a marker
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
             elif self.where is _Where.REASONING:
@@ -108,7 +118,7 @@ class ReasoningSplitter:
                     reasoning += self.pending[:at]
                     self.where, self.pending, closed = _Where.AFTER, self.pending[at + len(THINK_CLOSE) :], True
                     continue
-                keep = 0 if self.ended else _marker_start(self.pending, THINK_CLOSE)
+                keep = 0 if self.ended else marker_start(self.pending, THINK_CLOSE)
                 reasoning += self.pending[: len(self.pending) - keep]
                 self.pending = self.pending[len(self.pending) - keep :]
                 break
@@ -117,10 +127,20 @@ class ReasoningSplitter:
                 if not self.pending:
                     break
                 self.where = _Where.ANSWER
+            elif self.where is _Where.HARMONY:
+                return self._harmony()
             else:
                 answer, self.pending = answer + self.pending, ""
                 break
         return Split(self._trimmed(reasoning, closed or self.ended), answer)
+
+    def _harmony(self) -> Split:
+        text, self.pending = self.pending, ""
+        reasoning, answer = self.harmony.feed(text)
+        if self.ended:
+            more = self.harmony.finish()
+            reasoning, answer = reasoning + more[0], answer + more[1]
+        return Split(reasoning, answer)
 
     def _trimmed(self, text: str, done: bool) -> str:
         """Reasoning to hand out, without the block's leading and trailing whitespace."""
@@ -131,11 +151,3 @@ class ReasoningSplitter:
         body = text.rstrip()
         self.spaces = "" if done else text[len(body) :]
         return body
-
-
-def _marker_start(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that is a beginning of `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0

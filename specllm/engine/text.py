@@ -21,6 +21,15 @@ def check_utf8(text: str | None, what: str) -> None:
         raise SpecllmError(f"{what} is not valid UTF-8 text (at character {e.start + 1})") from None
 
 
+def marker_start(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that is a beginning of `marker`: what to hold back
+    while the text streams, until it is known whether the marker follows."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0
+
+
 # C0 controls but newline and tab, DEL and C1 controls: on a terminal the model's escape sequence
 # would be obeyed (move the cursor, clear the screen, set the window title, write the clipboard),
 # so each is shown as a symbol (ESC as ␛, a carriage return as ␍).

@@ -227,3 +227,17 @@ def test_the_plain_view_writes_the_answer_to_stdout_and_the_reasoning_to_stderr(
     view.finish(None)
     out, err = capsys.readouterr()
     assert (out, err) == ("Paris is big\n", "Hmm, so\n")
+
+
+def test_a_gpt_oss_reply_is_shown_without_its_markup():
+    """Harmony's analysis channel is the reasoning, the final channel the answer; the markers
+    between are shown as nothing."""
+    pieces = ["<|channel|>", "analysis", "<|message|>", "Hmm", ", so", "<|end|>", "<|start|>", "assistant",
+              "<|channel|>", "final", "<|message|>", "Paris", " is big"]  # fmt: skip
+    steps = [Step([1], 1, 2, "", piece, "", Stats(), "model") for piece in pieces]
+    console = Console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT)
+    view = LiveView(console, "model")
+    for step in steps:
+        view.step(step)
+    assert view.body.plain == "Hmm, so\n\nParis is big"
+    assert styles(view.body, console)[0] == str(console.get_style(REASONING))

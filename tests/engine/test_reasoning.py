@@ -14,6 +14,12 @@ from specllm.engine.reasoning import (
     without_opening,
 )
 
+ANALYSIS = "<|channel|>analysis<|message|>"
+NEXT = "<|end|><|start|>assistant<|channel|>"
+FINAL = NEXT + "final<|message|>"
+ARGS = '{"city": "Paris"}'
+CALL = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + ARGS + "<|call|>"
+
 # (the reply, whether the prompt opened the think block, the reasoning and the answer expected)
 CASES = [
     ("Let me see.\n</think>\n\nParis.", True, "Let me see.", "Paris."),
@@ -33,6 +39,35 @@ CASES = [
     ("a</think>b</think>c", True, "a", "b</think>c"),  # one block: the first closing tag ends it
     ("  spaced  \n  out \n</think>  \n answer  ", True, "spaced  \n  out", "answer  "),
     ("Grüße 🙂</think>Ünïcode", True, "Grüße 🙂", "Ünïcode"),
+    # gpt-oss (harmony): the analysis channel is reasoning, every other message answer
+    (f"{ANALYSIS}We need the weather.{FINAL}It is sunny.", False, "We need the weather.", "It is sunny."),
+    (f"{ANALYSIS}Still thinking", False, "Still thinking", ""),  # max_tokens
+    (f"{ANALYSIS} a \n{NEXT}analysis<|message|> b {FINAL}Done.", False, "a\n\nb", "Done."),
+    (f"{ANALYSIS}Plan.{NEXT}commentary<|message|>Checking.{FINAL}Sunny.", False, "Plan.", "Checking.\n\nSunny."),
+    (f"{ANALYSIS}{NEXT}commentary<|message|>{FINAL}Sunny.", False, "", "Sunny."),  # empty messages: no gaps
+    (
+        f"{ANALYSIS}Need the tool.{NEXT}commentary to=functions.get_weather <|constrain|>json<|message|>{ARGS}",
+        False,
+        "Need the tool.",
+        CALL,
+    ),
+    (f" to=functions.get_weather<|channel|>commentary json<|message|>{ARGS}", False, "", CALL),  # in the role header
+    (
+        f"{ANALYSIS}R{NEXT}commentary to=functions.get_weather json<|message|>{ARGS}<|end|>{NEXT}final<|message|>OK",
+        False,
+        "R",
+        CALL + "OK",
+    ),
+    ("<|channel|>commentary to=assistant<|channel|>analysis<|message|>R<|end|>", False, "R", ""),  # stray header
+    ("<|start|>assistant<|channel|>final<|message|>Hi", False, "", "Hi"),
+    (f"{ANALYSIS}R{NEXT}fin", False, "R", ""),  # a later header cut short: left out
+    ("<|channel|>analysis", False, "", "<|channel|>analysis"),  # no message begun: as written
+    ("<|channel|>analysis then\nprose<|message|>x", False, "", "<|channel|>analysis then\nprose<|message|>x"),
+    ("<|channel|>" + "x" * 300 + "<|message|>y", False, "", "<|channel|>" + "x" * 300 + "<|message|>y"),
+    (f"{ANALYSIS}x <|en", False, "x <|en", ""),
+    (f"{ANALYSIS}Grüße 🙂{FINAL}Ünïcode", False, "Grüße 🙂", "Ünïcode"),
+    ("to be or not", False, "", "to be or not"),  # not a recipient: plain text
+    ("to", False, "", "to"),
 ]
 
 
