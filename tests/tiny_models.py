@@ -78,6 +78,7 @@ __all__ = [
     "VOCABS",
     "FIM_PIECES",
     "CODELLAMA_FIM_PIECES",
+    "HARMONY_PIECES",
     "byte_token_id",
     "vocab_pieces",
     "vocab_size",
@@ -105,12 +106,15 @@ ARCHS = ("llama", "qwen35", "mamba")
 # Per-arch draft noise (target agreement ~80% for each; see the module docstring).
 DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
-VOCABS = ("standard", "incompatible", "extended", "code", "codellama")
+VOCABS = ("standard", "incompatible", "extended", "code", "codellama", "harmony")
 # "code" vocab: the standard one and Qwen2.5-Coder's fill-in-the-middle control tokens after it,
 # which llama.cpp finds by their text (as in the real Qwen2.5-Coder files, whose GGUFs name none);
 # "codellama": CodeLlama's, which has no repository-level tokens.
 FIM_PIECES = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 CODELLAMA_FIM_PIECES = ["<PRE>", "<SUF>", "<MID>"]
+# "harmony" vocab: gpt-oss's message markup, control tokens in its GGUFs, which llama.cpp finds by
+# their text: it writes the first five as text, and ends generation at <|return|> and <|call|>.
+HARMONY_PIECES = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>"]
 
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 
@@ -238,6 +242,8 @@ def vocab_pieces(vocab: str = "standard") -> list[str]:
         normal = _STANDARD + FIM_PIECES
     elif vocab == "codellama":
         normal = _STANDARD + CODELLAMA_FIM_PIECES
+    elif vocab == "harmony":
+        normal = _STANDARD + HARMONY_PIECES
     elif vocab == "incompatible":
         # Same pieces, same size, reversed order: every id from FIRST_NORMAL_ID on has another text.
         normal = _STANDARD[::-1]
@@ -268,7 +274,7 @@ def _scores_and_types(pieces: list[str]) -> tuple[list[float], list[int]]:
         elif i < FIRST_NORMAL_ID:
             scores.append(0.0)
             types.append(gguf.TokenType.BYTE)
-        elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES:
+        elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES or text in HARMONY_PIECES:
             scores.append(0.0)
             types.append(gguf.TokenType.CONTROL)
         else:
@@ -528,8 +534,8 @@ def write_model(
     noise        > 0: the seed's weights plus N(0, (noise * rms(tensor))^2) noise from noise_seed
     vocab        "standard", "incompatible" (same size, other texts from id 261 on),
                  "extended" (standard + N_EXTRA_TOKENS normal pieces), "code" (standard +
-                 FIM_PIECES, fill-in-the-middle control tokens) or "codellama" (standard +
-                 CODELLAMA_FIM_PIECES)
+                 FIM_PIECES, fill-in-the-middle control tokens), "codellama" (standard +
+                 CODELLAMA_FIM_PIECES) or "harmony" (standard + HARMONY_PIECES, gpt-oss's markup)
     eos_token_id tokenizer.ggml.eos_token_id (a normal id makes that token end generation)
     chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none; a list
                  of {"name", "template"} stores "default" as that and the others by name
@@ -569,7 +575,7 @@ def write_model(
     if not 0 <= eos_token_id < n_vocab:
         raise ValueError(f"eos_token_id {eos_token_id} outside the vocab (0..{n_vocab - 1})")
     scores, types = _scores_and_types(pieces)
-    if vocab in ("code", "codellama"):  # control tokens (three of them end generation) are rarely the argmax
+    if vocab in ("code", "codellama", "harmony"):  # control tokens (some end generation) are rarely the argmax
         extra_scale *= _SPECIAL_ROW_SCALE
     n_vocab_std = vocab_size("standard")
 

@@ -28,7 +28,7 @@ from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
 from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
-from specllm.llama.templates import CHATML_TEMPLATE, compile_chat_template, render_bounded
+from specllm.llama.templates import CHATML_TEMPLATE, as_template_takes, compile_chat_template, render_bounded
 
 # What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and
 # copy it out and back in (checkpoints). Builds before 0.3.36 have neither.
@@ -337,7 +337,7 @@ class Model:
             return render_bounded(
                 template,
                 **(variables or {}),
-                messages=messages,
+                messages=as_template_takes(source, messages),
                 eos_token=self.token_text(self.eos).decode("utf-8", errors="replace"),
                 bos_token=self.token_text(self.bos).decode("utf-8", errors="replace"),
                 add_generation_prompt=add_generation_prompt,

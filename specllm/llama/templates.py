@@ -11,6 +11,25 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+HARMONY_CHANNEL = "<|channel|>"  # in gpt-oss's template, and in no other
+
+
+def as_template_takes(source: str, messages: list[dict]) -> list[dict]:
+    """The messages as this template takes them. gpt-oss's (harmony) reads an assistant's
+    reasoning from `thinking`, not `reasoning_content`, and refuses a call's message that has both
+    content and thinking: there the content goes, as llama-server drops it."""
+    if HARMONY_CHANNEL not in source:
+        return messages
+    return [_as_harmony_takes(m) if isinstance(m, dict) and m.get("reasoning_content") else m for m in messages]
+
+
+def _as_harmony_takes(message: dict) -> dict:
+    message = message | {"thinking": message["reasoning_content"]}
+    if message.get("tool_calls"):
+        message.pop("content", None)
+    return message
+
+
 # A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
 # access), rendering is bounded so that nested loops cannot grow memory or run without end.
 TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together

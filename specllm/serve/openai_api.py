@@ -261,7 +261,10 @@ class Tool(BaseModel):
     function: Function
 
     def to_template(self) -> dict:
-        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+        """As llama-server passes a tool, with a description even when it has none: templates
+        write it as text ("// " + tool.description in gpt-oss's), which no description fails."""
+        function = self.function.model_dump(exclude_none=True)
+        return {"type": "function", "function": {"name": function.pop("name"), "description": ""} | function}
 
 
 class NamedFunction(BaseModel):
@@ -281,6 +284,7 @@ class ChatRequest(BaseRequest):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict | None = None  # variables for the template, as llama-server and vLLM take
+    reasoning_effort: str | None = None  # OpenAI's; "none" turns thinking off, as llama-server reads it
 
     def check(self) -> None:
         super().check()
@@ -289,6 +293,8 @@ class ChatRequest(BaseRequest):
             verb = "is" if len(taken) == 1 else "are"
             message = f"chat_template_kwargs: {', '.join(taken)} {verb} set by the server, not the request"
             raise ApiError(400, message, "chat_template_kwargs")
+        if self.reasoning_effort is not None and not self.reasoning_effort.strip():
+            raise ApiError(400, "reasoning_effort: give a level (low, medium, high) or none", "reasoning_effort")
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) < len(names):
             raise ApiError(400, "tools: two tools have the same name", "tools")
@@ -296,6 +302,18 @@ class ChatRequest(BaseRequest):
             raise ApiError(400, "tool_choice: a call is asked for but no tools are given", "tool_choice")
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
             raise ApiError(400, f"tool_choice: no tool is named {self.tool_choice.function.name!r}", "tool_choice")
+
+    @property
+    def template_variables(self) -> dict | None:
+        """chat_template_kwargs, with reasoning_effort as llama-server passes it: as the variable of
+        that name (gpt-oss's template reads it), or, for "none", as enable_thinking false."""
+        if self.reasoning_effort is None:
+            return self.chat_template_kwargs
+        variables = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort == "none":
+            variables.pop("reasoning_effort", None)
+            return variables | {"enable_thinking": False}
+        return variables | {"reasoning_effort": self.reasoning_effort}
 
     @property
     def offered_tools(self) -> list[Tool]:

@@ -390,7 +390,7 @@ class EngineWorker:
             raise ApiError(400, message, "tools", "tools_not_supported")
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         tools = [t.to_template() for t in offered] or None
-        text = self.engine.target.render_chat(messages, tools=tools, variables=request.chat_template_kwargs)
+        text = self.engine.target.render_chat(messages, tools=tools, variables=request.template_variables)
         opened = opens_thinking(text)
         if not offered:
             return text, ChatReply(opened)

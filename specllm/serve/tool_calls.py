@@ -9,6 +9,8 @@ their template's own form, so every form is tried):
     <|python_tag|>{"name": ..., "parameters": {...}}            Llama 3.x (`;` between calls)
     [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]        Mistral
     [TOOL_CALLS]name[ARGS]{...}                                 newer Mistral ([CALL_ID]id optional)
+    <|start|>assistant to=functions.name<|channel|>commentary    gpt-oss (harmony): the form
+        json<|message|>{...}<|call|>                              engine/harmony.py gives each call
     ```json {"name": ..., "arguments": {...}} ```               a fenced block (object or list)
     {"name": ..., "arguments": {...}}  or  [{...}, ...]          bare JSON, as llama-server's generic
                                                                  handling accepts
@@ -30,6 +32,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
 from specllm.engine.reasoning import opens_thinking, without_opening
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -38,6 +41,7 @@ MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_
 XML_FUNCTION, XML_FUNCTION_END = "<function=", "</function>"
 XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
 XML_KEY = re.compile(r"[^<>\s]+")
+HARMONY_CALL = CALL_OPEN + "functions."
 FENCE = "```"
 CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
 WRAPPER_KEYS = {"type", "function", "id"}
@@ -139,7 +143,7 @@ class ToolCallParser:
     def _match(self, text: str) -> "_Match | _More | None":
         """The call region at the start of `text`, None when there is none, MORE when the text
         so far cannot tell."""
-        for form in (self._hermes, self._python_tag, self._mistral, self._fenced, self._bare):
+        for form in (self._hermes, self._python_tag, self._mistral, self._harmony, self._fenced, self._bare):
             found = form(text)
             if found is not None:
                 return found
@@ -252,6 +256,29 @@ class ToolCallParser:
         end, arguments = value
         call = self._call({"name": name.group(), "arguments": arguments})
         return _Match(end, [call]) if call else None
+
+    def _harmony(self, text: str):
+        """A harmony message to a function, as engine/harmony.py writes it: its arguments are
+        its whole body, which ends at CALL_CLOSE."""
+        after = _after_marker(text, HARMONY_CALL, self.ended)
+        if not isinstance(after, int):
+            return after
+        name = MISTRAL_NAME.match(text, after)
+        head = name.end() if name else after
+        if head == len(text):  # the name may still be growing
+            return None if self.ended else MORE
+        header = _after_marker(text[head:], CALL_HEADER, self.ended)
+        if name is None or name.group() not in self.names or not isinstance(header, int):
+            return header if name and name.group() in self.names else None
+        value = self._json_at(text, _skip_spaces(text, head + header))
+        if not isinstance(value, tuple):
+            return value
+        end, arguments = value
+        close = _after_marker(text[_skip_spaces(text, end) :], CALL_CLOSE, self.ended)
+        if not isinstance(close, int):
+            return close
+        call = self._call({"name": name.group(), "arguments": arguments})
+        return _Match(_skip_spaces(text, end) + close, [call]) if call else None
 
     def _fenced(self, text: str):
         """A fenced block of nothing but calls: one JSON value, or several one after another."""

@@ -18,7 +18,10 @@ from specllm.serve.openai_api import ChatReply, ToolReply
 CTX = 2048
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMETERS}}
+GET_WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": PARAMETERS},
+}
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 GREEDY = dict(model="x", temperature=0, max_tokens=12)
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -229,3 +232,13 @@ def test_calls_are_read_from_the_answer_only_however_the_reply_comes():
         assert [c["function"] for c in again["tool_calls"]] == [call["function"]]
         assert (again["content"], again["reasoning_content"]) == (message["content"], message["reasoning_content"])
         assert (streamed["text"], streamed["reasoning"]) == (message["content"], message["reasoning_content"])
+
+
+def test_reasoning_effort_none_turns_thinking_off(qwen35):
+    """OpenAI's reasoning_effort "none" is enable_thinking false, as llama-server reads it."""
+    engine, srv = qwen35
+    reply = srv.client().chat.completions.create(messages=ASK, reasoning_effort="none", **GREEDY)
+    prompt = engine.target.render_chat(ASK, variables={"enable_thinking": False})
+    assert prompt != engine.target.render_chat(ASK)
+    assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
+    assert "reasoning_content" not in reply.choices[0].message.to_dict()

@@ -28,6 +28,7 @@ W = '{"name": "get_weather", "arguments": {"city": "Paris"}}'  # a call as JSON
 L = '{"name": "get_weather", "arguments": {"city": "London"}}'
 X = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"  # a call as XML
 XL = "<function=get_weather>\n<parameter=city>\nLondon\n</parameter>\n</function>"
+H, HH = "<|start|>assistant to=functions.", "<|channel|>commentary json<|message|>"  # a harmony call's head
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -133,6 +134,19 @@ CASES = [
     ("if a < b and c[0] > d: print({x})", None, None),
     ("", None, []),
     ("  \n ", None, []),
+    # gpt-oss: a harmony message to a function, in the form engine/harmony.py gives each one
+    (f'{H}get_weather{HH}{{"city": "Paris"}}<|call|>', None, [PARIS]),
+    (
+        f'Let me check.\n\n{H}get_weather{HH}{{"city": "Paris"}}\n<|call|>{H}get_time{HH}'
+        f'{{"timezone": "UTC"}}<|call|>Done.',
+        "Let me check.\n\nDone.",
+        [PARIS, UTC],
+    ),
+    (f'{H}get_weather{HH}{{"city": "Paris"}} and more<|call|>', None, None),  # more than the arguments
+    (f'{H}get_weather{HH}{{"city": "Paris"}}', None, None),  # no end: the body was cut
+    (f'{H}nope{HH}{{"city": "Paris"}}<|call|>', None, None),  # a tool not offered
+    (f"{H}get_weather{HH}Paris<|call|>", None, None),  # arguments that are no JSON object
+    (f"{H}get_weather<|channel|>analysis<|message|>{{}}<|call|>", None, None),  # not the form given
 ]
 CASES = [(text, text if calls is None else content, calls or []) for text, content, calls in CASES]
 
@@ -239,6 +253,9 @@ def test_what_a_template_does_with_tools():
     # form is found all the same (it was the generic JSON one, which no such template writes).
     nemotron = inspect_template(renderer(tool_templates.NEMOTRON3))
     assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n")
+    # gpt-oss writes a call's recipient in the role header its prompt ends with
+    gpt_oss = inspect_template(renderer(tool_templates.GPT_OSS))
+    assert gpt_oss == ToolTemplate(True, True, " to=functions.", "<|channel|>commentary json<|message|>")
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
     assert inspect_template(renderer(tiny_models.CHATML_TEMPLATE)).renders_tools is False
     assert inspect_template(renderer("{{ raise_exception('no tools here') }}")).renders_tools is False
