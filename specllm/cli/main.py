@@ -38,6 +38,7 @@ from specllm.cli.options import (
     NoLive,
     OfflineOption,
     PairOption,
+    ReasoningEffort,
     Rpc,
     Seed,
     Snapshots,
@@ -300,6 +301,7 @@ def run(
     ] = True,
     system: Annotated[str | None, typer.Option(help="System message (with the chat template).")] = None,
     think: Think = None,
+    reasoning_effort: ReasoningEffort = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
     suffix: Annotated[
         str | None,
@@ -326,10 +328,14 @@ def run(
     show_llama_log(verbose)
     if system is not None and not chat_template:
         raise SpecllmError("--system needs the chat template: drop --raw")
-    if think is not None and not chat_template:
-        raise SpecllmError(f"--{'' if think else 'no-'}think needs the chat template: drop --raw")
-    if suffix is not None and (system is not None or think is not None):
-        raise SpecllmError("--suffix fills in the middle of code, without the chat template: drop --system and --think")
+    variables = thinking(think, reasoning_effort)
+    if variables is not None and not chat_template:
+        raise SpecllmError(f"{thinking_option(think, reasoning_effort)} needs the chat template: drop --raw")
+    if suffix is not None and (system is not None or variables is not None):
+        raise SpecllmError(
+            f"--suffix fills in the middle of code, without the chat template: drop "
+            f"{'--system' if system is not None else thinking_option(think, reasoning_effort)}"
+        )
     chat_template = chat_template and suffix is None
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
@@ -339,7 +345,7 @@ def run(
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     opened = False
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
-        text = engine.chat_prompt(text, system, thinking(think))
+        text = engine.chat_prompt(text, system, variables)
         opened = opens_thinking(text)
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
     if gap and gap.left_out:
@@ -366,9 +372,24 @@ def run(
         print(json.dumps(result_json(result, seed, opened)))
 
 
-def thinking(think: bool | None) -> dict | None:
-    """The chat template's variables for --think/--no-think (none: the template's default)."""
-    return None if think is None else {"enable_thinking": think}
+def thinking(think: bool | None, effort: str | None = None) -> dict | None:
+    """The chat template's variables for --think/--no-think and --reasoning-effort (none: the
+    template's defaults). An effort of "none" is --no-think, as serve reads OpenAI's field."""
+    if effort is not None and not effort.strip():
+        raise SpecllmError("--reasoning-effort: give a level (low, medium, high) or none")
+    if effort == "none":
+        if think:
+            raise SpecllmError("--think and --reasoning-effort none ask for opposite things: give one")
+        think, effort = False, None
+    variables = ({} if think is None else {"enable_thinking": think}) | (
+        {} if effort is None else {"reasoning_effort": effort}
+    )
+    return variables or None
+
+
+def thinking_option(think: bool | None, effort: str | None) -> str:
+    """The option that set the template's thinking variables, to name it in a message."""
+    return "--reasoning-effort" if effort is not None else f"--{'' if think else 'no-'}think"
 
 
 @app.command()
@@ -399,6 +420,7 @@ def chat(
         Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
     ] = None,
     think: Think = None,
+    reasoning_effort: ReasoningEffort = None,
     no_live: NoLive = False,
     verbose: Verbose = False,
 ):
@@ -412,6 +434,7 @@ def chat(
 
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
+    variables = thinking(think, reasoning_effort)
     options = LoadOptions.pick(locals())
     options.check()
     show_llama_log(verbose)
@@ -420,7 +443,7 @@ def chat(
     check_draft_length(engine, drafter, gamma)
     # --gamma alone: a fixed drafter without it drafts the pair's length, and /drafter auto its own
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, **sampler)
-    session = ChatSession(engine, config, system, thinking(think))
+    session = ChatSession(engine, config, system, variables)
     if saved:
         session.notices.append(session.restore(saved))
         session.system = system or session.system

@@ -150,6 +150,14 @@ Think = Annotated[
         show_default=False,
     ),
 ]
+ReasoningEffort = Annotated[
+    str | None,
+    typer.Option(
+        "--reasoning-effort",
+        help="Set the chat template's reasoning_effort (gpt-oss: low, medium or high); none is --no-think.",
+        show_default=False,
+    ),
+]
 
 
 @dataclass(frozen=True)

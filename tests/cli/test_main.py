@@ -625,6 +625,41 @@ def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
     assert_one_line_error(specllm_run("Hi", *args, "--raw", "--think"), "--think needs the chat template")
 
 
+def test_reasoning_effort_goes_to_the_template(tmp_path):
+    """--reasoning-effort sets gpt-oss's variable: the prompt is the one the template renders with
+    it (given with --raw, the same tokens); none is --no-think; a bad use is one line."""
+    import tiny_models as tm
+    import tool_templates
+
+    from specllm.llama.templates import compile_chat_template, render_bounded
+
+    path = tm.write_model(tmp_path / "gpt-oss.gguf", seed=0, vocab="harmony", chat_template=tool_templates.GPT_OSS)
+    args = ["--target", path, "--draft", "none", "--threads", 1, "--ctx-size", 1024, "--temperature", 0, "-n", 6]
+    high = json.loads(specllm_run("Hi", *args, "--json", "--reasoning-effort", "high").stdout)
+    rendered = render_bounded(
+        compile_chat_template(tool_templates.GPT_OSS),
+        messages=[{"role": "user", "content": "Hi"}],
+        add_generation_prompt=True,
+        reasoning_effort="high",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    assert "Reasoning: high" in rendered
+    raw = json.loads(specllm_run(rendered, "--raw", *args, "--json").stdout)
+    assert (high["text"], high["tokens"]) == (raw["text"], raw["tokens"])
+    assert high["stats"]["prompt_tokens"] == raw["stats"]["prompt_tokens"]
+    default = json.loads(specllm_run("Hi", *args, "--json").stdout)  # "Reasoning: medium"
+    assert default["stats"]["prompt_tokens"] != high["stats"]["prompt_tokens"]
+    assert_one_line_error(
+        specllm_run("Hi", *args, "--raw", "--reasoning-effort", "low"), "--reasoning-effort needs the chat template"
+    )
+    assert_one_line_error(
+        specllm_run("Hi", *args, "--think", "--reasoning-effort", "none"),
+        "--think and --reasoning-effort none ask for opposite things",
+    )
+    assert_one_line_error(specllm_run("Hi", *args, "--reasoning-effort", ""), "--reasoning-effort: give a level")
+
+
 def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(tiny_models, monkeypatch):
     """serve --drafter model (no --gamma) gave every request the pair's draft length as its
     gamma: a request for drafter auto drafted 4 tokens at most (15 on an auto server). chat's
