@@ -1,19 +1,23 @@
 """A thinking model's reasoning, kept apart from its answer; pure text, no model.
 
-Thinking models (Qwen3 and Qwen3.5, DeepSeek-R1 distills, SmolLM3, GLM, ...) reason in a think
-block before they answer. Their chat template opens it at the end of the generation prompt
-(Qwen3.5's prompt ends with "<think>\\n" unless `enable_thinking` is false), or the model writes
-"<think>" itself at the start of its reply; "</think>" ends it.
+Thinking models reason in a think block before they answer. Their chat template opens it at the
+end of the generation prompt (Qwen3.5's prompt ends with "<think>\\n" unless `enable_thinking` is
+false), or the model opens it itself at the start of its reply. The block's markers are
+THINK_MARKERS: "<think>" and "</think>" for most (Qwen3 and Qwen3.5, DeepSeek-R1 distills,
+SmolLM3, GLM, ...), "[THINK]" and "[/THINK]" for Magistral and Ministral 3, Gemma 4's thought
+channel, Command A's and Seed-OSS's. Where a tokenizer holds them as control tokens, the model's
+text shows them all the same (llama/model.py writes them, as llama-server preserves them).
 
 gpt-oss writes its reasoning in harmony's analysis channel instead: a reply that begins as a
 harmony message (its channel or its recipient) is read by engine/harmony.py.
 
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
-(`split_reasoning`) gives. The reasoning is trimmed of whitespace at its two ends, and the answer
-of the whitespace that follows "</think>"; a reply without a think block is all answer, exactly as
-generated; a block the reply leaves open (it reached max_tokens) is all reasoning. Only text is
-split: the tokens generated do not change.
+(`split_reasoning`) gives. A block ends at the first closing marker of any pair. The reasoning is
+trimmed of whitespace at its two ends, and the answer of the whitespace that follows the closing
+marker; a reply without a think block is all answer, exactly as generated; a block the reply
+leaves open (it reached max_tokens) is all reasoning. Only text is split: the tokens generated do
+not change.
 """
 
 import enum
@@ -22,34 +26,61 @@ from dataclasses import dataclass
 from specllm.engine.harmony import HarmonyReader, begins_harmony, may_begin_harmony
 from specllm.engine.text import marker_start
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+THINK_MARKERS = (
+    ("<think>", "</think>"),
+    ("[THINK]", "[/THINK]"),  # Magistral, Ministral 3
+    ("<|channel>thought", "<channel|>"),  # Gemma 4
+    ("<|START_THINKING|>", "<|END_THINKING|>"),  # Command A
+    ("<seed:think>", "</seed:think>"),  # Seed-OSS
+)
+THINK_OPEN, THINK_CLOSE = THINK_MARKERS[0]
+OPENINGS = tuple(opening for opening, _ in THINK_MARKERS)
+CLOSINGS = tuple(closing for _, closing in THINK_MARKERS)
+
+
+def closing_marker(prompt: str) -> str | None:
+    """The marker that ends the think block a rendered chat prompt ends inside (its template
+    began the reply's reasoning), or None: a block it opened and closed, as Qwen3.5's does
+    without thinking, is no open one."""
+    end = prompt.rstrip()
+    return next((closing for opening, closing in THINK_MARKERS if end.endswith(opening)), None)
 
 
 def opens_thinking(prompt: str) -> bool:
-    """Whether a rendered chat prompt ends inside an open think block: its template began the
-    reply's reasoning (a block it opened and closed, as Qwen3.5's does without thinking, is no
-    open one)."""
-    return prompt.rstrip().endswith(THINK_OPEN)
+    """Whether a rendered chat prompt ends inside an open think block (closing_marker)."""
+    return closing_marker(prompt) is not None
 
 
 def without_opening(prompt: str) -> str:
     """A prompt that opens a think block (opens_thinking) without that opening: where a template
     that opens one in its generation prompt begins the assistant turns it renders itself."""
-    return prompt.rstrip().removesuffix(THINK_OPEN)
+    end = prompt.rstrip()
+    return next((end.removesuffix(opening) for opening in OPENINGS if end.endswith(opening)), end)
 
 
-def after_think_block(text: str, opened: bool) -> str:
+def after_think_block(text: str, closing: str | None) -> str:
     """`text`, which a template writes after a reply's think block or in place of one (a call's
     start: Qwen3.5's "\\n</think>\\n\\n<tool_call>", Nemotron 3's "<think></think>\\n<tool_call>",
     MiniMax M2's "<minimax:tool_call>"), made to follow the prompt: one that opened a think block
-    (`opened`) gets it closed first, else what followed would be reasoning; one that closed it, or
-    has none, gets no second end tag."""
-    before, close, after = text.partition(THINK_CLOSE)
-    if not opened:
+    (`closing`: the marker that ends it) gets it closed first, else what followed would be
+    reasoning; one that closed it, or has none, gets no second end tag."""
+    if closing is None:
+        before, close, after = _first_closing(text)
         return after.lstrip() if close else text
+    opening = OPENINGS[CLOSINGS.index(closing)]
+    before, close, after = text.partition(closing)
     if close:
-        return before.replace(THINK_OPEN, "") + close + after
-    return f"{THINK_CLOSE}\n\n{text.lstrip()}"
+        return before.replace(opening, "") + close + after
+    return f"{closing}\n\n{text.lstrip()}"
+
+
+def _first_closing(text: str) -> tuple[str, str, str]:
+    """text.partition at the first closing marker of any pair."""
+    found = [(at, closing) for closing in CLOSINGS if (at := text.find(closing)) >= 0]
+    if not found:
+        return text, "", ""
+    at, closing = min(found)
+    return text[:at], closing, text[at + len(closing) :]
 
 
 @dataclass(frozen=True)
@@ -68,7 +99,7 @@ def split_reasoning(reply: str, opened: bool = False) -> Split:
 class _Where(enum.Enum):
     START = enum.auto()  # nothing but whitespace yet: the reply may still open a block
     REASONING = enum.auto()  # inside the think block
-    AFTER = enum.auto()  # just after "</think>": its whitespace is dropped
+    AFTER = enum.auto()  # just after the block's closing marker: its whitespace is dropped
     ANSWER = enum.auto()
     HARMONY = enum.auto()  # a gpt-oss reply: HarmonyReader reads it
 
@@ -104,21 +135,22 @@ class ReasoningSplitter:
         while self.pending or self.ended:
             if self.where is _Where.START:
                 body = self.pending.lstrip()
-                if body.startswith(THINK_OPEN):
-                    self.where, self.pending = _Where.REASONING, body[len(THINK_OPEN) :]
+                opening = next((o for o in OPENINGS if body.startswith(o)), None)
+                if opening is not None:
+                    self.where, self.pending = _Where.REASONING, body[len(opening) :]
                 elif begins_harmony(body):
                     self.where = _Where.HARMONY
-                elif (THINK_OPEN.startswith(body) or may_begin_harmony(body)) and not self.ended:
+                elif (any(o.startswith(body) for o in OPENINGS) or may_begin_harmony(body)) and not self.ended:
                     break  # whitespace, or a part of a marker
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
             elif self.where is _Where.REASONING:
-                at = self.pending.find(THINK_CLOSE)
-                if at >= 0:
-                    reasoning += self.pending[:at]
-                    self.where, self.pending, closed = _Where.AFTER, self.pending[at + len(THINK_CLOSE) :], True
+                before, close, after = _first_closing(self.pending)
+                if close:
+                    reasoning += before
+                    self.where, self.pending, closed = _Where.AFTER, after, True
                     continue
-                keep = 0 if self.ended else marker_start(self.pending, THINK_CLOSE)
+                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in CLOSINGS)
                 reasoning += self.pending[: len(self.pending) - keep]
                 self.pending = self.pending[len(self.pending) - keep :]
                 break

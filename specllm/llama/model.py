@@ -30,6 +30,14 @@ from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
 from specllm.llama.templates import CHATML_TEMPLATE, as_template_takes, compile_chat_template, render_bounded
 
+# Control tokens that a model's text shows, as llama-server preserves them for its parsers: a think
+# block's markers where a tokenizer holds them as control tokens (Magistral's and Ministral 3's
+# [THINK], Gemma 4's thought channel, Command A's), which engine/reasoning.py (THINK_MARKERS) reads.
+SHOWN_CONTROL_TOKENS = (
+    "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>",
+    "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>", "</seed:think>",
+)  # fmt: skip
+
 # What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and
 # copy it out and back in (checkpoints). Builds before 0.3.36 have neither.
 SNAPSHOT_API = hasattr(L, "llama_n_rs_seq")
@@ -288,13 +296,20 @@ class Model:
                 return list(buf[:n])
             size = -n
 
+    @functools.cached_property
+    def shown_controls(self) -> frozenset[int]:
+        """The control tokens that text shows (SHOWN_CONTROL_TOKENS) in this vocabulary."""
+        found = (self.tokenize(text, add_special=False) for text in SHOWN_CONTROL_TOKENS)
+        return frozenset(t[0] for t in found if len(t) == 1 and L.llama_vocab_is_control(self._vocab, t[0]))
+
     def piece(self, token: int) -> bytes:
-        """The bytes one token stands for (special tokens render as nothing)."""
+        """The bytes one token stands for (control tokens render as nothing, but those of
+        SHOWN_CONTROL_TOKENS)."""
         cached = self._pieces.get(token)
         if cached is None:
             if not 0 <= token < self.n_vocab:  # llama.cpp would throw through ctypes: terminate
                 raise SpecllmError(f"token id {token} is outside {self.path.name}'s vocabulary (0..{self.n_vocab - 1})")
-            cached = self._pieces[token] = _token_to_piece(self._vocab, token)
+            cached = self._pieces[token] = _token_to_piece(self._vocab, token, token in self.shown_controls)
         return cached
 
     def detokenize(self, tokens: list[int]) -> bytes:
@@ -829,10 +844,10 @@ def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_
     return ctx
 
 
-def _token_to_piece(vocab, token: int) -> bytes:
+def _token_to_piece(vocab, token: int, special: bool = False) -> bytes:
     buf = ctypes.create_string_buffer(64)
-    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
     if n < 0:
         buf = ctypes.create_string_buffer(-n)
-        n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+        n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
     return buf.raw[:n]

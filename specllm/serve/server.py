@@ -39,7 +39,7 @@ from starlette.requests import ClientDisconnect
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.reasoning import after_think_block, opens_thinking
+from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import SpecllmError
 from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
@@ -391,11 +391,12 @@ class EngineWorker:
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         tools = [t.to_template() for t in offered] or None
         text = self.engine.target.render_chat(messages, tools=tools, variables=request.template_variables)
-        opened = opens_thinking(text)
+        closing = closing_marker(text)
+        opened = closing is not None
         if not offered:
             return text, ChatReply(opened)
         # A call that must be made begins after the think block: not inside one the prompt opened
-        prefill = after_think_block(form.prefill(request.forced_tool), opened) if request.call_required else ""
+        prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
         names = [t.function.name for t in offered]
         self.tool_markers()  # found here, on the engine thread
         return text + prefill, ChatReply(

@@ -9,6 +9,7 @@ from specllm.engine.reasoning import (
     ReasoningSplitter,
     Split,
     after_think_block,
+    closing_marker,
     opens_thinking,
     split_reasoning,
     without_opening,
@@ -37,6 +38,15 @@ CASES = [
     ("<thin", False, "", "<thin"),
     ("Paris. <think>x</think>", False, "", "Paris. <think>x</think>"),  # a block later on is answer
     ("a</think>b</think>c", True, "a", "b</think>c"),  # one block: the first closing tag ends it
+    # other models' markers: Magistral's, Gemma 4's, Command A's, Seed-OSS's; any closing one ends a block
+    ("[THINK]Hmm.[/THINK]Paris.", False, "Hmm.", "Paris."),
+    ("Hmm.\n[/THINK]\n\nParis.", True, "Hmm.", "Paris."),
+    ("<|channel>thought\nHmm.<channel|>Paris.", False, "Hmm.", "Paris."),
+    ("<|START_THINKING|>Hmm.<|END_THINKING|>\n\nParis.", False, "Hmm.", "Paris."),
+    ("<seed:think>Hmm.</seed:think>Paris.", False, "Hmm.", "Paris."),
+    ("[THINK]a</think>b[/THINK]c", False, "a", "b[/THINK]c"),
+    ("<|channel>", False, "", "<|channel>"),  # a channel, but no thought: answer
+    ("<|channel>final", False, "", "<|channel>final"),
     ("  spaced  \n  out \n</think>  \n answer  ", True, "spaced  \n  out", "answer  "),
     ("Grüße 🙂</think>Ünïcode", True, "Grüße 🙂", "Ünïcode"),
     # gpt-oss (harmony): the analysis channel is reasoning, every other message answer
@@ -115,29 +125,50 @@ def test_a_prompt_opens_thinking_when_it_ends_inside_a_think_block():
     assert not opens_thinking("<|im_start|>user\nwhat is <think>?<|im_end|>\n<|im_start|>assistant\n")
 
 
-# (a call's start as a template writes it, whether the prompt opened a think block, the start placed
-# after the prompt's block)
+# (a call's start as a template writes it, the marker that closes the think block the prompt
+# opened (None: it opened none), the start placed after the prompt's block)
 CALL_STARTS = [
-    ("\n</think>\n\n<tool_call>", True, "\n</think>\n\n<tool_call>"),  # Qwen3.5's closes the block
-    ("<think></think>\n<tool_call>", True, "</think>\n<tool_call>"),  # Nemotron 3's: no second opening
-    ("</think><tool_call>", True, "</think><tool_call>"),  # GLM 4.7's
-    ("\n<minimax:tool_call>", True, "</think>\n\n<minimax:tool_call>"),  # MiniMax M2's: none of its own
-    ('{"name": "', True, '</think>\n\n{"name": "'),
-    ("\n</think>\n\n<tool_call>", False, "<tool_call>"),  # the prompt closed the block itself
-    ("<think></think>\n<tool_call>", False, "<tool_call>"),
-    ('{"name": "', False, '{"name": "'),
+    ("\n</think>\n\n<tool_call>", "</think>", "\n</think>\n\n<tool_call>"),  # Qwen3.5's closes the block
+    ("<think></think>\n<tool_call>", "</think>", "</think>\n<tool_call>"),  # Nemotron 3's: no second opening
+    ("</think><tool_call>", "</think>", "</think><tool_call>"),  # GLM 4.7's
+    ("\n<minimax:tool_call>", "</think>", "</think>\n\n<minimax:tool_call>"),  # MiniMax M2's: none of its own
+    ('{"name": "', "</think>", '</think>\n\n{"name": "'),
+    ("[TOOL_CALLS]", "[/THINK]", "[/THINK]\n\n[TOOL_CALLS]"),  # the block's own closing marker
+    ("\n</think>\n\n<tool_call>", None, "<tool_call>"),  # the prompt closed the block itself
+    ("<think></think>\n<tool_call>", None, "<tool_call>"),
+    ("[THINK][/THINK][TOOL_CALLS]", None, "[TOOL_CALLS]"),
+    ('{"name": "', None, '{"name": "'),
 ]
 
 
-@pytest.mark.parametrize("start,opened,placed", CALL_STARTS, ids=range(len(CALL_STARTS)))
-def test_a_call_begun_after_the_prompt_is_after_its_think_block(start, opened, placed):
+@pytest.mark.parametrize("start,closing,placed", CALL_STARTS, ids=range(len(CALL_STARTS)))
+def test_a_call_begun_after_the_prompt_is_after_its_think_block(start, closing, placed):
     """A forced call's start: a prompt that opened a think block has it closed first, so that the
     call is the answer's, not reasoning; one that closed it gets no second end tag."""
-    assert after_think_block(start, opened) == placed
-    answer = placed.partition("</think>")[2].lstrip() if opened else placed
-    assert split_reasoning(placed + "Paris", opened) == Split("", answer + "Paris")
+    assert after_think_block(start, closing) == placed
+    answer = placed.partition(closing)[2].lstrip() if closing else placed
+    assert split_reasoning(placed + "Paris", closing is not None) == Split("", answer + "Paris")
+
+
+def test_the_marker_that_closes_the_block_a_prompt_opened():
+    assert closing_marker("<|im_start|>assistant\n<think>\n") == "</think>"
+    assert closing_marker("[INST]Hi[/INST][THINK]") == "[/THINK]"
+    assert closing_marker("<|turn>model\n<|channel>thought\n") == "<channel|>"
+    assert closing_marker("<|im_start|>assistant\n") is None
+    assert without_opening("<|turn>model\n<|channel>thought\n") == "<|turn>model\n"
 
 
 def test_a_prompt_without_its_think_blocks_opening():
     assert without_opening("<|im_start|>assistant\n<think>\n") == "<|im_start|>assistant\n"
     assert without_opening("<|assistant|><think>") == "<|assistant|>"
+
+
+def test_every_think_marker_is_shown_where_a_tokenizer_holds_it_as_a_control_token():
+    """Text leaves control tokens out but those of SHOWN_CONTROL_TOKENS: every marker read here
+    must be one of them (or begin with one, as Gemma 4's <|channel>thought)."""
+    from specllm.engine.reasoning import THINK_MARKERS
+    from specllm.llama.model import SHOWN_CONTROL_TOKENS
+
+    for opening, closing in THINK_MARKERS:
+        assert closing in SHOWN_CONTROL_TOKENS
+        assert any(opening.startswith(token) for token in SHOWN_CONTROL_TOKENS), opening

@@ -242,3 +242,40 @@ def test_reasoning_effort_none_turns_thinking_off(qwen35):
     assert prompt != engine.target.render_chat(ASK)
     assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
     assert "reasoning_content" not in reply.choices[0].message.to_dict()
+
+
+# A template that opens the think block with Magistral's [THINK], a control token in its tokenizer
+THINK_CONTROL_TEMPLATE = (
+    "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}{% if add_generation_prompt %}[THINK]{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def magistral(tmp_path_factory):
+    """A tiny model whose [THINK] and [/THINK] are control tokens it writes often (extra_scale)."""
+    path = tm.write_model(
+        tmp_path_factory.mktemp("reasoning") / "magistral.gguf",
+        seed=0,
+        vocab="think",
+        chat_template=THINK_CONTROL_TEMPLATE,
+        extra_scale=2.0,
+    )
+    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    yield engine, srv
+    srv.stop()
+    engine.close()
+
+
+def test_think_markers_held_as_control_tokens_are_shown_and_read(magistral):
+    """Generated text shows [/THINK], though a control token (text leaves control tokens out):
+    the reply's reasoning ends there and its answer follows, as for </think>."""
+    engine, srv = magistral
+    client = srv.client()
+    request = dict(model="x", temperature=0, max_tokens=24)
+    text = client.completions.create(prompt=engine.target.render_chat(ASK), **request).choices[0].text
+    assert "[/THINK]" in text
+    message = client.chat.completions.create(messages=ASK, **request).choices[0].message.to_dict()
+    reasoning, _, answer = text.partition("[/THINK]")
+    assert message["reasoning_content"] == reasoning.strip() and reasoning.strip()
+    assert message["content"] == answer.lstrip() and answer.strip()
