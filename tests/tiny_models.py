@@ -116,8 +116,9 @@ CODELLAMA_FIM_PIECES = ["<PRE>", "<SUF>", "<MID>"]
 # "harmony" vocab: gpt-oss's message markup, control tokens in its GGUFs, which llama.cpp finds by
 # their text: it writes the first five as text, and ends generation at <|return|> and <|call|>.
 HARMONY_PIECES = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>"]
-# "think" vocab: think-block markers that tokenizers hold as control tokens (Magistral's, Gemma 4's)
-THINK_PIECES = ["[THINK]", "[/THINK]", "<|channel>", "<channel|>"]
+# "think" vocab: markup that tokenizers hold as control tokens: think blocks' markers (Magistral's,
+# Gemma 4's) and Gemma 4's calls'
+THINK_PIECES = ["[THINK]", "[/THINK]", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>']
 
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 

@@ -58,6 +58,18 @@ def without_opening(prompt: str) -> str:
     return next((end.removesuffix(opening) for opening in OPENINGS if end.endswith(opening)), end)
 
 
+def without_empty_block(prompt: str) -> str:
+    """A prompt without the empty think block it ends with, if it ends with one: a template that
+    turns thinking off writes it there (Gemma 4's "<|channel>thought\\n<channel|>"), but not in
+    the assistant turns it renders itself."""
+    end = prompt.rstrip()
+    for opening, closing in THINK_MARKERS:
+        before, found, inside = end.removesuffix(closing).rpartition(opening)
+        if end.endswith(closing) and found and not inside.strip():
+            return before
+    return prompt
+
+
 def after_think_block(text: str, closing: str | None) -> str:
     """`text`, which a template writes after a reply's think block or in place of one (a call's
     start: Qwen3.5's "\\n</think>\\n\\n<tool_call>", Nemotron 3's "<think></think>\\n<tool_call>",

@@ -32,10 +32,12 @@ from specllm.llama.templates import CHATML_TEMPLATE, as_template_takes, compile_
 
 # Control tokens that a model's text shows, as llama-server preserves them for its parsers: a think
 # block's markers where a tokenizer holds them as control tokens (Magistral's and Ministral 3's
-# [THINK], Gemma 4's thought channel, Command A's), which engine/reasoning.py (THINK_MARKERS) reads.
+# [THINK], Gemma 4's thought channel, Command A's), which engine/reasoning.py (THINK_MARKERS) reads,
+# and Gemma 4's call markup, which serve/tool_calls.py reads.
 SHOWN_CONTROL_TOKENS = (
     "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>",
     "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>", "</seed:think>",
+    "<|tool_call>", "<tool_call|>", '<|"|>',
 )  # fmt: skip
 
 # What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and

@@ -9,6 +9,7 @@ their template's own form, so every form is tried):
     <|python_tag|>{"name": ..., "parameters": {...}}            Llama 3.x (`;` between calls)
     [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]        Mistral
     [TOOL_CALLS]name[ARGS]{...}                                 newer Mistral ([CALL_ID]id optional)
+    <|tool_call>call:name{key:<|"|>value<|"|>}<tool_call|>      Gemma 4 (its own notation for values)
     <|start|>assistant to=functions.name<|channel|>commentary    gpt-oss (harmony): the form
         json<|message|>{...}<|call|>                              engine/harmony.py gives each call
     ```json {"name": ..., "arguments": {...}} ```               a fenced block (object or list)
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
-from specllm.engine.reasoning import opens_thinking, without_opening
+from specllm.engine.reasoning import opens_thinking, without_empty_block, without_opening
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -42,6 +43,11 @@ XML_FUNCTION, XML_FUNCTION_END = "<function=", "</function>"
 XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
 XML_KEY = re.compile(r"[^<>\s]+")
 HARMONY_CALL = CALL_OPEN + "functions."
+GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
+GEMMA_KEY = re.compile(r"[^:}]+")
+GEMMA_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+GEMMA_NUMBER_CHARS = re.compile(r"[-+0-9.eE]+")
+GEMMA_LITERALS = {"true": True, "false": False, "null": None}
 FENCE = "```"
 CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
 WRAPPER_KEYS = {"type", "function", "id"}
@@ -143,7 +149,8 @@ class ToolCallParser:
     def _match(self, text: str) -> "_Match | _More | None":
         """The call region at the start of `text`, None when there is none, MORE when the text
         so far cannot tell."""
-        for form in (self._hermes, self._python_tag, self._mistral, self._harmony, self._fenced, self._bare):
+        forms = (self._hermes, self._python_tag, self._mistral, self._gemma, self._harmony, self._fenced, self._bare)
+        for form in forms:
             found = form(text)
             if found is not None:
                 return found
@@ -256,6 +263,29 @@ class ToolCallParser:
         end, arguments = value
         call = self._call({"name": name.group(), "arguments": arguments})
         return _Match(end, [call]) if call else None
+
+    def _gemma(self, text: str):
+        """Gemma 4's call: the arguments in its own notation (gemma_value), then its end marker."""
+        after = _after_marker(text, GEMMA_CALL, self.ended)
+        if not isinstance(after, int):
+            return after
+        name = MISTRAL_NAME.match(text, after)
+        head = name.end() if name else after
+        if head == len(text):  # the name may still be growing
+            return None if self.ended else MORE
+        if name is None or name.group() not in self.names or text[head] != "{":
+            return None
+        try:
+            arguments, end = gemma_value(text, head)
+        except _Cut:
+            return None if self.ended else MORE
+        except (ValueError, RecursionError):
+            return None
+        close = _after_marker(text[end:], GEMMA_CALL_END, self.ended)
+        if not isinstance(close, int):
+            return close
+        call = self._call({"name": name.group(), "arguments": arguments})
+        return _Match(end + close, [call]) if call else None
 
     def _harmony(self, text: str):
         """A harmony message to a function, as engine/harmony.py writes it: its arguments are
@@ -373,6 +403,68 @@ def _arguments(value) -> str | None:
     except (ValueError, RecursionError):  # NaN or Infinity; a lone surrogate (UnicodeEncodeError)
         return None
     return text
+
+
+class _Cut(Exception):
+    """The text ends inside the value: more may complete it."""
+
+
+def gemma_value(text: str, i: int) -> tuple[object, int]:
+    """The value Gemma 4 writes at `i`, and where it ends: a string between <|"|> quotes, a dict
+    of bare keys ({key:value,...}), a list, a JSON number, true, false or null. Raises _Cut where
+    the text ends inside it, ValueError where it is no such value."""
+    if i == len(text) or (GEMMA_QUOTE.startswith(text[i:]) and text[i:] != GEMMA_QUOTE):
+        raise _Cut
+    if text.startswith(GEMMA_QUOTE, i):
+        end = text.find(GEMMA_QUOTE, i + len(GEMMA_QUOTE))
+        if end < 0:
+            raise _Cut
+        return text[i + len(GEMMA_QUOTE) : end], end + len(GEMMA_QUOTE)
+    if text[i] in "{[":
+        return _gemma_container(text, i)
+    for word, value in GEMMA_LITERALS.items():
+        if text.startswith(word, i):
+            return value, i + len(word)
+        if word.startswith(text[i:]):
+            raise _Cut
+    run = GEMMA_NUMBER_CHARS.match(text, i)
+    end = run.end() if run else i
+    if end == len(text):  # the number may go on
+        raise _Cut
+    if not GEMMA_NUMBER.fullmatch(text, i, end):
+        raise ValueError(f"no value at {i}")
+    return json.loads(text[i:end]), end
+
+
+def _gemma_container(text: str, i: int) -> tuple[object, int]:
+    """A dict ({key:value, ...}) or a list ([value, ...]) at `i`."""
+    closing = "}" if text[i] == "{" else "]"
+    items: list[object] = []
+    pairs: dict[str, object] = {}
+    i = _skip_spaces(text, i + 1)
+    while True:
+        if i == len(text):
+            raise _Cut
+        if text[i] == closing and not (items or pairs):
+            return (pairs if closing == "}" else items), i + 1
+        if closing == "}":
+            key = GEMMA_KEY.match(text, i)
+            if key is None or key.end() == len(text):
+                raise _Cut if key is not None else ValueError(f"no key at {i}")
+            if text[key.end()] != ":":
+                raise ValueError(f"no ':' after the key at {i}")
+            pairs[key.group()], i = gemma_value(text, _skip_spaces(text, key.end() + 1))
+        else:
+            value, i = gemma_value(text, i)
+            items.append(value)
+        i = _skip_spaces(text, i)
+        if i == len(text):
+            raise _Cut
+        if text[i] == closing:
+            return (pairs if closing == "}" else items), i + 1
+        if text[i] != ",":
+            raise ValueError(f"no ',' or {closing!r} at {i}")
+        i = _skip_spaces(text, i + 1)
 
 
 def _xml_value(written: str):
@@ -533,6 +625,8 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
         # where the opening does. (The call's start is placed after the prompt's block when a
         # call is prefilled: reasoning.after_think_block.)
         prompt = without_opening(prompt)
+    elif not whole.startswith(prompt):
+        prompt = without_empty_block(prompt)  # Gemma 4's, where thinking is off
     if not whole.startswith(prompt):
         return generic
     reply = whole[len(prompt) :]

@@ -12,6 +12,7 @@ from specllm.engine.reasoning import (
     closing_marker,
     opens_thinking,
     split_reasoning,
+    without_empty_block,
     without_opening,
 )
 
@@ -156,6 +157,14 @@ def test_the_marker_that_closes_the_block_a_prompt_opened():
     assert closing_marker("<|turn>model\n<|channel>thought\n") == "<channel|>"
     assert closing_marker("<|im_start|>assistant\n") is None
     assert without_opening("<|turn>model\n<|channel>thought\n") == "<|turn>model\n"
+
+
+def test_an_empty_think_block_at_the_prompts_end_is_taken_off():
+    """Where a template turns thinking off with an empty block its own turns do not write."""
+    assert without_empty_block("<|turn>model\n<|channel>thought\n<channel|>") == "<|turn>model\n"
+    assert without_empty_block("x<think>\n\n</think>\n\n") == "x"
+    assert without_empty_block("x<think>a</think>") == "x<think>a</think>"  # not empty
+    assert without_empty_block("<|im_start|>assistant\n") == "<|im_start|>assistant\n"
 
 
 def test_a_prompt_without_its_think_blocks_opening():

@@ -279,3 +279,41 @@ def test_think_markers_held_as_control_tokens_are_shown_and_read(magistral):
     reasoning, _, answer = text.partition("[/THINK]")
     assert message["reasoning_content"] == reasoning.strip() and reasoning.strip()
     assert message["content"] == answer.lstrip() and answer.strip()
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory):
+    """A tiny model with Gemma 4's chat template, whose thought channel and call markers are
+    control tokens."""
+    path = tm.write_model(
+        tmp_path_factory.mktemp("reasoning") / "gemma4.gguf", seed=0, vocab="think", chat_template=tool_templates.GEMMA4
+    )
+    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
+    srv = Server(engine)
+    yield engine, srv
+    srv.stop()
+    engine.close()
+
+
+def test_gemma4s_calls_are_begun_and_read_in_its_own_notation(gemma4):
+    """A named call begins as Gemma 4's template writes one, after the empty thought channel its
+    prompt ends with when thinking is off; the model going on with its notation makes a call,
+    after a thought channel that is reasoning."""
+    engine, srv = gemma4
+    for marker in ("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>"):
+        [token] = engine.target.tokenize(marker, add_special=False)
+        assert engine.target.piece(token).decode() == marker
+    request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY)
+    whole = srv.client().chat.completions.create(**request)
+    message = whole.choices[0].message.to_dict()
+    prefill = "<|tool_call>call:get_weather"
+    assert message["content"].startswith(prefill) and "reasoning_content" not in message
+    prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER])
+    assert prompt.endswith("<|turn>model\n<|channel>thought\n<channel|>")
+    assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
+    reply = ChatReply(False, ToolReply(["get_weather"]))
+    thought = '<|channel>thought\nThe tool.<channel|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+    reply.feed(thought), reply.finish()
+    message = reply.message()
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert message["reasoning_content"] == "The tool." and message["content"] is None

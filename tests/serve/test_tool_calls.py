@@ -29,6 +29,7 @@ L = '{"name": "get_weather", "arguments": {"city": "London"}}'
 X = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"  # a call as XML
 XL = "<function=get_weather>\n<parameter=city>\nLondon\n</parameter>\n</function>"
 H, HH = "<|start|>assistant to=functions.", "<|channel|>commentary json<|message|>"  # a harmony call's head
+Q = '<|"|>'  # Gemma 4's string quote
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -134,6 +135,31 @@ CASES = [
     ("if a < b and c[0] > d: print({x})", None, None),
     ("", None, []),
     ("  \n ", None, []),
+    # Gemma 4: its own notation for values
+    (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>", None, [PARIS]),
+    (
+        f"Let me check.<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>"
+        f"<|tool_call>call:get_time{{timezone:{Q}UTC{Q}}}<tool_call|>",
+        "Let me check.",
+        [PARIS, UTC],
+    ),
+    (
+        f"<|tool_call>call:get_weather{{city:{Q}x}},y{Q}, days:3,opts:{{hourly:true,at:[1.5e3, -2, null]}},n:{{}}}}"
+        "<tool_call|>",
+        None,
+        [
+            ToolCall(
+                "get_weather",
+                '{"city": "x},y", "days": 3, "opts": {"hourly": true, "at": [1500.0, -2, null]}, "n": {}}',
+            )
+        ],
+    ),
+    (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}", None, None),  # no end marker: cut short
+    ("<|tool_call>call:get_weather{city:Paris}<tool_call|>", None, None),  # an unquoted string
+    ("<|tool_call>call:get_weather{city:12a}<tool_call|>", None, None),
+    ("<|tool_call>call:get_weather{days:1.}<tool_call|>", None, None),
+    (f"<|tool_call>call:nope{{city:{Q}Paris{Q}}}<tool_call|>", None, None),
+    (f"<|tool_call>call:get_weather[{Q}Paris{Q}]<tool_call|>", None, None),  # arguments that are no dict
     # gpt-oss: a harmony message to a function, in the form engine/harmony.py gives each one
     (f'{H}get_weather{HH}{{"city": "Paris"}}<|call|>', None, [PARIS]),
     (
@@ -253,6 +279,9 @@ def test_what_a_template_does_with_tools():
     # form is found all the same (it was the generic JSON one, which no such template writes).
     nemotron = inspect_template(renderer(tool_templates.NEMOTRON3))
     assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n")
+    # Gemma 4's prompt ends with an empty thought channel (thinking off) that its turns do not write
+    gemma4 = inspect_template(renderer(tool_templates.GEMMA4))
+    assert gemma4 == ToolTemplate(True, True, "<|tool_call>call:", "")
     # gpt-oss writes a call's recipient in the role header its prompt ends with
     gpt_oss = inspect_template(renderer(tool_templates.GPT_OSS))
     assert gpt_oss == ToolTemplate(True, True, " to=functions.", "<|channel|>commentary json<|message|>")
@@ -269,8 +298,9 @@ def test_what_a_template_does_with_tools():
         tool_templates.MISTRAL_V3,
         tool_templates.QWEN35,
         tool_templates.NEMOTRON3,
+        tool_templates.GEMMA4,
     ],
-    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3"],
+    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3", "gemma4"],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
     """tool_choice "required" / named: the reply begins with the prefill, the model finishes the call."""
@@ -281,6 +311,7 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.MISTRAL_V3: '{"city": "Paris"}, "id": "abcDEF123"}]',
         tool_templates.QWEN35: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
         tool_templates.NEMOTRON3: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        tool_templates.GEMMA4: f"{{city:{Q}Paris{Q}}}<tool_call|>",
     }[source]
     # Qwen3.5's and Nemotron 3's prefills hold a think block's end: read alone, that is text.
     content = {tool_templates.QWEN35: "</think>", tool_templates.NEMOTRON3: "<think></think>"}.get(source)
