@@ -12,22 +12,29 @@ CHATML_TEMPLATE = (
 )
 
 HARMONY_CHANNEL = "<|channel|>"  # in gpt-oss's template, and in no other
+GEMMA4_RESPONSE = "<|tool_response>"  # in Gemma 4's
 
 
 def as_template_takes(source: str, messages: list[dict]) -> list[dict]:
-    """The messages as this template takes them. gpt-oss's (harmony) reads an assistant's
-    reasoning from `thinking`, not `reasoning_content`, and refuses a call's message that has both
-    content and thinking: there the content goes, as llama-server drops it."""
-    if HARMONY_CHANNEL not in source:
-        return messages
-    return [_as_harmony_takes(m) if isinstance(m, dict) and m.get("reasoning_content") else m for m in messages]
+    """The messages as this template takes them, as llama-server passes them. gpt-oss's
+    (harmony) reads an assistant's reasoning from `thinking`, not `reasoning_content`, and refuses
+    a call's message that has both content and thinking: there the content goes. Gemma 4's writes
+    a call's content after the call's results, as the turn's answer, and closes the turn: the
+    model would then answer outside one; there the content goes too."""
+    if HARMONY_CHANNEL in source:
+        return [_as_harmony_takes(m) if isinstance(m, dict) and m.get("reasoning_content") else m for m in messages]
+    if GEMMA4_RESPONSE in source:
+        return [_without_content(m) if isinstance(m, dict) and m.get("tool_calls") else m for m in messages]
+    return messages
 
 
 def _as_harmony_takes(message: dict) -> dict:
     message = message | {"thinking": message["reasoning_content"]}
-    if message.get("tool_calls"):
-        message.pop("content", None)
-    return message
+    return _without_content(message) if message.get("tool_calls") else message
+
+
+def _without_content(message: dict) -> dict:
+    return {key: value for key, value in message.items() if key != "content"}
 
 
 # A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute

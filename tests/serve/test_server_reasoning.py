@@ -317,3 +317,32 @@ def test_gemma4s_calls_are_begun_and_read_in_its_own_notation(gemma4):
     message = reply.message()
     assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert message["reasoning_content"] == "The tool." and message["content"] is None
+
+
+def test_gemma4s_call_results_are_answered_inside_the_models_turn(gemma4):
+    """Gemma 4's template writes a call's content after the call's results and closes the turn,
+    so the model would answer outside one: the content goes, as llama-server drops it, and the
+    prompt ends with the results, inside the model's turn."""
+    engine, srv = gemma4
+    call = {
+        "id": "abc123XYZ",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    turns = ASK + [
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C"},
+    ]
+    reply = srv.client().chat.completions.create(messages=turns, tools=[GET_WEATHER], **GREEDY)
+    rendered = [
+        ASK[0],
+        {
+            "role": "assistant",
+            "tool_calls": [dict(call, function={"name": "get_weather", "arguments": {"city": "Paris"}})],
+        },
+        turns[2],
+    ]
+    prompt = engine.target.render_chat(rendered, tools=[GET_WEATHER])
+    assert prompt.endswith('<|tool_response>response:get_weather{value:<|"|>18 C<|"|>}<tool_response|>')
+    assert "Let me check." not in prompt
+    assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
