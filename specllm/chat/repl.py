@@ -10,7 +10,7 @@ from specllm.chat.session import ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
-from specllm.engine.reasoning import opens_thinking
+from specllm.engine.reasoning import closing_marker
 from specllm.engine.text import shown
 from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
 
@@ -211,7 +211,7 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
         console.print(shown(f"note: {notice}"), style="yellow", markup=False)
     drafter = session.config.drafter
     view: LiveView | PlainView
-    opened = opens_thinking(prepared.text)  # the template began the reply's reasoning
+    opened = closing_marker(prepared.text) or False  # the template began the reply's reasoning
     if live:
         view = LiveView(console, drafter, show_legend=False, describe=chat_summary, opened=opened)
     else:

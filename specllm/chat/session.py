@@ -31,7 +31,7 @@ from specllm.engine.loop import (
 )
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.reasoning import THINK_CLOSE, opens_thinking, split_reasoning
+from specllm.engine.reasoning import THINK_CLOSE, closing_marker, split_reasoning
 from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
@@ -249,7 +249,7 @@ class ChatSession:
                 return  # nothing generated: the message goes too, so the history holds no empty reply
         turn = prepared.turn
         # A thinking model's reasoning is kept apart: the template gets it as reasoning_content.
-        split = split_reasoning(result.text if result else partial, opens_thinking(prepared.text))
+        split = split_reasoning(result.text if result else partial, closing_marker(prepared.text) or False)
         turn.reply, turn.reasoning = split.answer, split.reasoning
         turn.stop_reason = result.stop_reason if result else "interrupted"
         turn.stats = stats

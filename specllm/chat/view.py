@@ -79,9 +79,9 @@ class ReplyParts:
     `target` for steps that are all answer, as before; else the `reasoning` and `answer` the
     think block's split gives (its tags left out). Steps whose text is held back (it may open a
     think block) wait, and are shown by their kinds once they turn out to be answer.
-    `opened`: the prompt ends inside a think block."""
+    `opened`: the prompt ends inside a think block (the marker that ends it)."""
 
-    def __init__(self, opened: bool = False):
+    def __init__(self, opened: bool | str = False):
         self.splitter = ReasoningSplitter(opened)
         self.waiting: list[Step] = []  # steps whose text is not handed out yet
 
@@ -114,7 +114,7 @@ class PlainView:
     """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped. Piped, the
     text is the model's exactly; on a terminal its control characters show as symbols."""
 
-    def __init__(self, drafter: str, show_summary: bool = True, describe=summary, opened: bool = False):
+    def __init__(self, drafter: str, show_summary: bool = True, describe=summary, opened: bool | str = False):
         self.drafter = drafter
         self.show_summary = show_summary
         self.describe = describe
@@ -161,7 +161,7 @@ class PlainView:
 
 class LiveView:
     def __init__(
-        self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary, opened: bool = False
+        self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary, opened: bool | str = False
     ):
         self.console = console
         self.drafter = drafter

@@ -54,7 +54,7 @@ from specllm.cli.options import (
 )
 from specllm.cli.report import RichReporter
 from specllm.engine.names import FIXED_GAMMA, Drafter
-from specllm.engine.reasoning import opens_thinking, split_reasoning
+from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
 from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
@@ -343,10 +343,10 @@ def run(
         print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
     # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
-    opened = False
+    opened: bool | str = False  # the think block's closing marker where the prompt opened one
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
         text = engine.chat_prompt(text, system, variables)
-        opened = opens_thinking(text)
+        opened = closing_marker(text) or False
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
     if gap and gap.left_out:
         print(f"note: {gap.left_out} tokens of the code were cut to leave room for the reply", file=sys.stderr)
@@ -479,7 +479,7 @@ def describe_policy(policy: dict) -> str:
     return line
 
 
-def result_json(result, seed: int, opened: bool = False) -> dict:
+def result_json(result, seed: int, opened: bool | str = False) -> dict:
     """run --json's object. A thinking model's reasoning (`opened`: the prompt opened its think
     block) is `reasoning`, apart from the answer's `text`."""
     split = split_reasoning(result.text, opened)

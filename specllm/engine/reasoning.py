@@ -13,7 +13,8 @@ harmony message (its channel or its recipient) is read by engine/harmony.py.
 
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
-(`split_reasoning`) gives. A block ends at the first closing marker of any pair. The reasoning is
+(`split_reasoning`) gives. A block ends at its pair's closing marker (at the first of any pair's
+where a prompt opened it and which is not known). The reasoning is
 trimmed of whitespace at its two ends, and the answer of the whitespace that follows the closing
 marker; a reply without a think block is all answer, exactly as generated; a block the reply
 leaves open (it reached max_tokens) is all reasoning. Only text is split: the tokens generated do
@@ -86,9 +87,9 @@ def after_think_block(text: str, closing: str | None) -> str:
     return f"{closing}\n\n{text.lstrip()}"
 
 
-def _first_closing(text: str) -> tuple[str, str, str]:
-    """text.partition at the first closing marker of any pair."""
-    found = [(at, closing) for closing in CLOSINGS if (at := text.find(closing)) >= 0]
+def _first_closing(text: str, closings: tuple[str, ...] = CLOSINGS) -> tuple[str, str, str]:
+    """text.partition at the first of these closing markers (any pair's by default)."""
+    found = [(at, closing) for closing in closings if (at := text.find(closing)) >= 0]
     if not found:
         return text, "", ""
     at, closing = min(found)
@@ -101,8 +102,9 @@ class Split:
     answer: str
 
 
-def split_reasoning(reply: str, opened: bool = False) -> Split:
-    """A whole reply's reasoning and answer; `opened`: the prompt opened the think block."""
+def split_reasoning(reply: str, opened: bool | str = False) -> Split:
+    """A whole reply's reasoning and answer; `opened`: the prompt opened the think block (the
+    marker that ends it, or True: ReasoningSplitter)."""
     splitter = ReasoningSplitter(opened)
     first, last = splitter.feed(reply), splitter.finish()
     return Split(first.reasoning + last.reasoning, first.answer + last.answer)
@@ -121,13 +123,18 @@ class ReasoningSplitter:
     reasoning and the answer decided by then. Text that may be the start of a marker is held
     back until it is decided, and so is the reasoning's trailing whitespace."""
 
-    def __init__(self, opened: bool):
+    def __init__(self, opened: bool | str):
+        """`opened`: the prompt opened the think block; the marker that ends it (closing_marker)
+        where known, else True."""
         self.where = _Where.REASONING if opened else _Where.START
         self.pending = ""  # text not handed out yet
         self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
         self.spaces = ""  # the reasoning's trailing whitespace, held back
         self.ended = False
         self.harmony = HarmonyReader()
+        # The markers that end the block: its own pair's, so that a Qwen3 reasoning about
+        # Magistral's "[/THINK]" goes on reasoning; any pair's where the prompt opened one unnamed
+        self.closings = (opened,) if isinstance(opened, str) else CLOSINGS
 
     @property
     def thinking(self) -> bool:
@@ -150,6 +157,7 @@ class ReasoningSplitter:
                 opening = next((o for o in OPENINGS if body.startswith(o)), None)
                 if opening is not None:
                     self.where, self.pending = _Where.REASONING, body[len(opening) :]
+                    self.closings = (CLOSINGS[OPENINGS.index(opening)],)
                 elif begins_harmony(body):
                     self.where = _Where.HARMONY
                 elif (any(o.startswith(body) for o in OPENINGS) or may_begin_harmony(body)) and not self.ended:
@@ -157,12 +165,12 @@ class ReasoningSplitter:
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
             elif self.where is _Where.REASONING:
-                before, close, after = _first_closing(self.pending)
+                before, close, after = _first_closing(self.pending, self.closings)
                 if close:
                     reasoning += before
                     self.where, self.pending, closed = _Where.AFTER, after, True
                     continue
-                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in CLOSINGS)
+                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in self.closings)
                 reasoning += self.pending[: len(self.pending) - keep]
                 self.pending = self.pending[len(self.pending) - keep :]
                 break

@@ -542,11 +542,11 @@ class Reply:
 class ChatReply:
     """A chat reply read as it is generated: its reasoning kept apart from its answer
     (engine/reasoning.py), and the answer alone read for tool calls when tools were offered (ToolReply).
-    `opened`: the prompt ends inside a think block. The reply may begin with `prefill`, the start
-    of a call the prompt ends with (tool_choice "required" or a named function): it is read as
-    the reply's first text. Streamed or not, the same reading gives the same reply."""
+    `opened`: the prompt ends inside a think block (the marker that ends it). The reply may begin
+    with `prefill`, the start of a call the prompt ends with (tool_choice "required" or a named
+    function): it is read as the reply's first text. Streamed or not, the same reading gives the same reply."""
 
-    def __init__(self, opened: bool, tools: "ToolReply | None" = None, prefill: str = ""):
+    def __init__(self, opened: bool | str, tools: "ToolReply | None" = None, prefill: str = ""):
         self.splitter, self.tools, self.prefill = ReasoningSplitter(opened), tools, prefill
         self.reasoning = ""  # what the deltas so far hold
         self.text = ""

@@ -392,7 +392,7 @@ class EngineWorker:
         tools = [t.to_template() for t in offered] or None
         text = self.engine.target.render_chat(messages, tools=tools, variables=request.template_variables)
         closing = closing_marker(text)
-        opened = closing is not None
+        opened = closing or False
         if not offered:
             return text, ChatReply(opened)
         # A call that must be made begins after the think block: not inside one the prompt opened

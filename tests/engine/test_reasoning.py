@@ -22,7 +22,8 @@ FINAL = NEXT + "final<|message|>"
 ARGS = '{"city": "Paris"}'
 CALL = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + ARGS + "<|call|>"
 
-# (the reply, whether the prompt opened the think block, the reasoning and the answer expected)
+# (the reply, whether the prompt opened the think block (or the marker that closes it), the reasoning
+# and the answer expected)
 CASES = [
     ("Let me see.\n</think>\n\nParis.", True, "Let me see.", "Paris."),
     ("\n</think>\n\nParis.", True, "", "Paris."),  # an empty block (a template's, or the model's)
@@ -39,13 +40,22 @@ CASES = [
     ("<thin", False, "", "<thin"),
     ("Paris. <think>x</think>", False, "", "Paris. <think>x</think>"),  # a block later on is answer
     ("a</think>b</think>c", True, "a", "b</think>c"),  # one block: the first closing tag ends it
-    # other models' markers: Magistral's, Gemma 4's, Command A's, Seed-OSS's; any closing one ends a block
+    # other models' markers: Magistral's, Gemma 4's, Command A's, Seed-OSS's; a block ends at its own
+    # closing marker, or at any pair's where the prompt opened one it does not name
     ("[THINK]Hmm.[/THINK]Paris.", False, "Hmm.", "Paris."),
     ("Hmm.\n[/THINK]\n\nParis.", True, "Hmm.", "Paris."),
     ("<|channel>thought\nHmm.<channel|>Paris.", False, "Hmm.", "Paris."),
     ("<|START_THINKING|>Hmm.<|END_THINKING|>\n\nParis.", False, "Hmm.", "Paris."),
     ("<seed:think>Hmm.</seed:think>Paris.", False, "Hmm.", "Paris."),
-    ("[THINK]a</think>b[/THINK]c", False, "a", "b[/THINK]c"),
+    ("[THINK]a</think>b[/THINK]c", False, "a</think>b", "c"),
+    (
+        "<think>Magistral's ends at [/THINK], Gemma 4's at <channel|>.</think>Paris.",
+        False,
+        "Magistral's ends at [/THINK], Gemma 4's at <channel|>.",
+        "Paris.",
+    ),
+    ("Ends at [/THINK] or <channel|>?\n</think>\n\nParis.", "</think>", "Ends at [/THINK] or <channel|>?", "Paris."),
+    ("Hmm. [/THIN", "[/THINK]", "Hmm. [/THIN", ""),
     ("<|channel>", False, "", "<|channel>"),  # a channel, but no thought: answer
     ("<|channel>final", False, "", "<|channel>final"),
     ("  spaced  \n  out \n</think>  \n answer  ", True, "spaced  \n  out", "answer  "),
@@ -82,7 +92,7 @@ CASES = [
 ]
 
 
-def streamed(pieces: list[str], opened: bool) -> Split:
+def streamed(pieces: list[str], opened: bool | str) -> Split:
     splitter = ReasoningSplitter(opened)
     reasoning, answer = "", ""
     for piece in [*pieces, None]:
