@@ -20,7 +20,8 @@ recipient (a call) goes into the answer in one form, whatever form the model wro
 CALL_OPEN, the recipient, CALL_HEADER, the body as written, CALL_CLOSE. tool_calls.py reads that
 form as a call to an offered tool; anything else it leaves as text, so a call to a tool nobody
 offered stays visible. A reply that leaves the format (a header longer than HEADER_LIMIT or with a
-line break before its "<|message|>") is answer from there on, as written, and so is a reply that
+line break before its "<|message|>", or text after a message that begins no header) is answer from
+there on, as written, and so is a reply that
 ends before its first header does; a later header that the reply's end cuts short is left out.
 """
 
@@ -45,6 +46,12 @@ def begins_harmony(text: str) -> bool:
 def may_begin_harmony(text: str) -> bool:
     """Whether more text could make `text` begin a harmony message."""
     return any(marker.startswith(text) for marker in (CHANNEL, START, "to="))
+
+
+def _may_be_header(text: str) -> bool:
+    """Whether `text` begins, or may still begin, a header: with its start, its channel or its
+    recipient, or with a stray end (a message's "<|end|>" written twice)."""
+    return any(text.startswith(begin) or begin.startswith(text) for begin in (START, CHANNEL, "to=", END))
 
 
 class HarmonyReader:
@@ -110,8 +117,11 @@ class HarmonyReader:
         header = self.pending[:at] if at >= 0 else self.pending
         # Where "<|message|>" begins, or the first place it still could (it may be arriving)
         begins = at if at >= 0 else len(self.pending) - len(MESSAGE) + 1
-        if "\n" in header.lstrip() or begins > HEADER_LIMIT:
-            self.raw = True  # no header: the model left the format
+        lead = header.lstrip()
+        # No header: the model left the format (text after a message's end that begins none, as
+        # much as one that runs on too long) and what it writes is shown, not left out at the end
+        if "\n" in lead or begins > HEADER_LIMIT or not _may_be_header(lead):
+            self.raw = True
             return True
         if at < 0:
             if self.ended and self.n_messages:
