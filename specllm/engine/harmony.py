@@ -48,10 +48,11 @@ def may_begin_harmony(text: str) -> bool:
     return any(marker.startswith(text) for marker in (CHANNEL, START, "to="))
 
 
-def _may_be_header(text: str) -> bool:
-    """Whether `text` begins, or may still begin, a header: with its start, its channel or its
-    recipient, or with a stray end (a message's "<|end|>" written twice)."""
-    return any(text.startswith(begin) or begin.startswith(text) for begin in (START, CHANNEL, "to=", END))
+def _may_be_header(text: str, complete: bool) -> bool:
+    """Whether `text` begins a header (with its start, its channel or its recipient, or with a
+    stray end: a message's "<|end|>" written twice), or, not `complete`, may still begin one."""
+    begins = (START, CHANNEL, "to=", END)
+    return any(text.startswith(begin) or (not complete and begin.startswith(text)) for begin in begins)
 
 
 class HarmonyReader:
@@ -120,7 +121,7 @@ class HarmonyReader:
         lead = header.lstrip()
         # No header: the model left the format (text after a message's end that begins none, as
         # much as one that runs on too long) and what it writes is shown, not left out at the end
-        if "\n" in lead or begins > HEADER_LIMIT or not _may_be_header(lead):
+        if "\n" in lead or begins > HEADER_LIMIT or not _may_be_header(lead, complete=at >= 0):
             self.raw = True
             return True
         if at < 0:

@@ -84,6 +84,7 @@ CASES = [
     (f"{ANALYSIS}R{NEXT}fin", False, "R", ""),  # a later header cut short: left out
     (f"{ANALYSIS}R<|end|>Then prose.", False, "R", "Then prose."),  # text that begins no header: shown
     ("<|channel|>final<|message|>Hi.<|end|>And more", False, "", "Hi.\n\nAnd more"),
+    (f"{ANALYSIS}R<|end|><|<|message|>x", False, "R", "<|<|message|>x"),  # only a part of "<|start|>"
     ("<|channel|>analysis", False, "", "<|channel|>analysis"),  # no message begun: as written
     ("<|channel|>analysis then\nprose<|message|>x", False, "", "<|channel|>analysis then\nprose<|message|>x"),
     ("<|channel|>" + "x" * 300 + "<|message|>y", False, "", "<|channel|>" + "x" * 300 + "<|message|>y"),
