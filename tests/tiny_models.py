@@ -79,7 +79,7 @@ __all__ = [
     "FIM_PIECES",
     "CODELLAMA_FIM_PIECES",
     "HARMONY_PIECES",
-    "THINK_PIECES",
+    "MARKUP_PIECES",
     "byte_token_id",
     "vocab_pieces",
     "vocab_size",
@@ -107,7 +107,7 @@ ARCHS = ("llama", "qwen35", "mamba")
 # Per-arch draft noise (target agreement ~80% for each; see the module docstring).
 DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
-VOCABS = ("standard", "incompatible", "extended", "code", "codellama", "harmony", "think")
+VOCABS = ("standard", "incompatible", "extended", "code", "codellama", "harmony", "markup")
 # "code" vocab: the standard one and Qwen2.5-Coder's fill-in-the-middle control tokens after it,
 # which llama.cpp finds by their text (as in the real Qwen2.5-Coder files, whose GGUFs name none);
 # "codellama": CodeLlama's, which has no repository-level tokens.
@@ -116,9 +116,12 @@ CODELLAMA_FIM_PIECES = ["<PRE>", "<SUF>", "<MID>"]
 # "harmony" vocab: gpt-oss's message markup, control tokens in its GGUFs, which llama.cpp finds by
 # their text: it writes the first five as text, and ends generation at <|return|> and <|call|>.
 HARMONY_PIECES = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>"]
-# "think" vocab: markup that tokenizers hold as control tokens: think blocks' markers (Magistral's,
-# Gemma 4's) and Gemma 4's calls'
-THINK_PIECES = ["[THINK]", "[/THINK]", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>']
+# "markup" vocab: markup that tokenizers hold as control tokens: think blocks' markers (Magistral's,
+# Gemma 4's) and calls' (Gemma 4's, Mistral's)
+MARKUP_PIECES = [
+    "[THINK]", "[/THINK]", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>',
+    "[TOOL_CALLS]", "[ARGS]",
+]  # fmt: skip
 
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 
@@ -248,8 +251,8 @@ def vocab_pieces(vocab: str = "standard") -> list[str]:
         normal = _STANDARD + CODELLAMA_FIM_PIECES
     elif vocab == "harmony":
         normal = _STANDARD + HARMONY_PIECES
-    elif vocab == "think":
-        normal = _STANDARD + THINK_PIECES
+    elif vocab == "markup":
+        normal = _STANDARD + MARKUP_PIECES
     elif vocab == "incompatible":
         # Same pieces, same size, reversed order: every id from FIRST_NORMAL_ID on has another text.
         normal = _STANDARD[::-1]
@@ -280,7 +283,7 @@ def _scores_and_types(pieces: list[str]) -> tuple[list[float], list[int]]:
         elif i < FIRST_NORMAL_ID:
             scores.append(0.0)
             types.append(gguf.TokenType.BYTE)
-        elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES or text in HARMONY_PIECES or text in THINK_PIECES:
+        elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES or text in HARMONY_PIECES or text in MARKUP_PIECES:
             scores.append(0.0)
             types.append(gguf.TokenType.CONTROL)
         else:
@@ -541,8 +544,8 @@ def write_model(
     vocab        "standard", "incompatible" (same size, other texts from id 261 on),
                  "extended" (standard + N_EXTRA_TOKENS normal pieces), "code" (standard +
                  FIM_PIECES, fill-in-the-middle control tokens), "codellama" (standard +
-                 CODELLAMA_FIM_PIECES), "harmony" (standard + HARMONY_PIECES, gpt-oss's markup) or "think"
-                 (standard + THINK_PIECES, control tokens; extra_scale sets how often they come)
+                 CODELLAMA_FIM_PIECES), "harmony" (standard + HARMONY_PIECES, gpt-oss's markup) or "markup"
+                 (standard + MARKUP_PIECES, control tokens; extra_scale sets how often they come)
     eos_token_id tokenizer.ggml.eos_token_id (a normal id makes that token end generation)
     chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none; a list
                  of {"name", "template"} stores "default" as that and the others by name

@@ -30,14 +30,17 @@ from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
 from specllm.llama.templates import CHATML_TEMPLATE, as_template_takes, compile_chat_template, render_bounded
 
-# Control tokens that a model's text shows, as llama-server preserves them for its parsers: a think
-# block's markers where a tokenizer holds them as control tokens (Magistral's and Ministral 3's
-# [THINK], Gemma 4's thought channel, Command A's), which engine/reasoning.py (THINK_MARKERS) reads,
-# and Gemma 4's call markup, which serve/tool_calls.py reads.
+# Control tokens that a model's text shows, as llama-server preserves them for its parsers: the
+# markers of think blocks (engine/reasoning.py's THINK_MARKERS: Magistral's and Ministral 3's
+# [THINK], Gemma 4's thought channel, Command A's) and of tool calls (serve/tool_calls.py: Mistral's
+# [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>, Gemma 4's, MiniMax M2's, GLM's), where a
+# tokenizer holds them as control tokens. Without them a reply's reasoning or calls could not be read.
 SHOWN_CONTROL_TOKENS = (
     "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>",
     "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>", "</seed:think>",
-    "<|tool_call>", "<tool_call|>", '<|"|>',
+    "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
+    "<|tool_call>", "<tool_call|>", '<|"|>', "<minimax:tool_call>", "</minimax:tool_call>",
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
 )  # fmt: skip
 
 # What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and

@@ -54,7 +54,7 @@ from specllm.serve.openai_api import (
     parse,
     specllm_step,
 )
-from specllm.serve.tool_calls import MARKERS, ToolTemplate, inspect_template, with_markers
+from specllm.serve.tool_calls import ToolTemplate, inspect_template
 
 log = logging.getLogger("specllm.serve")
 
@@ -130,12 +130,11 @@ class Plan:
     continues: bool = False  # the prompt extends the previous request's whole transcript
     left_out: int = 0  # a gap's code cut to leave room for the reply (Engine.infill_prompt)
     read: ChatReply | None = None  # a chat reply: splits its reasoning off, reads its tool calls
-    marked: Callable[[Step], str] | None = None  # a step's text with its call markup (tools only)
 
     def delta(self, step: Step) -> dict:
         """What a step adds to the reply (keyword arguments of Reply.chunk: reasoning, text,
         tool_calls)."""
-        text = self.marked(step) if self.marked is not None else step.accepted_text + step.token_text
+        text = step.accepted_text + step.token_text
         if self.read is not None:
             return self.read.feed(text)
         return {"text": text} if text else {}
@@ -246,7 +245,6 @@ class EngineWorker:
             d for d in DRAFTERS if (d != Drafter.MODEL or engine.has_draft) and (d != Drafter.MTP or engine.mtp)
         )
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
-        self._tool_markers: dict[int, str] | None = None
 
     async def start(self, request, left: Callable[[], Awaitable[None]]) -> tuple[Plan, Job] | None:
         """Wait for the engine, then start generating for `request` on the engine thread; None
@@ -372,8 +370,7 @@ class EngineWorker:
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
-        marked = self.marked_text if read is not None and read.tools is not None else None
-        return Plan(text, tokens, seed, generation, continues, left_out, read, marked)
+        return Plan(text, tokens, seed, generation, continues, left_out, read)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ChatReply]:
         """The prompt of a chat request, through the target's chat template with its tools and
@@ -398,7 +395,6 @@ class EngineWorker:
         # A call that must be made begins after the think block: not inside one the prompt opened
         prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
         names = [t.function.name for t in offered]
-        self.tool_markers()  # found here, on the engine thread
         return text + prefill, ChatReply(
             opened, ToolReply(names, parallel=request.parallel_tool_calls is not False), prefill
         )
@@ -410,21 +406,6 @@ class EngineWorker:
                 lambda messages, tools, prompt: target.render_chat(messages, tools=tools, add_generation_prompt=prompt)
             )
         return self._tool_template
-
-    def tool_markers(self) -> dict[int, str]:
-        """The target's control tokens that are call markup, by id."""
-        if self._tool_markers is None:
-            target = self.engine.target
-            texts = {t: target.token_text(t).decode("utf-8", errors="replace") for t in target.markup_tokens}
-            self._tool_markers = {t: text for t, text in texts.items() if text in MARKERS}
-        return self._tool_markers
-
-    def marked_text(self, step: Step) -> str:
-        """A step's text with the call markup that control tokens wrote put back: generated
-        text leaves control tokens out, Mistral's [TOOL_CALLS] among them."""
-        emitted = step.drafted[: step.accepted] + ([step.token] if step.token >= 0 else [])
-        text = step.accepted_text + step.token_text
-        return with_markers(text, emitted, self.tool_markers(), self.engine.target.piece)
 
     def status(self) -> dict:
         drafters = [d.value for d in self.drafters]  # what a request may ask for: the chat page offers these

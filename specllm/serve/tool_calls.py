@@ -654,26 +654,3 @@ def probe_call(object_arguments: bool) -> dict:
     function = {"name": PROBE_TOOL, "arguments": arguments if object_arguments else json.dumps(arguments)}
     call = {"id": PROBE_CALL_ID, "type": "function", "function": function}
     return {"role": "assistant", "content": "", "tool_calls": [call]}
-
-
-# --- call markup written as control tokens -------------------------------------------------------
-
-# Markers a tokenizer may hold as control tokens, which generated text leaves out (Mistral's
-# [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>): the calls' reader needs them back.
-MARKERS = (HERMES_OPEN, HERMES_CLOSE, PYTHON_TAG, MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID)
-
-
-def with_markers(text: str, tokens: list[int], markers: dict[int, str], piece: Callable[[int], bytes]) -> str:
-    """`text`, generated as `tokens` with control tokens left out, with the markers among them
-    put back where they were: after the text of the tokens before each."""
-    if not any(token in markers for token in tokens):
-        return text
-    out, at, before = [], 0, b""
-    for token in tokens:
-        if token in markers:
-            cut = min(max(len(before.decode("utf-8", errors="replace")), at), len(text))
-            out += [text[at:cut], markers[token]]
-            at = cut
-        else:
-            before += piece(token)
-    return "".join(out) + text[at:]

@@ -255,10 +255,10 @@ def magistral(tmp_path_factory):
     """A tiny model whose [THINK] and [/THINK] are control tokens it writes often (extra_scale)."""
     path = tm.write_model(
         tmp_path_factory.mktemp("reasoning") / "magistral.gguf",
-        seed=0,
-        vocab="think",
+        seed=1,
+        vocab="markup",
         chat_template=THINK_CONTROL_TEMPLATE,
-        extra_scale=2.0,
+        extra_scale=1.5,
     )
     engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
     srv = Server(engine)
@@ -286,7 +286,10 @@ def gemma4(tmp_path_factory):
     """A tiny model with Gemma 4's chat template, whose thought channel and call markers are
     control tokens."""
     path = tm.write_model(
-        tmp_path_factory.mktemp("reasoning") / "gemma4.gguf", seed=0, vocab="think", chat_template=tool_templates.GEMMA4
+        tmp_path_factory.mktemp("reasoning") / "gemma4.gguf",
+        seed=0,
+        vocab="markup",
+        chat_template=tool_templates.GEMMA4,
     )
     engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
     srv = Server(engine)
@@ -346,3 +349,17 @@ def test_gemma4s_call_results_are_answered_inside_the_models_turn(gemma4):
     assert prompt.endswith('<|tool_response>response:get_weather{value:<|"|>18 C<|"|>}<tool_response|>')
     assert "Let me check." not in prompt
     assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
+
+
+def test_call_markup_held_as_control_tokens_is_in_the_text_and_read(gemma4):
+    """Generated text leaves control tokens out, but not a call's markers: Mistral's [TOOL_CALLS]
+    and [ARGS] (control tokens of this vocabulary) are in a step's text, and the call is read."""
+    engine, _ = gemma4
+    written = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    tokens = engine.target.tokenize(written, add_special=False)
+    assert {engine.target.tokenize(m, add_special=False)[0] for m in ("[TOOL_CALLS]", "[ARGS]")} <= set(tokens)
+    text = engine.target.detokenize(tokens).decode()
+    assert text.replace(" ", "") == written.replace(" ", "")  # SentencePiece spaces a word after a control token
+    reply = ChatReply(False, ToolReply(["get_weather"]))
+    reply.feed(text), reply.finish()
+    assert [c["function"]["arguments"] for c in reply.message()["tool_calls"]] == ['{"city": "Paris"}']

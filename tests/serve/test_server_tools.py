@@ -11,10 +11,8 @@ import tool_templates
 from serving import Server
 
 import specllm
-from specllm.engine.loop import Step
 from specllm.llama.templates import compile_chat_template, render_bounded
 from specllm.models.hub import resolve_models
-from specllm.serve.server import EngineWorker, ServeSettings
 
 CTX = 2048
 WEATHER = "What is the weather in Paris right now? Use the tool."
@@ -223,24 +221,6 @@ def test_a_reply_read_for_calls_is_the_same_streamed_or_not(qwen_templated):
     assert len(chunks) > 4 and all("specllm" in c.to_dict() for c in chunks[1:-2])
     assert chunks[-2].choices[0].delta.content == streamed
     assert streamed.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
-
-
-def test_call_markup_from_control_tokens_is_read_in_a_steps_text(qwen_templated):
-    """A step's text leaves control tokens out; the reader of calls gets the markers among them
-    back, in the accepted draft or as the target's own token. (The tiny vocabulary has no
-    [TOOL_CALLS]: its <|im_start|> stands in for one.)"""
-    engine, _ = qwen_templated
-    worker = EngineWorker(engine, ServeSettings(model="tiny"))
-    assert worker.tool_markers() == {}  # none among the tiny model's control tokens
-    worker._tool_markers = {tm.IM_START_ID: "[TOOL_CALLS]"}
-    a, b, c, rejected = engine.target.tokenize("ab cd ef gh", add_special=False)[:4]
-    text = lambda *ids: engine.target.detokenize(list(ids)).decode()  # noqa: E731
-    step = Step([a, tm.IM_START_ID, b, rejected], 3, c, text(a, b), text(c), "", None)
-    assert worker.marked_text(step) == text(a) + "[TOOL_CALLS]" + text(b) + text(c)
-    ended = Step([a, b], 2, tm.IM_START_ID, text(a, b), "", "", None)
-    assert worker.marked_text(ended) == text(a, b) + "[TOOL_CALLS]"
-    cut = Step([a, tm.IM_START_ID], 1, -1, text(a), "", "", None)  # a stop cut the step after a
-    assert worker.marked_text(cut) == text(a)
 
 
 # --- the default pair: real calls -----------------------------------------------------------------

@@ -17,7 +17,6 @@ from specllm.serve.tool_calls import (
     _balanced_end,
     inspect_template,
     parse_tool_calls,
-    with_markers,
 )
 
 NAMES = ["get_weather", "get_time"]
@@ -316,20 +315,6 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
     # Qwen3.5's and Nemotron 3's prefills hold a think block's end: read alone, that is text.
     content = {tool_templates.QWEN35: "</think>", tool_templates.NEMOTRON3: "<think></think>"}.get(source)
     assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
-
-
-def test_call_markup_written_as_control_tokens_is_put_back():
-    """Generated text leaves control tokens out; Mistral's [TOOL_CALLS] and [ARGS] are ones."""
-    pieces = {1: b"Sure. ", 2: b"get_", 3: b"weather", 4: b'{"city": ', 5: b'"Paris"}', 6: "é".encode()}
-    markers = {90: "[TOOL_CALLS]", 91: "[ARGS]"}
-    tokens = [1, 90, 2, 3, 91, 4, 5]
-    text = b"".join(pieces[t] for t in tokens if t in pieces).decode()
-    marked = with_markers(text, tokens, markers, pieces.__getitem__)
-    assert marked == 'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
-    assert parse_tool_calls(marked, NAMES) == Parsed("Sure.", [PARIS])
-    assert parse_tool_calls(text, NAMES) == Parsed(text, [])  # without them: no call
-    assert with_markers("é", [6, 90], markers, pieces.__getitem__) == "é[TOOL_CALLS]"
-    assert with_markers(text, [1, 2, 3], markers, pieces.__getitem__) == text
 
 
 def test_a_held_back_value_resumes_its_scan_where_it_stopped():
