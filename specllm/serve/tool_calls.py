@@ -4,6 +4,10 @@ The forms recognized, whichever template the model was prompted with (small mode
 their template's own form, so every form is tried):
 
     <tool_call>{"name": ..., "arguments": {...}}</tool_call>    Hermes, Qwen (closing tag optional)
+    <tool_call>name<arg_key>key</arg_key><arg_value>value       GLM 4.5 to 4.7 (a value that reads
+        </arg_value></tool_call>                                  as JSON is taken as such)
+    <minimax:tool_call><invoke name="name"><parameter           MiniMax M2 (likewise)
+        name="key">value</parameter></invoke></minimax:tool_call>
     <tool_call><function=name><parameter=key>value</parameter>  Qwen3.5, Qwen3-Coder (XML; a value
         ...</function></tool_call>                                that reads as JSON is taken as such)
     <|python_tag|>{"name": ..., "parameters": {...}}            Llama 3.x (`;` between calls)
@@ -42,6 +46,10 @@ MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_
 XML_FUNCTION, XML_FUNCTION_END = "<function=", "</function>"
 XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
 XML_KEY = re.compile(r"[^<>\s]+")
+GLM_KEY, GLM_VALUE = ("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>")
+MINIMAX_OPEN, MINIMAX_CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
+MINIMAX_INVOKE, MINIMAX_INVOKE_END = '<invoke name="', "</invoke>"
+MINIMAX_PARAMETER, MINIMAX_PARAMETER_END = '<parameter name="', "</parameter>"
 HARMONY_CALL = CALL_OPEN + "functions."
 GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
 GEMMA_KEY = re.compile(r"[^:}]+")
@@ -149,7 +157,10 @@ class ToolCallParser:
     def _match(self, text: str) -> "_Match | _More | None":
         """The call region at the start of `text`, None when there is none, MORE when the text
         so far cannot tell."""
-        forms = (self._hermes, self._python_tag, self._mistral, self._gemma, self._harmony, self._fenced, self._bare)
+        forms = (
+            self._hermes, self._python_tag, self._mistral, self._gemma, self._minimax, self._harmony,
+            self._fenced, self._bare,
+        )  # fmt: skip
         for form in forms:
             found = form(text)
             if found is not None:
@@ -166,7 +177,12 @@ class ToolCallParser:
         xml = _after_marker(text[start:], XML_FUNCTION, self.ended)
         if xml is MORE:
             return MORE
-        found = self._xml_call(text, start + xml) if isinstance(xml, int) else self._json_calls(text, start)
+        if isinstance(xml, int):
+            found = self._xml_call(text, start + xml)
+        elif start < len(text) and text[start] not in "[{":
+            found = self._glm_call(text, start)
+        else:
+            found = self._json_calls(text, start)
         if not isinstance(found, _Match):
             return found
         # The closing tag is optional (a model may stop or go on without it).
@@ -207,6 +223,103 @@ class ToolCallParser:
                 return None
             arguments[key.group()] = _xml_value(text[after_key + 1 : close])
             i = close + len(XML_PARAMETER_END)
+
+    def _glm_call(self, text: str, i: int):
+        """After <tool_call>: name, then <arg_key>key</arg_key><arg_value>value</arg_value> for
+        each argument (GLM's calls; the closing </tool_call> is _hermes's)."""
+        name = MISTRAL_NAME.match(text, i)
+        head = name.end() if name else i
+        if head == len(text):  # the name may still be growing
+            return None if self.ended else MORE
+        if name is None or name.group() not in self.names:
+            return None
+        arguments: dict[str, object] = {}
+        end = head
+        while True:
+            i = _skip_spaces(text, end)
+            if i == len(text) and not self.ended:
+                return MORE
+            pair = self._tagged(text, i, GLM_KEY) if i < len(text) else None
+            if pair is None:  # the arguments end: a call only if the closing tag or the reply follows
+                closing = i == len(text) or text.startswith(HERMES_CLOSE[: len(text) - i], i)
+                given = _arguments(arguments)
+                return _Match(end, [ToolCall(name.group(), given)]) if closing and given is not None else None
+            if pair is MORE:
+                return MORE
+            key, after_key = pair
+            value = self._tagged(text, _skip_spaces(text, after_key), GLM_VALUE)
+            if not isinstance(value, tuple):
+                return value
+            arguments[key], end = _xml_value(value[0]), value[1]
+
+    def _tagged(self, text: str, i: int, tags: tuple[str, str]):
+        """(the text between the two tags at `i`, where the closing one ends); None if the text
+        at `i` does not open them, MORE while it may."""
+        opening, closing = tags
+        after = _after_marker(text[i:], opening, self.ended)
+        if not isinstance(after, int):
+            return after
+        close = text.find(closing, i + after)
+        if close < 0:
+            return None if self.ended else MORE
+        return text[i + after : close], close + len(closing)
+
+    def _minimax(self, text: str):
+        """<minimax:tool_call>, then <invoke name="name"> with a <parameter name="key">value
+        </parameter> for each argument and </invoke>, for each call, then </minimax:tool_call>
+        (MiniMax M2's calls)."""
+        after = _after_marker(text, MINIMAX_OPEN, self.ended)
+        if not isinstance(after, int):
+            return after
+        calls: list[ToolCall] = []
+        i = after
+        while True:
+            i = _skip_spaces(text, i)
+            if i == len(text):
+                return (_Match(i, calls) if calls else None) if self.ended else MORE
+            close = _after_marker(text[i:], MINIMAX_CLOSE, self.ended)
+            if isinstance(close, int):
+                return _Match(i + close, calls) if calls else None
+            invoke = self._minimax_invoke(text, i)
+            if not isinstance(invoke, tuple):
+                return MORE if invoke is MORE or close is MORE else None
+            call, i = invoke
+            calls.append(call)
+
+    def _minimax_invoke(self, text: str, i: int):
+        """(the call, where it ends) of the <invoke name="..."> at `i`; None, or MORE."""
+        head = self._named_tag(text, i, MINIMAX_INVOKE)
+        if not isinstance(head, tuple):
+            return head
+        name, i = head
+        if name not in self.names:
+            return None
+        arguments: dict[str, object] = {}
+        while True:
+            i = _skip_spaces(text, i)
+            end = _after_marker(text[i:], MINIMAX_INVOKE_END, self.ended)
+            if isinstance(end, int):
+                given = _arguments(arguments)
+                return (ToolCall(name, given), i + end) if given is not None else None
+            parameter = self._named_tag(text, i, MINIMAX_PARAMETER)
+            if not isinstance(parameter, tuple):
+                return MORE if parameter is MORE or end is MORE else None
+            key, i = parameter
+            close = text.find(MINIMAX_PARAMETER_END, i)
+            if close < 0:
+                return None if self.ended else MORE
+            arguments[key], i = _xml_value(text[i:close]), close + len(MINIMAX_PARAMETER_END)
+
+    def _named_tag(self, text: str, i: int, opening: str):
+        """(the name, where the tag ends) of `opening`NAME"> at `i`; None, or MORE."""
+        after = _after_marker(text[i:], opening, self.ended)
+        if not isinstance(after, int):
+            return after
+        end = text.find('">', i + after)
+        if end < 0:
+            return None if self.ended or "\n" in text[i + after :] else MORE
+        name = text[i + after : end]
+        return (name, end + 2) if name and "\n" not in name else None
 
     def _python_tag(self, text: str):
         after = _after_marker(text, PYTHON_TAG, self.ended)

@@ -363,3 +363,24 @@ def test_call_markup_held_as_control_tokens_is_in_the_text_and_read(gemma4):
     reply = ChatReply(False, ToolReply(["get_weather"]))
     reply.feed(text), reply.finish()
     assert [c["function"]["arguments"] for c in reply.message()["tool_calls"]] == ['{"city": "Paris"}']
+
+
+@pytest.fixture(scope="module")
+def glm47(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "glm47", tool_templates.GLM47)
+
+
+def test_glm_calls_are_begun_after_the_think_block_and_read(glm47):
+    """GLM 4.7's prompt opens a think block; a named call closes it as the template writes its
+    calls ("</think><tool_call>NAME"), and the model going on with tagged arguments makes a call."""
+    engine, srv = glm47
+    request = dict(messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, **GREEDY)
+    whole = srv.client().chat.completions.create(**request)
+    message = whole.choices[0].message.to_dict()
+    assert message["content"].startswith("<tool_call>get_weather") and "reasoning_content" not in message
+    prompt = engine.target.render_chat(ASK, tools=[GET_WEATHER])
+    assert prompt.endswith("<|assistant|><think>")
+    assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + "</think><tool_call>get_weather"))
+    reply = ChatReply(True, ToolReply(["get_weather"]), "</think><tool_call>get_weather")
+    reply.feed("<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"), reply.finish()
+    assert [c["function"]["arguments"] for c in reply.message()["tool_calls"]] == ['{"city": "Paris"}']

@@ -29,6 +29,8 @@ X = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
 XL = "<function=get_weather>\n<parameter=city>\nLondon\n</parameter>\n</function>"
 H, HH = "<|start|>assistant to=functions.", "<|channel|>commentary json<|message|>"  # a harmony call's head
 Q = '<|"|>'  # Gemma 4's string quote
+GK, GV, GE = "<arg_key>", "</arg_key><arg_value>", "</arg_value>"  # GLM's argument tags
+MI, MP = '<invoke name="', '<parameter name="'  # MiniMax M2's
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -134,6 +136,34 @@ CASES = [
     ("if a < b and c[0] > d: print({x})", None, None),
     ("", None, []),
     ("  \n ", None, []),
+    # GLM 4.5 to 4.7: the name, then tagged keys and values; a value that reads as JSON is JSON
+    (f"<tool_call>get_weather{GK}city{GV}Paris{GE}</tool_call>", None, [PARIS]),
+    (
+        f"Let me check.\n<tool_call>get_weather\n{GK}city{GV}Paris{GE}\n</tool_call>\n<tool_call>get_time"
+        f"\n{GK}timezone{GV}UTC{GE}\n</tool_call>",
+        "Let me check.",
+        [PARIS, UTC],
+    ),
+    (
+        f'<tool_call>get_weather{GK}city{GV}Paris{GE}{GK}days{GV}3{GE}{GK}opts{GV}{{"t": "C"}}{GE}</tool_call>',
+        None,
+        [ToolCall("get_weather", '{"city": "Paris", "days": 3, "opts": {"t": "C"}}')],
+    ),
+    ("<tool_call>get_time</tool_call>", None, [ToolCall("get_time", "{}")]),  # no arguments
+    (f"<tool_call>get_weather{GK}city{GV}Paris{GE}", None, [PARIS]),  # the reply ended before the closing tag
+    ("<tool_call>get_weather is a tool</tool_call>", None, None),  # a name, then prose
+    (f"<tool_call>nope{GK}city{GV}Paris{GE}</tool_call>", None, None),
+    (f"<tool_call>get_weather{GK}city{GV}Paris</tool_call>", None, None),  # a value never closed
+    # MiniMax M2: invokes in one block
+    (
+        f'\n<minimax:tool_call>\n{MI}get_weather">\n{MP}city">Paris</parameter>\n</invoke>\n{MI}get_time">\n'
+        f'{MP}timezone">UTC</parameter>\n</invoke>\n</minimax:tool_call>',
+        None,
+        [PARIS, UTC],
+    ),
+    (f'Sure.<minimax:tool_call>{MI}get_weather">{MP}city">Paris</parameter></invoke>', "Sure.", [PARIS]),  # cut
+    (f'<minimax:tool_call>{MI}get_weather">{MP}city">Paris</parameter></invoke>{MI}nope"></invoke>', None, None),
+    ("<minimax:tool_call>Hello</minimax:tool_call>", None, None),
     # Gemma 4: its own notation for values
     (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}<tool_call|>", None, [PARIS]),
     (
@@ -278,6 +308,10 @@ def test_what_a_template_does_with_tools():
     # form is found all the same (it was the generic JSON one, which no such template writes).
     nemotron = inspect_template(renderer(tool_templates.NEMOTRON3))
     assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n")
+    # GLM 4.7's prompt opens a think block its turns write as "</think>"; MiniMax M2's, one they do not write
+    assert inspect_template(renderer(tool_templates.GLM47)) == ToolTemplate(True, True, "</think><tool_call>", "")
+    minimax = inspect_template(renderer(tool_templates.MINIMAX_M2))
+    assert minimax == ToolTemplate(True, True, '\n<minimax:tool_call>\n<invoke name="', '">\n')
     # Gemma 4's prompt ends with an empty thought channel (thinking off) that its turns do not write
     gemma4 = inspect_template(renderer(tool_templates.GEMMA4))
     assert gemma4 == ToolTemplate(True, True, "<|tool_call>call:", "")
@@ -298,8 +332,10 @@ def test_what_a_template_does_with_tools():
         tool_templates.QWEN35,
         tool_templates.NEMOTRON3,
         tool_templates.GEMMA4,
+        tool_templates.GLM47,
+        tool_templates.MINIMAX_M2,
     ],
-    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3", "gemma4"],
+    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3", "gemma4", "glm47", "minimax_m2"],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
     """tool_choice "required" / named: the reply begins with the prefill, the model finishes the call."""
@@ -311,9 +347,15 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.QWEN35: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
         tool_templates.NEMOTRON3: "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
         tool_templates.GEMMA4: f"{{city:{Q}Paris{Q}}}<tool_call|>",
+        tool_templates.GLM47: f"{GK}city{GV}Paris{GE}</tool_call>",
+        tool_templates.MINIMAX_M2: f'{MP}city">Paris</parameter>\n</invoke>\n</minimax:tool_call>',
     }[source]
-    # Qwen3.5's and Nemotron 3's prefills hold a think block's end: read alone, that is text.
-    content = {tool_templates.QWEN35: "</think>", tool_templates.NEMOTRON3: "<think></think>"}.get(source)
+    # Some prefills hold a think block's end: read alone, that is text.
+    content = {
+        tool_templates.QWEN35: "</think>",
+        tool_templates.NEMOTRON3: "<think></think>",
+        tool_templates.GLM47: "</think>",
+    }.get(source)
     assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
 
 
