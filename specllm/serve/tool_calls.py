@@ -108,6 +108,7 @@ class ToolCallParser:
         self.started = False  # some text was handed out (leading whitespace is dropped)
         self.spaces = ""  # trailing whitespace held back: dropped if nothing but calls follows
         self.scans: dict[int, tuple] = {}  # an unfinished JSON value's scan so far (see _balanced_end)
+        self.gemma: _GemmaReader | None = None  # an unfinished Gemma 4 call's arguments read so far
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
         self.pending += text
@@ -388,12 +389,17 @@ class ToolCallParser:
             return None if self.ended else MORE
         if name is None or name.group() not in self.names or text[head] != "{":
             return None
+        kept = self.gemma
+        reader = kept if kept is not None and kept.goes_on(text, head) else _GemmaReader(head)
+        self.gemma = None
         try:
-            arguments, end = gemma_value(text, head)
+            arguments, end = reader.read(text)
         except _Cut:
+            self.gemma = reader  # the next step goes on from here
             return None if self.ended else MORE
-        except (ValueError, RecursionError):
+        except ValueError:
             return None
+        self.gemma = reader  # kept while the end marker may still be coming
         close = _after_marker(text[end:], GEMMA_CALL_END, self.ended)
         if not isinstance(close, int):
             return close
@@ -526,19 +532,104 @@ def gemma_value(text: str, i: int) -> tuple[object, int]:
     """The value Gemma 4 writes at `i`, and where it ends: a string between <|"|> quotes, a dict
     of bare keys ({key:value,...}), a list, a JSON number, true, false or null. Raises _Cut where
     the text ends inside it, ValueError where it is no such value."""
-    if i == len(text) or (GEMMA_QUOTE.startswith(text[i:]) and text[i:] != GEMMA_QUOTE):
+    return _GemmaReader(i).read(text)
+
+
+@dataclass
+class _Open:
+    """A dict or list begun and not yet closed, with its items so far."""
+
+    closing: str
+    items: dict | list
+    key: str = ""  # in a dict, the key whose value is being read
+
+
+class _GemmaReader:
+    """Gemma 4's notation read as the text grows: where the text runs out, the reader keeps its
+    place (the containers open, their items so far), and a longer text that begins with the one
+    read goes on from there. Read again from its start at every step, as a streamed reply is, a
+    long call's arguments would cost time quadratic in their length (minutes for 20k characters
+    of small items). No recursion: nesting is bounded by memory, not by Python's stack."""
+
+    def __init__(self, start: int):
+        self.start = start
+        self.text = ""  # the text read so far
+        self.i, self.state = start, "value"  # where to go on, and what is expected there
+        self.open: list[_Open] = []
+        self.done: tuple[object, int] | None = None  # the value and its end, once read whole
+
+    def goes_on(self, text: str, start: int) -> bool:
+        return start == self.start and text.startswith(self.text)
+
+    def read(self, text: str) -> tuple[object, int]:
+        """The value and where it ends in `text` (read once: a longer text has the same); raises
+        _Cut where the text ends inside it (the place is kept), ValueError where it is no value
+        (the reader is then of no more use)."""
+        self.text = text
+        while self.done is None:
+            self.done = self._step(text, self.i)
+        return self.done
+
+    def _step(self, text: str, i: int) -> tuple[object, int] | None:
+        """One move from the place kept; the value when the outermost one is complete. The
+        place changes only once a move is decided, so that a _Cut leaves it to be tried again."""
+        if self.state == "value":
+            i = _skip_spaces(text, i) if self.open else i
+            if i < len(text) and text[i] in "{[":
+                self.open.append(_Open("}", {}) if text[i] == "{" else _Open("]", []))
+                self.i, self.state = i + 1, "first"
+                return None
+            return self._add(*_gemma_scalar(text, i))
+        i = _skip_spaces(text, i)
+        if i == len(text):
+            raise _Cut
+        top = self.open[-1]
+        if self.state in ("first", "after") and text[i] == top.closing:
+            self.open.pop()
+            return self._add(top.items, i + 1)
+        if self.state == "after":
+            if text[i] != ",":
+                raise ValueError(f"no ',' or {top.closing!r} at {i}")
+            self.i, self.state = i + 1, "item"
+        elif isinstance(top.items, dict):
+            key = GEMMA_KEY.match(text, i)
+            if key is None or key.end() == len(text):
+                raise _Cut if key is not None else ValueError(f"no key at {i}")
+            if text[key.end()] != ":":
+                raise ValueError(f"no ':' after the key at {i}")
+            top.key, self.i, self.state = key.group(), key.end() + 1, "value"
+        else:
+            self.i, self.state = i, "value"
+        return None
+
+    def _add(self, value: object, end: int) -> tuple[object, int] | None:
+        """A value read whole: the result, or an item of the container it is in."""
+        if not self.open:
+            return value, end
+        top = self.open[-1]
+        if isinstance(top.items, dict):
+            top.items[top.key] = value
+        else:
+            top.items.append(value)
+        self.i, self.state = end, "after"
+        return None
+
+
+def _gemma_scalar(text: str, i: int) -> tuple[object, int]:
+    """A string, number, true, false or null at `i` (tested on lengths before slicing the rest of
+    the text: a slice per value is quadratic in a long text)."""
+    rest = len(text) - i
+    if rest == 0 or (rest < len(GEMMA_QUOTE) and GEMMA_QUOTE.startswith(text[i:])):
         raise _Cut
     if text.startswith(GEMMA_QUOTE, i):
         end = text.find(GEMMA_QUOTE, i + len(GEMMA_QUOTE))
         if end < 0:
             raise _Cut
         return text[i + len(GEMMA_QUOTE) : end], end + len(GEMMA_QUOTE)
-    if text[i] in "{[":
-        return _gemma_container(text, i)
     for word, value in GEMMA_LITERALS.items():
         if text.startswith(word, i):
             return value, i + len(word)
-        if word.startswith(text[i:]):
+        if rest < len(word) and word.startswith(text[i:]):
             raise _Cut
     run = GEMMA_NUMBER_CHARS.match(text, i)
     end = run.end() if run else i
@@ -547,37 +638,6 @@ def gemma_value(text: str, i: int) -> tuple[object, int]:
     if not GEMMA_NUMBER.fullmatch(text, i, end):
         raise ValueError(f"no value at {i}")
     return json.loads(text[i:end]), end
-
-
-def _gemma_container(text: str, i: int) -> tuple[object, int]:
-    """A dict ({key:value, ...}) or a list ([value, ...]) at `i`."""
-    closing = "}" if text[i] == "{" else "]"
-    items: list[object] = []
-    pairs: dict[str, object] = {}
-    i = _skip_spaces(text, i + 1)
-    while True:
-        if i == len(text):
-            raise _Cut
-        if text[i] == closing and not (items or pairs):
-            return (pairs if closing == "}" else items), i + 1
-        if closing == "}":
-            key = GEMMA_KEY.match(text, i)
-            if key is None or key.end() == len(text):
-                raise _Cut if key is not None else ValueError(f"no key at {i}")
-            if text[key.end()] != ":":
-                raise ValueError(f"no ':' after the key at {i}")
-            pairs[key.group()], i = gemma_value(text, _skip_spaces(text, key.end() + 1))
-        else:
-            value, i = gemma_value(text, i)
-            items.append(value)
-        i = _skip_spaces(text, i)
-        if i == len(text):
-            raise _Cut
-        if text[i] == closing:
-            return (pairs if closing == "}" else items), i + 1
-        if text[i] != ",":
-            raise ValueError(f"no ',' or {closing!r} at {i}")
-        i = _skip_spaces(text, i + 1)
 
 
 def _xml_value(written: str):
