@@ -478,6 +478,8 @@ class ToolCallParser:
         None if it is not JSON."""
         if start == len(text):
             return None if self.ended else MORE
+        if text[start] not in "[{":  # no object or array: no continuation makes it one
+            return None
         return _json_value(text, start, self.ended, self.scans)
 
     def _calls(self, value) -> list[ToolCall]:

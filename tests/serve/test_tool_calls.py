@@ -266,6 +266,16 @@ def test_text_is_handed_out_as_soon_as_it_cannot_start_a_call():
     assert parser.finish() == ("", [])
 
 
+def test_a_marker_followed_by_no_json_is_text_at_once():
+    """Llama 3.1 writes its built-in tools' calls after <|python_tag|> as Python, not JSON: that
+    is text from there, handed out as it comes, not held back to the reply's end. Likewise a
+    Mistral [ARGS] or a harmony call's body that is no JSON."""
+    for head in ("<|python_tag|>", "[TOOL_CALLS]get_weather[ARGS]", f"{H}get_weather{HH}"):
+        parser = ToolCallParser(NAMES)
+        assert parser.feed(head) == ("", [])
+        assert parser.feed(' brave_search.call(query="Paris")') == (f'{head} brave_search.call(query="Paris")', [])
+
+
 def test_call_markup_is_never_handed_out_as_text():
     text = f"Checking.\n<tool_call>\n{W}\n</tool_call>"
     parser = ToolCallParser(NAMES)
