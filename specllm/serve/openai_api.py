@@ -592,8 +592,8 @@ class ToolReply:
     a call, and calls once complete (tool_calls.py). Streamed or not, the same reading gives the
     same calls and text. (A call the prompt begins is given as the reply's first text: ChatReply.)"""
 
-    def __init__(self, tool_names: list[str], parallel: bool = True):
-        self.parser, self.parallel = ToolCallParser(tool_names), parallel
+    def __init__(self, tool_names: list[str], parallel: bool = True, texts: dict[str, frozenset[str]] | None = None):
+        self.parser, self.parallel = ToolCallParser(tool_names, texts), parallel
         self.text = ""  # what the deltas so far hold: text and calls
         self.calls: list[dict] = []
 

@@ -54,7 +54,7 @@ from specllm.serve.openai_api import (
     parse,
     specllm_step,
 )
-from specllm.serve.tool_calls import ToolTemplate, inspect_template
+from specllm.serve.tool_calls import ToolTemplate, inspect_template, text_arguments
 
 log = logging.getLogger("specllm.serve")
 
@@ -395,9 +395,8 @@ class EngineWorker:
         # A call that must be made begins after the think block: not inside one the prompt opened
         prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
         names = [t.function.name for t in offered]
-        return text + prefill, ChatReply(
-            opened, ToolReply(names, parallel=request.parallel_tool_calls is not False), prefill
-        )
+        reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
+        return text + prefill, ChatReply(opened, reply, prefill)
 
     def tool_template(self) -> ToolTemplate:
         if self._tool_template is None:

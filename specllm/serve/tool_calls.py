@@ -34,7 +34,7 @@ whitespace at its two ends.
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
@@ -88,9 +88,11 @@ class _Match:
     calls: list[ToolCall]  # none: the region is text, all of it (its JSON is not all calls)
 
 
-def parse_tool_calls(text: str, tool_names: Iterable[str]) -> Parsed:
+def parse_tool_calls(
+    text: str, tool_names: Iterable[str], texts: Mapping[str, Collection[str]] | None = None
+) -> Parsed:
     """The calls in a whole reply, and the text around them."""
-    parser = ToolCallParser(tool_names)
+    parser = ToolCallParser(tool_names, texts)
     content, calls = parser.feed(text)
     rest, more = parser.finish()
     content += rest
@@ -101,8 +103,9 @@ class ToolCallParser:
     """Incremental: feed() the text as it comes, then finish(); each returns the text and the
     calls decided by then."""
 
-    def __init__(self, tool_names: Iterable[str]):
+    def __init__(self, tool_names: Iterable[str], texts: Mapping[str, Collection[str]] | None = None):
         self.names = frozenset(tool_names)
+        self.texts = texts or {}  # per tool, the arguments its schema says are strings (text_arguments)
         self.pending = ""  # text not decided yet: it may start a call
         self.ended = False
         self.started = False  # some text was handed out (leading whitespace is dropped)
@@ -222,7 +225,7 @@ class ToolCallParser:
                 return None if self.ended else MORE
             if key is None or text[after_key] != ">" or close < 0:
                 return None
-            arguments[key.group()] = _xml_value(text[after_key + 1 : close])
+            arguments[key.group()] = self._value(name.group(), key.group(), text[after_key + 1 : close])
             i = close + len(XML_PARAMETER_END)
 
     def _glm_call(self, text: str, i: int):
@@ -251,7 +254,7 @@ class ToolCallParser:
             value = self._tagged(text, _skip_spaces(text, after_key), GLM_VALUE)
             if not isinstance(value, tuple):
                 return value
-            arguments[key], end = _xml_value(value[0]), value[1]
+            arguments[key], end = self._value(name.group(), key, value[0]), value[1]
 
     def _tagged(self, text: str, i: int, tags: tuple[str, str]):
         """(the text between the two tags at `i`, where the closing one ends); None if the text
@@ -309,7 +312,7 @@ class ToolCallParser:
             close = text.find(MINIMAX_PARAMETER_END, i)
             if close < 0:
                 return None if self.ended else MORE
-            arguments[key], i = _xml_value(text[i:close]), close + len(MINIMAX_PARAMETER_END)
+            arguments[key], i = self._value(name, key, text[i:close]), close + len(MINIMAX_PARAMETER_END)
 
     def _named_tag(self, text: str, i: int, opening: str):
         """(the name, where the tag ends) of `opening`NAME"> at `i`; None, or MORE."""
@@ -321,6 +324,14 @@ class ToolCallParser:
             return None if self.ended or "\n" in text[i + after :] else MORE
         name = text[i + after : end]
         return (name, end + 2) if name and "\n" not in name else None
+
+    def _value(self, name: str, key: str, written: str):
+        """An argument of the forms that write values bare (XML, GLM's, MiniMax's): as written
+        where the tool's schema says it is a string, as llama-server reads it (a zip code 10001,
+        a file's JSON content stay text), else as _xml_value reads it."""
+        if key in self.texts.get(name, ()):
+            return written.removeprefix("\n").removesuffix("\n")
+        return _xml_value(written)
 
     def _python_tag(self, text: str):
         after = _after_marker(text, PYTHON_TAG, self.ended)
@@ -640,6 +651,23 @@ def _gemma_scalar(text: str, i: int) -> tuple[object, int]:
     if not GEMMA_NUMBER.fullmatch(text, i, end):
         raise ValueError(f"no value at {i}")
     return json.loads(text[i:end]), end
+
+
+def text_arguments(tools: Iterable[dict]) -> dict[str, frozenset[str]]:
+    """Per tool (OpenAI's {"type": "function", "function": {...}}), the arguments its parameters'
+    schema types as strings only: those an XML form's call gives as text whatever they read as."""
+    found = {}
+    for tool in tools:
+        function = tool.get("function") or {}
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        strings = [key for key, schema in properties.items() if isinstance(schema, dict) and _is_string(schema)]
+        found[function.get("name", "")] = frozenset(strings)
+    return found
+
+
+def _is_string(schema: dict) -> bool:
+    kind = schema.get("type")
+    return kind == "string" or (isinstance(kind, list) and set(kind) <= {"string", "null"} and "string" in kind)
 
 
 def _xml_value(written: str):

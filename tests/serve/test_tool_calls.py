@@ -10,6 +10,7 @@ import tool_templates
 
 from specllm.llama.templates import compile_chat_template, render_bounded
 from specllm.serve import tool_calls
+from specllm.serve.openai_api import ToolReply
 from specllm.serve.tool_calls import (
     Parsed,
     ToolCall,
@@ -18,6 +19,7 @@ from specllm.serve.tool_calls import (
     _balanced_end,
     inspect_template,
     parse_tool_calls,
+    text_arguments,
 )
 
 NAMES = ["get_weather", "get_time"]
@@ -274,6 +276,42 @@ def test_a_marker_followed_by_no_json_is_text_at_once():
         parser = ToolCallParser(NAMES)
         assert parser.feed(head) == ("", [])
         assert parser.feed(' brave_search.call(query="Paris")') == (f'{head} brave_search.call(query="Paris")', [])
+
+
+def test_an_argument_typed_as_a_string_stays_text_in_the_forms_that_write_values_bare():
+    """GLM's, MiniMax's and the XML form's values are bare: one that reads as JSON is taken as
+    JSON, unless the tool's schema says the argument is a string, as llama-server reads them (a
+    zip code, a file's JSON content, "true" given as numbers, objects, booleans broke the tool)."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+    }
+    texts = text_arguments([tool])
+    assert texts == {"get_weather": frozenset({"city", "note"})}
+    expected = [ToolCall("get_weather", '{"city": "10001", "days": 3, "note": "{\\"a\\": 1}"}')]
+    written = [
+        f'<tool_call>get_weather{GK}city{GV}10001{GE}{GK}days{GV}3{GE}{GK}note{GV}{{"a": 1}}{GE}</tool_call>',
+        f'<minimax:tool_call>{MI}get_weather">{MP}city">10001</parameter>{MP}days">3</parameter>'
+        f'{MP}note">{{"a": 1}}</parameter></invoke></minimax:tool_call>',
+        "<tool_call><function=get_weather><parameter=city>\n10001\n</parameter><parameter=days>\n3\n</parameter>"
+        '<parameter=note>\n{"a": 1}\n</parameter></function></tool_call>',
+    ]
+    for text in written:
+        assert parse_tool_calls(text, NAMES, texts) == Parsed(None, expected), text
+        assert json.loads(parse_tool_calls(text, NAMES).calls[0].arguments)["city"] == 10001  # no schema: JSON
+        reply = ToolReply(NAMES, texts=texts)
+        reply.feed(text), reply.finish()
+        assert reply.message()["tool_calls"][0]["function"]["arguments"] == expected[0].arguments
 
 
 def test_call_markup_is_never_handed_out_as_text():
