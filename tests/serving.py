@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import openai
+import tiny_models as tm
 
+import specllm
 from specllm.serve.server import ServeSettings, address, create_app, listen, server
 
 
@@ -105,3 +107,26 @@ def wait_for_line(log, fragment, count):
     while sum(fragment in line for line in log) < count and time.time() < deadline:
         time.sleep(0.05)
     return [line for line in log if fragment in line]
+
+
+# A chat request for templated_server's models: a question, the tool that answers it, and greedy
+# settings that keep the tiny models' replies short.
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+GET_WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": PARAMETERS},
+}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+GREEDY = dict(model="x", temperature=0, max_tokens=12)
+
+
+def templated_server(tmp_path_factory, name: str, template: str, **model) -> Iterator[tuple]:
+    """A tiny model with `template` as its chat template (and `model`'s write_model options: vocab,
+    seed, ...), and a server of it: yields (engine, server), for a module's fixture."""
+    path = tm.write_model(tmp_path_factory.mktemp("templated") / f"{name}.gguf", chat_template=template, **model)
+    engine = specllm.load(str(path), n_ctx=2048, n_threads=1)
+    srv = Server(engine)
+    yield engine, srv
+    srv.stop()
+    engine.close()

@@ -389,16 +389,25 @@ class ToolCallParser:
         call = self._call({"name": name.group(), "arguments": arguments})
         return _Match(end, [call]) if call else None
 
-    def _gemma(self, text: str):
-        """Gemma 4's call: the arguments in its own notation (gemma_value), then its end marker."""
-        after = _after_marker(text, GEMMA_CALL, self.ended)
+    def _name_after(self, text: str, marker: str):
+        """(the tool name after `marker` at the start of `text`, where it ends); None where the
+        text does not begin so, MORE while it may."""
+        after = _after_marker(text, marker, self.ended)
         if not isinstance(after, int):
             return after
         name = MISTRAL_NAME.match(text, after)
         head = name.end() if name else after
         if head == len(text):  # the name may still be growing
             return None if self.ended else MORE
-        if name is None or name.group() not in self.names or text[head] != "{":
+        return (name.group(), head) if name else None
+
+    def _gemma(self, text: str):
+        """Gemma 4's call: the arguments in its own notation (gemma_value), then its end marker."""
+        found = self._name_after(text, GEMMA_CALL)
+        if not isinstance(found, tuple):
+            return found
+        name, head = found
+        if name not in self.names or text[head] != "{":
             return None
         kept = self.gemma
         reader = kept if kept is not None and kept.goes_on(text, head) else _GemmaReader(head)
@@ -414,22 +423,21 @@ class ToolCallParser:
         close = _after_marker(text[end:], GEMMA_CALL_END, self.ended)
         if not isinstance(close, int):
             return close
-        call = self._call({"name": name.group(), "arguments": arguments})
+        call = self._call({"name": name, "arguments": arguments})
         return _Match(end + close, [call]) if call else None
 
     def _harmony(self, text: str):
         """A harmony message to a function, as engine/harmony.py writes it: its arguments are
         its whole body, which ends at CALL_CLOSE."""
-        after = _after_marker(text, HARMONY_CALL, self.ended)
-        if not isinstance(after, int):
-            return after
-        name = MISTRAL_NAME.match(text, after)
-        head = name.end() if name else after
-        if head == len(text):  # the name may still be growing
-            return None if self.ended else MORE
+        found = self._name_after(text, HARMONY_CALL)
+        if not isinstance(found, tuple):
+            return found
+        name, head = found
+        if name not in self.names:
+            return None
         header = _after_marker(text[head:], CALL_HEADER, self.ended)
-        if name is None or name.group() not in self.names or not isinstance(header, int):
-            return header if name and name.group() in self.names else None
+        if not isinstance(header, int):
+            return header
         value = self._json_at(text, _skip_spaces(text, head + header))
         if not isinstance(value, tuple):
             return value
@@ -437,7 +445,7 @@ class ToolCallParser:
         close = _after_marker(text[_skip_spaces(text, end) :], CALL_CLOSE, self.ended)
         if not isinstance(close, int):
             return close
-        call = self._call({"name": name.group(), "arguments": arguments})
+        call = self._call({"name": name, "arguments": arguments})
         return _Match(_skip_spaces(text, end) + close, [call]) if call else None
 
     def _fenced(self, text: str):

@@ -8,21 +8,11 @@ import json
 import pytest
 import tiny_models as tm
 import tool_templates
-from serving import Server
+from serving import ASK, GET_WEATHER, GREEDY, NAMED, PARAMETERS, templated_server
 
-import specllm
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
 from specllm.serve.openai_api import ChatReply, ToolReply
 
-CTX = 2048
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-GET_WEATHER = {
-    "type": "function",
-    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": PARAMETERS},
-}
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
-GREEDY = dict(model="x", temperature=0, max_tokens=12)
 CALL = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
 # A gpt-oss reply as llama.cpp writes it (<|call|> ends generation and is left out of the text)
@@ -36,17 +26,7 @@ REPLY = (
 @pytest.fixture(scope="module")
 def gpt_oss(tmp_path_factory):
     """(engine, server) of a tiny model with gpt-oss's markup tokens and chat template."""
-    path = tm.write_model(
-        tmp_path_factory.mktemp("harmony") / "gpt-oss.gguf",
-        seed=0,
-        vocab="harmony",
-        chat_template=tool_templates.GPT_OSS,
-    )
-    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    srv = Server(engine)
-    yield engine, srv
-    srv.stop()
-    engine.close()
+    yield from templated_server(tmp_path_factory, "gpt-oss", tool_templates.GPT_OSS, vocab="harmony")
 
 
 def test_llama_cpp_writes_the_markup_as_text_and_ends_at_return_and_call(gpt_oss):

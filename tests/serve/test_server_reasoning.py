@@ -7,34 +7,13 @@ and ChatReply reads a fixed reply, split into chunks anywhere."""
 import json
 
 import pytest
-import tiny_models as tm
 import tool_templates
-from serving import Server
+from serving import ASK, GET_WEATHER, GREEDY, NAMED, templated_server
 
-import specllm
 from specllm.engine.reasoning import split_reasoning
 from specllm.serve.openai_api import ChatReply, ToolReply
 
-CTX = 2048
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-GET_WEATHER = {
-    "type": "function",
-    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": PARAMETERS},
-}
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
-GREEDY = dict(model="x", temperature=0, max_tokens=12)
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
-
-
-def templated_server(tmp_path_factory, name: str, template: str):
-    """A tiny model with `template` as its chat template, and a server of it: (engine, server)."""
-    path = tm.write_model(tmp_path_factory.mktemp("reasoning") / f"{name}.gguf", seed=0, chat_template=template)
-    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    srv = Server(engine)
-    yield engine, srv
-    srv.stop()
-    engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -253,18 +232,9 @@ THINK_CONTROL_TEMPLATE = (
 @pytest.fixture(scope="module")
 def magistral(tmp_path_factory):
     """A tiny model whose [THINK] and [/THINK] are control tokens it writes often (extra_scale)."""
-    path = tm.write_model(
-        tmp_path_factory.mktemp("reasoning") / "magistral.gguf",
-        seed=1,
-        vocab="markup",
-        chat_template=THINK_CONTROL_TEMPLATE,
-        extra_scale=1.5,
+    yield from templated_server(
+        tmp_path_factory, "magistral", THINK_CONTROL_TEMPLATE, seed=1, vocab="markup", extra_scale=1.5
     )
-    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    srv = Server(engine)
-    yield engine, srv
-    srv.stop()
-    engine.close()
 
 
 def test_think_markers_held_as_control_tokens_are_shown_and_read(magistral):
@@ -285,17 +255,7 @@ def test_think_markers_held_as_control_tokens_are_shown_and_read(magistral):
 def gemma4(tmp_path_factory):
     """A tiny model with Gemma 4's chat template, whose thought channel and call markers are
     control tokens."""
-    path = tm.write_model(
-        tmp_path_factory.mktemp("reasoning") / "gemma4.gguf",
-        seed=0,
-        vocab="markup",
-        chat_template=tool_templates.GEMMA4,
-    )
-    engine = specllm.load(str(path), n_ctx=CTX, n_threads=1)
-    srv = Server(engine)
-    yield engine, srv
-    srv.stop()
-    engine.close()
+    yield from templated_server(tmp_path_factory, "gemma4", tool_templates.GEMMA4, vocab="markup")
 
 
 def test_gemma4s_calls_are_begun_and_read_in_its_own_notation(gemma4):
