@@ -21,8 +21,8 @@ CALL_OPEN, the recipient, CALL_HEADER, the body as written, CALL_CLOSE. tool_cal
 form as a call to an offered tool; anything else it leaves as text, so a call to a tool nobody
 offered stays visible. A reply that leaves the format (a header longer than HEADER_LIMIT or with a
 line break before its "<|message|>", or text after a message that begins no header) is answer from
-there on, as written, and so is a reply that
-ends before its first header does; a later header that the reply's end cuts short is left out.
+there on, as written, and so is a reply that ends before its first header does; a later header
+that the reply's end cuts short is left out.
 """
 
 import re
@@ -57,8 +57,9 @@ def _may_be_header(text: str, complete: bool) -> bool:
 
 class HarmonyReader:
     """Incremental: feed() the reply's text as it comes, then finish(); each returns (reasoning,
-    answer) decided by then. Each reasoning message is trimmed of whitespace at its two ends; the answer is
-    the bodies as written. Text that may be the start of a marker is held back until it is decided."""
+    answer) decided by then. Each reasoning message is trimmed of whitespace at its two ends; the
+    answer is the bodies as written. Text that may be the start of a marker is held back until it
+    is decided."""
 
     def __init__(self):
         self.pending = ""  # text not handed out yet
