@@ -121,12 +121,15 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 GREEDY = dict(model="x", temperature=0, max_tokens=12)
 
 
-def templated_server(tmp_path_factory, name: str, template: str, **model) -> Iterator[tuple]:
+def templated_server(
+    tmp_path_factory, name: str, template: str, settings: dict | None = None, **model
+) -> Iterator[tuple]:
     """A tiny model with `template` as its chat template (and `model`'s write_model options: vocab,
-    seed, ...), and a server of it: yields (engine, server), for a module's fixture."""
+    seed, ...), and a server of it with `settings` (ServeSettings'): yields (engine, server), for a
+    module's fixture."""
     path = tm.write_model(tmp_path_factory.mktemp("templated") / f"{name}.gguf", chat_template=template, **model)
     engine = specllm.load(str(path), n_ctx=2048, n_threads=1)
-    srv = Server(engine)
+    srv = Server(engine, **(settings or {}))
     yield engine, srv
     srv.stop()
     engine.close()

@@ -704,6 +704,8 @@ def serve(
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
     snapshots: Snapshots = SNAPSHOTS,
+    think: Think = None,
+    reasoning_effort: ReasoningEffort = None,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Also show llama.cpp's own log: loading, devices, buffers."),
@@ -725,6 +727,7 @@ def serve(
     from specllm.serve.server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
+    variables = thinking(think, reasoning_effort)  # every chat request's, which a request may override
     if api_key is not None:
         check_api_key(api_key)
     options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
@@ -737,7 +740,7 @@ def serve(
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
     # --gamma alone: a request's fixed drafter without one drafts the pair's length, auto its own
-    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key)
+    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key, template_variables=variables)
     if warning := exposure_warning(sock, settings):
         print(warning, file=sys.stderr, flush=True)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)

@@ -303,17 +303,18 @@ class ChatRequest(BaseRequest):
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
             raise ApiError(400, f"tool_choice: no tool is named {self.tool_choice.function.name!r}", "tool_choice")
 
-    @property
-    def template_variables(self) -> dict | None:
-        """chat_template_kwargs, with reasoning_effort as llama-server passes it: as the variable of
-        that name (gpt-oss's template reads it), or, for "none", as enable_thinking false."""
-        if self.reasoning_effort is None:
-            return self.chat_template_kwargs
-        variables = dict(self.chat_template_kwargs or {})
+    def template_variables(self, defaults: dict | None = None) -> dict | None:
+        """The template's variables: the server's `defaults` (serve --no-think, ...), then
+        chat_template_kwargs over them, then reasoning_effort as llama-server passes it: as the
+        variable of that name (gpt-oss's template reads it), or, for "none", as enable_thinking
+        false."""
+        variables = dict(defaults or {}) | (self.chat_template_kwargs or {})
         if self.reasoning_effort == "none":
             variables.pop("reasoning_effort", None)
-            return variables | {"enable_thinking": False}
-        return variables | {"reasoning_effort": self.reasoning_effort}
+            variables["enable_thinking"] = False
+        elif self.reasoning_effort is not None:
+            variables["reasoning_effort"] = self.reasoning_effort
+        return variables or None
 
     @property
     def offered_tools(self) -> list[Tool]:

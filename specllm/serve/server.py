@@ -83,6 +83,7 @@ class ServeSettings:
     header_seconds: float = 30.0  # a request's headers must arrive within this (see _protocol)
     read_seconds: float = 30.0  # a response its client reads nothing of for this long is cut (_protocol)
     body_seconds: float = 60.0  # and its body within this after them (read_body)
+    template_variables: dict | None = None  # every chat request's, under its own (serve --no-think, ...)
 
     def __post_init__(self):
         if self.api_key is not None:
@@ -387,7 +388,9 @@ class EngineWorker:
             raise ApiError(400, message, "tools", "tools_not_supported")
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         tools = [t.to_template() for t in offered] or None
-        text = self.engine.target.render_chat(messages, tools=tools, variables=request.template_variables)
+        text = self.engine.target.render_chat(
+            messages, tools=tools, variables=request.template_variables(self.settings.template_variables)
+        )
         closing = closing_marker(text)
         opened = closing or False
         if not offered:
@@ -696,9 +699,10 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
     """The startup line: where, what, how."""
     s, url = settings, address(sock)
     gamma = s.gamma or (engine.fixed_draft_length if s.drafter != Drafter.AUTO else "auto")
+    variables = "".join(f"{name} {json.dumps(value)} · " for name, value in (s.template_variables or {}).items())
     return (
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
-        f"drafter {s.drafter} · gamma {gamma} · context {engine.target.n_ctx} tokens · "
+        f"drafter {s.drafter} · gamma {gamma} · {variables}context {engine.target.n_ctx} tokens · "
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
     )
 

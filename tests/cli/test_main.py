@@ -660,6 +660,21 @@ def test_reasoning_effort_goes_to_the_template(tmp_path):
     assert_one_line_error(specllm_run("Hi", *args, "--reasoning-effort", ""), "--reasoning-effort: give a level")
 
 
+def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_models, monkeypatch):
+    """serve --no-think --reasoning-effort low: the template variables of every chat request,
+    under its own (the server's tests check that); the command runs in-process up to its loop."""
+    import specllm.serve.server
+    from specllm.cli.main import app
+
+    got = {}
+    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, sock: got.update(settings=settings))
+    models = ["--target", str(tiny_models.target), "--draft", "none", "--threads", "1", "--ctx-size", "512"]
+    app(["serve", "--no-think", "--reasoning-effort", "low", "--port", "0", *models], standalone_mode=False)
+    assert got["settings"].template_variables == {"enable_thinking": False, "reasoning_effort": "low"}
+    app(["serve", "--port", "0", *models], standalone_mode=False)
+    assert got["settings"].template_variables is None
+
+
 def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(tiny_models, monkeypatch):
     """serve --drafter model (no --gamma) gave every request the pair's draft length as its
     gamma: a request for drafter auto drafted 4 tokens at most (15 on an auto server). chat's

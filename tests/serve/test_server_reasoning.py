@@ -344,3 +344,29 @@ def test_glm_calls_are_begun_after_the_think_block_and_read(glm47):
     reply = ChatReply(True, ToolReply(["get_weather"]), "</think><tool_call>get_weather")
     reply.feed("<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"), reply.finish()
     assert [c["function"]["arguments"] for c in reply.message()["tool_calls"]] == ['{"city": "Paris"}']
+
+
+@pytest.fixture(scope="module")
+def qwen35_not_thinking(tmp_path_factory):
+    """Qwen3.5's template on a server started with --no-think and --reasoning-effort low."""
+    defaults = {"template_variables": {"enable_thinking": False, "reasoning_effort": "low"}}
+    yield from templated_server(tmp_path_factory, "qwen35-off", tool_templates.QWEN35, defaults)
+
+
+def test_the_servers_template_variables_are_every_requests_but_its_own(qwen35_not_thinking):
+    """serve --no-think (--reasoning-effort ...) sets a default a request's chat_template_kwargs
+    or reasoning_effort overrides."""
+    engine, srv = qwen35_not_thinking
+    client = srv.client()
+
+    def prompt_tokens(**extra) -> int:
+        return client.chat.completions.create(messages=ASK, **GREEDY, **extra).usage.prompt_tokens
+
+    def rendered(**variables) -> int:
+        return len(engine.prompt_tokens(engine.target.render_chat(ASK, variables=variables)))
+
+    assert rendered(enable_thinking=False) != rendered(enable_thinking=True)
+    assert prompt_tokens() == rendered(enable_thinking=False, reasoning_effort="low")
+    thinking = {"chat_template_kwargs": {"enable_thinking": True}}
+    assert prompt_tokens(extra_body=thinking) == rendered(enable_thinking=True)
+    assert prompt_tokens(reasoning_effort="none") == rendered(enable_thinking=False)
