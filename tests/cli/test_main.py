@@ -660,7 +660,7 @@ def test_reasoning_effort_goes_to_the_template(tmp_path):
     assert_one_line_error(specllm_run("Hi", *args, "--reasoning-effort", ""), "--reasoning-effort: give a level")
 
 
-def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_models, monkeypatch):
+def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_models, monkeypatch, capsys):
     """serve --no-think --reasoning-effort low: the template variables of every chat request,
     under its own (the server's tests check that); the command runs in-process up to its loop."""
     import specllm.serve.server
@@ -671,6 +671,7 @@ def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_m
     models = ["--target", str(tiny_models.target), "--draft", "none", "--threads", "1", "--ctx-size", "512"]
     app(["serve", "--no-think", "--reasoning-effort", "low", "--port", "0", *models], standalone_mode=False)
     assert got["settings"].template_variables == {"enable_thinking": False, "reasoning_effort": "low"}
+    assert ' · enable_thinking false · reasoning_effort "low" · ' in capsys.readouterr().err  # the startup line
     app(["serve", "--port", "0", *models], standalone_mode=False)
     assert got["settings"].template_variables is None
 
