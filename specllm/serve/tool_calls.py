@@ -199,11 +199,11 @@ class ToolCallParser:
     def _xml_call(self, text: str, i: int):
         """After <function=: name>, then <parameter=key>\nvalue\n</parameter> for each argument,
         then </function> (Qwen3.5's and Qwen3-Coder's calls)."""
-        name = MISTRAL_NAME.match(text, i)
-        head = name.end() if name else i
-        if head == len(text):  # the name may still be growing
-            return None if self.ended else MORE
-        if name is None or text[head] != ">" or name.group() not in self.names:
+        found = self._name_at(text, i)
+        if not isinstance(found, tuple):
+            return found
+        name, head = found
+        if text[head] != ">" or name not in self.names:
             return None
         arguments: dict[str, object] = {}
         i = head + 1
@@ -212,7 +212,7 @@ class ToolCallParser:
             end = _after_marker(text[i:], XML_FUNCTION_END, self.ended)
             if isinstance(end, int):
                 given = _arguments(arguments)
-                return _Match(i + end, [ToolCall(name.group(), given)]) if given is not None else None
+                return _Match(i + end, [ToolCall(name, given)]) if given is not None else None
             parameter = _after_marker(text[i:], XML_PARAMETER, self.ended)
             if end is MORE or parameter is MORE:
                 return MORE
@@ -225,17 +225,17 @@ class ToolCallParser:
                 return None if self.ended else MORE
             if key is None or text[after_key] != ">" or close < 0:
                 return None
-            arguments[key.group()] = self._value(name.group(), key.group(), text[after_key + 1 : close])
+            arguments[key.group()] = self._value(name, key.group(), text[after_key + 1 : close])
             i = close + len(XML_PARAMETER_END)
 
     def _glm_call(self, text: str, i: int):
         """After <tool_call>: name, then <arg_key>key</arg_key><arg_value>value</arg_value> for
         each argument (GLM's calls; the closing </tool_call> is _hermes's)."""
-        name = MISTRAL_NAME.match(text, i)
-        head = name.end() if name else i
-        if head == len(text):  # the name may still be growing
-            return None if self.ended else MORE
-        if name is None or name.group() not in self.names:
+        found = self._name_at(text, i)
+        if not isinstance(found, tuple):
+            return found
+        name, head = found
+        if name not in self.names:
             return None
         arguments: dict[str, object] = {}
         end = head
@@ -247,14 +247,14 @@ class ToolCallParser:
             if pair is None:  # the arguments end: a call only if the closing tag or the reply follows
                 closing = i == len(text) or text.startswith(HERMES_CLOSE[: len(text) - i], i)
                 given = _arguments(arguments)
-                return _Match(end, [ToolCall(name.group(), given)]) if closing and given is not None else None
+                return _Match(end, [ToolCall(name, given)]) if closing and given is not None else None
             if pair is MORE:
                 return MORE
             key, after_key = pair
             value = self._tagged(text, _skip_spaces(text, after_key), GLM_VALUE)
             if not isinstance(value, tuple):
                 return value
-            arguments[key], end = self._value(name.group(), key, value[0]), value[1]
+            arguments[key], end = self._value(name, key, value[0]), value[1]
 
     def _tagged(self, text: str, i: int, tags: tuple[str, str]):
         """(the text between the two tags at `i`, where the closing one ends); None if the text
@@ -365,12 +365,10 @@ class ToolCallParser:
 
     def _mistral_named(self, text: str, i: int):
         """name[ARGS]{...}, or name[CALL_ID]id[ARGS]{...}."""
-        name = MISTRAL_NAME.match(text, i)
-        if name is None:
-            return None
-        j = name.end()
-        if j == len(text):  # the name may still be growing
-            return None if self.ended else MORE
+        found = self._name_at(text, i)
+        if not isinstance(found, tuple):
+            return found
+        name, j = found
         call_id = _after_marker(text[j:], MISTRAL_CALL_ID, self.ended)
         if call_id is MORE:
             return MORE
@@ -386,18 +384,21 @@ class ToolCallParser:
         if not isinstance(value, tuple):
             return value
         end, arguments = value
-        call = self._call({"name": name.group(), "arguments": arguments})
+        call = self._call({"name": name, "arguments": arguments})
         return _Match(end, [call]) if call else None
 
     def _name_after(self, text: str, marker: str):
         """(the tool name after `marker` at the start of `text`, where it ends); None where the
         text does not begin so, MORE while it may."""
         after = _after_marker(text, marker, self.ended)
-        if not isinstance(after, int):
-            return after
-        name = MISTRAL_NAME.match(text, after)
-        head = name.end() if name else after
-        if head == len(text):  # the name may still be growing
+        return self._name_at(text, after) if isinstance(after, int) else after
+
+    def _name_at(self, text: str, i: int):
+        """(the tool name at `i`, where it ends); None where no name is there, MORE while it may
+        still be growing."""
+        name = MISTRAL_NAME.match(text, i)
+        head = name.end() if name else i
+        if head == len(text):
             return None if self.ended else MORE
         return (name.group(), head) if name else None
 
