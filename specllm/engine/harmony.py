@@ -35,23 +35,24 @@ HEADER_LIMIT = 256  # characters before "<|message|>": a real header has a few d
 RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"([A-Za-z_]+)")
 SEPARATOR = "\n\n"
+BEGINNINGS = (CHANNEL, START, "to=")  # what a header begins with: its start, its channel or its recipient
 
 
 def begins_harmony(text: str) -> bool:
     """Whether a reply (its leading whitespace dropped) begins as a harmony message does: with its
     channel, or with its recipient, written before the channel."""
-    return text.startswith((CHANNEL, START, "to="))
+    return text.startswith(BEGINNINGS)
 
 
 def may_begin_harmony(text: str) -> bool:
     """Whether more text could make `text` begin a harmony message."""
-    return any(marker.startswith(text) for marker in (CHANNEL, START, "to="))
+    return any(marker.startswith(text) for marker in BEGINNINGS)
 
 
 def _may_be_header(text: str, complete: bool) -> bool:
     """Whether `text` begins a header (with its start, its channel or its recipient, or with a
     stray end: a message's "<|end|>" written twice), or, not `complete`, may still begin one."""
-    begins = (START, CHANNEL, "to=", END)
+    begins = (*BEGINNINGS, END)
     return any(text.startswith(begin) or (not complete and begin.startswith(text)) for begin in begins)
 
 
