@@ -18,6 +18,7 @@ import openai
 import tiny_models as tm
 
 import specllm
+from specllm.serve.openai_api import ChatReply, ToolReply
 from specllm.serve.server import ServeSettings, address, create_app, listen, server
 
 
@@ -119,6 +120,18 @@ GET_WEATHER = {
 }
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 GREEDY = dict(model="x", temperature=0, max_tokens=12)
+CALL = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+def read_reply(pieces: list[str], opened: bool | str = False, prefill: str = "") -> tuple[dict, dict]:
+    """A reply read by ChatReply in these pieces, get_weather offered (`opened`, `prefill`: as
+    ChatReply takes them): the message, and the deltas joined."""
+    reply = ChatReply(opened, ToolReply(["get_weather"]), prefill)
+    joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
+    for delta in [reply.feed(piece) for piece in pieces] + [reply.finish()]:
+        for key, value in delta.items():
+            joined[key] += value
+    return reply.message(), joined
 
 
 def templated_server(

@@ -8,12 +8,9 @@ import json
 import pytest
 import tiny_models as tm
 import tool_templates
-from serving import ASK, GET_WEATHER, GREEDY, NAMED, PARAMETERS, templated_server
+from serving import ASK, CALL, GET_WEATHER, GREEDY, NAMED, PARAMETERS, read_reply, templated_server
 
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
-from specllm.serve.openai_api import ChatReply, ToolReply
-
-CALL = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
 # A gpt-oss reply as llama.cpp writes it (<|call|> ends generation and is left out of the text)
 REPLY = (
@@ -44,24 +41,14 @@ def test_llama_cpp_writes_the_markup_as_text_and_ends_at_return_and_call(gpt_oss
             assert (written, ends) == (marker, False)
 
 
-def read(pieces: list[str], prefill: str = "") -> tuple[dict, dict]:
-    """A reply read by ChatReply in these pieces, tools offered: the message, and the deltas joined."""
-    reply = ChatReply(False, ToolReply(["get_weather"]), prefill)
-    joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
-    for delta in [reply.feed(piece) for piece in pieces] + [reply.finish()]:
-        for key, value in delta.items():
-            joined[key] += value
-    return reply.message(), joined
-
-
 def test_a_reply_gives_its_reasoning_its_preamble_and_its_call_however_it_comes():
-    message, _ = read([REPLY])
+    message, _ = read_reply([REPLY])
     [call] = message["tool_calls"]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert message["reasoning_content"] == "The user wants the weather. Use the tool."
     assert message["content"] == "Let me check."
     for cut in range(0, len(REPLY) + 1, 3):
-        again, streamed = read([REPLY[:cut], REPLY[cut:]])
+        again, streamed = read_reply([REPLY[:cut], REPLY[cut:]])
         assert [c["function"] for c in again["tool_calls"]] == [call["function"]]
         assert (again["content"], again["reasoning_content"]) == (message["content"], message["reasoning_content"])
         assert (streamed["text"], streamed["reasoning"]) == (message["content"], message["reasoning_content"])
@@ -69,14 +56,14 @@ def test_a_reply_gives_its_reasoning_its_preamble_and_its_call_however_it_comes(
 
 def test_a_call_to_a_tool_not_offered_stays_text_and_an_answer_is_content():
     other = REPLY.replace("get_weather", "get_time")
-    message, _ = read([other])
+    message, _ = read_reply([other])
     assert "tool_calls" not in message
     assert (
         message["content"]
         == "Let me check.\n\n" + CALL_OPEN + "functions.get_time" + CALL_HEADER + '{"city": "Paris"}' + CALL_CLOSE
     )
     final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
-    assert read([final])[0] == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
+    assert read_reply([final])[0] == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Easy."}
 
 
 def test_a_forced_call_begins_as_gpt_oss_writes_one(gpt_oss):
@@ -94,7 +81,7 @@ def test_a_forced_call_begins_as_gpt_oss_writes_one(gpt_oss):
     prefill = " to=functions.get_weather<|channel|>commentary json<|message|>"
     assert prompt.endswith("<|start|>assistant")
     assert whole.usage.prompt_tokens == len(engine.prompt_tokens(prompt + prefill))
-    message, _ = read(['{"city": "Paris"}'], prefill)
+    message, _ = read_reply(['{"city": "Paris"}'], prefill=prefill)
     assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Paris"}']
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import tool_templates
-from serving import ASK, GET_WEATHER, GREEDY, NAMED, templated_server
+from serving import ASK, CALL, GET_WEATHER, GREEDY, NAMED, read_reply, templated_server
 
 from specllm.engine.reasoning import split_reasoning
 from specllm.serve.openai_api import ChatReply, ToolReply
@@ -117,17 +117,12 @@ def test_reasoning_sent_back_reaches_the_template(qwen35):
     """An assistant message after the last user message (a call, then its result) keeps its
     reasoning_content: Qwen3.5's template writes it in the think block."""
     engine, srv = qwen35
-    call = {
-        "id": "abc123XYZ",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-    }
     turns = ASK + [
-        {"role": "assistant", "content": "", "reasoning_content": "Paris: ask the tool.", "tool_calls": [call]},
+        {"role": "assistant", "content": "", "reasoning_content": "Paris: ask the tool.", "tool_calls": [CALL]},
         {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C"},
     ]
     reply = srv.client().chat.completions.create(messages=turns, tools=[GET_WEATHER], **GREEDY)
-    rendered = dict(turns[1], tool_calls=[dict(call, function={"name": "get_weather", "arguments": {"city": "Paris"}})])
+    rendered = dict(turns[1], tool_calls=[dict(CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})])
     prompt = engine.target.render_chat([ASK[0], rendered, turns[2]], tools=[GET_WEATHER])
     assert "<think>\nParis: ask the tool.\n</think>" in prompt
     assert reply.usage.prompt_tokens == len(engine.prompt_tokens(prompt))
@@ -189,25 +184,15 @@ CALL_IN_REASONING = (
 )
 
 
-def read_reply(pieces: list[str]) -> tuple[dict, dict]:
-    """A reply read by ChatReply in these pieces: the message, and the deltas joined."""
-    reply = ChatReply(True, ToolReply(["get_weather"]))
-    joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
-    for delta in [reply.feed(piece) for piece in pieces] + [reply.finish()]:
-        for key, value in delta.items():
-            joined[key] += value
-    return reply.message(), joined
-
-
 def test_calls_are_read_from_the_answer_only_however_the_reply_comes():
     """A call the reasoning writes is reasoning, as it was written; the answer's is a call."""
     text = CALL_IN_REASONING
-    message, joined = read_reply([text])
+    message, joined = read_reply([text], opened=True)
     [call] = message["tool_calls"]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert message["content"] == "Let me check." and message["reasoning_content"] == text.split("\n</think>")[0]
     for cut in range(0, len(text) + 1, 7):
-        again, streamed = read_reply([text[:cut], text[cut:]])
+        again, streamed = read_reply([text[:cut], text[cut:]], opened=True)
         assert [c["function"] for c in again["tool_calls"]] == [call["function"]]
         assert (again["content"], again["reasoning_content"]) == (message["content"], message["reasoning_content"])
         assert (streamed["text"], streamed["reasoning"]) == (message["content"], message["reasoning_content"])
@@ -287,13 +272,8 @@ def test_gemma4s_call_results_are_answered_inside_the_models_turn(gemma4):
     so the model would answer outside one: the content goes, as llama-server drops it, and the
     prompt ends with the results, inside the model's turn."""
     engine, srv = gemma4
-    call = {
-        "id": "abc123XYZ",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-    }
     turns = ASK + [
-        {"role": "assistant", "content": "Let me check.", "tool_calls": [call]},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL]},
         {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C"},
     ]
     reply = srv.client().chat.completions.create(messages=turns, tools=[GET_WEATHER], **GREEDY)
@@ -301,7 +281,7 @@ def test_gemma4s_call_results_are_answered_inside_the_models_turn(gemma4):
         ASK[0],
         {
             "role": "assistant",
-            "tool_calls": [dict(call, function={"name": "get_weather", "arguments": {"city": "Paris"}})],
+            "tool_calls": [dict(CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})],
         },
         turns[2],
     ]
