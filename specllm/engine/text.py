@@ -117,13 +117,8 @@ class TextStream:
         """End of the text that cannot be the start of a stop string. Only the text not yet
         handed out can be (what was handed out could not, and never can): looking further back
         made each push cost the whole text's length squared with a long stop string."""
-        hold = 0
-        for s in self._stop:
-            for n in range(min(len(s) - 1, len(self.text) - self._shown), hold, -1):
-                if self.text.endswith(s[:n]):
-                    hold = n
-                    break
-        return len(self.text) - hold
+        unshown = self.text[self._shown :]
+        return len(self.text) - max((marker_start(unshown, s) for s in self._stop), default=0)
 
     def _release(self, end: int) -> str:
         end = max(end, self._shown)
