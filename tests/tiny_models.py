@@ -534,8 +534,9 @@ def write_model(
     split_max_tensors: int = 0,
     tokenizer_model: str = "llama",
     tokenizer_pre: str | None = None,
+    weight_type: str = "F32",
 ) -> Path:
-    """Write a tiny GGUF model (all F32) to `path` and return the path.
+    """Write a tiny GGUF model (F32, unless weight_type says otherwise) to `path`, return the path.
 
     arch         "llama" (default), "qwen35" (hybrid: gated delta net + gated full attention) or
                  "mamba" (fully recurrent Mamba 1); see the module docstring
@@ -568,6 +569,8 @@ def write_model(
     tokenizer_model tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE over the same
                  pieces, with one merge), which reads tokenizer_pre, tokenizer.ggml.pre (None
                  writes none, as GGUFs converted before llama.cpp had the key)
+    weight_type  "F32", or a type gguf.quants quantizes ("Q8_0"): the matrices are stored in it,
+                 the norms stay F32 (rows must be a multiple of the type's block: n_embd, n_ff)
     """
     path = Path(path)
     if arch not in ARCHS:
@@ -688,7 +691,7 @@ def write_model(
         w.add_chat_template(chat_template)
 
     for name, t in weights.items():
-        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+        _add_tensor(w, name, np.ascontiguousarray(t, dtype=np.float32), weight_type)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -696,6 +699,14 @@ def write_model(
     w.close()
     parts = w.format_shard_names(path)
     return parts[0]
+
+
+def _add_tensor(w, name: str, t: np.ndarray, weight_type: str) -> None:
+    if weight_type == "F32" or t.ndim < 2:
+        w.add_tensor(name, t)
+        return
+    qtype = gguf.GGMLQuantizationType[weight_type]
+    w.add_tensor(name, gguf.quants.quantize(t, qtype), raw_dtype=qtype)
 
 
 def _rope_sections(head_dim: int) -> list[int]:

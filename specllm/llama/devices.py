@@ -8,6 +8,7 @@ from pathlib import Path
 
 import llama_cpp as L
 
+from specllm.llama.log import init_backend
 from specllm.llama.options import ALL_LAYERS, ModelOptions
 
 
@@ -22,6 +23,17 @@ def physical_cores() -> int:
         except OSError:
             siblings.add(str(cpu))
     return max(1, len(siblings))
+
+
+@functools.cache
+def amx_built_in() -> bool:
+    """Whether llama.cpp's CPU backend was compiled with AMX kernels: a build made with
+    -march=native on an Intel Xeon that has AMX (Sapphire Rapids, 2023, and later). At load they
+    repack the quantized weights they support, and then their matrix products crash the process
+    (SIGILL or SIGSEGV inside ggml_backend_amx_mul_mat) on the first call of more than one token on
+    some of these machines, virtual ones among them: so these kernels go unused (_load_model)."""
+    init_backend()
+    return "AMX_INT8 = 1" in L.llama_print_system_info().decode("utf-8", errors="replace")
 
 
 def gpu_offload_supported() -> bool:

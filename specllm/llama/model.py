@@ -23,7 +23,7 @@ import numpy as np
 
 from specllm.errors import Interrupted, SpecllmError
 from specllm.llama import huge_pages
-from specllm.llama.devices import gpu_layers, gpu_offload_supported, physical_cores
+from specllm.llama.devices import amx_built_in, gpu_layers, gpu_offload_supported, physical_cores
 from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
 from specllm.llama.options import CTX_STEP, ModelOptions
@@ -757,6 +757,9 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on
     params.n_gpu_layers = gpu_layers(options)
     params.vocab_only = vocab_only
     params.load_mtp = not vocab_only  # the MTP layers of a model that has them (a few % of its weights)
+    # llama.cpp's extra CPU weight layouts are AMX's and its repacked ones: with AMX built in, both
+    # go, since the API cannot drop AMX's alone (a build without AMX keeps the repacked ones)
+    params.use_extra_bufts = not amx_built_in()
     if devices is not None:
         params.devices = ctypes.cast(devices, ctypes.c_void_p)
     if on_huge_pages:
