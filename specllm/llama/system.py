@@ -7,7 +7,7 @@ from pathlib import Path
 import llama_cpp as L
 
 from specllm.llama import huge_pages, model
-from specllm.llama.devices import device_names, gpu_offload_supported, physical_cores
+from specllm.llama.devices import amx_built_in, device_names, gpu_offload_supported, physical_cores
 from specllm.llama.log import init_backend
 from specllm.llama.options import DEFAULT_SNAPSHOTS
 from specllm.llama.rpc import NO_RPC_HINT, rpc_supported
@@ -38,11 +38,22 @@ def system_info() -> dict:
         "devices": device_names(),
         "physical_cores": physical_cores(),
         "transparent_huge_pages": huge_pages.thp_mode() or "unavailable",  # "never": CPU weights stay memory-mapped
+        "cpu_weight_layouts": _cpu_weight_layouts(),
         "recurrent_models": _recurrent_support(),
         "mtp_drafting": "supported" if _mtp_supported() else "not supported by this llama-cpp-python",
         "llama_cpp": llama_cpp_build(),
         "system_info": L.llama_print_system_info().decode("utf-8", errors="replace").strip(),
     }
+
+
+def _cpu_weight_layouts() -> str:
+    """Whether llama.cpp may repack CPU weights for its faster kernels (see amx_built_in)."""
+    if amx_built_in():
+        return (
+            "plain (this build has llama.cpp's AMX kernels, which crash on some machines: specllm does not "
+            "use them, nor the repacked layouts that go with them; scripts/setup.sh builds without AMX)"
+        )
+    return "repacked where llama.cpp's kernels gain from it"
 
 
 def _recurrent_support() -> str:
