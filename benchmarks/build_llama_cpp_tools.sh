@@ -23,7 +23,10 @@ if ! command -v cmake >/dev/null; then  # no system CMake: the one from the pack
   cmake_dir=$("$python" -c 'import cmake; print(cmake.CMAKE_BIN_DIR)')
   PATH="$cmake_dir:$PATH"
 fi
-cmake -S "$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+# without llama.cpp's AMX kernels, as scripts/setup.sh builds llama-cpp-python
+no_amx=$(bash "$(dirname "$0")/../scripts/no_amx_flags.sh")
+CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx" \
+  cmake -S "$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${flags[@]}" \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN' >&2
 cmake --build "$work/build" -j"$(nproc)" --target "${targets[@]}" >&2

@@ -8,9 +8,14 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 pip=("$python" -m pip install --disable-pip-version-check)
 has_rpc() { "$python" -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_rpc())' 2>/dev/null; }
-# Built when it has no RPC backend, and whenever CMAKE_ARGS asks for a build of its own (a CUDA or
-# Metal one): an installed CPU build with RPC would otherwise be kept as it is.
-if ! has_rpc || [ -n "${CMAKE_ARGS:-}" ]; then
+has_amx() { "$python" -c 'import llama_cpp, sys; sys.exit(b"AMX_INT8 = 1" not in llama_cpp.llama_print_system_info())' 2>/dev/null; }
+# Built without llama.cpp's AMX kernels, which crash on some machines (scripts/no_amx_flags.sh).
+no_amx=$(bash scripts/no_amx_flags.sh)
+export CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx"
+# Built when it has no RPC backend or has the AMX kernels (specllm leaves them unused, and with them
+# llama.cpp's other repacked layouts), and whenever CMAKE_ARGS asks for a build of its own (a CUDA
+# or Metal one): an installed CPU build with RPC would otherwise be kept as it is.
+if ! has_rpc || { [ -n "$no_amx" ] && has_amx; } || [ -n "${CMAKE_ARGS:-}" ]; then
   # --no-cache-dir: pip would silently reuse a cached wheel of the same version built without RPC,
   # whatever CMAKE_ARGS say. An installed llama-cpp-python is rebuilt at its own version.
   spec=$("$python" -c 'import llama_cpp; print("llama-cpp-python==" + llama_cpp.__version__)' 2>/dev/null || echo llama-cpp-python)

@@ -54,11 +54,12 @@ def test_every_package_the_code_imports_is_a_declared_dependency():
     assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"
 
 
-# A python for setup.sh: its pip installs at once, and its llama-cpp-python has RPC until a pip
-# install -e (specllm with its dependencies) has run where NO_RPC_AFTER_INSTALL is set.
+# A python for setup.sh: its pip installs at once, and its llama-cpp-python has no AMX kernels, and
+# RPC until a pip install -e (specllm with its dependencies) has run where NO_RPC_AFTER_INSTALL is set.
 STUB_PYTHON = """#!/bin/sh
 case "$*" in
   *"pip install"*"-e "*) touch "$STUBS/installed" ;;
+  "-c "*AMX*) exit 1 ;;
   "-c "*) [ -n "$NO_RPC_AFTER_INSTALL" ] && [ -e "$STUBS/installed" ] && exit 1 ;;
 esac
 exit 0
@@ -70,7 +71,8 @@ def _run_setup(tmp_path, build_script: str, **env_vars: str) -> subprocess.Compl
     Chromium), with this benchmarks/build_llama_cpp_tools.sh."""
     for folder in ("scripts", "benchmarks", "bin"):
         (tmp_path / folder).mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    for script in ("setup.sh", "no_amx_flags.sh"):
+        shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
     (tmp_path / "benchmarks" / "build_llama_cpp_tools.sh").write_text(build_script)
     stubs = tmp_path / "bin"
     for name, text in (("python", STUB_PYTHON), ("chromium", "#!/bin/sh\nexit 0\n")):
