@@ -1219,6 +1219,8 @@ class Check:
             L.llama_free(ctx)
 
     def c_loop(self, model) -> dict:
+        from specllm.llama.devices import amx_built_in
+
         exe = self.c_binary()
         n, warm = self.s.tokens, 4
         cmd = [
@@ -1230,6 +1232,7 @@ class Check:
             str(self.s.n_ctx),
             str(model.options.n_threads or _physical_cores()),
             ",".join(map(str, self.prompt)),
+            "0" if amx_built_in() else "1",  # llama.cpp's extra weight layouts: as specllm loads it
         ]
         t = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, min(180.0, self.left())))
@@ -1557,8 +1560,8 @@ static llama_token argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: %s MODEL N_GEN N_WARM GPU_LAYERS N_CTX THREADS ID,ID,...\n", argv[0]);
+    if (argc != 9) {
+        fprintf(stderr, "usage: %s MODEL N_GEN N_WARM GPU_LAYERS N_CTX THREADS ID,ID,... EXTRA_BUFTS\n", argv[0]);
         return 2;
     }
     int n_gen = atoi(argv[2]), n_warm = atoi(argv[3]), ngl = atoi(argv[4]);
@@ -1572,6 +1575,7 @@ int main(int argc, char **argv) {
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = ngl;
+    mp.use_extra_bufts = atoi(argv[8]);
     double t0 = now();
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "cannot load %s\n", argv[1]); return 1; }
