@@ -4,6 +4,7 @@ models (the slow test: the real default target)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ from one_line import assert_one_line_error
 from specllm.bench.race import rank, winner
 from specllm.files import cache_dir, file_identity
 from specllm.models import winners
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def specllm_cli(*args, env=None, timeout=300):
@@ -238,52 +241,12 @@ def test_bench_drafts_for_refuses_a_prompt_longer_than_the_context_before_it_rac
 
 
 def write_random_draft_with_vocabulary_of(source: Path, dest: Path) -> Path:
-    """A tiny llama model with random weights and `source`'s tokenizer, copied field by field: a
+    """A tiny model with random weights and `source`'s tokenizer (benchmarks/random_pair.py): a
     draft that passes the vocabulary check and almost never agrees."""
-    import gguf
-    import numpy as np
-
-    reader = gguf.GGUFReader(source)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(dest, "llama")
-    n_embd, n_head, n_ff = 64, 4, 128
-    for add, value in (
-        (writer.add_block_count, 1),
-        (writer.add_context_length, 4096),
-        (writer.add_embedding_length, n_embd),
-        (writer.add_feed_forward_length, n_ff),
-        (writer.add_head_count, n_head),
-        (writer.add_head_count_kv, n_head),
-        (writer.add_rope_dimension_count, n_embd // n_head),
-        (writer.add_layer_norm_rms_eps, 1e-5),
-    ):
-        add(value)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for field in reader.fields.values():
-        if field.name.startswith("tokenizer."):
-            sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type)
-    rng = np.random.default_rng(0)
-    shapes = {
-        "token_embd.weight": (n_vocab, n_embd),
-        "output_norm.weight": (n_embd,),
-        "output.weight": (n_vocab, n_embd),
-        "blk.0.attn_norm.weight": (n_embd,),
-        "blk.0.ffn_norm.weight": (n_embd,),
-        **{f"blk.0.attn_{x}.weight": (n_embd, n_embd) for x in ("q", "k", "v", "output")},
-        "blk.0.ffn_gate.weight": (n_ff, n_embd),
-        "blk.0.ffn_up.weight": (n_ff, n_embd),
-        "blk.0.ffn_down.weight": (n_embd, n_ff),
-    }
-    for name, shape in shapes.items():
-        data = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * 0.02
-        writer.add_tensor(name, data.astype(np.float16 if len(shape) == 2 else np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return dest
+    spec = importlib.util.spec_from_file_location("random_pair", ROOT / "benchmarks" / "random_pair.py")
+    random_pair = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(random_pair)
+    return random_pair.write_random_model(source, dest)
 
 
 @pytest.mark.slow
