@@ -54,12 +54,15 @@ def test_every_package_the_code_imports_is_a_declared_dependency():
     assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"
 
 
-# A python for setup.sh: its pip installs at once, and its llama-cpp-python has no AMX kernels, and
-# RPC until a pip install -e (specllm with its dependencies) has run where NO_RPC_AFTER_INSTALL is set.
+# A python for setup.sh: its pip installs at once (a rebuild of llama-cpp-python writes down the
+# CFLAGS it got), and its llama-cpp-python has RPC until a pip install -e (specllm with its
+# dependencies) has run where NO_RPC_AFTER_INSTALL is set, and AMX kernels until a rebuild where
+# AMX_BUILT_IN is set.
 STUB_PYTHON = """#!/bin/sh
 case "$*" in
   *"pip install"*"-e "*) touch "$STUBS/installed" ;;
-  "-c "*AMX*) exit 1 ;;
+  *"pip install"*"--force-reinstall"*) echo "$CFLAGS" > "$STUBS/rebuilt" ;;
+  "-c "*AMX*) [ -n "$AMX_BUILT_IN" ] && [ ! -e "$STUBS/rebuilt" ] && exit 0; exit 1 ;;
   "-c "*) [ -n "$NO_RPC_AFTER_INSTALL" ] && [ -e "$STUBS/installed" ] && exit 1 ;;
 esac
 exit 0
@@ -97,3 +100,29 @@ def test_setup_fails_when_installing_specllm_leaves_llama_cpp_without_rpc(tmp_pa
         "error: installing specllm upgraded llama-cpp-python to a build without RPC: run this script again"
     )
     assert _run_setup(tmp_path / "with_rpc", "echo /built\n").stdout == "ggml-rpc-server: /built/ggml-rpc-server\n"
+
+
+def test_setup_rebuilds_a_llama_cpp_python_that_has_the_amx_kernels_without_them(tmp_path):
+    flags = subprocess.run(
+        ["bash", ROOT / "scripts" / "no_amx_flags.sh"], capture_output=True, text=True
+    ).stdout.split()
+    done = _run_setup(tmp_path, "echo /built\n", AMX_BUILT_IN="1")
+    assert done.returncode == 0, done.stderr
+    rebuilt = tmp_path / "bin" / "rebuilt"
+    if flags:  # x86-64, with a compiler that takes them
+        assert set(flags) <= set(rebuilt.read_text().split())
+    else:  # nothing to build without: the build is kept
+        assert not rebuilt.exists()
+    kept = _run_setup(tmp_path / "no_amx", "echo /built\n")
+    assert kept.returncode == 0, kept.stderr
+    assert not (tmp_path / "no_amx" / "bin" / "rebuilt").exists()
+
+
+def test_no_amx_flags_are_given_only_where_the_compiler_takes_them():
+    script = ROOT / "scripts" / "no_amx_flags.sh"
+    with_cc = subprocess.run(["bash", script], capture_output=True, text=True)
+    without = subprocess.run(["bash", script], capture_output=True, text=True, env=os.environ | {"CC": "false"})
+    assert with_cc.returncode == without.returncode == 0
+    assert without.stdout == ""
+    if os.uname().machine in ("x86_64", "amd64") and shutil.which("cc"):
+        assert with_cc.stdout.split() == ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
