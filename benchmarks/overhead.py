@@ -67,9 +67,10 @@ def instrument(parts: Parts) -> None:
     from specllm.engine import loop as engine
     from specllm.llama import model as backend
 
-    for name in dir(llama_cpp):
-        if name.startswith("llama_") and isinstance(getattr(llama_cpp, name), ctypes._CFuncPtr):
-            parts.wrap(llama_cpp, name, "llama.cpp")
+    for module in (llama_cpp, backend):  # specllm binds a few functions again
+        for name in dir(module):
+            if name.startswith("llama_") and isinstance(getattr(module, name), ctypes._CFuncPtr):
+                parts.wrap(module, name, "llama.cpp")
     table = {
         "batch filling": [(backend.Model, "_decode"), (backend.Model, "_keep_rows")],
         "logits views": [(backend.Model, "eval")],

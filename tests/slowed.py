@@ -4,6 +4,8 @@ import time
 
 import llama_cpp
 
+from specllm.llama import model
+
 SLOW_CALL = 0.005  # seconds each slowed call sleeps: more than the loop's own work a step on a tiny model
 
 
@@ -16,6 +18,9 @@ def _slow(real):
 
 
 def slowed(monkeypatch, *names: str) -> None:
-    """Make each named llama.cpp function sleep SLOW_CALL before it runs."""
+    """Make each named llama.cpp function sleep SLOW_CALL before it runs: llama_cpp's binding, and
+    specllm's own where it binds the function again."""
     for name in names:
-        monkeypatch.setattr(llama_cpp, name, _slow(getattr(llama_cpp, name)))
+        for module in (llama_cpp, model):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, _slow(getattr(module, name)))

@@ -72,20 +72,42 @@ class Decoder(Protocol):
 class _Views:
     """numpy views of llama.cpp's float buffers, kept per address and shape. Making one costs
     ~50 us (numpy parses the ctypes type each time), and llama.cpp moves a buffer only when it
-    grows, so a step's few calls reuse a handful of views."""
+    grows, so a step's few calls reuse a handful of views; the last one is checked first, since
+    a draft's one-token calls ask for the same view again and again."""
 
     def __init__(self):
         self._views: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        self._last: tuple[int, tuple[int, ...], np.ndarray | None] = (0, (), None)
 
     def of(self, pointer, shape: tuple[int, ...]) -> np.ndarray:
-        address = ctypes.cast(pointer, ctypes.c_void_p).value or 0  # NULL's value is None (as_array refuses it)
+        """The view of `shape` floats at `pointer` (a ctypes pointer, or an address as an int)."""
+        address = pointer if isinstance(pointer, int) else _address(pointer)
+        last_address, last_shape, view = self._last
+        if address == last_address and shape == last_shape and view is not None:
+            return view
         view = self._views.get((address, shape))
         if view is None:
             if len(self._views) > 256:  # a moved buffer leaves stale views behind
                 self._views.clear()
             floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
             view = self._views[(address, shape)] = np.ctypeslib.as_array(floats, shape=shape)
+        self._last = (address, shape, view)
         return view
+
+
+def _address(pointer) -> int:
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0  # NULL's value is None (as_array refuses it)
+
+
+def _returning_address(function, *argtypes):
+    """Another binding of a llama.cpp function that returns a pointer, returning it as a plain
+    int. Reading llama_cpp's float pointer takes a ctypes.cast, which on the cold caches after a
+    model's call costs tens of microseconds, and the loop fetches logits after every call."""
+    return ctypes.CFUNCTYPE(ctypes.c_void_p, *argtypes)(_address(function))
+
+
+# The logits of the last call's output rows, as an address (0 for none): see _returning_address.
+llama_get_logits = _returning_address(L.llama_get_logits, ctypes.c_void_p)
 
 
 @dataclass(frozen=True)
@@ -136,6 +158,7 @@ class Model:
         self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
         self.n_ctx: int = L.llama_n_ctx(self._ctx)
         self.n_batch: int = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self._memory = L.llama_get_memory(self._ctx)  # its KV cache (and recurrent state), for the context's life
         self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # reused by every decode
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
@@ -394,9 +417,13 @@ class Model:
         if n_logits == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         # with a GPU, llama_decode only queues the work: fetching the logits waits for it
-        return self._views.of(timed(self, L.llama_get_logits, self._ctx), (n_logits, self.n_vocab))
+        return self._views.of(timed(self, llama_get_logits, self._ctx) or 0, (n_logits, self.n_vocab))
 
     def _decode_batches(self, tokens: list[int], n_logits: int, cancelled: Callable[[], bool] | None = None) -> None:
+        if len(tokens) <= self.n_batch:  # a step's call, or nothing to evaluate
+            if tokens:
+                self._decode(tokens, n_logits)
+            return
         for start in range(0, len(tokens), self.n_batch):
             if start and cancelled is not None and cancelled():
                 raise Interrupted("the generation was cancelled during its prefill")
@@ -432,10 +459,16 @@ class Model:
     def _decode(self, chunk: list[int], n_out: int) -> None:
         batch, pos0, n = self._batch, len(self.tokens), len(chunk)
         batch.n_tokens = n
-        self._batch_token[:n] = chunk
-        self._batch_pos[:n] = range(pos0, pos0 + n)
-        self._batch_logits[: n - n_out] = 0
-        self._batch_logits[n - n_out : n] = 1
+        # Each numpy call costs microseconds on the cold caches after a model's call: a draft's
+        # one-token call writes three numbers, a verify call's rows all want logits.
+        if n == 1:
+            self._batch_token[0], self._batch_pos[0], self._batch_logits[0] = chunk[0], pos0, n_out
+        else:
+            self._batch_token[:n] = chunk
+            self._batch_pos[:n] = range(pos0, pos0 + n)
+            if n_out < n:
+                self._batch_logits[: n - n_out] = 0
+            self._batch_logits[n - n_out : n] = 1
         self._unsure = self.recurrent  # until llama.cpp has taken the batch: then sync starts over
         status = timed(self, L.llama_decode, self._ctx, batch)
         if status == 2 and _cancelled.get() is not None:  # its abort callback said so (a recurrent state: _unsure)
@@ -472,7 +505,7 @@ class Model:
         between the point it could go back to and n are evaluated again."""
         if not self.recurrent:
             del self.tokens[n:]
-            L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)  # always True without recurrence
+            L.llama_memory_seq_rm(self._memory, 0, n, -1)  # always True without recurrence
             return
         replay = self.tokens[:n]
         self.eval(replay[self._rewind(n) :], 0)
@@ -536,17 +569,16 @@ class Model:
             self._clear_state()
         if n >= len(self.tokens):
             return len(self.tokens)
-        memory = L.llama_get_memory(self._ctx)
         back = len(self.tokens) - n
         self._unsure = True
-        if n > 0 and back <= self._rollback_room and L.llama_memory_seq_rm(memory, 0, n, -1):
+        if n > 0 and back <= self._rollback_room and L.llama_memory_seq_rm(self._memory, 0, n, -1):
             del self.tokens[n:]
             self._rollback_room = 0  # llama.cpp takes one partial removal per decode
         elif cp := self._latest_checkpoint(n):
             flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
             if not timed(self, L.llama_state_seq_set_data_ext, self._ctx, cp.data, cp.size, 0, flags):
                 raise SpecllmError(f"{self.path.name}: llama.cpp could not restore the recurrent state")
-            L.llama_memory_seq_rm(memory, 0, cp.n_tokens, -1)  # the attention cache after it
+            L.llama_memory_seq_rm(self._memory, 0, cp.n_tokens, -1)  # the attention cache after it
             del self.tokens[cp.n_tokens :]
             self._rollback_room = 0
         else:
@@ -563,7 +595,7 @@ class Model:
         return max(usable, key=lambda cp: cp.n_tokens, default=None)
 
     def _clear_state(self) -> None:
-        L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
+        L.llama_memory_clear(self._memory, True)
         self.tokens.clear()
         self._checkpoints.clear()
         self._rollback_room, self._unsure = 0, False
@@ -594,6 +626,7 @@ class MtpHead:
         target.keep_hidden_states()
         self._ctx = _new_context(target._model, target.options, target.path, False, mtp_of=target._ctx)
         llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # the MTP layer's own rows, where asked
+        self._memory = L.llama_get_memory(self._ctx)
         self._batch = L.llama_batch_ext_init(self._ctx)
         self._n_embd = L.llama_model_n_embd_out(target._model)
         self._zeros = np.zeros(self._n_embd, dtype=np.float32)
@@ -621,7 +654,7 @@ class MtpHead:
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
         self._exact = min(self._exact, n)
-        L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), 0, n, -1)
+        L.llama_memory_seq_rm(self._memory, 0, n, -1)
 
     def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
         """Hold `tokens` (all but the last one already evaluated by the target, whose hidden
