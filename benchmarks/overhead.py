@@ -7,7 +7,10 @@ resident memory, for one generation.
 Every llama.cpp function the loop calls is timed (wall time, or with --clock cpu the Python
 thread's own CPU time, for a machine busy with other work); what is left of the decode time is the loop's
 own Python/numpy work. Its parts are timed exclusively (a part's time excludes the parts it
-calls), so they add up to the whole. The timers add about a microsecond per call they wrap.
+calls), so they add up to the whole. The timers add about a microsecond per call they wrap when
+the caches are warm, and several on the cold caches right after a CPU model's call: so the same
+generation runs first without them, and untimed_loop_ms_per_step is the loop's time there, by
+specllm's own accounting (the decode time less its models' llama.cpp calls).
 
 With --against, rounds alternate between this checkout and another one (a git worktree of an
 earlier commit, say) in fresh processes, so the two versions are compared side by side on the
@@ -113,8 +116,6 @@ def rss_mib() -> float:
 def measure(args) -> dict:
     """One generation after a warm-up, in this process."""
     clock = time.thread_time if args.clock == "cpu" else time.perf_counter
-    parts = Parts(clock)
-    instrument(parts)
     import specllm
 
     drafter = args.drafter or ("model" if args.draft else "ngram")
@@ -123,7 +124,13 @@ def measure(args) -> dict:
     prompt = engine.prompt_tokens(args.prompt, chat=True)
     options = dict(temperature=args.temperature, drafter=drafter, gamma=args.gamma)
     engine.generate(prompt, max_tokens=8, **options)  # warm-up
-    parts.seconds.clear()
+    # First without the timers: on the cold caches after a llama.cpp call, their own few lines
+    # per wrapped call cost microseconds each, which the timed run counts as the loop's.
+    untimed = engine.generate(prompt, max_tokens=args.n, seed=0, **options).stats
+    if args.untimed_only:
+        return {"untimed_loop_ms_per_step": 1000 * untimed.loop_seconds_per_step}
+    parts = Parts(clock)
+    instrument(parts)
     start = clock()
     result = engine.generate(prompt, max_tokens=args.n, seed=0, **options)
     total = clock() - start
@@ -144,6 +151,7 @@ def measure(args) -> dict:
         "total_ms_per_step": 1000 * total / steps,
         "llama_ms_per_step": 1000 * llama / steps,
         "loop_ms_per_step": 1000 * loop / steps,
+        "untimed_loop_ms_per_step": 1000 * untimed.loop_seconds_per_step,
         "parts_ms_per_step": {k: 1000 * v / steps for k, v in parts.seconds.most_common()},
         "text": result.text,
         "rss_mib": {"after_load": after_load, "after_generate": rss_mib()},
@@ -152,8 +160,14 @@ def measure(args) -> dict:
 
 def run_in(checkout: Path, argv: list[str]) -> dict:
     # each checkout's own copy of this script: it knows where that checkout keeps the parts it wraps
+    result = run_script(checkout / "benchmarks" / "overhead.py", checkout, argv)
+    if "untimed_loop_ms_per_step" not in result:  # an older copy: the untimed run needs only specllm's API
+        result.update(run_script(HERE, checkout, [*argv, "--untimed-only"]))
+    return result
+
+
+def run_script(script: Path, checkout: Path, argv: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    script = checkout / "benchmarks" / "overhead.py"
     out = subprocess.run([sys.executable, str(script), *argv, "--json"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"overhead.py in {checkout} failed:\n{out.stderr[-2000:]}")
@@ -167,9 +181,16 @@ def report(runs: list[dict]) -> None:
         f"{first['temperature']}: {first['tokens']} tokens, {first['target_calls']} target calls, "
         f"{first['draft_calls']} draft calls ({len(runs)} rounds; median, min-max)"
     )
-    for key in ("loop_ms_per_step", "total_ms_per_step", "llama_ms_per_step", "tokens_per_second"):
-        values = [r[key] for r in runs]
-        print(f"  {key:20s} {statistics.median(values):8.3f}  ({min(values):.3f}-{max(values):.3f})")
+    for key in (
+        "untimed_loop_ms_per_step",
+        "loop_ms_per_step",
+        "total_ms_per_step",
+        "llama_ms_per_step",
+        "tokens_per_second",
+    ):
+        values = [r[key] for r in runs if key in r]  # an older checkout's copy may lack a figure
+        if values:
+            print(f"  {key:24s} {statistics.median(values):8.3f}  ({min(values):.3f}-{max(values):.3f})")
     print("  loop parts, ms per step (median):")
     for part in first["parts_ms_per_step"]:
         print(f"    {part:32s} {statistics.median(r['parts_ms_per_step'].get(part, 0.0) for r in runs):.3f}")
@@ -197,6 +218,7 @@ def main():
     )
     ap.add_argument("--against", type=Path, help="another checkout to compare with, round by round")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--untimed-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.json:
         print(json.dumps(measure(args)))
