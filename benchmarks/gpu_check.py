@@ -783,13 +783,16 @@ class CallTimer:
     def __init__(self):
         import llama_cpp
 
+        from specllm.llama import model
+
         self.seconds, self.mark = 0.0, 0.0
-        self.original = {}
-        for name in self.NAMES:
-            fn = getattr(llama_cpp, name, None)
-            if fn is not None:
-                self.original[name] = fn
-                setattr(llama_cpp, name, self._wrap(fn))
+        self.original = {}  # llama_cpp's own
+        for module in (llama_cpp, model):  # specllm binds a few of them again (llama_get_logits)
+            for name in self.NAMES:
+                fn = getattr(module, name, None)
+                if fn is not None:
+                    self.original.setdefault(name, fn)
+                    setattr(module, name, self._wrap(fn))
 
     def _wrap(self, fn):
         clock = time.perf_counter

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from slowed import SLOW_CALL, slowed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -180,6 +181,30 @@ def test_budget_skips_what_does_not_fit(tmp_path):
     assert data["skipped"] and all("budget" in x["why"] for x in data["skipped"])
     assert data["speedups"] == {}
     assert "## Skipped" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_call_timer_counts_every_llama_cpp_call_the_engine_counts(tiny_models, monkeypatch):
+    """On a GPU, fetching the logits is where the host waits for the call: the check's timer must
+    count it through specllm's own binding of llama_get_logits too, or that wait reads as loop time."""
+    import llama_cpp
+
+    from specllm.llama import model as backend
+
+    slowed(monkeypatch, "llama_get_logits")
+    for module in (llama_cpp, backend):  # put back whatever the timer wraps, after the test
+        for name in gpc.CallTimer.NAMES:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, getattr(module, name))
+    timer = gpc.CallTimer()
+    target = backend.Model(tiny_models.target)
+    try:
+        before = timer.seconds
+        target.eval(target.tokenize("def add(a, b):"), 1)
+        # the model's own clock also holds the timer's wrappers (microseconds): not half a slowed call
+        assert target.llama_seconds >= SLOW_CALL
+        assert timer.seconds - before > target.llama_seconds - SLOW_CALL / 2
+    finally:
+        target.close()
 
 
 def test_written_ggufs_hold_valid_sane_blocks(tmp_path):
