@@ -425,10 +425,6 @@ class Model:
         return self._views.of(timed(self, llama_get_logits, self._ctx) or 0, (n_logits, self.n_vocab))
 
     def _decode_batches(self, tokens: list[int], n_logits: int, cancelled: Callable[[], bool] | None = None) -> None:
-        if len(tokens) <= self.n_batch:  # a step's call, or nothing to evaluate
-            if tokens:
-                self._decode(tokens, n_logits)
-            return
         for start in range(0, len(tokens), self.n_batch):
             if start and cancelled is not None and cancelled():
                 raise Interrupted("the generation was cancelled during its prefill")
