@@ -11,7 +11,6 @@ gamma + 1: all are kept). The step repeats at the same position, so every step c
 """
 
 import argparse
-import ctypes
 import statistics
 import time
 
@@ -20,12 +19,9 @@ import numpy as np
 
 from specllm.llama.model import Model, llama_get_logits
 
-_views: dict[tuple[int, int], np.ndarray] = {}
-
 
 def one_call(model: Model, tokens: list[int], pos0: int) -> np.ndarray:
-    """A call of `tokens` at pos0, every row's logits wanted; the rows, as a view (made once per
-    buffer and shape)."""
+    """A call of `tokens` at pos0, every row's logits wanted; the rows, as a view."""
     batch, n = model._batch, len(tokens)
     batch.n_tokens = n
     token, pos, logits = batch.token, batch.pos, batch.logits
@@ -36,17 +32,12 @@ def one_call(model: Model, tokens: list[int], pos0: int) -> np.ndarray:
         raise SystemExit("llama_decode failed")
     address = llama_get_logits(model._ctx)
     model.llama_seconds += time.perf_counter() - start
-    view = _views.get((address, n))
-    if view is None:
-        floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
-        view = _views[(address, n)] = np.ctypeslib.as_array(floats, shape=(n, model.n_vocab))
-    return view
+    return model._views.of(address, (n, model.n_vocab))
 
 
 def measure(target: Model, draft: Model, prompt: list[int], gamma: int, steps: int, rows: int) -> list[float]:
     """Microseconds of host work per step, outside llama.cpp's calls."""
     n = len(prompt) - 1  # both models hold the prompt but its last token
-    memory = [L.llama_get_memory(m._ctx) for m in (target, draft)]
     host = []
     for _ in range(steps):
         target.llama_seconds = draft.llama_seconds = 0.0
@@ -57,8 +48,8 @@ def measure(target: Model, draft: Model, prompt: list[int], gamma: int, steps: i
             drafted.append(token)
         verify = one_call(target, [prompt[-1], *drafted], n)
         chosen = [int(verify[i].argmax()) for i in range(rows)]
-        for m in memory:
-            L.llama_memory_seq_rm(m, 0, n, -1)
+        for model in (target, draft):
+            L.llama_memory_seq_rm(model._memory, 0, n, -1)
         elapsed = time.perf_counter() - start
         host.append(1e6 * (elapsed - target.llama_seconds - draft.llama_seconds))
         assert len(chosen) == rows
