@@ -1,11 +1,18 @@
-"""The one build step pyproject.toml cannot say: models.toml, hand-edited at the repository's top,
-is copied into the built package, beside the module that reads it (specllm.models.registry), as
-an installed specllm needs it. An editable install gets no copy: its package is the source tree,
-and the registry reads the top-level file beside it."""
+"""The build steps pyproject.toml cannot say.
 
+models.toml, hand-edited at the repository's top, is copied into the built package, beside the
+module that reads it (specllm.models.registry), as an installed specllm needs it. An editable
+install gets no copy: its package is the source tree, and the registry reads the top-level file
+beside it.
+
+specllm.engine._sampler, the sampler chain in C, is built where a C compiler is found and skipped
+with a warning where none is: specllm.engine.sampling then takes its numpy path, which gives the
+same tokens, slower."""
+
+import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 MODELS_TOML = "models.toml"
@@ -24,4 +31,11 @@ class BuildPyWithModels(build_py):
         return outputs if self.editable_mode else [*outputs, str(Path(self.build_lib) / PACKAGED_AS)]
 
 
-setup(cmdclass={"build_py": BuildPyWithModels})
+TOP_K = Extension(
+    "specllm.engine._sampler",
+    sources=["specllm/engine/_sampler.c"],
+    extra_compile_args=[] if sys.platform == "win32" else ["-O3"],  # -O3 vectorises its maxima loops
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildPyWithModels}, ext_modules=[TOP_K])

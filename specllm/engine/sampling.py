@@ -1,4 +1,5 @@
-"""Sampler settings and logits -> processed distribution, in numpy.
+"""Sampler settings and logits -> processed distribution, in numpy, and in C where setup.py could
+build it (_sampler.c: one call per row, the same tokens).
 
 The target's p and the draft's q must be processed by the same chain, or speculative sampling
 would not reproduce the target's own distribution. The chain is llama.cpp's default order (as in
@@ -12,10 +13,30 @@ the top-k survivors), and the temperature only reshapes what is kept. Temperatur
 import math
 import os
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
 from specllm.errors import SpecllmError, real_number, whole_number
+
+_compiled: ModuleType | None
+try:  # the chain and the draw in C (_sampler.c), built by setup.py where a C compiler is found
+    from specllm.engine import _sampler as _compiled
+except ImportError:
+    _compiled = None
+_COMPILED_TOP_K_MAX = 256  # the largest top-k the compiled chain takes
+_FLOAT32 = np.dtype(np.float32)
+
+
+def implementation() -> str:
+    """Which sampler chain runs, for `specllm doctor`."""
+    if _compiled is not None:
+        return "compiled (C)"
+    return (
+        "numpy (specllm was installed without a C compiler: sampling takes longer between model "
+        "calls; install one and reinstall specllm)"
+    )
+
 
 # When top-k is off, top-p only needs the head of the sorted distribution: sort this many first
 # and fall back to a full sort only if they do not reach top_p (exact either way).
@@ -125,6 +146,9 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
     if s.greedy:
         return np.array([int(np.argmax(logits))]), np.ones(1)
     if 0 < s.top_k < logits.size:
+        compiled = _compiled_candidates(logits, s)
+        if compiled is not None:
+            return compiled
         # select on the raw float32 logits, so only the k survivors are converted and sorted
         ids = _top_k(logits, s.top_k)
         x = logits[ids].astype(np.float64)
@@ -152,6 +176,18 @@ def _softmax_sorted(x: np.ndarray) -> np.ndarray:
     """softmax of values sorted in decreasing order (so x[0] is their maximum)."""
     e = np.exp(x - x[0])
     return e / e.sum()
+
+
+def _compiled_candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray] | None:
+    """candidates' result in one call into C, where it is built and takes the row; else None.
+    After a model call, on cold caches, each kind of numpy call costs tens of microseconds the
+    first time: numpy's chain costs about 300 us per row there, this about 100. The same ids;
+    the probabilities agree to rounding."""
+    if _compiled is None or s.top_k > _COMPILED_TOP_K_MAX or logits.dtype != _FLOAT32:
+        return None
+    ids, p = np.empty(s.top_k, np.intp), np.empty(s.top_k)
+    keep = _compiled.candidates(logits, ids, p, s.top_p, s.min_p, s.temperature)
+    return (ids[:keep], p[:keep]) if keep > 0 else None  # -1: a strided row, or NaN among the logits
 
 
 def _top_k(x: np.ndarray, k: int) -> np.ndarray:
@@ -203,6 +239,10 @@ def _logsumexp(x: np.ndarray) -> float:
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token id from a (not necessarily normalised) non-negative vector."""
+    u = rng.random()
+    if _compiled is not None and probs.dtype == np.float64:
+        index = _compiled.draw(probs, u)  # the same sums and search, in one call
+        if index >= 0:  # else a strided vector
+            return index
     cdf = np.cumsum(probs)
-    u = rng.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), probs.size - 1))
+    return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), probs.size - 1))

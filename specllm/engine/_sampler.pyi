@@ -1,0 +1,7 @@
+# The sampler chain in C (_sampler.c), built by setup.py where a C compiler is found.
+import numpy as np
+
+def candidates(
+    row: np.ndarray, ids: np.ndarray, p: np.ndarray, top_p: float, min_p: float, temperature: float, /
+) -> int: ...
+def draw(p: np.ndarray, u: float, /) -> int: ...

@@ -1,0 +1,172 @@
+"""The sampler chain in C (specllm/engine/_sampler.c) against sampling.py's numpy path, which it
+stands in for wherever it is built: the same ids kept in the same order, probabilities equal to
+rounding, the very same draws, and numpy's path wherever the C one declines a row."""
+
+import numpy as np
+import pytest
+
+import specllm
+from specllm.engine import sampling
+from specllm.engine.sampling import SamplerSettings, candidates, sample
+
+COMPILED = sampling._compiled
+
+SETTINGS = [
+    SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),  # the CLI's defaults
+    SamplerSettings(temperature=1.3, top_k=100, top_p=0.9, min_p=0.0),
+    SamplerSettings(temperature=0.5, top_k=10, top_p=1.0, min_p=0.1),
+    SamplerSettings(temperature=0.7, top_k=256, top_p=0.99, min_p=0.01),  # the largest k it takes
+    SamplerSettings(temperature=1.0, top_k=1, top_p=1.0, min_p=0.0),
+    SamplerSettings(temperature=1e-320, top_k=40, top_p=1.0, min_p=0.0),  # all but greedy
+    SamplerSettings(temperature=1.0, top_k=40, top_p=0.5, min_p=0.0),  # "two on top" reaches it exactly
+]
+
+
+def numpy_candidates(logits, s, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "_compiled", None)
+        return candidates(logits, s)
+
+
+def rows(size, seed):
+    """A smooth row, one of few distinct values (ties everywhere, at every cut), one whose top
+    values all lie in one of the top-k's groups (ids 7, 7 + m, ...), one whose top values lie
+    past the last whole group, and one of two values on top whose probabilities are 1/2 each,
+    exactly (the rest are 0: exp(-1000) underflows)."""
+    rng = np.random.default_rng(seed)
+    smooth = rng.normal(0, 3, size).astype(np.float32)
+    few_values = rng.integers(0, 6, size).astype(np.float32)
+    one_group = np.zeros(size, np.float32)
+    one_group[7 :: size // 16] = rng.normal(5, 1, one_group[7 :: size // 16].size)
+    at_the_end = rng.normal(0, 1, size).astype(np.float32)
+    at_the_end[-3:] = 9.0
+    two_on_top = np.full(size, -1000.0, np.float32)
+    two_on_top[[size // 3, size // 5]] = 0.0
+    rows = {"smooth": smooth, "few values": few_values, "one group": one_group, "at the end": at_the_end}
+    return rows | {"two on top": two_on_top}
+
+
+def test_the_compiled_sampler_is_built_in_this_install():
+    """setup.py builds it wherever a C compiler is found, as on every machine the tests run on."""
+    assert COMPILED is not None, "specllm.engine._sampler was not built: pip install -e . with a C compiler"
+
+
+@pytest.mark.parametrize("size", [151_936, 151_939, 1_000, 300])
+@pytest.mark.parametrize("s", SETTINGS, ids=lambda s: f"k{s.top_k}-p{s.top_p}-min{s.min_p}-t{s.temperature}")
+def test_the_compiled_chain_keeps_numpys_ids_with_its_probabilities(size, s, monkeypatch):
+    for name, row in rows(size, seed=s.top_k + size).items():
+        ids, p = candidates(row, s)
+        expected_ids, expected_p = numpy_candidates(row, s, monkeypatch)
+        np.testing.assert_array_equal(ids, expected_ids, err_msg=name)
+        np.testing.assert_allclose(p, expected_p, rtol=1e-13, atol=1e-300, err_msg=name)
+        assert p.dtype == np.float64 and ids.dtype == np.intp
+
+
+@pytest.mark.parametrize("k", [1, 40, 256])
+def test_the_compiled_top_k_is_the_full_sorts_ties_included(k):
+    """Without top-p, min-p and with a plain temperature, the chain keeps the top-k itself: the same
+    ids in the same order as a full sort by value, ties by lowest id."""
+    s = SamplerSettings(temperature=1.0, top_k=k, top_p=1.0, min_p=0.0)
+    for name, row in rows(151_936, seed=k).items():
+        full_sort = np.lexsort((np.arange(row.size), -row))[:k]
+        np.testing.assert_array_equal(candidates(row, s)[0], full_sort, err_msg=name)
+
+
+def test_min_p_1_keeps_every_token_tied_at_the_top():
+    row = np.zeros(5000, np.float32)
+    row[[9, 90, 900]] = 2.0
+    ids, p = np.empty(40, np.intp), np.empty(40)
+    assert COMPILED.candidates(row, ids, p, 1.0, 1.0, 0.8) == 3
+    assert list(ids[:3]) == [9, 90, 900] and list(p[:3]) == [1 / 3] * 3
+
+
+def test_rows_the_compiled_chain_declines_take_numpys_path(monkeypatch):
+    """A strided row, and one whose NaN leaves fewer than k values: the C chain writes nothing and
+    says so (-1); candidates then gives numpy's result."""
+    s = SamplerSettings(temperature=0.8, top_k=40)
+    row = np.random.default_rng(0).normal(0, 3, 2 * 5000).astype(np.float32)
+    nan_row = row[:5000].copy()
+    nan_row[40:] = np.nan
+    nan_row[:3] = np.nan
+    for declined in (row[::2], nan_row):
+        ids, p = np.empty(40, np.intp), np.empty(40)
+        assert COMPILED.candidates(declined, ids, p, s.top_p, s.min_p, s.temperature) == -1
+    for got, expected in zip(candidates(row[::2], s), numpy_candidates(row[::2], s, monkeypatch)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_nan_among_more_than_k_values_is_never_kept():
+    row = np.random.default_rng(1).normal(0, 1, 5000).astype(np.float32)
+    m = row.size // 16  # the top-k's groups: ids i, i + m, i + 2m, ...
+    row[[1, 18 + m, 4999]] = np.nan  # one starts a group, one lies inside another, one past them
+    row[[1 + m, 18]] = 50.0  # the largest, in those two groups
+    ids, p = candidates(row, SamplerSettings(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0))
+    assert list(ids[:2]) == [18, 1 + m] and not np.isnan(row[ids]).any() and np.isfinite(p).all()
+
+
+@pytest.mark.parametrize(
+    "arguments, error",
+    [
+        ((np.zeros(9, np.float64), np.empty(4, np.intp), np.empty(4)), TypeError),  # not float32
+        ((np.zeros(9, np.float32), np.empty(4, np.int32), np.empty(4)), TypeError),
+        ((np.zeros(9, np.float32), np.empty(4, np.intp), np.empty(3)), ValueError),  # lengths differ
+        ((np.zeros(9, np.float32), np.empty(257, np.intp), np.empty(257)), ValueError),  # k above 256
+        ((np.zeros((3, 3), np.float32), np.empty(4, np.intp), np.empty(4)), TypeError),
+        ((np.zeros(9, np.float32), np.empty(8, np.intp)[::2], np.empty(4)), ValueError),  # strided output
+        ((np.zeros(9, np.float32), np.empty(4, np.intp), np.empty(4).view(np.int64)), TypeError),
+    ],
+)
+def test_the_compiled_chain_refuses_buffers_it_cannot_fill(arguments, error):
+    with pytest.raises(error):
+        COMPILED.candidates(*arguments, 0.95, 0.05, 0.8)
+
+
+def test_the_compiled_draw_is_numpys_draw(monkeypatch):
+    """The same running sums in the same order and the same search: the very same index, for every
+    seed, on normalised and unnormalised vectors, with zeros at either end and inside."""
+    rng = np.random.default_rng(0)
+    vectors = [rng.dirichlet(np.ones(40)), rng.random(7) * 3, np.array([0.0, 0.5, 0.0, 0.5, 0.0]), np.ones(1)]
+    vectors += [rng.dirichlet(np.full(151_936, 0.01)), np.array([1e-300, 1.0, 1e-300])]
+    for probs in vectors:
+        for seed in range(300):
+            drawn = sample(probs, np.random.default_rng(seed))
+            with monkeypatch.context() as m:
+                m.setattr(sampling, "_compiled", None)
+                assert drawn == sample(probs, np.random.default_rng(seed))
+    assert COMPILED.draw(np.ones(8)[::2], 0.5) == -1  # strided: numpy's draw, from the same u
+
+
+class FixedDraw:
+    def __init__(self, u):
+        self.u = u
+
+    def random(self):
+        return self.u
+
+
+def test_a_draw_on_a_running_sum_goes_past_it_as_numpys(monkeypatch):
+    """searchsorted(side="right"): where u lands exactly on a running sum, the next token is drawn,
+    so a token of probability 0 never is (u = 0 at a leading 0, or on a sum a 0 repeats)."""
+    probs = np.array([0.0, 0.25, 0.25, 0.0, 0.5])
+    drawn = [sample(probs, FixedDraw(u)) for u in (0.0, 0.25, 0.5, 0.75, 0.9999)]
+    assert drawn == [1, 2, 4, 4, 4]
+    monkeypatch.setattr(sampling, "_compiled", None)
+    assert [sample(probs, FixedDraw(u)) for u in (0.0, 0.25, 0.5, 0.75, 0.9999)] == drawn
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1)
+    yield e
+    e.close()
+
+
+@pytest.mark.parametrize("drafter", ["model", "none"])
+def test_sampled_generations_are_numpys_token_for_token(engine, drafter, monkeypatch):
+    """The compiled chain and draw in the loop: the draft's q rows, the target's p rows, the p/q
+    rule and the residual's draw give numpy's tokens for the same seeds."""
+    kw = dict(max_tokens=32, temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, drafter=drafter, gamma=4)
+    prompts = ["Hello world", "def f(x): return", "the cat is in the house and the cat"]
+    compiled = [engine.generate(p, seed=seed, **kw).tokens for p in prompts for seed in range(4)]
+    monkeypatch.setattr(sampling, "_compiled", None)
+    assert [engine.generate(p, seed=seed, **kw).tokens for p in prompts for seed in range(4)] == compiled
