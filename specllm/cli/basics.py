@@ -162,12 +162,13 @@ def doctor_command(
     """Show the versions, the llama.cpp build, GPU offload and RPC support and devices (and, with
     --rpc, whether each server answers and how much memory it offers)."""
     from specllm._version import __version__
+    from specllm.engine.sampling import implementation
     from specllm.llama.options import parse_rpc_servers
     from specllm.llama.rpc import rpc_server_memory
     from specllm.llama.system import system_info
 
     servers = parse_rpc_servers(rpc or ())
-    info = {"specllm": __version__, **system_info()}
+    info = {"specllm": __version__, "sampler": implementation(), **system_info()}
     # An unusable server is the command's one-line error.
     memory = {server: rpc_server_memory(server) for server in servers}
     if as_json:

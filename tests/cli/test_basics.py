@@ -57,6 +57,7 @@ def test_doctor_json_is_one_object():
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["specllm"] == specllm.__version__ and info["llama_cpp_python"] == llama_cpp.__version__
+    assert info["sampler"] == "compiled (C)"  # setup.py builds it wherever a C compiler is found
     assert isinstance(info["gpu_offload"], bool) and isinstance(info["devices"], list)
     assert info["physical_cores"] >= 1 and info["llama_cpp"].startswith(llama_cpp.llama_version().decode())
     assert info["transparent_huge_pages"] in ("always", "madvise", "never", "unavailable")
