@@ -1,4 +1,5 @@
-/* The sampler chain of sampling.py for one float32 logit row, in one call, and the draw.
+/* The host's sampling work per row, in C: sampling.py's chain for one float32 logit row in one
+   call, its draw, and the two steps verification takes on sparse distributions.
 
    After a model call, on the cold caches it leaves behind, the first numpy call of each kind costs
    tens of microseconds: a row's chain in numpy (a dozen calls for its top-k, twenty for the rest)
@@ -19,6 +20,18 @@
      p: one-dimensional float64 buffer, non-negative; u in [0, 1). The index where u times the
      total falls in p's running sum: sampling.sample's draw, with the same sums in the same order,
      so the very same index.
+
+   by_id(ids, p, ids_out, p_out) -> n
+     The (id, probability) pairs in ascending id order, as Sparse.of sorts them (stably); -1 with
+     nothing written for more than MAX_K pairs.
+
+   residual(p_ids, p, q_ids, q, ids_out, r_out, size) -> n
+     max(0, p - q) over the ids either distribution holds (both ascending), q's ids at or past
+     `size` left out: Sparse.minus, with the same subtractions, so the very same values. Writes
+     the union's ids and those values (room for both inputs' lengths), and returns their number,
+     or 0 where they hold no mass.
+
+   Each returns -1 with nothing written where an input is strided: numpy's path takes it.
 
    The top-k reads the row as 16 interleaved slices of length m (group i: ids i, i + m, i + 2m,
    ...). The elementwise maximum of the slices gives each group's maximum in one pass over the
@@ -148,25 +161,6 @@ static int top_k(const float *x, Py_ssize_t n, Best *best)
     return 0;
 }
 
-/* A buffer of items of `itemsize` bytes whose format is one of the characters of `formats`
-   (native byte order), one-dimensional. */
-static int buffer_of(PyObject *obj, Py_buffer *view, int flags, const char *formats, Py_ssize_t itemsize,
-                     const char *what)
-{
-    if (PyObject_GetBuffer(obj, view, flags | PyBUF_STRIDES | PyBUF_FORMAT) < 0)
-        return -1;
-    const char *f = view->format ? view->format : "B";
-    if (*f == '@' || *f == '=' || *f == (PY_LITTLE_ENDIAN ? '<' : '>'))
-        f++;
-    if (strlen(f) != 1 || strchr(formats, f[0]) == NULL || view->itemsize != itemsize || view->ndim != 1) {
-        PyErr_Format(PyExc_TypeError, "%s must be one-dimensional, of format '%s' (%zd bytes), not '%s'",
-                     what, formats, itemsize, f);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* top-p, min-p and temperature over the top-k (values by decreasing value), as
    sampling.candidates: returns keep, with the survivors' probabilities in p */
 static Py_ssize_t chain(const float *values, Py_ssize_t k, double top_p, double min_p, double temperature, double *p)
@@ -208,94 +202,229 @@ static Py_ssize_t chain(const float *values, Py_ssize_t k, double top_p, double 
     return keep;
 }
 
+/* max(0, p - q) over the union of two distributions' ids (both ascending), in id order, q's ids
+   at or past `size` left out: Sparse.minus. Returns the union's length, with its mass in `total`. */
+static Py_ssize_t residual(const Py_ssize_t *p_ids, const double *p, Py_ssize_t np_, const Py_ssize_t *q_ids,
+                           const double *q, Py_ssize_t nq, Py_ssize_t size, Py_ssize_t *ids, double *r, double *total)
+{
+    Py_ssize_t i = 0, j = 0, n = 0;
+    while (nq > 0 && q_ids[nq - 1] >= size)
+        nq--;
+    *total = 0.0;
+    while (i < np_ || j < nq) {
+        Py_ssize_t id;
+        double pv = 0.0, qv = 0.0;
+        if (j >= nq || (i < np_ && p_ids[i] <= q_ids[j])) {
+            id = p_ids[i];
+            pv = p[i++];
+            if (j < nq && q_ids[j] == id)
+                qv = q[j++];
+        } else {
+            id = q_ids[j];
+            qv = q[j++];
+        }
+        double d = pv - qv;
+        ids[n] = id;
+        r[n] = d < 0.0 ? 0.0 : d; /* numpy's maximum(d, 0.0), NaN kept */
+        *total += r[n++];
+    }
+    return n;
+}
+
+/* ---- the Python functions ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *formats; /* the format characters it takes (native byte order) */
+    Py_ssize_t itemsize;
+    int output; /* written to: must be writable and contiguous */
+} Argument;
+
+#define ROW {"the row", "f", sizeof(float), 0}
+#define IDS(name, output) {name, "nlq", sizeof(Py_ssize_t), output}
+#define PROBS(name, output) {name, "d", sizeof(double), output}
+
+static void release(Py_buffer *views, int n)
+{
+    for (int i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+}
+
+/* The one-dimensional buffers of args[0..n), as `arguments` describe them. Returns 1 where they
+   are, 0 where an input is strided (nothing acquired: the caller declines, numpy's path takes
+   it), -1 with an exception otherwise. */
+static int buffers_of(PyObject *const *args, const Argument *arguments, int n, Py_buffer *views)
+{
+    int strided = 0;
+    for (int i = 0; i < n; i++) {
+        const Argument *a = &arguments[i];
+        int flags = PyBUF_STRIDES | PyBUF_FORMAT | (a->output ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[i], &views[i], flags) < 0) {
+            release(views, i);
+            return -1;
+        }
+        const char *f = views[i].format ? views[i].format : "B";
+        if (*f == '@' || *f == '=' || *f == (PY_LITTLE_ENDIAN ? '<' : '>'))
+            f++;
+        int contiguous = PyBuffer_IsContiguous(&views[i], 'C');
+        if (strlen(f) != 1 || strchr(a->formats, f[0]) == NULL || views[i].itemsize != a->itemsize ||
+            views[i].ndim != 1 || (a->output && !contiguous)) {
+            PyErr_Format(PyExc_TypeError, "%s must be one-dimensional%s, of format '%s' (%zd bytes), not '%s'",
+                         a->name, a->output ? " and contiguous" : "", a->formats, a->itemsize, f);
+            release(views, i + 1);
+            return -1;
+        }
+        strided |= !contiguous;
+    }
+    if (strided)
+        release(views, n);
+    return !strided;
+}
+
+static Py_ssize_t length(const Py_buffer *view)
+{
+    return view->len / view->itemsize;
+}
+
+static int doubles_of(PyObject *const *args, int n, double *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = PyFloat_AsDouble(args[i]);
+        if (out[i] == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static int arguments_are(const char *signature, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs == expected)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, not %zd", signature, expected, nargs);
+    return 0;
+}
+
 static PyObject *py_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)self;
+    static const Argument arguments[] = {ROW, IDS("ids", 1), PROBS("p", 1)};
     double setting[3]; /* top_p, min_p, temperature */
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "candidates(row, ids, p, top_p, min_p, temperature) takes 6 arguments");
+    Py_buffer v[3];
+    (void)self;
+    if (!arguments_are("candidates(row, ids, p, top_p, min_p, temperature)", nargs, 6) ||
+        doubles_of(args + 3, 3, setting) < 0)
         return NULL;
-    }
-    for (int i = 0; i < 3; i++) {
-        setting[i] = PyFloat_AsDouble(args[3 + i]);
-        if (setting[i] == -1.0 && PyErr_Occurred())
-            return NULL;
-    }
-    Py_buffer row, ids, p;
-    if (buffer_of(args[0], &row, 0, "f", sizeof(float), "the row") < 0)
-        return NULL;
-    if (buffer_of(args[1], &ids, PyBUF_WRITABLE, "nlq", sizeof(Py_ssize_t), "ids") < 0) {
-        PyBuffer_Release(&row);
-        return NULL;
-    }
-    if (buffer_of(args[2], &p, PyBUF_WRITABLE, "d", sizeof(double), "p") < 0) {
-        PyBuffer_Release(&row);
-        PyBuffer_Release(&ids);
-        return NULL;
-    }
-    Py_ssize_t k = ids.len / (Py_ssize_t)sizeof(Py_ssize_t);
+    int got = buffers_of(args, arguments, 3, v);
+    if (got <= 0)
+        return got < 0 ? NULL : PyLong_FromLong(-1);
+    Py_ssize_t k = length(&v[1]), keep = -1;
     PyObject *result = NULL;
     float values[MAX_K];
-    Best best = {values, ids.buf, 0, k};
-    if (!PyBuffer_IsContiguous(&ids, 'C') || !PyBuffer_IsContiguous(&p, 'C'))
-        PyErr_SetString(PyExc_ValueError, "candidates: ids and p must be contiguous");
-    else if (k < 1 || k > MAX_K || p.len / (Py_ssize_t)sizeof(double) != k)
+    Best best = {values, v[1].buf, 0, k};
+    if (k < 1 || k > MAX_K || length(&v[2]) != k)
         PyErr_Format(PyExc_ValueError, "candidates: ids and p must have the same length, 1 to %d", MAX_K);
-    else if (!PyBuffer_IsContiguous(&row, 'C'))
-        result = PyLong_FromSsize_t(-1);
     else {
         int failed;
-        Py_ssize_t keep = -1;
         Py_BEGIN_ALLOW_THREADS
-        failed = top_k(row.buf, row.len / (Py_ssize_t)sizeof(float), &best);
+        failed = top_k(v[0].buf, length(&v[0]), &best);
         if (!failed && best.count == k)
-            keep = chain(values, k, setting[0], setting[1], setting[2], p.buf);
+            keep = chain(values, k, setting[0], setting[1], setting[2], v[2].buf);
         Py_END_ALLOW_THREADS
         result = failed ? PyErr_NoMemory() : PyLong_FromSsize_t(keep);
     }
-    PyBuffer_Release(&row);
-    PyBuffer_Release(&ids);
-    PyBuffer_Release(&p);
+    release(v, 3);
     return result;
 }
 
 static PyObject *py_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    static const Argument arguments[] = {PROBS("p", 0)};
+    double u;
+    Py_buffer v[1];
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "draw(p, u) takes 2 arguments");
+    if (!arguments_are("draw(p, u)", nargs, 2) || doubles_of(args + 1, 1, &u) < 0)
         return NULL;
+    int got = buffers_of(args, arguments, 1, v);
+    if (got <= 0)
+        return got < 0 ? NULL : PyLong_FromLong(-1);
+    const double *p = v[0].buf;
+    Py_ssize_t n = length(&v[0]), j = 0;
+    double total = 0.0, sum = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += p[i];
+    double at = u * total;
+    for (; j < n; j++) { /* the first running sum above `at`, as numpy's searchsorted(side="right") */
+        sum += p[j];
+        if (sum > at)
+            break;
     }
-    double u = PyFloat_AsDouble(args[1]);
-    if (u == -1.0 && PyErr_Occurred())
-        return NULL;
-    Py_buffer p;
-    if (buffer_of(args[0], &p, 0, "d", sizeof(double), "p") < 0)
-        return NULL;
-    Py_ssize_t n = p.len / (Py_ssize_t)sizeof(double);
-    PyObject *result = NULL;
-    if (n < 1)
+    release(v, 1);
+    if (n < 1) {
         PyErr_SetString(PyExc_ValueError, "draw: p is empty");
-    else if (!PyBuffer_IsContiguous(&p, 'C'))
-        result = PyLong_FromSsize_t(-1);
-    else {
-        const double *q = p.buf;
-        double cdf[MAX_K], total = 0.0, *sums = n <= MAX_K ? cdf : PyMem_Malloc((size_t)n * sizeof(double));
-        if (sums == NULL)
-            result = PyErr_NoMemory();
-        else {
-            for (Py_ssize_t j = 0; j < n; j++)
-                sums[j] = total += q[j];
-            double at = u * total;
-            Py_ssize_t j = 0; /* the first running sum above `at`, as numpy's searchsorted(side="right") */
-            while (j < n && sums[j] <= at)
-                j++;
-            result = PyLong_FromSsize_t(j < n ? j : n - 1);
-            if (sums != cdf)
-                PyMem_Free(sums);
-        }
+        return NULL;
     }
-    PyBuffer_Release(&p);
+    return PyLong_FromSsize_t(j < n ? j : n - 1);
+}
+
+static PyObject *py_by_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const Argument arguments[] = {IDS("ids", 0), PROBS("p", 0), IDS("ids_out", 1), PROBS("p_out", 1)};
+    Py_buffer v[4];
+    (void)self;
+    if (!arguments_are("by_id(ids, p, ids_out, p_out)", nargs, 4))
+        return NULL;
+    int got = buffers_of(args, arguments, 4, v);
+    if (got <= 0)
+        return got < 0 ? NULL : PyLong_FromLong(-1);
+    Py_ssize_t n = length(&v[0]);
+    PyObject *result = NULL;
+    if (length(&v[1]) != n || length(&v[2]) != n || length(&v[3]) != n)
+        PyErr_SetString(PyExc_ValueError, "by_id: ids, p and the outputs must have the same length");
+    else if (n > MAX_K)
+        result = PyLong_FromLong(-1); /* an insertion sort is for short rows */
+    else {
+        const Py_ssize_t *ids = v[0].buf;
+        const double *p = v[1].buf;
+        Py_ssize_t *ids_out = v[2].buf;
+        double *p_out = v[3].buf;
+        for (Py_ssize_t i = 0; i < n; i++) { /* stable, as numpy's argsort(kind="stable") */
+            Py_ssize_t at = i;
+            for (; at > 0 && ids_out[at - 1] > ids[i]; at--) {
+                ids_out[at] = ids_out[at - 1];
+                p_out[at] = p_out[at - 1];
+            }
+            ids_out[at] = ids[i];
+            p_out[at] = p[i];
+        }
+        result = PyLong_FromSsize_t(n);
+    }
+    release(v, 4);
+    return result;
+}
+
+static PyObject *py_residual(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const Argument arguments[] = {IDS("p_ids", 0), PROBS("p", 0),      IDS("q_ids", 0),
+                                         PROBS("q", 0),   IDS("ids_out", 1), PROBS("r_out", 1)};
+    Py_buffer v[6];
+    (void)self;
+    if (!arguments_are("residual(p_ids, p, q_ids, q, ids_out, r_out, size)", nargs, 7))
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[6]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    int got = buffers_of(args, arguments, 6, v);
+    if (got <= 0)
+        return got < 0 ? NULL : PyLong_FromLong(-1);
+    Py_ssize_t np_ = length(&v[0]), nq = length(&v[2]);
+    PyObject *result = NULL;
+    if (length(&v[1]) != np_ || length(&v[3]) != nq || length(&v[4]) < np_ + nq || length(&v[5]) < np_ + nq)
+        PyErr_SetString(PyExc_ValueError, "residual: ids and probabilities of the same lengths, room for both");
+    else {
+        double total;
+        Py_ssize_t n = residual(v[0].buf, v[1].buf, np_, v[2].buf, v[3].buf, nq, size, v[4].buf, v[5].buf, &total);
+        result = PyLong_FromSsize_t(total > 0.0 ? n : 0);
+    }
+    release(v, 6);
     return result;
 }
 
@@ -303,10 +432,14 @@ static PyMethodDef methods[] = {
     {"candidates", (PyCFunction)(void (*)(void))py_candidates, METH_FASTCALL,
      "candidates(row, ids, p, top_p, min_p, temperature) -> keep: sampling.candidates (see _sampler.c)"},
     {"draw", (PyCFunction)(void (*)(void))py_draw, METH_FASTCALL, "draw(p, u) -> index: sampling.sample's draw"},
+    {"by_id", (PyCFunction)(void (*)(void))py_by_id, METH_FASTCALL,
+     "by_id(ids, p, ids_out, p_out) -> n: the pairs in ascending id order (Sparse.of)"},
+    {"residual", (PyCFunction)(void (*)(void))py_residual, METH_FASTCALL,
+     "residual(p_ids, p, q_ids, q, ids_out, r_out, size) -> n: max(0, p - q) (Sparse.minus)"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__sampler(void)
 {

@@ -25,7 +25,7 @@ try:  # the chain and the draw in C (_sampler.c), built by setup.py where a C co
 except ImportError:
     _compiled = None
 _COMPILED_TOP_K_MAX = 256  # the largest top-k the compiled chain takes
-_FLOAT32 = np.dtype(np.float32)
+_FLOAT32, _FLOAT64, _INTP = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.intp)
 
 
 def implementation() -> str:
@@ -103,6 +103,10 @@ class Sparse:
 
     @classmethod
     def of(cls, ids: np.ndarray, p: np.ndarray, size: int) -> "Sparse":
+        if _compiled is not None and ids.dtype == _INTP and p.dtype == _FLOAT64:
+            by_id = np.empty_like(ids), np.empty_like(p)
+            if _compiled.by_id(ids, p, *by_id) >= 0:  # the same stable sort, in one call
+                return cls(*by_id, size)
         order = np.argsort(ids, kind="stable")
         return cls(ids[order], p[order], size)
 
@@ -120,6 +124,22 @@ class Sparse:
         out = np.zeros(ids.size)
         out[np.searchsorted(ids, self.ids)] = self.p
         return out
+
+    def minus(self, q: "Sparse") -> "Sparse | None":
+        """max(0, self - q) over the ids either puts mass on (left unnormalised), or None where
+        that holds no mass. q's ids past this vocabulary (a larger draft vocabulary) are dropped:
+        there this distribution is 0, so the difference is too."""
+        room = self.ids.size + q.ids.size
+        if _compiled is not None and self.ids.dtype == q.ids.dtype == _INTP and self.p.dtype == q.p.dtype == _FLOAT64:
+            ids, r = np.empty(room, np.intp), np.empty(room)
+            n = _compiled.residual(self.ids, self.p, q.ids, q.p, ids, r, self.size)  # the same subtractions
+            if n >= 0:
+                return Sparse(ids[:n], r[:n], self.size) if n > 0 else None
+        inside = q.ids < self.size
+        q = Sparse(q.ids[inside], q.p[inside], self.size)
+        ids = np.union1d(self.ids, q.ids)
+        r = np.maximum(self.at(ids) - q.at(ids), 0.0)
+        return Sparse(ids, r, self.size) if r.sum() > 0 else None
 
     def sample(self, rng: np.random.Generator) -> int:
         return int(self.ids[sample(self.p, rng)])

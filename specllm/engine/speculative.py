@@ -65,11 +65,9 @@ def residual(p: Sparse | np.ndarray, q: Sparse | np.ndarray) -> Sparse:
     mass on; q's ids past p's vocabulary (a larger draft vocabulary) have p = 0 there, so max(0,
     p - q) is 0 and they are dropped. If rounding leaves no mass (p == q, where a rejection has
     probability zero anyway), fall back to p."""
-    p, q = _sparse(p), _sparse(q)
-    q_ids = q.ids[q.ids < p.size]
-    ids = np.union1d(p.ids, q_ids)
-    r = np.maximum(p.at(ids) - Sparse(q_ids, q.p[q.ids < p.size], p.size).at(ids), 0.0)
-    return Sparse(ids, r, p.size) if r.sum() > 0 else p
+    p = _sparse(p)
+    r = p.minus(_sparse(q))
+    return r if r is not None else p
 
 
 def _sparse(row: Sparse | np.ndarray) -> Sparse:

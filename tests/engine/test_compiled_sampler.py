@@ -7,7 +7,7 @@ import pytest
 
 import specllm
 from specllm.engine import sampling
-from specllm.engine.sampling import SamplerSettings, candidates, sample
+from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample
 
 COMPILED = sampling._compiled
 
@@ -112,7 +112,7 @@ def test_nan_among_more_than_k_values_is_never_kept():
         ((np.zeros(9, np.float32), np.empty(4, np.intp), np.empty(3)), ValueError),  # lengths differ
         ((np.zeros(9, np.float32), np.empty(257, np.intp), np.empty(257)), ValueError),  # k above 256
         ((np.zeros((3, 3), np.float32), np.empty(4, np.intp), np.empty(4)), TypeError),
-        ((np.zeros(9, np.float32), np.empty(8, np.intp)[::2], np.empty(4)), ValueError),  # strided output
+        ((np.zeros(9, np.float32), np.empty(8, np.intp)[::2], np.empty(4)), TypeError),  # strided output
         ((np.zeros(9, np.float32), np.empty(4, np.intp), np.empty(4).view(np.int64)), TypeError),
     ],
 )
@@ -170,3 +170,58 @@ def test_sampled_generations_are_numpys_token_for_token(engine, drafter, monkeyp
     compiled = [engine.generate(p, seed=seed, **kw).tokens for p in prompts for seed in range(4)]
     monkeypatch.setattr(sampling, "_compiled", None)
     assert [engine.generate(p, seed=seed, **kw).tokens for p in prompts for seed in range(4)] == compiled
+
+
+def random_sparse(rng, size, n, ids_up_to=None):
+    ids = rng.choice(ids_up_to or size, n, replace=False)
+    return ids.astype(np.intp), rng.dirichlet(np.ones(n))
+
+
+def test_the_compiled_sort_by_id_is_numpys_stable_sort(monkeypatch):
+    rng = np.random.default_rng(0)
+    cases = [random_sparse(rng, 151_936, n) for n in (1, 2, 40, 256)]
+    cases.append((np.array([5, 3, 5, 3, 9], np.intp), np.array([0.1, 0.2, 0.3, 0.15, 0.25])))  # repeats: stable
+    cases.append(random_sparse(rng, 151_936, 300))  # beyond 256: numpy's sort
+    for ids, p in cases:
+        got = Sparse.of(ids, p, 151_936)
+        with monkeypatch.context() as m:
+            m.setattr(sampling, "_compiled", None)
+            expected = Sparse.of(ids, p, 151_936)
+        np.testing.assert_array_equal(got.ids, expected.ids)
+        np.testing.assert_array_equal(got.p, expected.p)
+    assert COMPILED.by_id(*cases[-1], np.empty(300, np.intp), np.empty(300)) == -1
+
+
+def test_the_compiled_residual_is_numpys_to_the_bit(monkeypatch):
+    """max(0, p - q) over the union of ids: overlapping rows, disjoint ones, a one-hot q, q's ids
+    past p's vocabulary (a larger draft vocabulary), and p == q, which holds no mass."""
+    rng = np.random.default_rng(1)
+    size = 151_936
+    pairs = []
+    for _ in range(200):
+        p_ids, p = random_sparse(rng, size, int(rng.integers(1, 60)), ids_up_to=200)
+        q_ids, q = random_sparse(rng, size + 50, int(rng.integers(1, 60)), ids_up_to=None)
+        q_ids[: len(q_ids) // 3] = rng.choice(np.arange(size - 40, size + 50), len(q_ids) // 3, replace=False)
+        q_ids, keep = np.unique(q_ids, return_index=True)
+        pairs.append((Sparse.of(p_ids, p, size), Sparse.of(q_ids, q[keep], size)))
+    p = Sparse.of(*random_sparse(rng, size, 40), size)
+    pairs += [(p, p), (p, Sparse(p.ids[:1], np.ones(1), size)), (p, Sparse(np.array([size + 3]), np.ones(1), size))]
+    masses = 0
+    for p, q in pairs:
+        got = p.minus(q)
+        with monkeypatch.context() as m:
+            m.setattr(sampling, "_compiled", None)
+            expected = p.minus(q)
+        assert (got is None) == (expected is None)
+        if got is not None:
+            np.testing.assert_array_equal(got.ids, expected.ids)
+            np.testing.assert_array_equal(got.p, expected.p)
+            masses += 1
+    assert p.minus(p) is None and masses >= 200
+
+
+def test_a_rejections_residual_is_p_minus_q_where_p_exceeds_it():
+    p = Sparse(np.array([2, 5, 9], np.intp), np.array([0.5, 0.3, 0.2]), 10)
+    q = Sparse(np.array([2, 7, 12], np.intp), np.array([0.25, 0.5, 0.25]), 12)
+    r = p.minus(q)
+    assert list(r.ids) == [2, 5, 7, 9] and list(r.p) == [0.25, 0.3, 0.0, 0.2]
