@@ -9,6 +9,7 @@ specllm.engine._sampler, the sampler chain in C, is built where a C compiler is 
 with a warning where none is: specllm.engine.sampling then takes its numpy path, which gives the
 same tokens, slower."""
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -31,11 +32,14 @@ class BuildPyWithModels(build_py):
         return outputs if self.editable_mode else [*outputs, str(Path(self.build_lib) / PACKAGED_AS)]
 
 
-TOP_K = Extension(
+SAMPLER_SOURCE = Path("specllm", "engine", "_sampler.c")
+SAMPLER = Extension(
     "specllm.engine._sampler",
-    sources=["specllm/engine/_sampler.c"],
+    sources=[str(SAMPLER_SOURCE)],
+    # the module's SOURCE_SHA256, so that a test can tell a build older than its source
+    define_macros=[("SOURCE_SHA256", f'"{hashlib.sha256(SAMPLER_SOURCE.read_bytes()).hexdigest()}"')],
     extra_compile_args=[] if sys.platform == "win32" else ["-O3"],  # -O3 vectorises its maxima loops
     optional=True,
 )
 
-setup(cmdclass={"build_py": BuildPyWithModels}, ext_modules=[TOP_K])
+setup(cmdclass={"build_py": BuildPyWithModels}, ext_modules=[SAMPLER])

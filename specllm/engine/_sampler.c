@@ -441,7 +441,16 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
+#ifndef SOURCE_SHA256
+#define SOURCE_SHA256 "unknown" /* setup.py defines it */
+#endif
+
 PyMODINIT_FUNC PyInit__sampler(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA256", SOURCE_SHA256) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -2,6 +2,9 @@
 stands in for wherever it is built: the same ids kept in the same order, probabilities equal to
 rounding, the very same draws, and numpy's path wherever the C one declines a row."""
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -46,9 +49,12 @@ def rows(size, seed):
     return rows | {"two on top": two_on_top}
 
 
-def test_the_compiled_sampler_is_built_in_this_install():
-    """setup.py builds it wherever a C compiler is found, as on every machine the tests run on."""
+def test_the_compiled_sampler_is_built_in_this_install_from_its_source():
+    """setup.py builds it wherever a C compiler is found, as on every machine the tests run on. An
+    editable install does not rebuild it when _sampler.c changes: pip install -e . does."""
     assert COMPILED is not None, "specllm.engine._sampler was not built: pip install -e . with a C compiler"
+    source = Path(sampling.__file__).with_name("_sampler.c").read_bytes()
+    assert hashlib.sha256(source).hexdigest() == COMPILED.SOURCE_SHA256, "_sampler.c changed: pip install -e ."
 
 
 @pytest.mark.parametrize("size", [151_936, 151_939, 1_000, 300])
