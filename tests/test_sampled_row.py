@@ -1,0 +1,26 @@
+"""benchmarks/sampled_row.py times a sampled row's host work, compiled and numpy, warm and cold."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("chain", "draw", "by id", "target row", "lookups", "residual", "its draw", "total")
+
+
+def test_sampled_row_reports_every_part_for_both_implementations(tiny_models):
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/sampled_row.py", str(tiny_models.target), "--rounds", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[1].split() == [word for part in PARTS for word in part.split()]
+    rows = {line[:16].strip(): line[16:].split() for line in lines[2:]}
+    assert list(rows) == ["compiled, warm", "compiled, cold", "numpy, warm", "numpy, cold"]
+    for name, cells in rows.items():
+        assert len(cells) == len(PARTS) and all(re.fullmatch(r"\d+\.\d", c) and float(c) > 0 for c in cells), name
