@@ -39,6 +39,7 @@ SAMPLER = Extension(
     # the module's SOURCE_SHA256, so that a test can tell a build older than its source
     define_macros=[("SOURCE_SHA256", f'"{hashlib.sha256(SAMPLER_SOURCE.read_bytes()).hexdigest()}"')],
     extra_compile_args=[] if sys.platform == "win32" else ["-O3"],  # -O3 vectorises its maxima loops
+    libraries=[] if sys.platform == "win32" else ["m"],  # exp
     optional=True,
 )
 

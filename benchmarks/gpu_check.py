@@ -44,8 +44,9 @@ Here, once: `bash benchmarks/gpu_prepare.sh` fills `.device/` (ignored by git, ~
 / sm_90 build of llama-cpp-python 0.3.36 from ../shared/device/, the pure-Python wheels that
 `import specllm` needs beyond numpy, typer, rich, huggingface_hub and jinja2 (diskcache for
 llama_cpp, filelock for the calibration cache, typing_extensions), and llama.cpp's headers for the
-C loop. `.device` must be sent along with the working tree (it is an ignored path). There, from the
-repository root, one line:
+C loop, and specllm's compiled sampler built for Python 3.12, which the script puts beside its
+source there. `.device` must be sent along with the working tree (it is an ignored path). There,
+from the repository root, one line:
 
     site=$(mktemp -d) && tar xJf .device/llama_cpp_python-0.3.36-cuda13-sm90.tar.xz -C "$site" &&
       for w in .device/*.whl; do python3 -m zipfile -e "$w" "$site"; done &&
@@ -484,6 +485,21 @@ def _cuda_lib_dirs() -> list[str]:
     return found
 
 
+def _place_compiled_sampler() -> str | None:
+    """Copy .device/'s build of specllm's sampler for this Python (gpu_prepare.sh makes one for
+    3.12) beside its source, where specllm imports it; the name of what was placed, or None (then
+    the loop samples with numpy, as the report's machine section says)."""
+    import importlib.machinery
+    import shutil
+
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        built = DEVICE_DIR / f"_sampler{suffix}"
+        if built.exists():
+            shutil.copy2(built, REPO / "specllm" / "engine" / built.name)
+            return built.name
+    return None
+
+
 def bootstrap(args) -> dict:
     """Where a CUDA device and .device/'s archive are here, unpack the CUDA build (and the wheels
     of the modules this Python lacks) into a temporary folder and start again with it first on
@@ -522,6 +538,7 @@ def bootstrap(args) -> dict:
             with zipfile.ZipFile(wheel) as z:
                 z.extractall(site)
             wheels.append(wheel.name)
+    sampler = _place_compiled_sampler()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     cuda = _cuda_lib_dirs()
@@ -532,6 +549,7 @@ def bootstrap(args) -> dict:
         "archive": archives[-1].name,
         "site": str(site),
         "wheels": wheels,
+        "compiled_sampler": sampler,
         "cuda_lib_dirs": cuda,
         "unpack_seconds": round(time.time() - start, 2),
     }
@@ -638,7 +656,8 @@ def render_markdown(d: dict) -> str:
         "",
         f"Status: {d['status']}; {d['elapsed_seconds']:.0f} s; started {d['started']}; "
         f"budget {d['budget_seconds'] or 'none'} s. Device: {', '.join(d['machine'].get('devices') or ['none'])}; "
-        f"llama-cpp-python {d['machine'].get('llama_cpp_python', '?')}. Prompt {s['prompt_tokens']} tokens, "
+        f"llama-cpp-python {d['machine'].get('llama_cpp_python', '?')}; sampler "
+        f"{d['machine'].get('sampler', '?').split(' (')[0]}. Prompt {s['prompt_tokens']} tokens, "
         f"{s['tokens']} generated per run, greedy; random-weight GGUFs of the real shapes (Q4_K_M mix).",
         "",
         "## Call costs (specllm calibration.time_calls, median of the rounds)",
@@ -1716,7 +1735,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = system_info()
         info.pop("system_info", None)
-        report.data["machine"] = {**info, "python": sys.version.split()[0], "cpus": os.cpu_count()}
+        from specllm.engine.sampling import implementation
+
+        report.data["machine"] = {
+            **info,
+            "sampler": implementation(),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+        }
     except Exception as e:  # noqa: BLE001
         report.error("system info", e)
     report.log(

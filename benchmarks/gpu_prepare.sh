@@ -2,8 +2,9 @@
 # Fills .device/ (ignored by git) with what benchmarks/gpu_check.py needs on a CUDA machine that has
 # no network: the CUDA 13 / sm_90 build of llama-cpp-python 0.3.36 (from ../shared/device/ by
 # default, or the folder given), the pure-Python wheels that `import specllm` needs there beyond
-# numpy, typer, rich, huggingface_hub and jinja2, and llama.cpp's headers (for gpu_check.py's C loop,
-# compiled there against the same libllama). The folder must then travel with the working tree (name
+# numpy, typer, rich, huggingface_hub and jinja2, llama.cpp's headers (for gpu_check.py's C loop,
+# compiled there against the same libllama), and specllm's compiled sampler built for that
+# machine's Python 3.12 (where a python3.12 with its headers is here; $PYTHON312 names another). The folder must then travel with the working tree (name
 # .device among the ignored paths sent along); gpu_check.py's docstring has the command to run there.
 # usage: bash benchmarks/gpu_prepare.sh [FOLDER_WITH_THE_ARCHIVE]
 set -euo pipefail
@@ -41,6 +42,20 @@ if folder is None:
 for header in folder.glob("*.h"):
     shutil.copy2(header, Path(sys.argv[1]) / header.name)
 EOF
+
+# specllm's sampler (specllm/engine/_sampler.c) for Python 3.12, as setup.py builds it, which
+# gpu_check.py puts beside the sources there. Without it the loop samples with numpy there.
+python312=${PYTHON312:-python3.12}
+rm -f "$dest"/_sampler.*.so
+if include=$("$python312" -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null) &&
+  suffix=$("$python312" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") &&
+  [ -f "$include/Python.h" ]; then
+  source_sha256=$(sha256sum "$root/specllm/engine/_sampler.c" | cut -d' ' -f1)
+  ${CC:-cc} -O3 -shared -fPIC -I"$include" -DSOURCE_SHA256="\"$source_sha256\"" \
+    "$root/specllm/engine/_sampler.c" -lm -o "$dest/_sampler$suffix"
+else
+  echo "note: no $python312 with its headers here: on the CUDA machine the loop will sample with numpy" >&2
+fi
 
 size=$(du -sm "$dest" | cut -f1)
 ls -la "$dest"

@@ -78,6 +78,7 @@ def test_dry_run_writes_every_section(dry_run):
         "fidelity",
     }
     assert set(data["models"]) == set(gpc.DRY_SHAPES)
+    assert data["machine"]["sampler"] == "compiled (C)"
     for info in data["models"].values():
         assert _positive(info["bytes"]) and _number(info["write_seconds"]) and _number(info["load_seconds"])
 
@@ -241,3 +242,22 @@ def test_written_ggufs_hold_valid_sane_blocks(tmp_path):
 
 def _data_offset(path: Path, gguf) -> int:
     return gguf.GGUFReader(path).data_offset
+
+
+def test_the_devices_compiled_sampler_is_placed_beside_its_source_for_this_python(tmp_path, monkeypatch):
+    """gpu_prepare.sh builds specllm's sampler for the CUDA machine's Python into .device/; the
+    script copies the build whose suffix this Python imports (and no other) where specllm finds it."""
+    import importlib.machinery
+
+    device, repo = tmp_path / "device", tmp_path / "repo"
+    (repo / "specllm" / "engine").mkdir(parents=True)
+    device.mkdir()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (device / "_sampler.cpython-399-x86_64-linux-gnu.so").write_bytes(b"another Python's")
+    monkeypatch.setattr(gpc, "DEVICE_DIR", device)
+    monkeypatch.setattr(gpc, "REPO", repo)
+    assert gpc._place_compiled_sampler() is None
+    (device / f"_sampler{suffix}").write_bytes(b"this Python's")
+    assert gpc._place_compiled_sampler() == f"_sampler{suffix}"
+    assert [p.name for p in (repo / "specllm" / "engine").iterdir()] == [f"_sampler{suffix}"]
+    assert (repo / "specllm" / "engine" / f"_sampler{suffix}").read_bytes() == b"this Python's"
