@@ -3,7 +3,8 @@
 
    After a model call, on the cold caches it leaves behind, the first numpy call of each kind costs
    tens of microseconds: a row's chain in numpy (a dozen calls for its top-k, twenty for the rest)
-   costs about 300 us there, mostly code coming back into the caches. Here it is one call.
+   costs 150-400 us there, mostly code coming back into the caches (benchmarks/sampled_row.py).
+   Here it is one call.
 
    candidates(row, ids, p, top_p, min_p, temperature) -> keep
      row: one-dimensional float32 buffer (the logits); ids: writable intp buffer of k, 1 <= k <= 256
@@ -86,8 +87,8 @@ static void offer(Best *best, float v, Py_ssize_t id)
     best->ids[p] = id;
 }
 
-/* maxima[i] = the largest of x[i], x[i + m], ..., x[i + (groups - 1) m]; NaN is passed over
-   unless a whole group is NaN */
+/* maxima[i] = the largest of x[i], x[i + m], ..., x[i + (groups - 1) m]. A NaN is passed over,
+   but a group whose first value is NaN has the maximum NaN. */
 static void slice_maxima(const float *restrict x, Py_ssize_t m, Py_ssize_t groups, float *restrict maxima)
 {
     Py_ssize_t i0 = 0;
