@@ -1,21 +1,12 @@
 """benchmarks/cache_cooling.py runs on a real model and reports every setting it times."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import run_benchmark
 
 
 def test_cache_cooling_times_every_setting_including_a_llama_cpp_call(tiny_models):
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/cache_cooling.py", str(tiny_models.target), "--rounds", "3"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_benchmark("cache_cooling.py", str(tiny_models.target), "--rounds", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]
     cell = r"\s+(\d+\.\d) \(\s*\d+\.\d-\s*\d+\.\d\)"
     rows = {}

@@ -1,17 +1,12 @@
 """benchmarks/loop_floor.py runs the least loop there is on a real pair and reports its host time."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import run_benchmark
 
 
-def floor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "benchmarks/loop_floor.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+def floor(*args: str):
+    return run_benchmark("loop_floor.py", *args)
 
 
 def test_loop_floor_reports_the_host_time_per_step(tiny_models):

@@ -3,21 +3,12 @@ compares two checkouts round by round."""
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import ROOT, run_benchmark
 
 
-def overhead(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "benchmarks/overhead.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def overhead(*args: str):
+    return run_benchmark("overhead.py", *args, timeout=300)
 
 
 def test_overhead_reports_the_untimed_loop_the_timed_one_and_its_parts_for_both_checkouts(tiny_models):

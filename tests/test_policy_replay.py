@@ -3,15 +3,12 @@ exactly, and the modeled cost of a step is what the cost model says."""
 
 import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import ROOT, run_benchmark
 
 import specllm
 
-ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("policy_replay", ROOT / "benchmarks" / "policy_replay.py")
 replay = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(replay)
@@ -51,13 +48,7 @@ def test_the_traces_decide_each_greedy_draft_as_the_engine_does(tiny_models):
 
 def test_gpu_predictions_come_from_a_gpu_checks_costs(tmp_path, tiny_models):
     out = tmp_path / "check"
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("gpu_check.py", "--dry-run", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     check = json.loads((out / "gpu_check.json").read_text())
     rows = [{"category": "code", "prompt": [1], "output": [5] * 12, "draft_matches": [True, False] * 6}]
@@ -77,13 +68,7 @@ def test_pair_costs_measures_the_default_pair_in_the_gpu_checks_shape(tmp_path):
     """About 30 s on the real default pair: the costs come out in the shape `gpu` reads, and they
     are costs (a draft step cheaper than a target step, a wider call dearer than a narrow one)."""
     out = tmp_path / "here.json"
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/policy_replay.py", "pair-costs", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("policy_replay.py", "pair-costs", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     check = json.loads(out.read_text())
     pair = check["pairs"]["default pair"]

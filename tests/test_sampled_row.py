@@ -1,22 +1,14 @@
 """benchmarks/sampled_row.py times a sampled row's host work, compiled and numpy, warm and cold."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import run_benchmark
+
 PARTS = ("chain", "draw", "by id", "target row", "lookups", "residual", "its draw", "total")
 
 
 def test_sampled_row_reports_every_part_for_both_implementations(tiny_models):
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/sampled_row.py", str(tiny_models.target), "--rounds", "3"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_benchmark("sampled_row.py", str(tiny_models.target), "--rounds", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines[1].split() == [word for part in PARTS for word in part.split()]
