@@ -5,9 +5,9 @@ module that reads it (specllm.models.registry), as an installed specllm needs it
 install gets no copy: its package is the source tree, and the registry reads the top-level file
 beside it.
 
-specllm.engine._sampler, the sampler chain in C, is built where a C compiler is found and skipped
-with a warning where none is: specllm.engine.sampling then takes its numpy path, which gives the
-same tokens, slower."""
+specllm.engine._sampler, the sampler's work on each row in C, is built where a C compiler is found
+and skipped with a warning where none is: specllm.engine.sampling then takes its numpy path, which
+gives the same tokens, slower."""
 
 import hashlib
 import sys

@@ -20,7 +20,7 @@ import numpy as np
 from specllm.errors import SpecllmError, real_number, whole_number
 
 _compiled: ModuleType | None
-try:  # the chain and the draw in C (_sampler.c), built by setup.py where a C compiler is found
+try:  # the work on each row in C (_sampler.c), built by setup.py where a C compiler is found
     from specllm.engine import _sampler as _compiled
 except ImportError:
     _compiled = None
@@ -201,13 +201,13 @@ def _softmax_sorted(x: np.ndarray) -> np.ndarray:
 def _compiled_candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.ndarray] | None:
     """candidates' result in one call into C, where it is built and takes the row; else None.
     After a model call, on cold caches, each kind of numpy call costs tens of microseconds the
-    first time: numpy's chain costs about 300 us per row there, this about 100. The same ids;
-    the probabilities agree to rounding."""
+    first time: numpy's chain costs 150-400 us per row there, this 50-110. The same ids; the
+    probabilities agree to rounding."""
     if _compiled is None or s.top_k > _COMPILED_TOP_K_MAX or logits.dtype != _FLOAT32:
         return None
     ids, p = np.empty(s.top_k, np.intp), np.empty(s.top_k)
     keep = _compiled.candidates(logits, ids, p, s.top_p, s.min_p, s.temperature)
-    return (ids[:keep], p[:keep]) if keep > 0 else None  # -1: a strided row, or NaN among the logits
+    return (ids[:keep], p[:keep]) if keep > 0 else None  # a strided row, or NaN where values should be
 
 
 def _top_k(x: np.ndarray, k: int) -> np.ndarray:
@@ -260,7 +260,7 @@ def _logsumexp(x: np.ndarray) -> float:
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token id from a (not necessarily normalised) non-negative vector."""
     u = rng.random()
-    if _compiled is not None and probs.dtype == np.float64:
+    if _compiled is not None and probs.dtype == _FLOAT64:
         index = _compiled.draw(probs, u)  # the same sums and search, in one call
         if index >= 0:  # else a strided vector
             return index
