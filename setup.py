@@ -38,7 +38,8 @@ SAMPLER = Extension(
     sources=[str(SAMPLER_SOURCE)],
     # the module's SOURCE_SHA256, so that a test can tell a build older than its source
     define_macros=[("SOURCE_SHA256", f'"{hashlib.sha256(SAMPLER_SOURCE.read_bytes()).hexdigest()}"')],
-    extra_compile_args=[] if sys.platform == "win32" else ["-O3"],  # -O3 vectorises its maxima loops
+    # -O3 vectorises its loops; without traps for floating-point exceptions, also those with selects
+    extra_compile_args=[] if sys.platform == "win32" else ["-O3", "-fno-trapping-math"],
     libraries=[] if sys.platform == "win32" else ["m"],  # exp
     optional=True,
 )

@@ -51,7 +51,7 @@ if include=$("$python312" -c "import sysconfig; print(sysconfig.get_paths()['inc
   suffix=$("$python312" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") &&
   [ -f "$include/Python.h" ]; then
   source_sha256=$(sha256sum "$root/specllm/engine/_sampler.c" | cut -d' ' -f1)
-  ${CC:-cc} -O3 -shared -fPIC -I"$include" -DSOURCE_SHA256="\"$source_sha256\"" \
+  ${CC:-cc} -O3 -fno-trapping-math -shared -fPIC -I"$include" -DSOURCE_SHA256="\"$source_sha256\"" \
     "$root/specllm/engine/_sampler.c" -lm -o "$dest/_sampler$suffix"
 else
   echo "note: no $python312 with its headers here: on the CUDA machine the loop will sample with numpy" >&2

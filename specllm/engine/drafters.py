@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
-from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample
+from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample, top_probability
 from specllm.llama.model import Decoder
 
 
@@ -121,7 +121,7 @@ class ModelDrafter(NoDrafter):
             else:
                 ids, p = candidates(logits, self.sampler)
             if keep_going is not None:
-                confidence = _top_probability(logits, token) if greedy else float(p[0])
+                confidence = top_probability(logits, token) if greedy else float(p[0])
                 if not keep_going(confidences, confidence, time.perf_counter() - start):
                     break
                 confidences.append(confidence)
@@ -152,17 +152,6 @@ class StoppingRule:
         for j in range(len(self.taken), len(confidences)):
             self.taken.append(self.table.rate(bucket(confidences[j], CONFIDENCE_EDGES), j + 1))
         return self.policy.model_keep_going(self.taken, confidence, spent, MODEL_MAX, self.source)
-
-
-def _top_probability(logits: np.ndarray, token: int) -> float:
-    """The raw softmax's top probability, given the row's argmax `token`: the draft's confidence
-    when decoding greedily (where the processed distribution is always one-hot). Logits more than
-    20 below the top add at most n_vocab * e^-20 (3e-4 for 150k tokens) to a normaliser of at
-    least 1, far below the confidence buckets' widths, so only the ones near the top are
-    exponentiated."""
-    top = logits[token]  # the maximum, without another pass over the row
-    near = logits[logits >= top - 20.0]
-    return float(1.0 / np.exp(near - top, dtype=np.float64).sum())
 
 
 # When does an n-gram draft pay? A target call on k+1 tokens costs V(k+1) one-token calls. On a GPU

@@ -386,7 +386,7 @@ def test_a_passed_vocabulary_check_is_remembered_until_a_file_changes(tiny_model
 def test_a_greedy_drafts_confidence_is_its_softmax_top_probability():
     """The confidence leaves out logits far below the top: on peaked, flat and in-between rows of a
     150k vocabulary it stays within 1e-3 of the full softmax's top probability."""
-    from specllm.engine.drafters import _top_probability
+    from specllm.engine.sampling import top_probability
 
     rng = np.random.default_rng(0)
     for scale in (0.5, 2.0, 5.0, 20.0):
@@ -394,7 +394,7 @@ def test_a_greedy_drafts_confidence_is_its_softmax_top_probability():
         row[17] += 3 * scale
         x = row.astype(np.float64)
         exact = 1.0 / np.exp(x - x.max()).sum()
-        assert abs(_top_probability(row, int(row.argmax())) - exact) < 1e-3
+        assert abs(top_probability(row, int(row.argmax())) - exact) < 1e-3
 
 
 def test_the_stopping_rule_decides_as_the_estimates_of_the_moment_say():

@@ -10,7 +10,7 @@ import pytest
 
 import specllm
 from specllm.engine import sampling
-from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample
+from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample, top_probability
 
 COMPILED = sampling._compiled
 
@@ -231,3 +231,25 @@ def test_a_rejections_residual_is_p_minus_q_where_p_exceeds_it():
     q = Sparse(np.array([2, 7, 12], np.intp), np.array([0.25, 0.5, 0.25]), 12)
     r = p.minus(q)
     assert list(r.ids) == [2, 5, 7, 9] and list(r.p) == [0.25, 0.3, 0.0, 0.2]
+
+
+def test_the_compiled_confidence_is_numpys_to_its_float32_exp(monkeypatch):
+    """A greedy draft's confidence (the raw softmax's top probability), which auto only buckets:
+    within 1e-6 of numpy's on rows with few values near the top, as a real model's, with many, and
+    with one far above the rest but for a value at the window's edge, which counts; strided rows
+    go to numpy's."""
+    rng = np.random.default_rng(2)
+    rows = [rng.normal(0, 6, 151_936), rng.normal(0, 2, 151_936), rng.normal(0, 1, 5000)]
+    rows = [row.astype(np.float32) for row in rows]
+    rows[2][[77, 78]] = 40.0, 20.0  # the top, and the only other value within 20 of it: at 20 exactly
+    for row in rows + [rows[0][::2]]:
+        token = int(row.argmax())
+        got = top_probability(row, token)
+        with monkeypatch.context() as m:
+            m.setattr(sampling, "_compiled", None)
+            expected = top_probability(row, token)
+        assert got == pytest.approx(expected, rel=1e-6) and 0 < got <= 1
+    assert top_probability(rows[2], 77) == pytest.approx(1 / (1 + np.exp(-20.0)), rel=1e-12)
+    assert COMPILED.top_probability(rows[0][::2], 0, 20.0) == -1.0
+    with pytest.raises(IndexError):
+        COMPILED.top_probability(rows[2], 5000, 20.0)
