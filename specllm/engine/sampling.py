@@ -265,8 +265,9 @@ def top_probability(logits: np.ndarray, token: int) -> float:
     when decoding greedily (where the processed distribution is always one-hot). Logits more than
     20 below the top add at most n_vocab * e^-20 (3e-4 for 150k tokens) to a normaliser of at
     least 1, far below the confidence buckets' widths, so only the ones near the top are
-    exponentiated: about 1% of a real model's row, which numpy still finds with a pass and a
-    copy (150 us right after a call of the default draft); the compiled one reads the row once."""
+    exponentiated: from 0.1% to a third of a real model's row. numpy finds them with a boolean copy
+    of the row, 0.27-0.84 ms right after a call of the default draft; the compiled one gathers them
+    a block at a time, 0.12-0.27 ms (benchmarks/sampled_row.py --prompt)."""
     if _compiled is not None and logits.dtype == _FLOAT32:
         probability = _compiled.top_probability(logits, token, _CONFIDENCE_WINDOW)
         if probability >= 0:  # else a strided row
