@@ -831,8 +831,8 @@ def synthetic_drafter_class(plan: SyntheticPlan):
     token, the same host work on each logits row) but proposes the target's own greedy
     continuation, each token replaced by another with probability 1 - alpha, and reports alpha as
     its confidence (a calibrated draft that cannot tell its good tokens from its bad ones)."""
-    from specllm.engine.drafters import Draft, ModelDrafter, _top_probability
-    from specllm.engine.sampling import candidates
+    from specllm.engine.drafters import Draft, ModelDrafter
+    from specllm.engine.sampling import candidates, top_probability
 
     class SyntheticDrafter(ModelDrafter):
         def propose(self, context, gamma, keep_going=None):
@@ -854,7 +854,7 @@ def synthetic_drafter_class(plan: SyntheticPlan):
                 if not self.sampler.greedy:
                     candidates(logits, self.sampler)
                 if keep_going is not None:
-                    _top_probability(logits, token)  # likewise (auto's confidence); alpha is reported instead
+                    top_probability(logits, token)  # likewise (auto's confidence); alpha is reported instead
                     if not keep_going(confidences, plan.alpha, time.perf_counter() - start):
                         break
                     confidences.append(plan.alpha)

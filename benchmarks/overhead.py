@@ -84,7 +84,7 @@ def instrument(parts: Parts) -> None:
         "draft rows (argmax, sampling)": [
             (drafters, "candidates"),
             (drafters, "sample"),
-            (drafters, "_top_probability"),
+            (drafters, "top_probability"),
             (drafters.Sparse, "of"),
         ],
         "drafter": [
