@@ -4,8 +4,9 @@
 # default, or the folder given), the pure-Python wheels that `import specllm` needs there beyond
 # numpy, typer, rich, huggingface_hub and jinja2, llama.cpp's headers (for gpu_check.py's C loop,
 # compiled there against the same libllama), and specllm's compiled sampler built for that
-# machine's Python 3.12 (where a python3.12 with its headers is here; $PYTHON312 names another). The folder must then travel with the working tree (name
-# .device among the ignored paths sent along); gpu_check.py's docstring has the command to run there.
+# machine's Python 3.12 (where a python3.12 is here; $PYTHON312 names another). The folder must
+# then travel with the working tree (name .device among the ignored paths sent along);
+# gpu_check.py's docstring has the command to run there.
 # usage: bash benchmarks/gpu_prepare.sh [FOLDER_WITH_THE_ARCHIVE]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,19 +44,27 @@ for header in folder.glob("*.h"):
     shutil.copy2(header, Path(sys.argv[1]) / header.name)
 EOF
 
-# specllm's sampler (specllm/engine/_sampler.c) for Python 3.12, as setup.py builds it, which
-# gpu_check.py puts beside the sources there. Without it the loop samples with numpy there.
+# specllm's sampler (specllm/engine/_sampler.c) for Python 3.12, built by setup.py as any install
+# builds it (a wheel of this checkout for that Python), which gpu_check.py puts beside the sources
+# there. Without it the loop samples with numpy there.
 python312=${PYTHON312:-python3.12}
 rm -f "$dest"/_sampler.*.so
-if include=$("$python312" -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null) &&
-  suffix=$("$python312" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") &&
-  [ -f "$include/Python.h" ]; then
-  source_sha256=$(sha256sum "$root/specllm/engine/_sampler.c" | cut -d' ' -f1)
-  ${CC:-cc} -O3 -fno-trapping-math -shared -fPIC -I"$include" -DSOURCE_SHA256="\"$source_sha256\"" \
-    "$root/specllm/engine/_sampler.c" -lm -o "$dest/_sampler$suffix"
-else
-  echo "note: no $python312 with its headers here: on the CUDA machine the loop will sample with numpy" >&2
+wheels=$(mktemp -d)
+if ! { "$python312" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$root" >&2 &&
+  "$python312" - "$wheels" "$dest" <<'EOF'; }; then
+import importlib.machinery, sys, zipfile
+from pathlib import Path
+wheel = next(Path(sys.argv[1]).glob("specllm-*.whl"))
+names = [f"specllm/engine/_sampler{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+with zipfile.ZipFile(wheel) as z:
+    built = [n for n in z.namelist() if n in names]
+    if not built:
+        sys.exit("the wheel has no compiled sampler (no C compiler?)")
+    Path(sys.argv[2], Path(built[0]).name).write_bytes(z.read(built[0]))
+EOF
+  echo "note: no compiled sampler for $python312 (see above): on the CUDA machine the loop will sample with numpy" >&2
 fi
+rm -rf "$wheels"
 
 size=$(du -sm "$dest" | cut -f1)
 ls -la "$dest"
