@@ -305,6 +305,12 @@ static int doubles_of(PyObject *const *args, int n, double *out)
     return 0;
 }
 
+static int ssize_of(PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(arg);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static int arguments_are(const char *signature, Py_ssize_t nargs, Py_ssize_t expected)
 {
     if (nargs == expected)
@@ -416,10 +422,9 @@ static PyObject *py_residual(PyObject *self, PyObject *const *args, Py_ssize_t n
                                          PROBS("q", 0),   IDS("ids_out", 1), PROBS("r_out", 1)};
     Py_buffer v[6];
     (void)self;
-    if (!arguments_are("residual(p_ids, p, q_ids, q, ids_out, r_out, size)", nargs, 7))
-        return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[6]);
-    if (size == -1 && PyErr_Occurred())
+    Py_ssize_t size;
+    if (!arguments_are("residual(p_ids, p, q_ids, q, ids_out, r_out, size)", nargs, 7) ||
+        ssize_of(args[6], &size) < 0)
         return NULL;
     int got = buffers_of(args, arguments, 6, v);
     if (got <= 0)
@@ -504,10 +509,9 @@ static PyObject *py_top_probability(PyObject *self, PyObject *const *args, Py_ss
     double window;
     Py_buffer v[1];
     (void)self;
-    if (!arguments_are("top_probability(row, token, window)", nargs, 3) || doubles_of(args + 2, 1, &window) < 0)
-        return NULL;
-    Py_ssize_t token = PyLong_AsSsize_t(args[1]);
-    if (token == -1 && PyErr_Occurred())
+    Py_ssize_t token;
+    if (!arguments_are("top_probability(row, token, window)", nargs, 3) || ssize_of(args[1], &token) < 0 ||
+        doubles_of(args + 2, 1, &window) < 0)
         return NULL;
     int got = buffers_of(args, arguments, 1, v);
     if (got <= 0)
