@@ -25,10 +25,11 @@ SETTINGS = [
 ]
 
 
-def numpy_candidates(logits, s, monkeypatch):
+def on_numpys_path(monkeypatch, function, *args):
+    """function(*args) with the compiled sampler out of the way."""
     with monkeypatch.context() as m:
         m.setattr(sampling, "_compiled", None)
-        return candidates(logits, s)
+        return function(*args)
 
 
 def rows(size, seed):
@@ -62,7 +63,7 @@ def test_the_compiled_sampler_is_built_in_this_install_from_its_source():
 def test_the_compiled_chain_keeps_numpys_ids_with_its_probabilities(size, s, monkeypatch):
     for name, row in rows(size, seed=s.top_k + size).items():
         ids, p = candidates(row, s)
-        expected_ids, expected_p = numpy_candidates(row, s, monkeypatch)
+        expected_ids, expected_p = on_numpys_path(monkeypatch, candidates, row, s)
         np.testing.assert_array_equal(ids, expected_ids, err_msg=name)
         np.testing.assert_allclose(p, expected_p, rtol=1e-13, atol=1e-300, err_msg=name)
         assert p.dtype == np.float64 and ids.dtype == np.intp
@@ -97,7 +98,7 @@ def test_rows_the_compiled_chain_declines_take_numpys_path(monkeypatch):
     for declined in (row[::2], nan_row):
         ids, p = np.empty(40, np.intp), np.empty(40)
         assert COMPILED.candidates(declined, ids, p, s.top_p, s.min_p, s.temperature) == -1
-    for got, expected in zip(candidates(row[::2], s), numpy_candidates(row[::2], s, monkeypatch)):
+    for got, expected in zip(candidates(row[::2], s), on_numpys_path(monkeypatch, candidates, row[::2], s)):
         np.testing.assert_array_equal(got, expected)
 
 
@@ -136,9 +137,7 @@ def test_the_compiled_draw_is_numpys_draw(monkeypatch):
     for probs in vectors:
         for seed in range(300):
             drawn = sample(probs, np.random.default_rng(seed))
-            with monkeypatch.context() as m:
-                m.setattr(sampling, "_compiled", None)
-                assert drawn == sample(probs, np.random.default_rng(seed))
+            assert drawn == on_numpys_path(monkeypatch, sample, probs, np.random.default_rng(seed))
     assert COMPILED.draw(np.ones(8)[::2], 0.5) == -1  # strided: numpy's draw, from the same u
 
 
@@ -190,9 +189,7 @@ def test_the_compiled_sort_by_id_is_numpys_stable_sort(monkeypatch):
     cases.append(random_sparse(rng, 151_936, 300))  # beyond 256: numpy's sort
     for ids, p in cases:
         got = Sparse.of(ids, p, 151_936)
-        with monkeypatch.context() as m:
-            m.setattr(sampling, "_compiled", None)
-            expected = Sparse.of(ids, p, 151_936)
+        expected = on_numpys_path(monkeypatch, Sparse.of, ids, p, 151_936)
         np.testing.assert_array_equal(got.ids, expected.ids)
         np.testing.assert_array_equal(got.p, expected.p)
     assert COMPILED.by_id(*cases[-1], np.empty(300, np.intp), np.empty(300)) == -1
@@ -215,9 +212,7 @@ def test_the_compiled_residual_is_numpys_to_the_bit(monkeypatch):
     masses = 0
     for p, q in pairs:
         got = p.minus(q)
-        with monkeypatch.context() as m:
-            m.setattr(sampling, "_compiled", None)
-            expected = p.minus(q)
+        expected = on_numpys_path(monkeypatch, p.minus, q)
         assert (got is None) == (expected is None)
         if got is not None:
             np.testing.assert_array_equal(got.ids, expected.ids)
@@ -245,9 +240,7 @@ def test_the_compiled_confidence_is_numpys_to_its_float32_exp(monkeypatch):
     for row in rows + [rows[0][::2]]:
         token = int(row.argmax())
         got = top_probability(row, token)
-        with monkeypatch.context() as m:
-            m.setattr(sampling, "_compiled", None)
-            expected = top_probability(row, token)
+        expected = on_numpys_path(monkeypatch, top_probability, row, token)
         assert got == pytest.approx(expected, rel=1e-6) and 0 < got <= 1
     assert top_probability(rows[2], 77) == pytest.approx(1 / (1 + np.exp(-20.0)), rel=1e-12)
     assert COMPILED.top_probability(rows[0][::2], 0, 20.0) == -1.0
