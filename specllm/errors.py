@@ -103,6 +103,19 @@ class Incompatible(SpecllmError):
         self.reason = reason
 
 
+class NotANumber(SpecllmError):
+    """A model's logits hold NaN: llama.cpp's computation broke down (damaged weights, or an
+    overflow in its backend's kernels), and nothing chosen from them would mean anything. `model`
+    says which, where the caller knows."""
+
+    def __init__(self, model: str = "the model"):
+        super().__init__(
+            f"{model} gave logits that are not numbers (NaN): llama.cpp's computation broke down, "
+            "from damaged weights or an overflow in its backend's kernels"
+        )
+        self.model = model
+
+
 def whole_number(name: str, value) -> int:
     """value as an int, if it is one (a bool is not): options given from Python are checked as the
     command line checks its flags."""

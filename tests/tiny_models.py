@@ -715,3 +715,15 @@ def _rope_sections(head_dim: int) -> list[int]:
     half = head_dim // 2
     t = half - 2 * (half // 3)
     return [t, half // 3, half // 3, 0]
+
+
+def with_nan_in(source: Path, path: Path, tensor: str, rows: slice = slice(None)) -> Path:
+    """A copy of the F32 model `source` at `path` whose `tensor` holds NaN in `rows`: output_norm
+    makes every logit NaN (as a computation that overflows does), rows of output the logits of
+    those token ids alone."""
+    path.write_bytes(source.read_bytes())
+    reader = gguf.GGUFReader(path, "r+")
+    (found,) = (t for t in reader.tensors if t.name == tensor)
+    found.data[rows] = np.nan
+    reader.data.flush()
+    return path

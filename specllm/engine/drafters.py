@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
-from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample, top_probability
+from specllm.engine.sampling import SamplerSettings, Sparse, candidates, greedy_token, sample, top_probability
+from specllm.errors import NotANumber
 from specllm.llama.model import Decoder
 
 
@@ -99,6 +100,13 @@ class ModelDrafter(NoDrafter):
     def propose(self, context: list[int], gamma: int, keep_going: KeepGoing | None = None) -> Draft:
         """Up to `gamma` tokens. `keep_going(confidences so far, next confidence, seconds spent)`,
         when given, decides before each token whether to take it (the auto policy stops early)."""
+        try:
+            return self._propose(context, gamma, keep_going)
+        except NotANumber:
+            what = "the draft model" if self.name == "model" else "the target's MTP layers"
+            raise NotANumber(f"{what} ({self.model.path.name})") from None
+
+    def _propose(self, context: list[int], gamma: int, keep_going: KeepGoing | None) -> Draft:
         start = time.perf_counter()
         gamma = min(gamma, self.model.n_ctx - len(context))
         if gamma <= 0 or not self.can_read(context):
@@ -117,7 +125,7 @@ class ModelDrafter(NoDrafter):
         greedy = self.sampler.greedy
         while True:
             if greedy:  # q is one-hot
-                token = int(logits.argmax())
+                token = greedy_token(logits)
             else:
                 ids, p = candidates(logits, self.sampler)
             if keep_going is not None:

@@ -31,7 +31,7 @@ from specllm.engine.drafters import (
 from specllm.engine.infill import FILES_SHARE, ContextFile, InfillPrompt, infill_prompt
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.policy import NGRAM_MAX, AutoPolicy, CostTable
-from specllm.engine.sampling import SamplerSettings, sparse_distribution
+from specllm.engine.sampling import SamplerSettings, greedy_token, sparse_distribution
 from specllm.engine.speculative import verify_greedy, verify_sampled
 from specllm.engine.text import TextStream, check_utf8
 from specllm.errors import (
@@ -42,6 +42,7 @@ from specllm.errors import (
     Interrupted,
     NeedsDraftModel,
     NoMtpLayers,
+    NotANumber,
     SpecllmError,
     real_number,
     whole_number,
@@ -999,10 +1000,13 @@ class _Run:
         # the row p_i its rejection samples from. The tokens after it are never reached.
         n = next((i for i, t in enumerate(draft.tokens) if t >= self.target.n_vocab), len(draft.tokens))
         logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
-        if self.sampler.greedy:
-            return verify_greedy(draft.tokens, _LazyRows(logits, lambda row: int(row.argmax())))
-        distributions = _LazyRows(logits, lambda row: sparse_distribution(row, self.sampler))
-        return verify_sampled(draft.tokens, draft.q, distributions, self.rng)
+        try:
+            if self.sampler.greedy:
+                return verify_greedy(draft.tokens, _LazyRows(logits, greedy_token))
+            distributions = _LazyRows(logits, lambda row: sparse_distribution(row, self.sampler))
+            return verify_sampled(draft.tokens, draft.q, distributions, self.rng)
+        except NotANumber:
+            raise NotANumber(f"the target model ({self.target.path.name})") from None
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.

@@ -8,6 +8,8 @@ top-k -> top-p -> min-p on the raw logits, then temperature -> softmax over the 
 So top-p's mass and min-p's threshold are measured on the untempered distribution (restricted to
 the top-k survivors), and the temperature only reshapes what is kept. Temperature 0 means greedy
 (argmax). Ties at a cut keep the lower token ids (llama.cpp keeps an unspecified one of them).
+A NaN among the logits is never chosen, as llama.cpp's samplers pass it over; a row with no number
+at all (the model's computation broke down) raises NotANumber.
 """
 
 import math
@@ -17,7 +19,7 @@ from types import ModuleType
 
 import numpy as np
 
-from specllm.errors import SpecllmError, real_number, whole_number
+from specllm.errors import NotANumber, SpecllmError, real_number, whole_number
 
 _compiled: ModuleType | None
 try:  # the work on each row in C (_sampler.c), built by setup.py where a C compiler is found
@@ -164,17 +166,18 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
     """The same distribution, sparse: the token ids kept by the chain, by decreasing
     probability, and their probabilities."""
     if s.greedy:
-        return np.array([int(np.argmax(logits))]), np.ones(1)
+        return np.array([greedy_token(logits)]), np.ones(1)
     if 0 < s.top_k < logits.size:
-        compiled = _compiled_candidates(logits, s)
+        compiled = _compiled_candidates(logits, s)  # it passes NaN over
         if compiled is not None:
             return compiled
+        logits = _numbers_only(logits)
         # select on the raw float32 logits, so only the k survivors are converted and sorted
         ids = _top_k(logits, s.top_k)
         x = logits[ids].astype(np.float64)
         p = _softmax_sorted(x)
     else:
-        x = np.asarray(logits, dtype=np.float64)
+        x = np.asarray(_numbers_only(logits), dtype=np.float64)
         ids, p = _sorted_head(x, _logsumexp(x), s.top_p)
         x = x[ids]
     # the survivors are sorted by decreasing probability, so top-p and min-p each keep a prefix
@@ -192,6 +195,27 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
     return ids[:keep], _softmax_sorted(tempered)
 
 
+def greedy_token(logits: np.ndarray) -> int:
+    """The row's argmax, NaN passed over (a row of NaN alone raises NotANumber)."""
+    token = int(logits.argmax())
+    value = logits[token]
+    if value != value:  # NaN: numpy's argmax stops at the first, so the row holds one
+        return int(_numbers_only(logits).argmax())
+    return token
+
+
+def _numbers_only(logits: np.ndarray) -> np.ndarray:
+    """The row, or where it holds NaN a copy with -inf in their place: never chosen, as llama.cpp's
+    samplers pass NaN over. A row without a number raises NotANumber: its model's computation broke
+    down, and nothing chosen from it would mean anything."""
+    if not np.isnan(logits.max()):  # max, as argmax, stops at a NaN
+        return logits
+    numbers = np.where(np.isnan(logits), -np.inf, logits).astype(logits.dtype)
+    if not numbers.max() > -np.inf:
+        raise NotANumber()
+    return numbers
+
+
 def _softmax_sorted(x: np.ndarray) -> np.ndarray:
     """softmax of values sorted in decreasing order (so x[0] is their maximum)."""
     e = np.exp(x - x[0])
@@ -207,7 +231,7 @@ def _compiled_candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.nda
         return None
     ids, p = np.empty(s.top_k, np.intp), np.empty(s.top_k)
     keep = _compiled.candidates(logits, ids, p, s.top_p, s.min_p, s.temperature)
-    return (ids[:keep], p[:keep]) if keep > 0 else None  # a strided row, or NaN where values should be
+    return (ids[:keep], p[:keep]) if keep > 0 else None  # a strided row, or fewer than k numbers
 
 
 def _top_k(x: np.ndarray, k: int) -> np.ndarray:

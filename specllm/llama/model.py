@@ -59,6 +59,7 @@ class Decoder(Protocol):
     """What drafting and calibration use of a model: a Model, or a target's MtpHead standing in
     for a draft model."""
 
+    path: Path
     n_vocab: int
     n_ctx: int
     n_batch: int

@@ -196,6 +196,51 @@ def test_a_bpe_model_without_a_pre_tokenizer_runs_with_one_warning(tmp_path):
         assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
+@pytest.fixture(scope="module")
+def nan_models(tiny_models, tmp_path_factory):
+    import tiny_models as tm
+
+    d = tmp_path_factory.mktemp("nan")
+    return {
+        "all": tm.with_nan_in(tiny_models.target, d / "broken.gguf", "output_norm.weight"),
+        "draft": tm.with_nan_in(tiny_models.draft, d / "broken_draft.gguf", "output_norm.weight"),
+        "some": tm.with_nan_in(tiny_models.target, d / "some.gguf", "output.weight", slice(0, 300)),
+    }
+
+
+@pytest.mark.parametrize("temperature", [0, 0.8])
+def test_a_model_whose_logits_are_nan_is_one_line_naming_it(nan_models, tiny_models, temperature):
+    """Its computation broke down (an overflow in a GPU's kernels gives the same): greedy chose
+    token 0 from it, sampling ended in an IndexError's traceback."""
+    args = ["hi", "-n", 4, "--threads", 1, "--ctx-size", 256, "--temperature", temperature, "--seed", 1]
+    target_only = specllm_run(*args, "--target", nan_models["all"], "--draft", "none")
+    assert_one_line_error(target_only, "the target model (broken.gguf) gave logits that are not numbers (NaN)")
+    drafting = specllm_run(*args, "--target", tiny_models.target, "--draft", nan_models["draft"], "--drafter", "model")
+    assert_one_line_error(drafting, "the draft model (broken_draft.gguf) gave logits that are not numbers")
+
+
+def test_nan_among_a_rows_logits_is_passed_over(nan_models):
+    """As llama.cpp's samplers do: only a row without a number is refused."""
+    proc = specllm_run(
+        "hi",
+        "-n",
+        12,
+        "--threads",
+        1,
+        "--ctx-size",
+        256,
+        "--temperature",
+        0,
+        "--draft",
+        "none",
+        "--target",
+        nan_models["some"],
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert all(token >= 300 for token in json.loads(proc.stdout)["tokens"])
+
+
 def test_an_incompatible_pair_is_one_clear_line(tiny_models):
     proc = specllm_run("hi", "--target", tiny_models.target, "--draft", tiny_models.incompatible, "--threads", 1)
     assert_one_line_error(proc, "cannot draft", "token 261 differs")

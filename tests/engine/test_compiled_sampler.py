@@ -3,6 +3,7 @@ stands in for wherever it is built: the same ids kept in the same order, probabi
 rounding, the very same draws, and numpy's path wherever the C one declines a row."""
 
 import hashlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import specllm
 from specllm.engine import sampling
 from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample, top_probability
+from specllm.errors import NotANumber
 
 COMPILED = sampling._compiled
 
@@ -88,9 +90,9 @@ def test_min_p_1_keeps_every_token_tied_at_the_top():
 
 
 def test_rows_the_compiled_chain_declines_take_numpys_path(monkeypatch):
-    """A strided row, and one whose NaN leaves fewer than k values: the C chain writes nothing and
-    says so (-1); candidates then gives numpy's result."""
-    s = SamplerSettings(temperature=0.8, top_k=40)
+    """A strided row, and one whose NaN leaves fewer than k numbers: the C chain writes nothing and
+    says so (-1); candidates then gives numpy's result, which keeps only the numbers."""
+    s = SamplerSettings(temperature=0.8, top_k=40, top_p=1.0, min_p=0.0)
     row = np.random.default_rng(0).normal(0, 3, 2 * 5000).astype(np.float32)
     nan_row = row[:5000].copy()
     nan_row[40:] = np.nan
@@ -98,17 +100,40 @@ def test_rows_the_compiled_chain_declines_take_numpys_path(monkeypatch):
     for declined in (row[::2], nan_row):
         ids, p = np.empty(40, np.intp), np.empty(40)
         assert COMPILED.candidates(declined, ids, p, s.top_p, s.min_p, s.temperature) == -1
-    for got, expected in zip(candidates(row[::2], s), on_numpys_path(monkeypatch, candidates, row[::2], s)):
-        np.testing.assert_array_equal(got, expected)
+        for got, expected in zip(candidates(declined, s), on_numpys_path(monkeypatch, candidates, declined, s)):
+            np.testing.assert_array_equal(got, expected)
+    ids, p = candidates(nan_row, s)
+    numbers = p > 0
+    assert sorted(ids[numbers]) == list(range(3, 40)) and np.isclose(p.sum(), 1.0)
 
 
-def test_nan_among_more_than_k_values_is_never_kept():
+@pytest.mark.parametrize("top_k", [40, 0])  # the compiled chain and numpy's; numpy's alone
+def test_nan_among_the_values_is_never_kept_on_either_path(top_k, monkeypatch):
+    """As llama.cpp's samplers pass NaN over. numpy's max and argmax stop at the first NaN, and the
+    top-k read the groups' maxima: a NaN used to drop every value of its group, or end in an
+    IndexError."""
     row = np.random.default_rng(1).normal(0, 1, 5000).astype(np.float32)
     m = row.size // 16  # the top-k's groups: ids i, i + m, i + 2m, ...
     row[[1, 18 + m, 4999]] = np.nan  # one starts a group, one lies inside another, one past them
     row[[1 + m, 18]] = 50.0  # the largest, in those two groups
-    ids, p = candidates(row, SamplerSettings(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0))
+    s = SamplerSettings(temperature=1.0, top_k=top_k, top_p=0.999, min_p=0.0)
+    ids, p = candidates(row, s)
     assert list(ids[:2]) == [18, 1 + m] and not np.isnan(row[ids]).any() and np.isfinite(p).all()
+    numpy_ids, numpy_p = on_numpys_path(monkeypatch, candidates, row, s)
+    np.testing.assert_array_equal(numpy_ids, ids)
+    np.testing.assert_allclose(numpy_p, p, rtol=1e-13)
+    greedy = SamplerSettings(temperature=0)
+    row[0] = np.nan  # where numpy's argmax stops
+    assert candidates(row, greedy)[0][0] == on_numpys_path(monkeypatch, candidates, row, greedy)[0][0] == 18
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0, 40), (0.8, 40), (0.8, 0)])
+def test_a_row_without_a_number_is_a_model_that_broke_down(temperature, top_k, monkeypatch):
+    s = SamplerSettings(temperature=temperature, top_k=top_k)
+    for row in (np.full(5000, np.nan, np.float32), np.where(np.arange(5000) % 2, np.nan, -np.inf).astype(np.float32)):
+        for choose in (candidates, partial(on_numpys_path, monkeypatch, candidates)):
+            with pytest.raises(NotANumber, match="not numbers"):
+                choose(row, s)
 
 
 @pytest.mark.parametrize(
