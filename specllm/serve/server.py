@@ -567,7 +567,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
             generated = step.stats.generated_tokens
             plan.delta(step)  # a reply read for calls is read as it comes, as when streamed
     except Exception as e:
-        raise ApiError(500, worker.without_paths(f"generation failed: {type(e).__name__}: {e}")) from None
+        raise generation_failed(e, worker.without_paths) from None
     finally:
         watch.cancel()
         job.cancel()  # the client went away, or the server is shutting down
@@ -580,6 +580,13 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     plan.finish()
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.read))
+
+
+def generation_failed(error: Exception, without_paths: Callable[[str], str]) -> ApiError:
+    """The 500 for a generation that failed once under way: the server's fault, not the request's
+    (a model whose computation broke down says so in its own words; anything else by its type)."""
+    told = str(error) if isinstance(error, SpecllmError) else f"{type(error).__name__}: {error}"
+    return ApiError(500, without_paths(f"generation failed: {told}"))
 
 
 async def client_left(request: Request) -> None:
@@ -632,7 +639,7 @@ async def stream(
             if include_usage:
                 yield sse(reply.usage_chunk(plan.reported(result)))
     except Exception as e:
-        error = ApiError(500, without_paths(f"generation failed: {type(e).__name__}: {e}"))
+        error = generation_failed(e, without_paths)
         outcome = error.message
         yield sse(error.body())
     finally:  # not reached above: cancelled, as Starlette does when the client goes away

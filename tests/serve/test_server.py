@@ -470,6 +470,29 @@ def test_a_bad_chat_request_is_a_400_naming_the_field(srv):
     assert newer.usage.prompt_tokens == older.usage.prompt_tokens
 
 
+def test_a_model_whose_logits_are_nan_is_a_500_in_the_errors_own_words(tiny_models, log, tmp_path):
+    """A generation that fails once under way is the server's fault: an OpenAI-shaped 500, in the
+    body or in the stream (whose 200 was sent), and the engine is free for the next request."""
+    import tiny_models as tm
+
+    broken = tm.with_nan_in(tiny_models.target, tmp_path / "broken.gguf", "output_norm.weight")
+    engine = specllm.load(str(broken), n_ctx=CTX, n_threads=1)
+    server = Server(engine)
+    expected = "generation failed: the target model (broken.gguf) gave logits that are not numbers (NaN)"
+    try:
+        before = len(log)
+        status, data = server.post("/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 4}).encode())
+        assert status == 500 and data["error"]["type"] == "server_error", data
+        assert data["error"]["message"].startswith(expected) and str(tmp_path) not in data["error"]["message"]
+        assert len(log) == before + 1 and "/v1/completions 500 · generation failed" in log[-1], log[before:]
+        stream = server.client().completions.create(model="x", prompt=PROMPT, max_tokens=4, stream=True)
+        with pytest.raises(openai.APIError, match=re.escape(expected)):
+            list(stream)
+    finally:
+        server.stop()
+        engine.close()
+
+
 def test_the_api_key_is_enforced(engine, log, srv):
     keyed = Server(engine, api_key="s3cret")
     try:
