@@ -103,15 +103,15 @@ class Incompatible(SpecllmError):
         self.reason = reason
 
 
-class NotANumber(SpecllmError):
-    """A model's logits hold NaN: llama.cpp's computation broke down (damaged weights, or an
-    overflow in its backend's kernels), and nothing chosen from them would mean anything. `model`
-    says which, where the caller knows."""
+class LogitsNotFinite(SpecllmError):
+    """A model's logit row holds no finite number, or +inf: llama.cpp's computation broke down
+    (damaged weights, or an overflow in its backend's kernels), and nothing chosen from it would
+    mean anything. `model` says which, where the caller knows."""
 
     def __init__(self, model: str = "the model"):
         super().__init__(
-            f"{model} gave logits that are not numbers (NaN): llama.cpp's computation broke down, "
-            "from damaged weights or an overflow in its backend's kernels"
+            f"{model} gave logits that are not finite numbers (NaN or infinite): llama.cpp's "
+            "computation broke down, from damaged weights or an overflow in its backend's kernels"
         )
         self.model = model
 

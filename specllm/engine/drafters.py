@@ -14,7 +14,7 @@ import numpy as np
 
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
 from specllm.engine.sampling import SamplerSettings, Sparse, candidates, greedy_token, sample, top_probability
-from specllm.errors import NotANumber
+from specllm.errors import LogitsNotFinite
 from specllm.llama.model import Decoder
 
 
@@ -102,9 +102,9 @@ class ModelDrafter(NoDrafter):
         when given, decides before each token whether to take it (the auto policy stops early)."""
         try:
             return self._propose(context, gamma, keep_going)
-        except NotANumber:
+        except LogitsNotFinite:
             what = "the draft model" if self.name == "model" else "the target's MTP layers"
-            raise NotANumber(f"{what} ({self.model.path.name})") from None
+            raise LogitsNotFinite(f"{what} ({self.model.path.name})") from None
 
     def _propose(self, context: list[int], gamma: int, keep_going: KeepGoing | None) -> Draft:
         start = time.perf_counter()

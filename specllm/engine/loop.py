@@ -40,9 +40,9 @@ from specllm.errors import (
     DraftTooLong,
     GammaTooLong,
     Interrupted,
+    LogitsNotFinite,
     NeedsDraftModel,
     NoMtpLayers,
-    NotANumber,
     SpecllmError,
     real_number,
     whole_number,
@@ -1005,8 +1005,8 @@ class _Run:
                 return verify_greedy(draft.tokens, _LazyRows(logits, greedy_token))
             distributions = _LazyRows(logits, lambda row: sparse_distribution(row, self.sampler))
             return verify_sampled(draft.tokens, draft.q, distributions, self.rng)
-        except NotANumber:
-            raise NotANumber(f"the target model ({self.target.path.name})") from None
+        except LogitsNotFinite:
+            raise LogitsNotFinite(f"the target model ({self.target.path.name})") from None
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.

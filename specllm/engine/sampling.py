@@ -8,8 +8,8 @@ top-k -> top-p -> min-p on the raw logits, then temperature -> softmax over the 
 So top-p's mass and min-p's threshold are measured on the untempered distribution (restricted to
 the top-k survivors), and the temperature only reshapes what is kept. Temperature 0 means greedy
 (argmax). Ties at a cut keep the lower token ids (llama.cpp keeps an unspecified one of them).
-A NaN among the logits is never chosen, as llama.cpp's samplers pass it over; a row with no number
-at all (the model's computation broke down) raises NotANumber.
+A NaN among the logits is never chosen, as llama.cpp's samplers pass it over; a row whose top is
+not a finite number (the model's computation broke down) raises LogitsNotFinite.
 """
 
 import math
@@ -19,7 +19,7 @@ from types import ModuleType
 
 import numpy as np
 
-from specllm.errors import NotANumber, SpecllmError, real_number, whole_number
+from specllm.errors import LogitsNotFinite, SpecllmError, real_number, whole_number
 
 _compiled: ModuleType | None
 try:  # the work on each row in C (_sampler.c), built by setup.py where a C compiler is found
@@ -175,6 +175,7 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
         # select on the raw float32 logits, so only the k survivors are converted and sorted
         ids = _top_k(logits, s.top_k)
         x = logits[ids].astype(np.float64)
+        _check_top(x[0])
         p = _softmax_sorted(x)
     else:
         x = np.asarray(_numbers_only(logits), dtype=np.float64)
@@ -196,24 +197,30 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
 
 
 def greedy_token(logits: np.ndarray) -> int:
-    """The row's argmax, NaN passed over (a row of NaN alone raises NotANumber)."""
+    """The row's argmax, NaN passed over."""
     token = int(logits.argmax())
     value = logits[token]
     if value != value:  # NaN: numpy's argmax stops at the first, so the row holds one
-        return int(_numbers_only(logits).argmax())
+        token = int(_numbers_only(logits).argmax())
+        value = logits[token]
+    _check_top(value)
     return token
 
 
 def _numbers_only(logits: np.ndarray) -> np.ndarray:
     """The row, or where it holds NaN a copy with -inf in their place: never chosen, as llama.cpp's
-    samplers pass NaN over. A row without a number raises NotANumber: its model's computation broke
-    down, and nothing chosen from it would mean anything."""
+    samplers pass NaN over."""
     if not np.isnan(logits.max()):  # max, as argmax, stops at a NaN
         return logits
-    numbers = np.where(np.isnan(logits), -np.inf, logits).astype(logits.dtype)
-    if not numbers.max() > -np.inf:
-        raise NotANumber()
-    return numbers
+    return np.where(np.isnan(logits), -np.inf, logits).astype(logits.dtype)
+
+
+def _check_top(value) -> None:
+    """A row's largest logit (NaN passed over) is finite, or its model's computation broke down:
+    a row of NaN and -inf alone has none, and +inf is an overflow (and, taken off the row for the
+    softmax, NaN)."""
+    if not -math.inf < value < math.inf:
+        raise LogitsNotFinite()
 
 
 def _softmax_sorted(x: np.ndarray) -> np.ndarray:
@@ -231,7 +238,11 @@ def _compiled_candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.nda
         return None
     ids, p = np.empty(s.top_k, np.intp), np.empty(s.top_k)
     keep = _compiled.candidates(logits, ids, p, s.top_p, s.min_p, s.temperature)
-    return (ids[:keep], p[:keep]) if keep > 0 else None  # a strided row, or fewer than k numbers
+    if keep <= 0:  # a strided row, fewer than k numbers, or min-p against a top that is not finite
+        return None
+    if p[0] != p[0]:  # the top less itself: not finite
+        raise LogitsNotFinite()
+    return ids[:keep], p[:keep]
 
 
 def _top_k(x: np.ndarray, k: int) -> np.ndarray:
@@ -278,6 +289,7 @@ def _sorted_head(x: np.ndarray, logz: float, top_p: float) -> tuple[np.ndarray, 
 
 def _logsumexp(x: np.ndarray) -> float:
     m = x.max()
+    _check_top(m)
     return float(m + np.log(np.exp(x - m).sum()))
 
 

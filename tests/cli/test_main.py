@@ -214,9 +214,11 @@ def test_a_model_whose_logits_are_nan_is_one_line_naming_it(nan_models, tiny_mod
     token 0 from it, sampling ended in an IndexError's traceback."""
     args = ["hi", "-n", 4, "--threads", 1, "--ctx-size", 256, "--temperature", temperature, "--seed", 1]
     target_only = specllm_run(*args, "--target", nan_models["all"], "--draft", "none")
-    assert_one_line_error(target_only, "the target model (broken.gguf) gave logits that are not numbers (NaN)")
+    assert_one_line_error(
+        target_only, "the target model (broken.gguf) gave logits that are not finite numbers (NaN or infinite)"
+    )
     drafting = specllm_run(*args, "--target", tiny_models.target, "--draft", nan_models["draft"], "--drafter", "model")
-    assert_one_line_error(drafting, "the draft model (broken_draft.gguf) gave logits that are not numbers")
+    assert_one_line_error(drafting, "the draft model (broken_draft.gguf) gave logits that are not finite numbers")
 
 
 def test_nan_among_a_rows_logits_is_passed_over(nan_models):

@@ -12,7 +12,7 @@ import pytest
 import specllm
 from specllm.engine import sampling
 from specllm.engine.sampling import SamplerSettings, Sparse, candidates, sample, top_probability
-from specllm.errors import NotANumber
+from specllm.errors import LogitsNotFinite
 
 COMPILED = sampling._compiled
 
@@ -127,13 +127,29 @@ def test_nan_among_the_values_is_never_kept_on_either_path(top_k, monkeypatch):
     assert candidates(row, greedy)[0][0] == on_numpys_path(monkeypatch, candidates, row, greedy)[0][0] == 18
 
 
-@pytest.mark.parametrize("temperature, top_k", [(0, 40), (0.8, 40), (0.8, 0)])
-def test_a_row_without_a_number_is_a_model_that_broke_down(temperature, top_k, monkeypatch):
-    s = SamplerSettings(temperature=temperature, top_k=top_k)
-    for row in (np.full(5000, np.nan, np.float32), np.where(np.arange(5000) % 2, np.nan, -np.inf).astype(np.float32)):
+def rows_without_a_finite_top(size):
+    """NaN alone; NaN and -inf; an overflow to +inf among numbers (taken off the row for the
+    softmax, it is NaN), and two of them, one past a NaN (where numpy's argmax stops)."""
+    numbers = np.random.default_rng(2).normal(0, 3, size).astype(np.float32)
+    one_inf, two_infs = numbers.copy(), numbers.copy()
+    one_inf[size // 2] = np.inf
+    two_infs[[7, 9]], two_infs[8] = np.inf, np.nan
+    return {
+        "NaN": np.full(size, np.nan, np.float32),
+        "NaN and -inf": np.where(np.arange(size) % 2, np.nan, -np.inf).astype(np.float32),
+        "+inf": one_inf,
+        "+inf twice": two_infs,
+    }
+
+
+@pytest.mark.parametrize("temperature, top_k, min_p", [(0, 40, 0.05), (0.8, 40, 0.05), (0.8, 40, 0.0), (0.8, 0, 0.05)])
+def test_a_row_without_a_finite_top_is_a_model_that_broke_down(temperature, top_k, min_p, monkeypatch):
+    s = SamplerSettings(temperature=temperature, top_k=top_k, top_p=1.0, min_p=min_p)
+    for name, row in rows_without_a_finite_top(5000).items():
         for choose in (candidates, partial(on_numpys_path, monkeypatch, candidates)):
-            with pytest.raises(NotANumber, match="not numbers"):
+            with pytest.raises(LogitsNotFinite, match="not finite numbers"):
                 choose(row, s)
+                pytest.fail(name)
 
 
 @pytest.mark.parametrize(

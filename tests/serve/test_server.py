@@ -478,7 +478,9 @@ def test_a_model_whose_logits_are_nan_is_a_500_in_the_errors_own_words(tiny_mode
     broken = tm.with_nan_in(tiny_models.target, tmp_path / "broken.gguf", "output_norm.weight")
     engine = specllm.load(str(broken), n_ctx=CTX, n_threads=1)
     server = Server(engine)
-    expected = "generation failed: the target model (broken.gguf) gave logits that are not numbers (NaN)"
+    expected = (
+        "generation failed: the target model (broken.gguf) gave logits that are not finite numbers (NaN or infinite)"
+    )
     try:
         before = len(log)
         status, data = server.post("/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 4}).encode())
