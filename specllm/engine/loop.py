@@ -901,6 +901,7 @@ class _Run:
         try:
             self._prefill()
         except Interrupted:
+            self.engine._check_open()  # closed during the prefill: said, as at a step
             return None
         # decode_seconds counts the engine's own time: the clock stops while the consumer holds a
         # step (rendering it, writing to a slow pipe), between the yield and the next request.

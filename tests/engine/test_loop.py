@@ -1332,11 +1332,14 @@ def test_llama_cpp_asks_within_a_batch_only_for_a_long_prompt(tiny_models):
 
 @pytest.mark.parametrize("close", ["generation", "engine"])
 def test_closing_from_another_thread_stops_a_prefill_under_way(tiny_models, close):
-    """close() waits for the call under way: a long prompt's prefill went on to its end first."""
+    """close() waits for the call under way: a long prompt's prefill went on to its end first. A
+    generation closed ends quietly; one whose engine was closed says so, as at a later step (it
+    ended as if cancelled, and generate() raised a RuntimeError)."""
     engine = specllm.load(str(tiny_models.target), n_ctx=32768, n_threads=1)
     prompt = long_prompt(engine, 60)
     generation = engine.start(prompt, max_tokens=4, temperature=0, drafter="none")
-    runner = threading.Thread(target=lambda: list(generation) if close == "generation" else _ends(generation))
+    raised: list[BaseException] = []
+    runner = threading.Thread(target=_taking_steps, args=(generation, raised))
     try:
         runner.start()
         deadline = time.monotonic() + 60
@@ -1346,10 +1349,16 @@ def test_closing_from_another_thread_stops_a_prefill_under_way(tiny_models, clos
         (generation if close == "generation" else engine).close()
         runner.join(30)
         assert not runner.is_alive() and engine.target.n_evaluated < len(prompt) // 2
+        if close == "generation":
+            assert raised == [] and not generation.finished
+        else:
+            assert [type(e) for e in raised] == [SpecllmError] and "this engine is closed" in str(raised[0])
     finally:
         engine.close()
 
 
-def _ends(generation) -> None:
-    with contextlib.suppress(SpecllmError):  # the engine closed under it
+def _taking_steps(generation, raised: list[BaseException]) -> None:
+    try:
         list(generation)
+    except BaseException as e:  # noqa: BLE001 - the test reads it
+        raised.append(e)
