@@ -1,7 +1,6 @@
 """The engine on real llama.cpp with tiny generated models."""
 
 import codecs
-import contextlib
 import copy
 import gc
 import os
