@@ -28,7 +28,13 @@ from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
 from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
-from specllm.llama.templates import CHATML_TEMPLATE, as_template_takes, compile_chat_template, render_bounded
+from specllm.llama.templates import (
+    CHATML_TEMPLATE,
+    TEMPLATE_VARIABLES,
+    as_template_takes,
+    compile_chat_template,
+    render_bounded,
+)
 
 # Control tokens that a model's text shows, as llama-server preserves them for its parsers: the
 # markers of think blocks (engine/reasoning.py's THINK_MARKERS: Magistral's and Ministral 3's
@@ -380,6 +386,10 @@ class Model:
         named = isinstance(variables, Mapping) and all(isinstance(name, str) for name in variables)
         if variables is not None and not named:
             raise SpecllmError(f"a chat template's variables are a dict of names (str) to values, got {variables!r}")
+        taken = sorted(TEMPLATE_VARIABLES & set(variables or {}))
+        if taken:
+            them = "it" if len(taken) == 1 else "them"
+            raise SpecllmError(f"a chat template's variables cannot set {', '.join(taken)}: the rendering sets {them}")
         try:
             source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
             template = compile_chat_template(source)

@@ -41,6 +41,12 @@ def _without_content(message: dict) -> dict:
 # access), rendering is bounded so that nested loops cannot grow memory or run without end.
 TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together
 TEMPLATE_MAX_CHARS = 32 * 2**20  # far more than any context holds (a token is a few characters)
+# What a rendering gives the template itself (render_chat's variables, and render_bounded's, as
+# Jinja2ChatFormatter's): a caller's own variables cannot set them.
+TEMPLATE_VARIABLES = frozenset({
+    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+    "strftime_now", "range", "functions", "function_call", "tool_choice",
+})  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)

@@ -32,6 +32,7 @@ from specllm.errors import (
     NoMtpLayers,
     SpecllmError,
 )
+from specllm.llama.templates import TEMPLATE_VARIABLES
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
 MAX_STOPS = 4  # as OpenAI
@@ -336,12 +337,6 @@ class ChatRequest(BaseRequest):
 
 
 # What serve itself gives a chat template (Target.render_chat, render_bounded): not a request's to set.
-TEMPLATE_VARIABLES = {
-    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
-    "strftime_now", "range", "functions", "function_call", "tool_choice",
-}  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Gap:
     """What a fill-in-the-middle request gives: the code before and after the gap (Engine.infill_prompt)."""

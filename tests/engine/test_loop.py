@@ -862,6 +862,11 @@ def test_bad_prompts_from_python_are_refused_in_one_line(engine, prompt, options
         (("hi", 5), "a system message is text"),
         (("hi", None, ["enable_thinking"]), "variables are a dict of names"),
         (("hi", None, {1: False}), "variables are a dict of names"),
+        (
+            ("hi", None, {"add_generation_prompt": False}),
+            "variables cannot set add_generation_prompt: the rendering sets it$",
+        ),
+        (("hi", None, {"range": 5, "bos_token": "x"}), "cannot set bos_token, range: the rendering sets them"),
     ],
 )
 def test_chat_prompts_bad_arguments_are_named_not_blamed_on_the_template(engine, arguments, message):
