@@ -103,6 +103,11 @@ class Incompatible(SpecllmError):
         self.reason = reason
 
 
+class ChatTemplateFailed(SpecllmError):
+    """The model's chat template could not render a conversation: damaged, or it failed (a syntax
+    error, an error it raised, a rendering past its bounds)."""
+
+
 class LogitsNotFinite(SpecllmError):
     """A model's logit row holds no finite number, or +inf: llama.cpp's computation broke down
     (damaged weights, or an overflow in its backend's kernels), and nothing chosen from it would

@@ -57,7 +57,7 @@ from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
-from specllm.errors import NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source
@@ -339,13 +339,11 @@ def run(
     chat_template = chat_template and suffix is None
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
-    if chat_template and engine.target.chat_template() is None:  # the same notice as chat's
-        print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
     # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
-        text = engine.chat_prompt(text, system, variables)
+        text = in_chat_template(engine, text, system, variables)
         opened = closing_marker(text) or False
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
     if gap and gap.left_out:
@@ -370,6 +368,16 @@ def run(
         print(describe_policy(result.stats.policy), file=sys.stderr)
     if as_json:
         print(json.dumps(result_json(result, seed, opened)))
+
+
+def in_chat_template(engine, text: str, system: str | None, variables: dict | None) -> str:
+    """run's prompt rendered with the target's chat template; one that fails names --raw."""
+    try:
+        if engine.target.chat_template() is None:  # the same notice as chat's
+            print(f"note: {shown(engine.target.path.name)} has no chat template: using ChatML", file=sys.stderr)
+        return engine.chat_prompt(text, system, variables)
+    except ChatTemplateFailed as e:
+        raise ChatTemplateFailed(f"{e} (--raw runs without it)") from None
 
 
 def thinking(think: bool | None, effort: str | None = None) -> dict | None:

@@ -21,7 +21,7 @@ from typing import Protocol
 import llama_cpp as L
 import numpy as np
 
-from specllm.errors import Interrupted, SpecllmError
+from specllm.errors import ChatTemplateFailed, Interrupted, SpecllmError
 from specllm.llama import huge_pages
 from specllm.llama.devices import amx_built_in, gpu_layers, gpu_offload_supported, physical_cores
 from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
@@ -362,9 +362,7 @@ class Model:
         try:
             return raw.decode("utf-8") if raw else None
         except UnicodeDecodeError:  # (llama.cpp loads a damaged template's bytes as they are)
-            raise SpecllmError(
-                f"the chat template in {self.path} is not UTF-8 text: a damaged file (--raw runs without it)"
-            ) from None
+            raise ChatTemplateFailed(f"the chat template in {self.path} is not UTF-8 text: a damaged file") from None
 
     def render_chat(
         self,
@@ -402,8 +400,10 @@ class Model:
                 add_generation_prompt=add_generation_prompt,
                 tools=tools,
             )
+        except ChatTemplateFailed:
+            raise
         except Exception as e:  # a template can raise anything from inside Jinja
-            raise SpecllmError(f"the chat template of {self.path.name} failed: {e}") from None
+            raise ChatTemplateFailed(f"the chat template of {self.path.name} failed: {e}") from None
 
     def describe(self) -> str:
         self._check_open()

@@ -397,6 +397,7 @@ def test_a_chat_template_with_a_syntax_error_is_one_clear_line(tmp_path, command
     args = [command, *(["hi"] if command == "run" else []), "--target", path, "--threads", "1", "--drafter", "none"]
     proc = subprocess.run(SPECLLM + list(map(str, args)), input="hi\n", capture_output=True, text=True, timeout=120)
     assert_one_line_error(proc, "chat template of templated.gguf failed")
+    assert proc.stderr.rstrip().endswith("(--raw runs without it)") == (command == "run")  # chat has no --raw
 
 
 HOSTILE_TEMPLATE = "{{ raise_exception('bad\x1b]52;c;aGk=\x07\x1b[2J') }}"  # write the clipboard, clear the screen

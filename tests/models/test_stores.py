@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -612,9 +613,17 @@ def test_a_chat_template_that_is_not_utf8_is_one_line(tmp_path, tiny_models):
     damaged = tmp_path / "damaged-template.gguf"
     damaged.write_bytes(data[:at] + b"\xff" + data[at + 1 :])
     proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", damaged)
-    assert_one_line_error(proc, f"the chat template in {damaged} is not UTF-8 text", exit_code=1)
+    message = f"the chat template in {damaged} is not UTF-8 text: a damaged file"
+    assert_one_line_error(proc, exit_code=1)
+    assert proc.stderr == f"error: {message} (--raw runs without it)\n"
     raw = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--raw", "--target", damaged)
     assert raw.returncode == 0, raw.stderr
+    engine = specllm.load(str(damaged), n_ctx=256, n_threads=1)
+    try:  # the library's own words: no flag, and not blamed on the template a second time
+        with pytest.raises(SpecllmError, match=f"^{re.escape(message)}$"):
+            engine.chat_prompt("hi")
+    finally:
+        engine.close()
 
 
 # --- rm never touches them -----------------------------------------------------------------------
