@@ -219,7 +219,7 @@ class Step:
 
     drafted: list[int]
     accepted: int  # leading draft tokens the target accepted and the output used (up to an EOS or a stop)
-    token: int  # the target's own token (correction or bonus); -1 if cut by a stop
+    token: int  # the target's own token (correction or bonus); -1 if cut by a stop, and in a text_tail step
     accepted_text: str  # text the accepted draft tokens added
     token_text: str  # text the target's own token added
     rejected_text: str  # the rejected draft tokens, for display only
@@ -228,8 +228,9 @@ class Step:
 
     @classmethod
     def text_tail(cls, text: str, stats: "Stats") -> "Step":
-        """The last step of a generation whose text held back an end that might have begun a stop
-        string (TextStream): no target call, no token, only that text, released at the end."""
+        """The last step of a generation whose text held back its end (TextStream: an unfinished
+        character, or what might have begun a stop string): no target call, no token, only that
+        text, released at the end."""
         return cls(drafted=[], accepted=0, token=-1, accepted_text="", token_text=text, rejected_text="", stats=stats)
 
 
