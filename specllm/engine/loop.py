@@ -383,9 +383,7 @@ class Engine:
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._costs_saved: tuple[float, dict] | None = None  # when save_costs last wrote, and which calibration
-        # A fixed drafter's draft length where a generation gives none: the command line sets a
-        # curated pair's recommended one, so `/drafter model` in chat drafts as `--drafter model` does.
-        self.fixed_gamma = FIXED_GAMMA
+        self._fixed_gamma = FIXED_GAMMA
         self._live = False  # a stream is under way: it owns both KV caches until it ends
         # Held while llama.cpp works on the models (a step, a tokenization; see _using_models):
         # close() waits for it, or from within it (a signal handler) leaves the freeing to its end.
@@ -446,6 +444,20 @@ class Engine:
                 self._user = None
                 if self.closed:
                     self._free_models()
+
+    @property
+    def fixed_gamma(self) -> int:
+        """A fixed drafter's draft length where a generation gives none: the command line sets a
+        curated pair's recommended one, so `/drafter model` in chat drafts as `--drafter model` does."""
+        return self._fixed_gamma
+
+    @fixed_gamma.setter
+    def fixed_gamma(self, gamma: int) -> None:
+        gamma = whole_number("fixed_gamma", gamma)
+        if gamma < 1:
+            raise SpecllmError(f"fixed_gamma must be >= 1, got {gamma}")
+        check_gamma(gamma, self.target.n_batch)
+        self._fixed_gamma = gamma
 
     def _check_open(self) -> None:
         if self.closed:

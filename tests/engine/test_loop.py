@@ -855,6 +855,23 @@ def test_bad_prompts_from_python_are_refused_in_one_line(engine, prompt, options
 
 
 @pytest.mark.parametrize(
+    "gamma, message",
+    [(2.5, "fixed_gamma must be a whole number"), ("4", "fixed_gamma must be a whole number"), (None, "whole"),
+     (0, "fixed_gamma must be >= 1, got 0"), (10**6, "gamma must be at most")],
+)  # fmt: skip
+def test_an_engines_fixed_gamma_is_checked_when_set(engine, gamma, message):
+    """2.5 had the draft model draft until its context was full; "4" and None raised a TypeError."""
+    with pytest.raises(SpecllmError, match=message):
+        engine.fixed_gamma = gamma
+    assert engine.fixed_gamma == 4
+    engine.fixed_gamma = 3
+    try:
+        assert engine.generate("def f(x):", max_tokens=12, temperature=0, drafter="model").stats.draft_calls > 0
+    finally:
+        engine.fixed_gamma = 4
+
+
+@pytest.mark.parametrize(
     "arguments, message",
     [
         ((None,), "a message is text"),
