@@ -129,8 +129,6 @@ class BaseRequest(BaseModel):
         """What the types alone do not say."""
         if self.n not in (None, 1):
             raise ApiError(400, f"only n = 1 is supported (one choice per request), got {self.n}", "n")
-        if self.drafter is not None and self.drafter not in DRAFTERS:
-            raise ApiError(400, f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}", "drafter")
         if self.stream_options is not None and not self.stream:  # OpenAI refuses it too: a usage chunk of what?
             raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
         if self.specllm_steps and not self.stream:  # a chunk per step of a reply sent whole: asked in vain
@@ -370,14 +368,15 @@ class CompletionRequest(BaseRequest):
             raise ApiError(400, "a suffix needs the prompt as text: the code before the gap", "suffix")
 
 
-def parse(kind: type[BaseRequest], body: bytes) -> BaseRequest:
-    """Validate a request body (JSON bytes) as `kind`; every problem is an ApiError 400."""
+def parse(kind: type[BaseRequest], body: bytes, drafters: tuple[str, ...] = DRAFTERS) -> BaseRequest:
+    """Validate a request body (JSON bytes) as `kind`; every problem is an ApiError 400. An
+    unknown drafter is offered the `drafters` this server has."""
     try:
         request = kind.model_validate_json(body)
     except ValidationError as e:
         errors = e.errors(include_url=False)
         if errors[0]["type"] == "json_invalid":
-            raise ApiError(400, f"the body is not valid JSON: {errors[0]['msg']}") from None
+            raise ApiError(400, _not_json(body, errors[0]["msg"])) from None
         # A field of several types (stop: a string or a list) fails once per type: name the field,
         # and tell the failure that went deepest into the request (a tool_choice object without its
         # "type" is told that, not that a string was expected).
@@ -387,7 +386,22 @@ def parse(kind: type[BaseRequest], body: bytes) -> BaseRequest:
         what = ".".join(paths[deepest]) or "body"
         raise ApiError(400, f"{what}: {errors[deepest]['msg']}", where or None) from None
     request.check()
+    if request.drafter is not None and request.drafter not in DRAFTERS:
+        raise ApiError(400, f"unknown drafter {request.drafter!r}: ask for drafter {_one_of(drafters)}", "drafter")
     return request
+
+
+def _not_json(body: bytes, message: str) -> str:
+    """Why a body is not JSON the server reads. Its parser refuses a lone UTF-16 surrogate escape
+    ("\\ud800" without its pair: a string cut inside an emoji), which JSON allows and which is no
+    text: that is said in words of its own."""
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return "the body holds a lone UTF-16 surrogate (an escape such as \\ud800 without its pair), which is no text"
+    except (ValueError, RecursionError):  # not JSON for Python either, or nested too deep for it
+        pass
+    return f"the body is not valid JSON: {message}"
 
 
 def _input_paths(errors: list, body: bytes) -> list[list[str]]:

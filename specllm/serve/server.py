@@ -480,7 +480,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     def generating(kind: type[BaseRequest]):
         async def endpoint(request: Request):
             body = await read_body(request, limit, settings.body_seconds)
-            return await generate(worker, request, parse(kind, body))
+            return await generate(worker, request, parse(kind, body, worker.drafters))
 
         return endpoint
 

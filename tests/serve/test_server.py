@@ -427,6 +427,25 @@ def test_bad_input_gets_an_openai_error_and_one_log_line(srv, log, body, status,
     assert srv.client().completions.create(model="x", prompt=PROMPT, max_tokens=2).usage.completion_tokens == 2
 
 
+def test_an_unknown_drafter_is_offered_the_drafters_this_server_has(srv):
+    """It was offered every drafter, mtp included, which this server's target does not have."""
+    status, data = srv.post("/v1/completions", b'{"prompt": "x", "drafter": "magic"}')
+    assert (status, data["error"]["param"]) == (400, "drafter")
+    assert data["error"]["message"] == "unknown drafter 'magic': ask for drafter auto, model, ngram or none"
+
+
+def test_a_lone_surrogate_escape_is_told_as_such_and_a_pair_is_text(srv, log):
+    """JSON allows "\\ud800" alone (a JavaScript string cut inside an emoji), but it is no text: it
+    was refused as "not valid JSON: unexpected end of hex escape"."""
+    status, data = srv.post("/v1/completions", b'{"prompt": "\\ud800 lone", "max_tokens": 2}')
+    assert status == 400 and "lone UTF-16 surrogate" in data["error"]["message"], data
+    status, data = srv.post("/v1/completions", b'{"prompt": "\\ud83d\\ude00", "max_tokens": 2}')  # an emoji's pair
+    assert status == 200, data
+    for body in (b'{"prompt": "x", ', b"[" * 100_000):  # not JSON for Python either, or too deep for it
+        status, data = srv.post("/v1/completions", body)
+        assert status == 400 and data["error"]["message"].startswith("the body is not valid JSON"), data
+
+
 def test_unsupported_fields_at_their_defaults_ask_nothing_and_are_accepted(srv):
     defaults = {"best_of": 1, "echo": False, "presence_penalty": 0.0, "frequency_penalty": 0, "logit_bias": {}}
     status, data = srv.post("/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2} | defaults).encode())
