@@ -103,6 +103,11 @@ class Incompatible(SpecllmError):
         self.reason = reason
 
 
+class DraftNotLoaded(SpecllmError):
+    """A deferred draft model could not be loaded when a generation first needed it: its file
+    went missing or bad after the engine was loaded (the message is the load's own)."""
+
+
 class ChatTemplateFailed(SpecllmError):
     """The model's chat template could not render a conversation: damaged, or it failed (a syntax
     error, an error it raised, a rendering past its bounds)."""

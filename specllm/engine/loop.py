@@ -37,6 +37,7 @@ from specllm.engine.text import TextStream, check_utf8
 from specllm.errors import (
     CannotTakeBack,
     ContextFull,
+    DraftNotLoaded,
     DraftTooLong,
     GammaTooLong,
     Interrupted,
@@ -400,12 +401,15 @@ class Engine:
         """The draft model, loaded now if it was deferred."""
         if self.draft is None and self.draft_file is not None:
             path, options = self.draft_file
-            draft = Model(path, options)
+            try:
+                draft = Model(path, options)
+            except SpecllmError as e:
+                raise DraftNotLoaded(str(e)) from None
             try:
                 ensure_compatible(self.target.path, draft.path, target=self.target, draft=draft)
-            except SpecllmError:
+            except SpecllmError as e:
                 draft.close()
-                raise
+                raise DraftNotLoaded(str(e)) from None
             self.draft, self.draft_file = draft, None
         return self.draft
 

@@ -26,6 +26,7 @@ from specllm.engine.sampling import MAX_SEED
 from specllm.errors import (
     CannotTakeBack,
     ContextFull,
+    DraftNotLoaded,
     DraftTooLong,
     GammaTooLong,
     NeedsDraftModel,
@@ -53,7 +54,8 @@ class ApiError(Exception):
     def of(cls, error: SpecllmError, drafters: tuple[str, ...]) -> "ApiError":
         """The 400 for a library error: for the errors a request can avoid, the request field to
         change (the library names no CLI flags, and a client cannot restart the server), offering
-        only the `drafters` this server has."""
+        only the `drafters` this server has. A draft model that could not be loaded is a 500: the
+        server's file, not the request."""
         if isinstance(error, NeedsDraftModel):
             return cls(400, f"{error}: this server has none; ask for drafter {_one_of(drafters)}", "drafter")
         if isinstance(error, NoMtpLayers):
@@ -66,6 +68,8 @@ class ApiError(Exception):
             return cls(400, str(error), "gamma")
         if isinstance(error, ContextFull):
             return cls(400, f"{error}: shorten the prompt", code="context_length_exceeded")
+        if isinstance(error, DraftNotLoaded):  # the server's file, not the request
+            return cls(500, f"the draft model could not be loaded: {error}")
         return cls(400, str(error))
 
 

@@ -514,6 +514,26 @@ def test_a_model_whose_logits_are_nan_is_a_500_in_the_errors_own_words(tiny_mode
         engine.close()
 
 
+def test_a_draft_that_went_bad_after_startup_is_a_500_not_the_requests_fault(tiny_models, log, tmp_path):
+    """A deferred draft is loaded by the first request that needs it: its file, damaged since the
+    server started, was answered as a 400 invalid_request_error."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(tiny_models.draft.read_bytes())
+    engine = specllm.load(str(tiny_models.target), str(draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    server = Server(engine)
+    try:
+        draft.write_bytes(tiny_models.draft.read_bytes()[:300_000])
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 4, "drafter": "model"}).encode()
+        status, data = server.post("/v1/completions", body)
+        assert (status, data["error"]["type"]) == (500, "server_error"), data
+        assert data["error"]["message"].startswith("the draft model could not be loaded: cannot load draft.gguf")
+        assert str(tmp_path) not in data["error"]["message"]
+        assert server.post("/v1/completions", body.replace(b'"model"', b'"none"'))[0] == 200
+    finally:
+        server.stop()
+        engine.close()
+
+
 def test_the_api_key_is_enforced(engine, log, srv):
     keyed = Server(engine, api_key="s3cret")
     try:
