@@ -446,7 +446,14 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
             check_key(settings.api_key, request)
 
     # no /docs, /redoc or /openapi.json: they would answer without the key and load scripts from elsewhere
-    app = FastAPI(title="specllm", dependencies=[Depends(require_key)], docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="specllm",
+        dependencies=[Depends(require_key)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,  # "/v1/models/" is a 404 like any unknown path, not a redirect to the Host given
+    )
     app.state.worker = worker
 
     @app.exception_handler(ApiError)
