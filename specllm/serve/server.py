@@ -552,8 +552,10 @@ async def read_body(request: Request, limit: int, seconds: float) -> bytes:
         await asyncio.wait_for(receive(), seconds)
     except asyncio.TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {seconds:g} s", code="request_timeout") from None
-    except ClientDisconnect:  # closed before its body had all come: nobody reads an answer, the log says so
-        raise ApiError(CLIENT_CLOSED, "the client went away before its request body had all come") from None
+    # Closed before the body was read: nobody reads an answer, the log says so. (A client that
+    # sends its whole body and closes at once is heard of as closed first: its body is lost.)
+    except ClientDisconnect:
+        raise ApiError(CLIENT_CLOSED, "the client went away before its request was read: nothing generated") from None
     return bytes(body)
 
 
