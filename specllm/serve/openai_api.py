@@ -338,7 +338,6 @@ class ChatRequest(BaseRequest):
         return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
 
 
-# What serve itself gives a chat template (Target.render_chat, render_bounded): not a request's to set.
 @dataclass(frozen=True)
 class Gap:
     """What a fill-in-the-middle request gives: the code before and after the gap (Engine.infill_prompt)."""
