@@ -105,7 +105,7 @@ def total_size(models: list[LocalModel]) -> int:
 
 
 def _scan_hf() -> tuple[list[LocalModel], list[str]]:
-    """The GGUF models in the HF cache, and a line saying why none could be listed, if so."""
+    """The GGUF models in the HF cache, and lines saying what could not be listed, and why."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
@@ -113,10 +113,45 @@ def _scan_hf() -> tuple[list[LocalModel], list[str]]:
         info = scan_cache_dir(hf_cache_dir())
     except CacheNotFound:
         return [], []
-    except (ValueError, OSError) as e:  # a file where the cache folder should be, a folder without permission
+    except ValueError as e:  # a file where the cache folder should be
         return [], [f"cannot read the HF cache {hf_cache_dir()}: {e}; its models are not listed"]
+    except OSError as e:  # one folder without permission ends the whole scan
+        return _scan_hf_repo_by_repo(e)
+    broken = [str(w) for w in info.warnings if _has_snapshots(str(w))]
+    problems = [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
+    return _hf_models(info.repos), problems
+
+
+def _scan_hf_repo_by_repo(error: OSError) -> tuple[list[LocalModel], list[str]]:
+    """The scan one model repository at a time, so that one the user cannot read hides only its
+    own models. This needs huggingface_hub's scan of a single repository, which it does not
+    export: without it, the whole cache goes unlisted, as the scan left it."""
+    try:
+        from huggingface_hub.utils._cache_manager import _scan_cached_repo
+    except ImportError:
+        return [], [f"cannot read the HF cache {hf_cache_dir()}: {error}; its models are not listed"]
+    from huggingface_hub.errors import CorruptedCacheException
+
+    cache = hf_cache_dir().resolve()  # (as the scan names paths)
+    try:
+        folders = sorted(f for f in cache.iterdir() if f.name.startswith("models--"))
+    except OSError as e:
+        return [], [f"cannot read the HF cache {hf_cache_dir()}: {e}; its models are not listed"]
+    repos, problems = [], []
+    for folder in folders:
+        try:
+            repos.append(_scan_cached_repo(folder))
+        except OSError as e:
+            problems.append(f"cannot read {folder} in the HF cache: {e.strerror or e}; its models are not listed")
+        except CorruptedCacheException as e:
+            if _has_snapshots(str(e)):
+                problems.append(f"HF cache: {e}; that repository's models are not listed")
+    return _hf_models(repos), problems
+
+
+def _hf_models(repos) -> list[LocalModel]:
     models = []
-    for repo in info.repos:
+    for repo in repos:
         if repo.repo_type != "model":
             continue
         for revision in repo.revisions:
@@ -138,8 +173,7 @@ def _scan_hf() -> tuple[list[LocalModel], list[str]]:
                         hf_files=infos,
                     )
                 )
-    broken = [str(w) for w in info.warnings if _has_snapshots(str(w))]
-    return models, [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
+    return models
 
 
 def _has_snapshots(warning: str) -> bool:
@@ -369,7 +403,13 @@ def _hf_strategy(files: list):
     be the scan's own: a record whose access time has changed since would keep its blob)."""
     from huggingface_hub import scan_cache_dir
 
-    info = scan_cache_dir(hf_cache_dir())
+    try:
+        info = scan_cache_dir(hf_cache_dir())
+    except OSError as e:  # a blob may be shared with a repository the scan could not read
+        raise SpecllmError(
+            f"cannot read {e.filename or hf_cache_dir()} in the HF cache: {e.strerror or e}; nothing removed "
+            "(which files another model still uses is decided over the whole HF cache)"
+        ) from None
     if not hasattr(info, "delete_files"):
         raise SpecllmError(
             "removing single files from the HF cache needs a newer huggingface_hub (pip install -U huggingface_hub)"

@@ -12,6 +12,7 @@ import pytest
 import tiny_models as tm
 import typer
 from fakehub import model_file
+from permissions import permission_bits_apply
 from terminal import Terminal
 from typer.testing import CliRunner
 
@@ -206,6 +207,37 @@ def test_rm_a_single_file_entry_removes_its_one_file(fake_hub, isolated, tiny_mo
     assert [m.spec for m in local_models.scan()] == [f"hf:{REPO}/small.gguf"] and kept.is_file()
     again = invoke("rm", "tiny-one", "--models", pairs, "--yes")
     assert str(again.exception) == "pair 'tiny-one' is not downloaded: nothing to remove"
+
+
+def test_a_hub_repository_that_cannot_be_read_hides_only_its_own_models(fake_hub, small_models):
+    """One repository folder without permission (another user's, or a copy made as root) ends
+    huggingface_hub's scan of the whole cache: the others are still listed. Removing needs a scan
+    of the whole cache, as a blob may be shared: it is refused, and nothing is removed."""
+    kept = download(fake_hub, REPO, small_models["small.gguf"])
+    download(fake_hub, "tiny-org/other-GGUF", small_models["smaller.gguf"])
+    locked = hub.hf_cache_dir().resolve() / "models--tiny-org--other-GGUF"
+    prefix = permission_bits_apply()
+    locked.chmod(0)
+    try:
+        listing = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=120
+        )
+        removal = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "rm", f"hf:{REPO}/small.gguf", "--yes"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        locked.chmod(0o755)
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+    found = json.loads(listing.stdout)
+    assert [m["spec"] for m in found["models"]] == [f"hf:{REPO}/small.gguf"]
+    assert found["problems"] == [f"cannot read {locked} in the HF cache: Permission denied; its models are not listed"]
+    assert removal.returncode == 1 and "Traceback" not in removal.stderr, removal.stderr
+    last = removal.stderr.strip().splitlines()[-1]  # (after the list of what was asked for)
+    assert last.startswith(f"error: cannot read {locked}/") and "Permission denied; nothing removed" in last
+    assert kept.is_file()
 
 
 def test_rm_never_touches_a_file_outside_the_caches(isolated, tiny_models, tmp_path):

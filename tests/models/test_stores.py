@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import tiny_models as tm
 from one_line import assert_one_line_error
+from permissions import permission_bits_apply
 from serving import serving
 
 import specllm
@@ -437,17 +438,6 @@ def test_a_folder_without_read_permission_is_one_line(filled, store_env):
         manifests.chmod(0o755)
 
 
-def permission_bits_apply() -> list[str]:
-    """A command prefix under which a folder's permission bits hold: none for a plain user; for
-    root, setpriv without the capabilities that let root search and read any folder."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return []
-    if shutil.which("setpriv") is None:
-        pytest.skip("root reads a folder whatever its permissions, and there is no setpriv to drop that")
-    caps = "-dac_override,-dac_read_search"
-    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps]
-
-
 @pytest.mark.parametrize(
     "locked, spec",
     [
@@ -486,11 +476,11 @@ def test_an_hf_cache_that_cannot_be_read_is_a_warning_and_the_rest_is_used(fille
     """An HF cache that cannot be scanned is a warning of the listing: the stores are still listed,
     and a run of a local target (which looks for drafts on disk) still runs."""
     cache = tmp_path / "hf-cache"
-    locked = cache / "models--o--r"
+    locked = cache
     if kind == "a file":
         cache.write_text("a file where a folder should be")
     else:
-        (locked / "snapshots").mkdir(parents=True)
+        (cache / "models--o--r" / "snapshots").mkdir(parents=True)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     prefix = permission_bits_apply() if kind != "a file" else []
     if kind != "a file":
