@@ -276,6 +276,9 @@ def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
     a single-file entry), hf:REPO/FILE (every cached copy: both caches, every revision unless one
     is given), or a path inside one of the caches. Raises SpecllmError when it names nothing on
     disk, or a path outside the caches."""
+    if not what.strip():
+        # Path("") is the current folder: the message would be about "." rather than the name given
+        raise SpecllmError(f"no model named {what!r}: give a pair name, hf:REPO/FILE or the path of a GGUF in a cache")
     _refuse_store_reference(what)
     models = scan()
     if what in pairs:
@@ -294,11 +297,16 @@ def find_for_removal(what: str, pairs: dict[str, Pair]) -> list[LocalModel]:
 
 
 def _refuse_store_reference(what: str) -> None:
-    """ollama:, lmstudio: and llamacpp: name another tool's files: never removed here."""
+    """ollama:, lmstudio: and llamacpp: name another tool's files: never removed here. A name the
+    store does not have is said to be missing first: refusing to remove it would suggest it exists."""
     from specllm.models import stores
 
     store = stores.store_name(what)
     if store is not None:
+        try:
+            stores.resolve(what)
+        except SpecllmError as e:
+            raise SpecllmError(f"nothing to remove: {e}") from None
         folder = stores.roots()[store][0]
         raise SpecllmError(
             f"refusing to remove {what}: it is in {store}'s store ({folder}), not specllm's; "

@@ -240,6 +240,16 @@ def test_a_hub_repository_that_cannot_be_read_hides_only_its_own_models(fake_hub
     assert kept.is_file()
 
 
+@pytest.mark.parametrize("what", ["", " "])
+def test_rm_of_an_empty_name_says_it_names_no_model(isolated, what):
+    """Not "refusing to remove .": an empty path is the current folder, which was never asked for."""
+    result = invoke("rm", what, "--yes")
+    assert isinstance(result.exception, SpecllmError)
+    assert str(result.exception) == (
+        f"no model named {what!r}: give a pair name, hf:REPO/FILE or the path of a GGUF in a cache"
+    )
+
+
 def test_rm_never_touches_a_file_outside_the_caches(isolated, tiny_models, tmp_path):
     outside = tmp_path / "mine.gguf"
     outside.write_bytes(tiny_models.target.read_bytes())

@@ -638,6 +638,22 @@ def test_rm_refuses_another_tools_models(filled, store_env, what, store):
     assert after == before
 
 
+@pytest.mark.parametrize(
+    "what, missing",
+    [
+        ("ollama:nosuch", "no Ollama model ollama:nosuch in"),
+        ("lmstudio:tiny-org/Tiny-GGUF/nosuch.gguf", "no lmstudio:tiny-org/Tiny-GGUF/nosuch.gguf in"),
+        ("llamacpp:nosuch.gguf", "no llamacpp:nosuch.gguf in"),
+    ],
+)
+def test_rm_of_a_store_model_that_is_not_there_says_it_is_not_there(filled, what, missing):
+    """Not "refusing to remove": that would say the model exists."""
+    proc = specllm_cli("rm", what, "--yes")
+    assert_one_line_error(proc, exit_code=1)
+    assert proc.stderr.startswith(f"error: nothing to remove: {missing} "), proc.stderr
+    assert "refusing" not in proc.stderr
+
+
 def test_remove_refuses_a_store_model_even_when_handed_one(filled):
     """The last guard: local_models.remove never acts on another tool's model."""
     model = next(m for m in local_models.scan() if m.cache == "Ollama")
