@@ -127,6 +127,8 @@ class ChatSession:
         """Render the conversation plus `message` to prompt tokens, dropping the oldest turns when
         the prompt would leave no room for a reply. Raises SpecllmError for a message that does
         not fit the context on its own."""
+        # Checked before rendering: a position in the rendered conversation means nothing to the user.
+        check_utf8(message, "the message")
         turn = Turn(message)
         live = [t for t in self.turns if t.in_context]
         prepared = self._render(live, turn)

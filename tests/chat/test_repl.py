@@ -292,7 +292,8 @@ def test_a_message_that_is_not_utf8_is_one_line_and_the_chat_goes_on(tiny_models
     )
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0 and "Traceback" not in err, err
-    assert "error: the prompt is not valid UTF-8 text" in out
+    # the position counts into what was typed ("caf\xe9": the 4th character), not the rendered template
+    assert "error: the message is not valid UTF-8 text (at character 4)" in out
     assert err.count("[max_tokens] ") == 1  # the next message got its reply
 
 

@@ -622,6 +622,16 @@ def test_a_system_prompt_that_is_not_utf8_is_refused_and_the_chat_can_still_be_s
     assert read_transcript(tmp_path / "chat.json").turns[0].user == MESSAGES[0]
 
 
+def test_a_message_that_is_not_utf8_is_refused_at_its_own_position(engines):
+    """The position is the message's own, not the rendered conversation's (after the system
+    prompt and the template's markup), and nothing joins the history."""
+    session = ChatSession(engines[0], greedy(drafter="none"), system="Be brief.")
+    turn(session, MESSAGES[0])
+    with pytest.raises(specllm.SpecllmError, match=r"^the message is not valid UTF-8 text \(at character 5\)$"):
+        session.prepare("abcd\udcffef")
+    assert [t.user for t in session.turns] == [MESSAGES[0]]
+
+
 def test_a_thinking_models_reasoning_is_kept_apart_for_its_template(tmp_path):
     """Qwen3.5's template opens a think block, which the tiny model never closes: the turn's
     reply is empty and its reasoning goes to the template as reasoning_content (and into /save).
