@@ -23,6 +23,7 @@ from specllm.bench.runner import (
     PromptRun,
     check_prompts_fit,
     machine_info,
+    max_tokens_json,
     run_one,
     run_side_by_side,
 )
@@ -126,7 +127,7 @@ def _results(
         "settings": {
             "prompts": len(prompts),
             "rounds": settings.rounds,
-            "max_tokens": settings.max_tokens,
+            **max_tokens_json(settings, prompts),
             "gammas": list(dict.fromkeys(c.gamma for c in settings.configurations)),
             "greedy": greedy,
             "temperature": settings.sampler.temperature,

@@ -76,16 +76,20 @@ DRAFTER_CHOICES = tuple(d for d in Drafter if d is not Drafter.NONE)
 class BenchPrompt:
     prompt: str  # one user message, rendered with the target's chat template
     category: str = DEFAULT_CATEGORY
-    max_tokens: int | None = None  # None: the bench's --max-tokens
+    max_tokens: int | None = None  # the prompt file's own limit, which wins over --max-tokens
     suffix: str | None = None  # fill in the middle: `prompt` is the code before the gap, this after it
 
     def tokens(self, engine: Engine, settings: BenchSettings) -> list[int]:
         """The prompt as the engine gets it: a gap's FIM prompt (with room for this prompt's
         reply), else the message (with the chat template unless the settings say raw)."""
         if self.suffix is not None:
-            reply = self.max_tokens or settings.max_tokens
-            return engine.infill_prompt(self.prompt, self.suffix, max_tokens=reply).tokens
+            return engine.infill_prompt(self.prompt, self.suffix, max_tokens=self.reply_tokens(settings)).tokens
         return engine.prompt_tokens(self.prompt, chat=settings.chat)
+
+    def reply_tokens(self, settings: BenchSettings) -> int:
+        """The most tokens this prompt generates: its own max_tokens (its author sized the reply,
+        a long reasoning or a gap's body), else the bench's --max-tokens."""
+        return self.max_tokens or settings.max_tokens
 
 
 def builtin_prompts() -> list[BenchPrompt]:
@@ -115,11 +119,18 @@ def parse_prompts(text: str, source: str) -> list[BenchPrompt]:
         except ValueError as e:
             errors.append(f"line {lineno}: {e}")
     if errors:
-        shown = errors[:10] + ([f"... and {len(errors) - 10} more"] if len(errors) > 10 else [])
-        raise SpecllmError(f"{source}: {len(errors)} malformed line(s)\n  " + "\n  ".join(shown))
+        raise SpecllmError(f"{source}: {_malformed(errors)}")
     if not prompts:
         raise SpecllmError(f"{source}: no prompts")
     return prompts
+
+
+def _malformed(errors: list[str], shown: int = 10) -> str:
+    """The malformed lines in one line (an error is one line): the first ten, and how many more."""
+    if len(errors) == 1:
+        return errors[0]
+    more = f"; and {len(errors) - shown} more" if len(errors) > shown else ""
+    return f"{len(errors)} malformed lines: " + "; ".join(errors[:shown]) + more
 
 
 def _parse_line(line: str) -> BenchPrompt:
@@ -259,6 +270,7 @@ class PromptRun:
     # (drafted tokens, accepted) per target call: enough to replay the run's target calls
     calls: list[tuple[list[int], int]] = field(default_factory=list)
     round: int = 1
+    max_tokens: int = 0  # the most tokens it could generate
 
     @property
     def steps(self) -> list[tuple[int, int]]:
@@ -314,8 +326,9 @@ class _Running:
         max_tokens: int | None = None,
     ):
         self.index, self.prompt, self.config = index, prompt, config
+        self.max_tokens = max_tokens or prompt.reply_tokens(settings)
         gen = GenerationConfig(
-            max_tokens=max_tokens or prompt.max_tokens or settings.max_tokens,
+            max_tokens=self.max_tokens,
             sampler=settings.sampler,
             drafter=config.drafter,
             gamma=None if config.drafter == Drafter.AUTO else max(config.gamma or 1, 1),
@@ -348,7 +361,9 @@ class _Running:
         # keep it here, so an output that stops early is told apart from one that goes on.
         n = len(result.tokens)
         emitted = self.emitted[: n + 1] if result.stop_reason == "eos" else result.tokens
-        return PromptRun(self.index, self.prompt, self.tokens, result, list(emitted), self.calls)
+        return PromptRun(
+            self.index, self.prompt, self.tokens, result, list(emitted), self.calls, max_tokens=self.max_tokens
+        )
 
 
 # --- calibration -----------------------------------------------------------------------------
@@ -627,7 +642,7 @@ def _config_results(config, runs, baseline, calibration, divergences, greedy) ->
                 "round": run.round,
                 "category": run.prompt.category,
                 "prompt": run.prompt.prompt,
-                "max_tokens": run.prompt.max_tokens,
+                "max_tokens": run.max_tokens,  # what it ran with: its own, else --max-tokens
                 "text": run.result.text,
                 "tokens": run.result.tokens,
                 "stop_reason": run.result.stop_reason,
@@ -920,7 +935,7 @@ def model_info(model: Model) -> dict:
 def _settings_json(settings: BenchSettings, prompts: list[BenchPrompt]) -> dict:
     s = settings.sampler
     return {
-        "max_tokens": settings.max_tokens,
+        **max_tokens_json(settings, prompts),
         "temperature": s.temperature,
         "top_k": s.top_k,
         "top_p": s.top_p,
@@ -936,6 +951,14 @@ def _settings_json(settings: BenchSettings, prompts: list[BenchPrompt]) -> dict:
         "prompts": len(prompts),
         "rounds": settings.rounds,
         "categories": {cat: sum(p.category == cat for p in prompts) for cat in categories_of(prompts)},
+    }
+
+
+def max_tokens_json(settings: BenchSettings, prompts: list[BenchPrompt]) -> dict:
+    """--max-tokens, and the most tokens each prompt generates (a prompt's own max_tokens wins)."""
+    return {
+        "max_tokens": settings.max_tokens,
+        "max_tokens_per_prompt": [p.reply_tokens(settings) for p in prompts],
     }
 
 

@@ -100,9 +100,19 @@ def header(results: dict) -> Text:
         f"target {models['target']['name']} ({models['target']['description']}) · draft {draft}",
         f"{m['cpu']} · {m['threads']} thread{'s' * (m['threads'] != 1)} · {gpu}",
         f"{_count(s['prompts'], 'prompt')} in {_count(len(s['categories']), 'category', 'categories')}{_rounds(s)}"
-        f" · {sampling} · seed {s['seed']} · up to {_count(s['max_tokens'], 'token')} · speeds are decode tokens/s",
+        f" · {sampling} · seed {s['seed']} · {reply_limit(s)} · speeds are decode tokens/s",
     ]
     return Text("\n".join(lines), style="dim")
+
+
+def reply_limit(s: dict) -> str:
+    """ "up to 128 tokens"; where a prompt's own max_tokens differs, the range and that it won."""
+    limits = s.get("max_tokens_per_prompt") or [s["max_tokens"]]
+    if set(limits) == {s["max_tokens"]}:
+        return f"up to {_count(s['max_tokens'], 'token')}"
+    low, high = min(limits), max(limits)
+    most = f"{low}-{high}" if low != high else str(low)
+    return f"up to {most} tokens a prompt (-n {s['max_tokens']}; a prompt's own max_tokens wins)"
 
 
 def _count(n: int, noun: str, plural: str | None = None) -> str:
@@ -527,7 +537,7 @@ def render_draft_race(results: dict, console: Console) -> None:
         Text(
             f"target {results['target'].get('spec') or results['target']['name']} · {m['cpu']} · "
             f"{m['threads']} thread{'s' * (m['threads'] != 1)} · "
-            f"{_count(s['prompts'], 'prompt')}{_rounds(s)} · up to {_count(s['max_tokens'], 'token')} · "
+            f"{_count(s['prompts'], 'prompt')}{_rounds(s)} · {reply_limit(s)} · "
             f"{'greedy' if s['greedy'] else 'temperature ' + str(s['temperature'])} · speeds are decode tokens/s",
             style="dim",
         )

@@ -554,7 +554,8 @@ def bench(
             "-n",
             min=1,
             show_default=False,
-            help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for).",
+            help="Tokens to generate at most per prompt (default 128; 64 with --drafts-for); "
+            "a prompt file's own max_tokens wins.",
         ),
     ] = None,
     drafts_for: Annotated[

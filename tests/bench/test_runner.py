@@ -77,11 +77,20 @@ def test_malformed_lines_are_reported_with_their_numbers():
     with pytest.raises(SpecllmError) as e:
         b.parse_prompts("\n".join(lines), "my.jsonl")
     msg = str(e.value)
-    assert msg.startswith("my.jsonl: 7 malformed line(s)")
+    assert msg.startswith("my.jsonl: 7 malformed lines: line 2: not valid JSON")
+    assert "\n" not in msg  # the CLI's error is one line
     for n in (2, 4, 5, 6, 7, 8, 9):
         assert f"line {n}:" in msg
     assert "line 1:" not in msg and "line 3:" not in msg
     assert "not valid JSON" in msg and '"max_tokens" must be a positive integer' in msg
+
+
+def test_more_than_ten_malformed_lines_are_counted_after_the_first_ten():
+    with pytest.raises(SpecllmError) as e:
+        b.parse_prompts("[]\n" * 12, "my.jsonl")
+    msg = str(e.value)
+    assert msg.startswith("my.jsonl: 12 malformed lines: line 1: expected a JSON object")
+    assert "line 10:" in msg and "line 11:" not in msg and msg.endswith("; and 2 more")
 
 
 def test_a_gap_to_fill_is_a_prompt_with_a_suffix():
@@ -655,7 +664,25 @@ def test_cli_bench_reports_a_malformed_prompt_file(tiny_models, tmp_path, monkey
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 1
-    assert 'line 2: "prompt" must be a non-empty string' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f'error: {prompts}: line 2: "prompt" must be a non-empty string\n'
+
+
+def test_the_json_and_header_report_the_max_tokens_each_prompt_ran_with(engine):
+    """A prompt's own max_tokens wins over --max-tokens: the results say so, prompt by prompt."""
+    from specllm.bench.view import header
+
+    suite = [b.BenchPrompt("Once upon a time", "chat", max_tokens=5), b.BenchPrompt("Once upon a time", "chat")]
+    config = settings(configurations=tuple(b.configurations(["ngram"], [2])), max_tokens=20)
+    out = b.run_bench(engine, suite, config)
+    assert out["settings"]["max_tokens"] == 20 and out["settings"]["max_tokens_per_prompt"] == [5, 20]
+    for result in out["results"]:
+        ran = [(p["max_tokens"], len(p["tokens"]), p["stop_reason"]) for p in result["prompts"]]
+        assert ran == [(5, 5, "max_tokens"), (20, 20, "max_tokens")], result["configuration"]
+    line = header(out).plain.splitlines()[2]
+    assert "up to 5-20 tokens a prompt (-n 20; a prompt's own max_tokens wins)" in line
+    out["settings"]["max_tokens_per_prompt"] = [20, 20]
+    assert "up to 20 tokens ·" in header(out).plain.splitlines()[2]
 
 
 def test_bench_compares_auto_with_the_fixed_configurations(engine):
