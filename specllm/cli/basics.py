@@ -98,7 +98,7 @@ def check_variables(ctx) -> None:
         source = ctx.get_parameter_source(param.name)
         if param.name in ctx.params and source is not None and source.name == "ENVIRONMENT":
             try:
-                check_alone(param.name, ctx.params[param.name])
+                check_alone(param.name, ctx.params[param.name], ctx.command.name, ctx.params)
             except SpecllmError as error:
                 raise SpecllmError(f"{error} (set by {param.envvar})") from None
 

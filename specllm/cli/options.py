@@ -6,9 +6,10 @@ the library's messages name no flags, since its callers are not all this CLI.
 
 Nothing here may import llama_cpp: `--help` must stay quick."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,10 +70,26 @@ SourceOption = Annotated[
     ),
 ]
 OfflineOption = Annotated[bool, typer.Option("--offline", help="Use only files already downloaded; never the network.")]
+
+
+def a_file(value: str) -> Path:
+    """A file option's value, refused when empty: as a path "" is the current folder, and click's
+    own check then says "file '' is a directory", which the user never named."""
+    if not value:
+        raise typer.BadParameter("the value is empty: give a file")
+    path = Path(value)
+    if path.is_dir():
+        raise typer.BadParameter(f"{value} is a folder, not a file")
+    return path
+
+
 ModelsFileOption = Annotated[
     Path | None,
     typer.Option(
-        "--models", help="An extra pairs file (TOML, like models.toml), added to the built-in pairs.", dir_okay=False
+        "--models",
+        help="An extra pairs file (TOML, like models.toml), added to the built-in pairs.",
+        parser=a_file,
+        metavar="<file>",
     ),
 ]
 
@@ -230,11 +247,14 @@ MODEL_FIELDS = {
 SAMPLER_FIELDS = ("temperature", "top_k", "top_p", "min_p")
 
 
-def check_alone(name: str, value) -> None:
-    """Refuse, with the message the command's own checks give, a value of the option `name` that
-    is bad whatever the other options are; pass any other (one checked only with the others)."""
+def check_alone(name: str, value, command: str = "", params: dict | None = None) -> None:
+    """Refuse, with the message the command's own checks give, a value of the option `name` of
+    `command` that is bad whatever the other options are; pass any other (one checked only with
+    the others). `params`, the command's other values, say where to look up a name (a pair in
+    --models, a category in --prompts); a problem with those is theirs, said when they are read."""
     if value is None:
         return
+    params = params or {}
     if name in SAMPLER_FIELDS:
         SamplerSettings(**{name: value})
     elif name in MODEL_FIELDS:
@@ -243,6 +263,143 @@ def check_alone(name: str, value) -> None:
         from specllm.engine.loop import make_config  # imports llama_cpp: only when a command runs
 
         make_config(**{name: value})
+    elif name in TEXT_OPTIONS:
+        from specllm.engine.text import check_utf8
+
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            check_utf8(text, TEXT_OPTIONS[name])
+    elif command == "bench" and name in BENCH_CHECKS:
+        BENCH_CHECKS[name](value, params)
+    elif name in MODEL_CHECKS:
+        MODEL_CHECKS[name](value, params)
+
+
+Check = Callable[[Any, dict], None]  # (value, the command's other values): raises SpecllmError
+
+# Options whose text goes to the model: the name the command's own check gives each.
+TEXT_OPTIONS = {"system": "--system", "stop": "--stop", "suffix": "the suffix"}
+
+
+def _check_drafter(value: str, params: dict) -> None:
+    from specllm.engine.loop import make_config
+
+    make_config(drafter=value)
+
+
+def _check_pair(value: str, params: dict) -> None:
+    from specllm.models.registry import get_pair
+
+    pairs = _pairs_or_none(params)
+    if pairs is not None:
+        get_pair(value, pairs)
+
+
+def _check_pairs_file(value: Path, params: dict) -> None:
+    from specllm.models.registry import load_pairs
+
+    load_pairs(value)
+
+
+def _check_model(value: str, params: dict) -> None:
+    """A local path or another tool's model must be there; an hf: reference well formed (it may
+    still have to be downloaded)."""
+    from specllm.models.hub import parse_model_spec
+
+    pairs = _pairs_or_none(params)
+    if value != "none" and pairs is not None:
+        parse_model_spec(value, pairs)
+
+
+def _check_transcript(value: Path, params: dict) -> None:
+    from specllm.chat.session import read_transcript
+
+    read_transcript(value)
+
+
+def _check_api_key(value: str, params: dict) -> None:
+    from specllm.serve.server import check_api_key
+
+    check_api_key(value)
+
+
+def _check_host(value: str, params: dict) -> None:
+    """A name that does not resolve: said now, not once the models have loaded."""
+    import socket
+
+    try:
+        socket.getaddrinfo(value, None)
+    except (socket.gaierror, UnicodeError) as e:
+        raise SpecllmError(f"cannot listen on {value}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _pairs_or_none(params: dict):
+    """The pairs of the command's pairs files; None when they cannot be read (their own error)."""
+    from specllm.models.registry import load_pairs
+
+    try:
+        return load_pairs(params.get("models_file"))
+    except SpecllmError:
+        return None
+
+
+MODEL_CHECKS: dict[str, Check] = {
+    "drafter": _check_drafter,
+    "pair": _check_pair,
+    "models_file": _check_pairs_file,
+    "target": _check_model,
+    "draft": _check_model,
+    "drafts_for": _check_model,
+    "resume": _check_transcript,
+    "api_key": _check_api_key,
+    "host": _check_host,
+}
+
+
+def _check_bench_drafters(value: str, params: dict) -> None:
+    from specllm.bench import runner as b
+
+    b.configurations(b.parse_list(value, "drafter"), [1])
+
+
+def _check_bench_gammas(value: str, params: dict) -> None:
+    from specllm.bench import runner as b
+    from specllm.engine.loop import make_config
+
+    for gamma in b.parse_gammas(value):
+        make_config(gamma=gamma)
+
+
+def _check_prompt_file(value: Path, params: dict) -> None:
+    from specllm.bench import runner as b
+
+    b.load_prompts(value)
+
+
+def _check_categories(value: str, params: dict) -> None:
+    from specllm.bench import runner as b
+
+    wanted = b.parse_list(value, "category")
+    try:
+        suite = b.load_prompts(params["prompts"]) if params.get("prompts") else b.builtin_prompts()
+    except SpecllmError:
+        return
+    b.select_prompts(suite, wanted)
+
+
+def _check_per_category(value: int, params: dict) -> None:
+    from specllm.bench import runner as b
+
+    b.select_prompts([], per_category=value)
+
+
+# bench's own options (its --drafter and --gamma are lists), and those the other commands share.
+BENCH_CHECKS: dict[str, Check] = {
+    "drafter": _check_bench_drafters,
+    "gamma": _check_bench_gammas,
+    "prompts": _check_prompt_file,
+    "categories": _check_categories,
+    "per_category": _check_per_category,
+}
 
 
 # --- what to change on the command line ---------------------------------------------------------

@@ -11,6 +11,7 @@ import sys
 
 import llama_cpp
 import pytest
+from one_line import assert_one_line_error
 
 import specllm
 from specllm.cli.basics import NOT_FROM_ENV, RESERVED, build_command
@@ -147,6 +148,44 @@ def test_a_bad_variable_is_the_same_one_line_as_the_bad_flag_naming_the_variable
     assert fragment in lines[0] and variable in lines[0]
     assert from_flag.returncode == from_env.returncode
     assert lines[0].startswith(from_flag.stderr.strip())  # the flag's error, and where the value came from
+
+
+BAD_UTF8 = os.fsdecode(b"\xff")
+
+
+@pytest.mark.parametrize(
+    "command, variable, value, message",
+    [
+        ("run", "SPECLLM_DRAFTER", "foo", "unknown drafter 'foo': use one of auto, model, mtp, ngram, none"),
+        ("run", "SPECLLM_SYSTEM", BAD_UTF8, "--system is not valid UTF-8 text (at character 1)"),
+        ("run", "SPECLLM_STOP", BAD_UTF8, "--stop is not valid UTF-8 text (at character 1)"),
+        ("run", "SPECLLM_PAIR", "nosuch", "unknown pair 'nosuch'; known pairs: "),
+        ("run", "SPECLLM_DRAFT", "/nonexistent.gguf", "model file not found: /nonexistent.gguf"),
+        ("run", "SPECLLM_MODELS", "/nonexistent.toml", "pairs file not found: /nonexistent.toml"),
+        ("chat", "SPECLLM_RESUME", "/nonexistent.json", "cannot read /nonexistent.json"),
+        ("bench", "SPECLLM_DRAFTER", "foo", "unknown drafter 'foo': use auto, model, mtp, ngram"),
+        ("bench", "SPECLLM_GAMMA", "abc", "--gamma takes comma-separated integers, e.g. 1,2,4,8; got 'abc'"),
+        ("bench", "SPECLLM_GAMMA", "0", "gamma (draft length) must be >= 1, got 0"),
+        ("bench", "SPECLLM_CATEGORIES", "nosuch", "no prompts in category nosuch: the suite has code-generation"),
+        ("bench", "SPECLLM_CATEGORIES", ",", "empty category list"),
+        ("bench", "SPECLLM_PROMPTS", "/nonexistent.jsonl", "cannot read prompts from /nonexistent.jsonl"),
+        ("bench", "SPECLLM_PER_CATEGORY", "0", "prompts per category must be >= 1, got 0"),
+        ("serve", "SPECLLM_API_KEY", BAD_UTF8, "the API key must have no spaces, line breaks or other control"),
+    ],
+)
+def test_a_bad_value_checked_by_the_command_names_its_variable(tiny_models, command, variable, value, message):
+    args = [command] + (["Hello"] if command == "run" else []) + ["-m", tiny_models.target]
+    if variable == "SPECLLM_PAIR":
+        args = ["run", "Hello"]  # a pair goes with no target
+    proc = run_specllm(*args, env={variable: value})
+    assert_one_line_error(proc, message, f"(set by {variable})", exit_code=1)
+
+
+def test_an_empty_pairs_file_option_says_it_is_empty():
+    """As a path "" is the current folder: "file '' is a directory" named a folder never given."""
+    for args in (["bench", "--models", ""], ["rm", "x", "--models", ""]):
+        proc = run_specllm(*args)
+        assert_one_line_error(proc, "Invalid value for '--models'", "the value is empty: give a file", exit_code=2)
 
 
 def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
