@@ -1,4 +1,5 @@
-"""Writing files so that nothing half-written is ever left behind, under either name."""
+"""Writing files so that nothing half-written is ever left behind, under either name, and reading
+the files a user names without waiting for ever on one that is no file."""
 
 import errno
 import glob
@@ -48,6 +49,36 @@ def remove_stale_temps(dest: Path, tag: str = "tmp") -> None:
             stale.unlink(missing_ok=True)
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, as a message names it."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "something else"
+
+
+def _check_regular(path: str | Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, f"it is {_kind(mode)}, not a regular file", str(path))
+
+
+def read_text_file(path: str | Path, encoding: str = "utf-8") -> str:
+    """The text of a file a user named (a saved chat, prompts, pairs). Anything but a regular file
+    is refused, without waiting or reading for ever: opening a FIFO waits for a writer (for ever
+    when none comes), and a device such as /dev/zero never ends. Raises OSError, and
+    UnicodeDecodeError for text that is not in `encoding`."""
+    _check_regular(path, os.stat(path).st_mode)  # before opening: opening a device may do something
+    # Non-blocking, so that a FIFO put in its place since cannot hold the open up; binary, so that
+    # Windows neither translates line ends twice nor stops at a Ctrl-Z.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, encoding=encoding) as f:
+        _check_regular(path, os.fstat(fd).st_mode)
+        return f.read()
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` in one rename. A symlink is written through (the file it
     leads to is replaced, not the link); a character device (/dev/null, /dev/stdout) is written
@@ -58,8 +89,8 @@ def write_text_atomic(path: Path, text: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return
-    if path.exists() and not path.is_file():
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if path.exists():
+        _check_regular(path, path.stat().st_mode)
     # A file replaced keeps its permissions: a transcript made private (chmod 600) came back
     # readable by everyone. They are set before the text goes in, so it is never more exposed.
     # (Windows has only a read-only flag, which would keep the temporary file from being removed.)

@@ -1,13 +1,16 @@
 """Writing output files (chat's /save, bench --json): nothing half-written, and never a file put
-in the place of a device, a FIFO or a symlink."""
+in the place of a device, a FIFO or a symlink. Reading the files a user names (/load, --resume,
+--prompts, --models): nothing but a regular file, never a wait."""
 
 import os
 import stat
+import threading
+from contextlib import contextmanager, suppress
 
 import pytest
 
 from specllm.errors import SpecllmError
-from specllm.files import check_writable, write_text_atomic
+from specllm.files import check_writable, read_text_file, write_text_atomic
 
 
 def test_a_regular_file_is_replaced_whole(tmp_path):
@@ -62,3 +65,44 @@ def test_a_fifo_is_refused_and_left_as_it_is(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and [p.name for p in tmp_path.iterdir()] == ["pipe"]
     with pytest.raises(SpecllmError, match="not a regular file"):
         check_writable(fifo, "--json")
+
+
+def test_a_regular_file_is_read_as_text(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes("\ufeffcaf\u00e9\r\nnext\n".encode())
+    assert read_text_file(path, "utf-8-sig") == "caf\u00e9\nnext\n"
+    with pytest.raises(FileNotFoundError):
+        read_text_file(tmp_path / "missing.jsonl")
+
+
+@contextmanager
+def freed_after(fifo, seconds: float = 5):
+    """A read of `fifo` that waits for a writer gets one after `seconds`, writing nothing: such a
+    regression then fails the test instead of hanging it."""
+
+    def be_the_writer():
+        with suppress(OSError):  # ENXIO: no reader waits
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    timer = threading.Timer(seconds, be_the_writer)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with freed_after(fifo), pytest.raises(OSError, match="it is a FIFO, not a regular file"):
+        read_text_file(fifo)
+
+
+@pytest.mark.parametrize(
+    "path, kind",
+    [("{tmp}", "a folder"), ("/dev/null", "a device")],  # /dev/zero too, but a regression would read it for ever
+)
+def test_a_folder_or_a_device_is_refused(tmp_path, path, kind):
+    with pytest.raises(OSError, match=f"it is {kind}, not a regular file"):
+        read_text_file(path.replace("{tmp}", str(tmp_path)))

@@ -39,7 +39,7 @@ from specllm.engine.loop import Engine, GenerationConfig, Result, Stats, aggrega
 from specllm.engine.names import Drafter
 from specllm.engine.sampling import SamplerSettings
 from specllm.errors import ContextFull, NeedsDraftModel, NoMtpLayers, SpecllmError
-from specllm.files import write_text_atomic
+from specllm.files import read_text_file, write_text_atomic
 from specllm.llama.devices import gpu_layers, physical_cores
 from specllm.llama.model import Model, common_prefix
 from specllm.llama.options import ALL_LAYERS
@@ -101,8 +101,10 @@ def builtin_prompts() -> list[BenchPrompt]:
 def load_prompts(path: str | Path) -> list[BenchPrompt]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM, as some editors write, is no error
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_text_file(path, "utf-8-sig")  # a BOM, as some editors write, is no error
+    except OSError as e:
+        raise SpecllmError(f"cannot read prompts from {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
         raise SpecllmError(f"cannot read prompts from {path}: {e}") from None
     return parse_prompts(text, str(path))
 

@@ -35,7 +35,7 @@ from specllm.engine.reasoning import THINK_CLOSE, closing_marker, split_reasonin
 from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
-from specllm.files import write_text_atomic
+from specllm.files import read_text_file, write_text_atomic
 
 
 @dataclass
@@ -400,7 +400,7 @@ class SavedChat:
 def read_transcript(path: Path) -> SavedChat:
     """Read a transcript written by /save. Raises SpecllmError, saying what is wrong with it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as some editors write, is no error
+        data = json.loads(read_text_file(path, "utf-8-sig"))  # a BOM, as some editors write, is no error
     except OSError as e:
         raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from specllm.errors import SpecllmError
+from specllm.files import read_text_file
 
 try:
     import tomllib
@@ -183,10 +184,12 @@ def split_parts(file: str) -> list[str] | None:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text_file(path)
     except FileNotFoundError:
         raise SpecllmError(f"pairs file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise SpecllmError(f"cannot read pairs file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
         raise SpecllmError(f"cannot read pairs file {path}: {e}") from None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -809,6 +810,29 @@ def test_bench_refuses_to_write_its_results_over_a_file_it_reads(tiny_models, tm
     )
     assert_one_line_error(proc, f"is the file given to {option}")
     assert given.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "option, given, kind",
+    [
+        ("--prompts", "{tmp}/pipe", "a FIFO"),  # opened for reading, it waited for ever for a writer
+        ("--prompts", "/dev/null", "a device"),  # /dev/zero was read until memory ran out
+        ("--prompts", "{tmp}", "a folder"),
+        ("--models", "{tmp}/pipe", "a FIFO"),
+        ("--models", "/dev/null", "a device"),
+    ],
+)
+def test_bench_refuses_an_input_that_is_no_regular_file_at_once(tiny_models, tmp_path, option, given, kind):
+    os.mkfifo(tmp_path / "pipe")
+    given = given.replace("{tmp}", str(tmp_path))
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "bench", *map(str, models), option, given],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_one_line_error(proc, "cannot read", f"{given}: it is {kind}, not a regular file")
 
 
 def test_a_configuration_none_of_whose_drafts_were_accepted_is_never_the_best(results):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -394,7 +395,14 @@ def test_resume_and_load_continue_a_conversation_as_the_original_would(chat, tmp
 def test_resume_from_a_file_that_is_no_saved_chat_is_one_line_before_any_model_loads(tmp_path):
     bad = tmp_path / "notes.json"
     bad.write_text("[1, 2, 3]")
-    for path, fragment in ((tmp_path / "missing.json", "cannot read"), (bad, "is not a conversation saved with /save")):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opened for reading, it waited for ever for a writer
+    for path, fragment in (
+        (tmp_path / "missing.json", "cannot read"),
+        (bad, "is not a conversation saved with /save"),
+        (fifo, f"cannot read {fifo}: it is a FIFO, not a regular file"),
+        ("/dev/null", "cannot read /dev/null: it is a device, not a regular file"),  # /dev/zero never ended
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", "specllm", "chat", "-m", tmp_path / "no-such-model.gguf", "--resume", path],
             input="",
@@ -405,3 +413,31 @@ def test_resume_from_a_file_that_is_no_saved_chat_is_one_line_before_any_model_l
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
         assert fragment in lines[0] and "no-such-model" not in lines[0]
+
+
+def chat_piped(model, commands: list[str]) -> subprocess.CompletedProcess:
+    """`specllm chat` with `commands` as its input, one a line, and no terminal."""
+    args = ["chat", "-m", model, "--drafter", "none", "--threads", "1", "-n", "4", "--ctx-size", "256"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *map(str, args)],
+        input="\n".join(commands) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,  # a command that waits for ever fails the test instead of hanging it
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_load_of_what_is_no_regular_file_is_one_line_and_the_chat_goes_on(tiny_models, tmp_path):
+    """/load of a FIFO waited for ever for a writer, and of /dev/zero read until memory ran out."""
+    fifo, saved = tmp_path / "pipe", tmp_path / "saved.json"
+    os.mkfifo(fifo)
+    commands = [f"/load {fifo}", "/load /dev/null", f"/load {tmp_path}", f"/save {fifo}", "Hello", f"/save {saved}"]
+    out = flat(chat_piped(tiny_models.target, commands).stdout)
+    assert f"error: cannot read {fifo}: it is a FIFO, not a regular file" in out
+    assert "error: cannot read /dev/null: it is a device, not a regular file" in out
+    assert f"error: cannot read {tmp_path}: it is a folder, not a regular file" in out
+    assert f"error: cannot save to {fifo}: it is a FIFO, not a regular file" in out
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert [t["user"] for t in json.loads(saved.read_text())["turns"]] == ["Hello"]
