@@ -79,11 +79,24 @@ def read_text_file(path: str | Path, encoding: str = "utf-8") -> str:
         return f.read()
 
 
+def check_not_read_only(path: Path) -> None:
+    """Refuse to replace a file that its user may not write: the rename of an atomic write needs
+    only the folder's permission, so it would replace a file made read-only to keep it. Root, whom
+    os.access lets write anything, is held to the mode bits: a file nobody may write is kept."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    if not mode & 0o222 or not os.access(path, os.W_OK):
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` in one rename. A symlink is written through (the file it
     leads to is replaced, not the link); a character device (/dev/null, /dev/stdout) is written
     to in place, as a rename would put a file where the device was; anything else that is not a
-    regular file (a FIFO, a socket, a disk) is refused. Raises OSError."""
+    regular file (a FIFO, a socket, a disk) is refused, and so is a read-only file (see
+    check_not_read_only). Raises OSError."""
     path = Path(os.path.realpath(path))
     if path.is_char_device():
         with open(path, "w", encoding="utf-8") as f:
@@ -91,6 +104,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         return
     if path.exists():
         _check_regular(path, path.stat().st_mode)
+        check_not_read_only(path)
     # A file replaced keeps its permissions: a transcript made private (chmod 600) came back
     # readable by everyone. They are set before the text goes in, so it is never more exposed.
     # (Windows has only a read-only flag, which would keep the temporary file from being removed.)
@@ -111,12 +125,16 @@ def check_writable(path: Path, option: str) -> None:
         raise SpecllmError(f"{option} takes a file name, not - (standard output)")
     if path.is_dir():
         raise SpecllmError(f"cannot write {path}: it is a folder")
-    if path.exists() and not (path.is_file() or path.is_char_device()):
-        raise SpecllmError(f"cannot write {path}: not a regular file")
     if not path.parent.is_dir():
         raise SpecllmError(f"cannot write {path}: there is no folder {path.parent}")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(path.parent, os.W_OK):
         raise SpecllmError(f"cannot write {path}: permission denied")
+    if path.exists() and not path.is_char_device():  # a device is written in place, not replaced
+        try:
+            _check_regular(path, path.stat().st_mode)
+            check_not_read_only(path)
+        except OSError as e:  # in the words of write_text_atomic's refusal at the end of the run
+            raise SpecllmError(f"cannot write {path}: {e.strerror}") from None
 
 
 def read_json(path: Path):

@@ -1,9 +1,12 @@
-"""Writing output files (chat's /save, bench --json): nothing half-written, and never a file put
-in the place of a device, a FIFO or a symlink. Reading the files a user names (/load, --resume,
---prompts, --models): nothing but a regular file, never a wait."""
+"""Writing output files (chat's /save, bench --json): nothing half-written, never a file put in
+the place of a device, a FIFO or a symlink, nor one made read-only replaced. Reading the files a
+user names (/load, --resume, --prompts, --models): nothing but a regular file, never a wait."""
 
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import threading
 from contextlib import contextmanager, suppress
 
@@ -65,6 +68,44 @@ def test_a_fifo_is_refused_and_left_as_it_is(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and [p.name for p in tmp_path.iterdir()] == ["pipe"]
     with pytest.raises(SpecllmError, match="not a regular file"):
         check_writable(fifo, "--json")
+
+
+@pytest.mark.parametrize("through", ["the file", "a symlink"])
+def test_a_read_only_file_is_refused_and_kept_even_by_root(tmp_path, through):
+    """The rename of an atomic write needs only the folder's permission: /save replaced a file
+    made read-only (chmod 444) to keep it. Root may write any file, yet is held to its mode."""
+    path = tmp_path / "chat.json"
+    path.write_text("kept")
+    path.chmod(0o444)
+    named = path
+    if through == "a symlink":
+        named = tmp_path / "link.json"
+        named.symlink_to(path.name)
+    with pytest.raises(PermissionError, match="the file is read-only"):
+        write_text_atomic(named, "new")
+    with pytest.raises(SpecllmError, match=f"^cannot write {named}: the file is read-only$"):
+        check_writable(named, "--json")  # bench --json says it in the same words
+    assert path.read_text() == "kept" and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"chat.json", named.name})  # no temporary file
+
+
+def test_a_file_of_another_user_that_only_they_may_write_is_refused(tmp_path):
+    """Writable by its owner, not by the one who saves: the rename would replace it all the same."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root, to give the file to another user, and setpriv, to drop root's override")
+    path = tmp_path / "theirs.json"
+    path.write_text("kept")
+    os.chown(path, 65534, 65534)  # nobody's, mode 644
+    caps = "-dac_override,-dac_read_search,-fowner"
+    script = "import sys; from specllm.files import write_text_atomic; write_text_atomic(sys.argv[1], 'new')"
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set", caps, "--inh-caps", caps, sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "the file is read-only" in proc.stderr, proc.stderr
+    assert path.read_text() == "kept" and [p.name for p in tmp_path.iterdir()] == ["theirs.json"]
 
 
 def test_a_regular_file_is_read_as_text(tmp_path):

@@ -835,6 +835,22 @@ def test_bench_refuses_an_input_that_is_no_regular_file_at_once(tiny_models, tmp
     assert_one_line_error(proc, "cannot read", f"{given}: it is {kind}, not a regular file")
 
 
+def test_bench_refuses_a_read_only_json_file_before_it_runs(tiny_models, tmp_path):
+    """A file made read-only is kept, even by root, in the words /save refuses it in."""
+    kept = tmp_path / "results.json"
+    kept.write_text("earlier results\n")
+    kept.chmod(0o444)
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "bench", *map(str, models), "--json", str(kept)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_error(proc, f"cannot write {kept}: the file is read-only")
+    assert kept.read_text() == "earlier results\n" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
 def test_a_configuration_none_of_whose_drafts_were_accepted_is_never_the_best(results):
     """It did target-only decoding's work: a lead it shows is timing noise. It is named as such,
     and auto is measured against the best configuration that did gain, not against it."""

@@ -441,3 +441,16 @@ def test_load_of_what_is_no_regular_file_is_one_line_and_the_chat_goes_on(tiny_m
     assert f"error: cannot save to {fifo}: it is a FIFO, not a regular file" in out
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert [t["user"] for t in json.loads(saved.read_text())["turns"]] == ["Hello"]
+
+
+def test_save_over_a_read_only_file_is_one_line_keeps_it_and_the_chat_goes_on(tiny_models, tmp_path):
+    """/save replaced a file made read-only to keep it (the rename needs only the folder's
+    permission), even as root."""
+    kept, saved = tmp_path / "kept.json", tmp_path / "saved.json"
+    kept.write_text("mine\n")
+    kept.chmod(0o444)
+    out = flat(chat_piped(tiny_models.target, [f"/save {kept}", "Hello", f"/save {saved}"]).stdout)
+    assert f"error: cannot save to {kept}: the file is read-only" in out
+    assert kept.read_text() == "mine\n" and stat.S_IMODE(kept.stat().st_mode) == 0o444
+    assert [t["user"] for t in json.loads(saved.read_text())["turns"]] == ["Hello"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json", "saved.json"]
