@@ -50,6 +50,7 @@ from specllm.cli.options import (
     TopK,
     TopP,
     Verbose,
+    a_file,
     error_line,
 )
 from specllm.cli.report import RichReporter
@@ -425,7 +426,8 @@ def chat(
     snapshots: Snapshots = SNAPSHOTS,
     system: Annotated[str | None, typer.Option(help="System prompt (with --resume: replaces the saved one).")] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue a conversation saved with /save.", dir_okay=False)
+        Path | None,
+        typer.Option("--resume", help="Continue a conversation saved with /save.", parser=a_file, metavar="<file>"),
     ] = None,
     think: Think = None,
     reasoning_effort: ReasoningEffort = None,
@@ -536,7 +538,9 @@ def bench(
         Path | None,
         typer.Option(
             help='JSONL prompt file: {"prompt": ..., "category": ..., "max_tokens": ...} per line '
-            '("suffix": ... makes the prompt the code before a gap to fill). Default: the built-in suite.'
+            '("suffix": ... makes the prompt the code before a gap to fill). Default: the built-in suite.',
+            parser=a_file,
+            metavar="<file>",
         ),
     ] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,
@@ -580,7 +584,10 @@ def bench(
     rpc: Rpc = None,
     draft_rpc: DraftRpc = None,
     snapshots: Snapshots = SNAPSHOTS,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Write every result to this JSON file.")] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write every result to this JSON file.", parser=a_file, metavar="<file>"),
+    ] = None,
     verbose: Verbose = False,
 ):
     """Measure speculative against target-only decoding on a prompt suite, and explain the result;

@@ -181,11 +181,20 @@ def test_a_bad_value_checked_by_the_command_names_its_variable(tiny_models, comm
     assert_one_line_error(proc, message, f"(set by {variable})", exit_code=1)
 
 
-def test_an_empty_pairs_file_option_says_it_is_empty():
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--models", ""],
+        ["rm", "x", "--models", ""],
+        ["bench", "--prompts", ""],
+        ["bench", "--json", ""],
+        ["chat", "--resume", ""],
+    ],
+)
+def test_an_empty_file_option_says_it_is_empty(args):
     """As a path "" is the current folder: "file '' is a directory" named a folder never given."""
-    for args in (["bench", "--models", ""], ["rm", "x", "--models", ""]):
-        proc = run_specllm(*args)
-        assert_one_line_error(proc, "Invalid value for '--models'", "the value is empty: give a file", exit_code=2)
+    proc = run_specllm(*args)
+    assert_one_line_error(proc, f"Invalid value for '{args[-2]}'", "the value is empty: give a file", exit_code=2)
 
 
 def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
