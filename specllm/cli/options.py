@@ -73,14 +73,12 @@ OfflineOption = Annotated[bool, typer.Option("--offline", help="Use only files a
 
 
 def a_file(value: str) -> Path:
-    """A file option's value, refused when empty: as a path "" is the current folder, and click's
-    own check then says "file '' is a directory", which the user never named."""
+    """A file option's value, refused when empty: as a path "" is the current folder, which the
+    user never named. Anything else is checked where it is read or written, which says what it
+    is (a folder, a FIFO, a read-only file)."""
     if not value:
         raise typer.BadParameter("the value is empty: give a file")
-    path = Path(value)
-    if path.is_dir():
-        raise typer.BadParameter(f"{value} is a folder, not a file")
-    return path
+    return Path(value)
 
 
 ModelsFileOption = Annotated[
