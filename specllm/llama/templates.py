@@ -37,10 +37,15 @@ def _without_content(message: dict) -> dict:
     return {key: value for key, value in message.items() if key != "content"}
 
 
-# A template comes from the model file, so it is untrusted: beyond the sandbox (no file or attribute
-# access), rendering is bounded so that nested loops cannot grow memory or run without end.
+# A template comes from the model file, so it is untrusted. Beyond the sandbox (no file or attribute
+# access, see sandbox.py), a rendering is bounded: in the values each operation of it may make
+# (TEMPLATE_MAX_CHARS, TEMPLATE_MAX_INT_BITS), checked before they are made; in its output
+# (TEMPLATE_MAX_CHARS, counted as it is produced); in its range() items (TEMPLATE_RANGE_BUDGET); and
+# in time (TEMPLATE_DEADLINE_S, which stops its loops, range() or not).
 TEMPLATE_RANGE_BUDGET = 1_000_000  # items all range() calls of one rendering may produce together
 TEMPLATE_MAX_CHARS = 32 * 2**20  # far more than any context holds (a token is a few characters)
+TEMPLATE_MAX_INT_BITS = 2**16  # no template counts past 64 bits; past this, arithmetic turns slow
+TEMPLATE_DEADLINE_S = 10.0  # real templates render a long conversation in milliseconds
 # What a rendering gives the template itself (render_chat's variables, and render_bounded's, as
 # Jinja2ChatFormatter's): a caller's own variables cannot set them.
 TEMPLATE_VARIABLES = frozenset({
@@ -51,30 +56,37 @@ TEMPLATE_VARIABLES = frozenset({
 
 @functools.lru_cache(maxsize=8)
 def compile_chat_template(source: str):
-    """The template compiled as llama-cpp-python's Jinja2ChatFormatter does (same sandbox, options,
-    extensions and tojson); a syntax error raises here."""
+    """The template compiled as llama-cpp-python's Jinja2ChatFormatter does (same options,
+    extensions and tojson; its sandbox, ImmutableSandboxedEnvironment, with checks before each
+    operation that could make a value too large); a syntax error raises here."""
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
 
-    env = ImmutableSandboxedEnvironment(
+    from specllm.llama.sandbox import BoundedSandbox
+
+    env = BoundedSandbox(
         loader=jinja2.BaseLoader(),
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
+        filters={"tojson": Formatter.tojson},
+        max_chars=TEMPLATE_MAX_CHARS,
+        max_int_bits=TEMPLATE_MAX_INT_BITS,
     )
-    env.filters["tojson"] = Formatter.tojson
     return env.from_string(source)
 
 
 def render_bounded(template, /, tools=None, **variables) -> str:
     """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
-    that gives at most TEMPLATE_RANGE_BUDGET items in all, and at most TEMPLATE_MAX_CHARS characters
-    of output (counted as they are produced, so a runaway template stops early). Any name is a
-    variable, even "template" or "self" (a request's chat_template_kwargs): the variables go to
-    Jinja as one dict, not as arguments of these functions."""
+    that gives at most TEMPLATE_RANGE_BUDGET items in all, at most TEMPLATE_MAX_CHARS characters
+    of output (counted as they are produced, so a runaway template stops early), and within
+    TEMPLATE_DEADLINE_S seconds. Any name is a variable, even "template" or "self" (a request's
+    chat_template_kwargs): the variables go to Jinja as one dict, not as arguments of these
+    functions."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+    from specllm.llama.sandbox import deadline
 
     budget = [TEMPLATE_RANGE_BUDGET]
 
@@ -101,8 +113,9 @@ def render_bounded(template, /, tools=None, **variables) -> str:
             "tool_choice": None,
         }
     )
-    for chunk in chunks:
-        if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:
-            raise ValueError(f"it renders more than {TEMPLATE_MAX_CHARS} characters")
-        out.write(chunk)
+    with deadline(TEMPLATE_DEADLINE_S):
+        for chunk in chunks:
+            if out.tell() + len(chunk) > TEMPLATE_MAX_CHARS:
+                raise ValueError(f"it renders more than {TEMPLATE_MAX_CHARS} characters")
+            out.write(chunk)
     return out.getvalue()
