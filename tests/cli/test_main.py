@@ -429,6 +429,8 @@ def test_a_status_line_shows_the_control_characters_of_a_file_name(capsys):
         ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "range()"),
         # 40 MB of output from few loop steps
         ("{% for i in range(100000) %}{{ messages[0]['content'] }}{% endfor %}", "characters"),
+        # 2 GB from one operation, refused before it is made
+        ('{{ "x" * 2000000000 }}', "it makes a value of more than 33554432 characters"),
     ],
 )
 def test_a_chat_template_cannot_loop_or_grow_without_bound(tmp_path, template, fragment):

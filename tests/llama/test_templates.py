@@ -1,0 +1,224 @@
+"""A chat template's rendering is bounded in memory and time (specllm/llama/sandbox.py): each
+template here makes a value past the bound, or runs past the deadline, without its check (most
+would take gigabytes, or minutes), and is refused at once; real templates render as
+llama-cpp-python's Jinja2ChatFormatter renders them."""
+
+import sys
+import time
+from pathlib import Path
+
+import jinja2
+import jinja2.ext
+import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
+
+import specllm.llama.templates as templates
+from specllm.errors import ChatTemplateFailed
+from specllm.llama.sandbox import TemplateTooBig, TemplateTooSlow
+from specllm.llama.templates import CHATML_TEMPLATE, compile_chat_template, render_bounded
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import tool_templates  # noqa: E402
+
+BIG = '{% set s = "x" * 30000000 %}'  # 30 M characters: within the bound, as one value
+LONG = '{% set s = "x" * 10000 %}'  # a separator that makes a long join
+
+# (template, what it would make without its check)
+TOO_BIG = {
+    "str *": ('{{ "x" * 2000000000 }}', "2 G characters"),
+    "str * 2**40": ('{{ "x" * (2**40) }}', "a MemoryError"),
+    "list *": ("{{ ([1] * 10**9)|length }}", "a list of 10**9 items (8 GB)"),
+    "int **": ("{{ 2 ** (10 ** 7) > 0 }}", "a 10 M-bit number"),
+    "int *": ("{% set n = 2 ** 30000 %}{{ n * n * n > 0 }}", "a 90 k-bit number"),
+    "str +": (BIG + "{{ (s + s)|length }}", "60 M characters"),
+    "list +": ("{% set l = [0] * 510000 %}{{ (l + l)|length }}", "a list of 1 M items"),
+    "%": ('{{ "%999999999d" % 1 }}', "1 G characters"),
+    "% with a * width": ('{{ "%*d" % (999999999, 1) }}', "1 G characters"),
+    "~": (BIG + "{{ (s ~ s)|length }}", "60 M characters"),
+    "str.format": ('{{ "{:>999999999}".format(1) }}', "1 G characters"),
+    "format filter": ('{{ "%999999999d"|format(1) }}', "1 G characters"),
+    "join filter": (LONG + '{{ (["a"] * 100000)|join(s)|length }}', "1 G characters"),
+    "str.join": (LONG + '{{ s.join(["a"] * 100000)|length }}', "1 G characters"),
+    "str.center": ('{{ "x".center(2000000000) }}', "2 G characters"),
+    "center filter": ('{{ "x"|center(2000000000) }}', "2 G characters"),
+    "int.to_bytes": ('{{ (1).to_bytes(2000000000, "big")|length }}', "2 GB"),
+    "str.replace": ('{% set s = "x" * 40000 %}{{ s.replace("", s)|length }}', "1.6 G characters"),
+    "replace filter": ('{% set s = "x" * 40000 %}{{ s|replace("", s)|length }}', "1.6 G characters"),
+    "str.expandtabs": ('{{ "\\t".expandtabs(2000000000)|length }}', "2 G characters"),
+    "indent filter": (LONG + '{{ ("\\n" * 100000)|indent(s)|length }}', "1 G characters"),
+    "wordwrap filter": (LONG + '{{ ("a " * 100000)|wordwrap(1, wrapstring=s)|length }}', "1 G characters"),
+    "tojson indent": ("{{ [[[[1]]]]|tojson(indent=2000000000)|length }}", "8 G characters"),
+    "pprint filter": (BIG + "{{ [s]|pprint|length }}", "a pformat of 30 M characters, in levels"),
+    "string filter": (
+        "{% set ns = namespace(a=1) %}{% for i in range(21) %}{% set ns.a = namespace(x=ns.a, y=ns.a) %}"
+        "{% endfor %}{{ ns.a|string|length }}",
+        "the text of 2**21 namespaces: 50 M characters",
+    ),
+    "list filter": (BIG + "{{ s|list|length }}", "a list of 30 M items"),
+    "batch filter": ('{{ ["a"]|batch(2000000000, "x")|list|length }}', "a list of 2 G items"),
+    "slice filter": ('{{ ["a"]|slice(17000000)|list|length }}', "17 M lists"),
+    "sum filter": ("{{ ([[0]] * 2000)|sum(start=[])|length }}", "2 M items copied, in C (4.5e10 for 300000 lists)"),
+    "lipsum": ("{{ lipsum(30000)|length }}", "30000 paragraphs: 36 M characters"),
+    # a list that holds another twice, made again from itself: small in memory, but not to compare
+    "a list written in the template": (
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(24) %}"
+        "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+        "a comparison of 2**24 items, in C (2**60 with 60 steps)",
+    ),
+    "dict()": (
+        "{% set ns = namespace(a=1, b=1) %}{% for i in range(24) %}"
+        "{% set ns.a = dict(x=ns.a, y=ns.a) %}{% set ns.b = dict(x=ns.b, y=ns.b) %}{% endfor %}{{ ns.a == ns.b }}",
+        "a comparison of 2**24 items, in C (2**60 with 60 steps)",
+    ),
+    "output": (
+        "{% set ns = namespace(a=1) %}{% for i in range(21) %}{% set ns.a = namespace(x=ns.a, y=ns.a) %}"
+        "{% endfor %}{{ ns.a }}",
+        "the text of 2**21 namespaces: 50 M characters",
+    ),
+    "a macro's output": (
+        BIG + "{% macro m() %}{% for i in range(1000) %}{{ s ~ i }}{% endfor %}{% endmacro %}{{ m()|length }}",
+        "30 G characters kept before they are joined",
+    ),
+    "a {% set %} block": (
+        BIG + "{% set b %}{% for i in range(1000) %}{{ s ~ i }}{% endfor %}{% endset %}{{ b|length }}",
+        "30 G characters kept before they are joined",
+    ),
+    "self.block()": (
+        "{% set ns = namespace(go=false) %}"
+        '{% block b %}{% if ns.go %}{% for i in range(1000) %}{{ "x" * 30000000 ~ i }}{% endfor %}{% endif %}'
+        "{% endblock %}{% set ns.go = true %}{{ self.b()|length }}",
+        "30 G characters kept before they are joined",
+    ),
+}
+
+
+@pytest.mark.parametrize("template", TOO_BIG.values(), ids=TOO_BIG.keys())
+def test_an_operation_past_the_bound_is_refused_before_it_is_made(template):
+    source, would_make = template
+    started = time.perf_counter()
+    with pytest.raises(TemplateTooBig, match=r"of more than \d+ (characters|bits)|grows past \d+ characters"):
+        render_bounded(compile_chat_template(source), messages=[])
+    assert time.perf_counter() - started < 5, would_make
+
+
+# Each runs for a second or more without the clock check of its kind (a loop step, a call, an
+# operator, a filter), and nothing else in it would stop it (with 30000 characters, 900 M steps;
+# with f(40), 2**40 calls).
+TOO_SLOW = {
+    "loops": '{% set s = "x" * 3000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}',
+    "calls": (
+        "{% macro f(n) %}{% if n %}{% set a = f(n - 1) %}{% set b = f(n - 1) %}{% endif %}{% endmacro %}"
+        "{% set c = f(20) %}"
+    ),
+    "operators": '{% set s = "x" * 1000000 %}' + "{% set t = s + s %}" * 4000,
+    "~": '{% set s = "x" * 1000000 %}' + "{% set t = s ~ s %}" * 4000,
+    "filters": "{% set l = range(100000)|list %}" + "{% set t = l|sort %}" * 200,
+}
+
+
+@pytest.mark.parametrize("source", TOO_SLOW.values(), ids=TOO_SLOW.keys())
+def test_a_rendering_stops_at_its_deadline(monkeypatch, source):
+    template = compile_chat_template(source)
+    monkeypatch.setattr(templates, "TEMPLATE_DEADLINE_S", 0.05)
+    started = time.perf_counter()
+    with pytest.raises(TemplateTooSlow, match=r"its rendering takes more than 0.05 s"):
+        render_bounded(template, messages=[])
+    assert time.perf_counter() - started < 2
+
+
+def test_the_deadline_is_the_renderings_own():
+    """Past a rendering, its deadline is gone: a template rendered on its own is not stopped."""
+    template = compile_chat_template("{% for c in 'abc' %}{{ c }}{% endfor %}")
+    assert render_bounded(template, messages=[]) == "abc"
+    assert template.render() == "abc"
+
+
+def test_a_template_past_a_bound_fails_as_the_models_template(tmp_path):
+    """render_chat says which model's template failed and why, in one line (run and chat print it,
+    serve answers it with a 400), as for any error a template raises."""
+    import tiny_models as tm
+
+    from specllm.llama.model import Model
+
+    path = tm.write_model(tmp_path / "templated.gguf", chat_template='{{ "x" * 2000000000 }}')
+    model = Model(path, vocab_only=True)
+    try:
+        with pytest.raises(ChatTemplateFailed) as failed:
+            model.render_chat([{"role": "user", "content": "hi"}])
+    finally:
+        model.close()
+    assert (
+        str(failed.value)
+        == "the chat template of templated.gguf failed: it makes a value of more than 33554432 characters"
+    )
+
+
+def llama_cpp_pythons(source: str):
+    """The template as Jinja2ChatFormatter compiles it."""
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = Formatter.tojson
+    return env.from_string(source)
+
+
+def long_conversation(turns: int) -> list[dict]:
+    text = "lorem ipsum dolor sit amet " * 80
+    messages = [{"role": "system", "content": "You are terse."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"{turn} {text}"})
+        if turn % 5 == 4:
+            call = {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"type": "function", "id": f"c{turn:08d}", "function": call}],
+                }
+            )
+            messages.append(
+                {"role": "tool", "tool_call_id": f"c{turn:08d}", "name": "get_weather", "content": '{"t": 21}'}
+            )
+        messages.append({"role": "assistant", "content": f"answer {turn} {text}"})
+    return messages + [{"role": "user", "content": "And tomorrow?"}]
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "a city"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+REAL_TEMPLATES = {name: getattr(tool_templates, name) for name in dir(tool_templates) if name.isupper()}
+
+
+@pytest.mark.parametrize("source", [*REAL_TEMPLATES.values(), CHATML_TEMPLATE], ids=[*REAL_TEMPLATES, "CHATML"])
+def test_real_templates_render_as_llama_cpp_pythons(source):
+    def raise_exception(message):
+        raise ValueError(message)
+
+    variables = {
+        "messages": long_conversation(40),
+        "add_generation_prompt": True,
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+    }
+    for tools in (None, TOOLS):
+        expected = llama_cpp_pythons(source).render(
+            variables, tools=tools, raise_exception=raise_exception, strftime_now=Formatter.strftime_now,
+            functions=None, function_call=None, tool_choice=None,
+        )  # fmt: skip
+        assert render_bounded(compile_chat_template(source), tools=tools, **variables) == expected
