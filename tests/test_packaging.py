@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Imported by the code and installed by a declared dependency, which bounds it: jinja2 by
 # llama-cpp-python (chat templates are compiled as its formatter does), starlette by fastapi,
 # click by typer (before typer carried its own copy).
-PROVIDED_BY_DEPENDENCIES = {"jinja2", "starlette", "click"}
+PROVIDED_BY_DEPENDENCIES = {"starlette", "click"}
 
 
 def _normalized(name: str) -> str:
