@@ -24,7 +24,12 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# The Hub's own rule for a repository id (huggingface_hub refuses any other with a traceback of its
+# own): owner and name each 1 to 96 of these characters, starting with a letter or digit and not
+# ending with '.' or '-'; no "--" or ".." anywhere (the HF cache's folder names join parts with
+# "--") and no ".git" at the end.
+_REPO_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_REPO = re.compile(f"{_REPO_NAME}/{_REPO_NAME}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Fields that end up in a path (huggingface_hub writes refs/<revision> in its cache; the repo and
 # file name the mirror's cache file) or on pip's command line: no "..", no leading "/" or "-".
@@ -198,7 +203,12 @@ def _read(path: Path) -> str:
 
 def repo_problem(repo: str) -> str | None:
     """Why `repo` is not a Hub repository id 'owner/name' (None if it is one)."""
-    return None if _REPO.fullmatch(repo) else f"must be a Hub repository id 'owner/name', not {repo!r}"
+    if _REPO.fullmatch(repo) and "--" not in repo and ".." not in repo and not repo.endswith(".git"):
+        return None
+    return (
+        "must be a Hub repository id 'owner/name' (each up to 96 letters, digits, '.', '_' or '-', "
+        f"no '--' or '..'), not {repo!r}"
+    )
 
 
 def revision_problem(revision: str) -> str | None:

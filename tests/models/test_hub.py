@@ -313,6 +313,23 @@ def test_names_leading_out_of_the_caches_are_refused_before_any_download(fake_hu
     assert fake_hub.requests == [] and not (isolated / "escaped").exists()
 
 
+@pytest.mark.parametrize("repo", ["a-/b", "a/b.", "a--b/c", "a/b..c", "a/b.git", f"{'a' * 97}/b", f"a/{'b' * 97}"])
+def test_repository_ids_the_hub_refuses_are_one_line_before_any_request(fake_hub, repo):
+    """huggingface_hub checks a repository id itself, and refused these with a traceback of its own."""
+    for refused in (
+        lambda: hub.parse_model_spec(f"hf:{repo}/x.gguf"),
+        lambda: hub.fetch_file(ModelFile(repo=repo, file="x.gguf"), progress=False),
+    ):
+        with pytest.raises(SpecllmError, match="the repository must be a Hub repository id 'owner/name'"):
+            refused()
+    assert fake_hub.requests == []
+
+
+def test_repository_ids_the_hub_takes_are_taken(isolated):
+    for repo in ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "a_/b_", "0/1", f"{'a' * 96}/{'b' * 96}"):
+        assert hub.parse_hf_spec(f"hf:{repo}/x.gguf", {}).repo == repo
+
+
 def test_a_downloaded_file_that_is_not_gguf_is_refused(fake_hub, tiny_models):
     fake_hub.add(REPO, "notes.gguf", tiny_models.not_gguf.read_bytes())
     with pytest.raises(SpecllmError, match="not a GGUF model file"):
