@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 import warnings
 import zipfile
 import zlib
@@ -206,6 +207,9 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
     from huggingface_hub import hf_hub_download
 
     endpoint = hf_endpoint()
+    bad = _endpoint_problem(os.environ.get("HF_ENDPOINT"))
+    if bad:
+        raise _SourceFailed(bad)
     if endpoint in _unreachable:
         raise _SourceFailed(f"{endpoint}: {_unreachable[endpoint]} (not tried again)")
     before = _hf_cached(part)  # hf_hub_download hands back a file already cached without fetching it
@@ -240,6 +244,20 @@ def _from_hub(part: ModelFile, progress: bool) -> Path:
     return path
 
 
+def _endpoint_problem(value: str | None) -> str | None:
+    """Why HF_ENDPOINT is no URL to download from (None when unset, or an http(s) URL with a host):
+    huggingface_hub would say only "Request URL is missing an 'http://' or 'https://' protocol"."""
+    if not value:
+        return None
+    try:
+        url = urllib.parse.urlsplit(value.strip())
+        if url.scheme in ("http", "https") and url.hostname:
+            return None
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        pass
+    return f"HF_ENDPOINT is {value!r}, not an http:// or https:// URL of a Hub: correct it, or unset it"
+
+
 def _probe_hub(part: ModelFile, endpoint: str) -> None:
     """One HEAD request without retries: hf_hub_download alone retries an unreachable Hub for
     half a minute or more (minutes behind a firewall that drops packets) before giving up."""
@@ -272,17 +290,51 @@ def _hub_reason(e: Exception, part: ModelFile) -> str:
         return "the Hub could not be reached and the file is not in the HF cache; check the connection and try again"
     if isinstance(e, errors.EntryNotFoundError):  # (LocalEntryNotFoundError is one too: first)
         return f"{part.repo} has no file {part.file} at {part.revision!r}; check the file name on its Hub page"
-    status = getattr(getattr(e, "response", None), "status_code", None)
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(e, errors.HfHubHTTPError) and _token_refused(response):
+        return (
+            "the Hub refused the token (HF_TOKEN, or the one `hf auth login` saved): check or renew it; "
+            "a public repository needs none"
+        )
     if isinstance(e, errors.HfHubHTTPError) and status in (401, 403):
         return f"access denied (HTTP {status}): a private or gated repository needs HF_TOKEN with access to it"
     if isinstance(e, errors.HfHubHTTPError) and status:
         return f"HTTP {status} from the Hub; try again later"
     cause = _network_cause(e)
     if isinstance(cause, TimeoutError):
-        return "timed out"
+        return "timed out; check the connection (and any proxy), then try again"
     if cause is not None:
-        return f"cannot connect ({_one_line(str(cause)) or type(cause).__name__})"
+        why = _one_line(str(cause)) or type(cause).__name__
+        return f"cannot connect ({why}); check the connection, any proxy and HF_ENDPOINT, then try again"
+    if _broken_off(e):
+        return f"the connection broke off ({_one_line(str(e)) or type(e).__name__}); try again"
     return _one_line(str(e)) or type(e).__name__
+
+
+def _token_refused(response) -> bool:
+    """Whether the Hub said the token sent is not valid (it answers so whatever the repository:
+    "a private repository needs HF_TOKEN" would send the user to set what is set already)."""
+    headers = getattr(response, "headers", None) or {}
+    return getattr(response, "status_code", None) == 401 and headers.get("X-Error-Message") == _BAD_TOKEN
+
+
+_BAD_TOKEN = "Invalid credentials in Authorization header"  # the Hub's X-Error-Message (huggingface_hub reads it too)
+
+# The HTTP clients' errors for a connection that ended before the whole answer came (httpx's
+# RemoteProtocolError and ReadError are TransportErrors; requests' and urllib3's have these names).
+_BROKEN_OFF = {"TransportError", "ChunkedEncodingError", "ProtocolError", "IncompleteRead"}
+
+
+def _broken_off(e: BaseException | None) -> bool:
+    """Whether an HTTP client's error along `e`'s chain of causes is a connection cut short."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if any(cls.__name__ in _BROKEN_OFF for cls in type(e).__mro__):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 _NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN}

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -204,6 +205,7 @@ def test_unreachable_hub_is_one_clear_line_and_quick(isolated):
     message = str(err.value)
     assert message.startswith(f"could not download {REPO}/x.gguf. Hub: http://127.0.0.1:")
     assert "cannot connect" in message and "\n" not in message
+    assert message.endswith("; check the connection, any proxy and HF_ENDPOINT, then try again")
 
 
 def test_an_unreachable_hub_is_not_tried_again_for_the_next_file(isolated):
@@ -211,6 +213,48 @@ def test_an_unreachable_hub_is_not_tried_again_for_the_next_file(isolated):
         with pytest.raises(SpecllmError) as err:
             hub.fetch_file(ModelFile(repo=REPO, file=name), progress=False)
     assert "cannot connect" in str(err.value) and "(not tried again)" in str(err.value)
+
+
+def test_a_hub_that_never_answers_says_what_to_do(isolated, monkeypatch):
+    """A listening socket nobody accepts on: the connection is made, no answer ever comes."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "0.5")
+        assert hub_error(ModelFile(repo=REPO, file="x.gguf")) == (
+            "timed out; check the connection (and any proxy), then try again"
+        )
+
+
+def test_a_connection_that_keeps_breaking_off_says_to_try_again(fake_hub):
+    content = big_gguf(100_000)
+    fake_hub.add(REPO, "big.gguf", content)
+    fake_hub.drop_always[f"{REPO}/big.gguf"] = 1000
+    reason = hub_error(model_file(REPO, "big.gguf", content))
+    assert reason.startswith("the connection broke off (") and reason.endswith("); try again")
+
+
+@pytest.mark.parametrize("endpoint", ["not-a-url", "http://", "ftp://mirror.example", "127.0.0.1:8080"])
+def test_an_hf_endpoint_that_is_no_http_url_is_named(fake_hub, monkeypatch, endpoint):
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(ModelFile(repo=REPO, file="x.gguf"), progress=False)
+    assert str(err.value) == (
+        f"could not download {REPO}/x.gguf. Hub: HF_ENDPOINT is {endpoint!r}, not an http:// or https:// URL "
+        "of a Hub: correct it, or unset it"
+    )
+
+
+def test_a_token_the_hub_refuses_is_named(fake_hub, tiny_models, monkeypatch):
+    """The Hub answers an invalid token with 401 and this message, for a public repository too."""
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_valid_token")
+    fake_hub.add(REPO, "target.gguf", tiny_models.target.read_bytes())
+    fake_hub.fail(REPO, 401, "", "Invalid credentials in Authorization header")
+    assert hub_error(ModelFile(repo=REPO, file="target.gguf")) == (
+        "the Hub refused the token (HF_TOKEN, or the one `hf auth login` saved): check or renew it; "
+        "a public repository needs none"
+    )
 
 
 def hub_error(model: ModelFile) -> str:
