@@ -32,6 +32,9 @@ MODEL_MAX = 16  # longest draft-model proposal
 EWMA = 0.2  # weight of a new timing in the running cost estimates
 CLEARLY_BELOW = 0.75  # a wide call this far under the one-token estimate lowers it
 DRIFT = 2.0  # a one-token call this many times slower or faster than when V was measured: V is stale
+# A one-token call in a cost table read from disk takes between these (seconds): llama.cpp's
+# fastest calls on the tiny test models take ~0.1 ms, and no model takes an hour a token.
+STEP_SECONDS_RANGE = (1e-6, 3600.0)
 GENERATION_WEIGHT = 4.0  # what earlier texts taught counts as this many observations of this one
 TEXT_SHIFT_STEP = 0.05  # how far one judged draft token moves its text's logit shift
 TEXT_SHIFT_MAX = 2.0  # a text is at most this far (in logits) from what earlier texts taught
@@ -129,11 +132,15 @@ class CostTable:
     @classmethod
     def from_dict(cls, d: dict) -> CostTable:
         """A table as to_dict wrote it; ValueError for one that cannot be (a damaged cache): a step
-        that takes no time or a width below 2 would divide by zero, NaN would decide everything."""
+        that takes no time or a width below 2 would divide by zero, NaN would decide everything,
+        and a step outside STEP_SECONDS_RANGE (1e300 s, 1e-300 s) would have auto draft always or
+        never. A draft's costs are corrected only by the drafting they price, so a draft made to
+        look dear was never drafted with again, its table written back as it was, run after run."""
         step = float(d["step_seconds"])
         V = {int(n): float(v) for n, v in d["V"].items()}
         measured_at = float(d.get("measured_at", step))  # a table written before it was kept
-        if not all(math.isfinite(t) and t > 0 for t in (step, measured_at)) or any(
+        low, high = STEP_SECONDS_RANGE
+        if not all(low <= t <= high for t in (step, measured_at)) or any(  # (NaN is in no range)
             n < 2 or not math.isfinite(v) for n, v in V.items()
         ):
             raise ValueError(f"not a cost table: {d!r}")

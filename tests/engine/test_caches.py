@@ -26,6 +26,8 @@ DAMAGED = {
     "measured at no time": {"step_seconds": 0.02, "V": {"2": 1.5}, "measured_at": 0},
     "measured at NaN": {"step_seconds": 0.02, "V": {"2": 1.5}, "measured_at": float("nan")},
     "not a table": [1, 2, 3],
+    "a step of ages": {"step_seconds": 1e300, "V": {"2": 1.5}, "measured_at": 1e300},
+    "a step of no measurable time": {"step_seconds": 1e-300, "V": {"2": 1.5}, "measured_at": 1e-300},
 }
 
 
@@ -38,6 +40,22 @@ def test_a_damaged_cost_entry_is_measured_again(tiny_models, case):
     result = engine.generate("Hello world", max_tokens=8, temperature=0)
     assert result.stats.policy["calibration"]["measured"] == ["target"]
     assert calibration.load_costs(key).step_seconds > 0  # written back whole
+    engine.close()
+
+
+def test_a_draft_made_to_look_dear_by_a_damaged_entry_is_measured_again(tiny_models):
+    """A draft's costs are corrected only by drafting, which auto never did with a draft whose
+    step read 1e300 s: it went undrafted, its entry written back as it was, run after run."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    engine.generate("Hello world", max_tokens=4, temperature=0)
+    engine.close()
+    saved = json.loads(calibration.cache_path().read_text())
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1)
+    saved["models"][engine._draft_key()].update(step_seconds=1e300, measured_at=1e300)
+    calibration.cache_path().write_text(json.dumps(saved))
+    result = engine.generate("Hello world", max_tokens=8, temperature=0)
+    assert result.stats.policy["calibration"]["measured"] == ["draft"]
+    assert calibration.load_costs(engine._draft_key()).step_seconds < 1
     engine.close()
 
 
