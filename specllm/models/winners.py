@@ -12,6 +12,7 @@ Entries of targets that were removed or changed are dropped on the next write.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,14 +69,18 @@ def remembered(target: str | Path, rpc: Sequence[str] = ()) -> Winner | None:
 
 
 def _as_measured(winner: Winner) -> bool:
-    """Are the fields of the types bench writes? A run formats them as numbers in the line that
-    names the draft, so an entry damaged or edited by hand ("speedup": "1.5") is measured again."""
-    number = lambda v: type(v) in (int, float)  # noqa: E731 (bool is not a number here)
+    """Are the fields what bench writes? A run formats them as numbers in the line that names the
+    draft, and `models --drafts-for --json` prints them, so an entry damaged or edited by hand
+    ("speedup": "1.5", NaN, a negative speed, 700% accepted) is measured again: NaN and Infinity
+    made that output JSON that no strict parser reads."""
+    rate = lambda v: type(v) in (int, float) and 0 < v < math.inf  # noqa: E731 (bool is not a number here)
+    count = lambda v: type(v) is int and v >= 1  # noqa: E731
     return (
         isinstance(winner.name, str)
-        and number(winner.tokens_per_second)
-        and (winner.speedup is None or number(winner.speedup))
-        and number(winner.acceptance)
-        and type(winner.gamma) is int
-        and type(winner.measured) is int
+        and rate(winner.tokens_per_second)
+        and (winner.speedup is None or rate(winner.speedup))
+        and type(winner.acceptance) in (int, float)
+        and 0 <= winner.acceptance <= 1
+        and count(winner.gamma)
+        and count(winner.measured)
     )

@@ -224,11 +224,14 @@ def test_a_remembered_draft_with_a_damaged_path_is_measured_again(tmp_path, path
 @pytest.mark.parametrize(
     "field, value",
     [("speedup", "1.5"), ("acceptance", None), ("tokens_per_second", True)]
-    + [("gamma", 4.5), ("measured", []), ("name", 5)],
+    + [("gamma", 4.5), ("measured", []), ("name", 5)]
+    + [("tokens_per_second", float("nan")), ("speedup", float("inf")), ("tokens_per_second", -80.0)]
+    + [("acceptance", 7.5), ("acceptance", -0.5), ("gamma", -3), ("measured", 0)],
 )
-def test_a_remembered_draft_with_a_field_of_the_wrong_type_is_measured_again(tmp_path, field, value):
+def test_a_remembered_draft_with_a_damaged_field_is_measured_again(tmp_path, field, value):
     """A run formats the winner's figures in the line that names its draft: a damaged one was a
-    traceback in every run of the target."""
+    traceback in every run of the target; NaN and Infinity were printed by `models --drafts-for
+    --json` as JSON no strict parser reads."""
     target, draft = _files(tmp_path, "t.gguf", "d.gguf")
     winners.remember(target, winners.Winner(str(draft), "d", 80.0, 1.25, 0.75, 4, 2))
     cache = calibration.cache_path().with_name(winners.FILE_NAME)
