@@ -68,10 +68,12 @@ def scan(problems: list[str] | None = None) -> list[LocalModel]:
     from specllm.models import stores
 
     in_hf, hf_problems = _scan_hf()
-    found = [m for m in in_hf + _scan_specllm() + _scan_downloads() if _all_inside(m)]
+    own_problems: list[str] = []
+    own = _scan_specllm(own_problems) + _scan_downloads(own_problems)
+    found = [m for m in in_hf + own if _all_inside(m)]
     in_stores = stores.scan()
     if problems is not None:
-        problems += hf_problems + in_stores.problems
+        problems += hf_problems + own_problems + in_stores.problems
     return sorted(found + in_stores.models, key=lambda m: (m.spec, m.cache))
 
 
@@ -186,13 +188,32 @@ def _has_snapshots(warning: str) -> bool:
     return repo is not None and (cache / repo[1] / "snapshots").is_dir()
 
 
-def _scan_specllm() -> list[LocalModel]:
-    """Files assembled from the mirror: <cache>/models/<owner>--<name>/<file>."""
-    root = cache_dir() / "models"
+def _folders(root: Path, problems: list[str]) -> list[Path]:
+    """The folders in `root`, a folder of specllm's cache (none where it is not one). A folder
+    that cannot be read is one line in `problems`: it stopped `models`, and every run that looks
+    for a draft on disk, with "error: Permission denied"; its models are only left out."""
     if not root.is_dir():
         return []
+    try:
+        return sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError as e:
+        problems.append(_unreadable(root, e))
+        return []
+
+
+def _unreadable(folder: Path, error: OSError) -> str:
+    return f"cannot read {folder} in specllm's cache: {error.strerror or error}; its models are not listed"
+
+
+def _scan_specllm(problems: list[str]) -> list[LocalModel]:
+    """Files assembled from the mirror: <cache>/models/<owner>--<name>/<file>."""
     models = []
-    for repo_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for repo_dir in _folders(cache_dir() / "models", problems):
+        try:  # rglob passes over a folder it cannot read without a word
+            next(repo_dir.iterdir(), None)
+        except OSError as e:
+            problems.append(_unreadable(repo_dir, e))
+            continue
         names = [_relative(p, repo_dir) for p in repo_dir.rglob("*.gguf") if not p.name.startswith(".") and p.is_file()]
         for group in group_splits(names):
             parts = tuple(repo_dir / name for name in group.names)
@@ -210,19 +231,19 @@ def _scan_specllm() -> list[LocalModel]:
     return models
 
 
-def _scan_downloads() -> list[LocalModel]:
+def _scan_downloads(problems: list[str]) -> list[LocalModel]:
     """Mirror downloads cut short (<cache>/downloads/<sha256>/: the wheels fetched so far, kept so
     that the next pull goes on from them), named by the label the pull left there."""
-    root = cache_dir() / "downloads"
-    if not root.is_dir():
-        return []
     models = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in _folders(cache_dir() / "downloads", problems):
         try:
             # the whole wheels and the label; pip's files in .incoming come and go while it works
             parts = tuple(sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")))
             size = sum(p.stat().st_size for p in parts)
         except FileNotFoundError:  # the pull finished (its folder removed) while this looked
+            continue
+        except OSError as e:
+            problems.append(_unreadable(folder, e))
             continue
         label = read_json(folder / DOWNLOAD_LABEL)
         known = isinstance(label, dict) and isinstance(label.get("repo"), str) and isinstance(label.get("file"), str)

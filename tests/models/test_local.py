@@ -240,6 +240,41 @@ def test_a_hub_repository_that_cannot_be_read_hides_only_its_own_models(fake_hub
     assert kept.is_file()
 
 
+def test_a_folder_of_specllms_cache_that_cannot_be_read_hides_only_its_own_models(isolated, tiny_models, small_models):
+    """A download folder or a mirror repository folder without permission (a copy made as root)
+    stopped `models`, and every run that looks for a draft on disk, with "error: Permission
+    denied": it is a warning, and the rest is listed."""
+    into_specllm_cache(small_models["small.gguf"], REPO)
+    into_specllm_cache(small_models["smaller.gguf"], "tiny-org/other-GGUF")
+    download = hub.cache_dir() / "downloads" / ("0" * 64)
+    download.mkdir(parents=True)
+    (download / "model.json").write_text(json.dumps({"repo": REPO, "file": "cut.gguf"}))
+    locked = [download, hub.cache_dir() / "models" / "tiny-org--other-GGUF"]
+    prefix = permission_bits_apply()
+    for folder in locked:
+        folder.chmod(0)
+    try:
+        listing = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=120
+        )
+        run = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "run", "Hi", "--target", tiny_models.target, "-n", "2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        for folder in locked:
+            folder.chmod(0o755)
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+    found = json.loads(listing.stdout)
+    assert [m["spec"] for m in found["models"]] == [f"hf:{REPO}/small.gguf"]
+    why = "Permission denied; its models are not listed"
+    assert found["problems"] == [f"cannot read {folder} in specllm's cache: {why}" for folder in reversed(locked)]
+    assert run.returncode == 0 and "error" not in run.stderr, run.stderr
+    assert "small.gguf" in run.stderr  # the draft it could read
+
+
 @pytest.mark.parametrize("what", ["", " "])
 def test_rm_of_an_empty_name_says_it_names_no_model(isolated, what):
     """Not "refusing to remove .": an empty path is the current folder, which was never asked for."""
