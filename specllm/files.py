@@ -163,26 +163,31 @@ def update_json(path: Path, update: Callable[[object], object]) -> None:
             remove_stale_temps(path)
             write_text_atomic(path, json.dumps(update(read_json(path)), indent=1, allow_nan=False))
     except OSError as e:
-        _tell_unwritable(path.parent, e)
+        _tell_unwritable(path, e)
     except (Timeout, ValueError):
         pass
 
 
 _told_unwritable: set[Path] = set()
+NOT_KEPT = "what it measures is not kept, so later runs measure it again"
 
 
-def _tell_unwritable(folder: Path, error: OSError) -> None:
+def _tell_unwritable(path: Path, error: OSError) -> None:
     """Once a process and folder: a cache that cannot be written is no error, but a user whose
-    SPECLLM_CACHE names a file would otherwise pay for calibration in every run without a word."""
+    SPECLLM_CACHE names a file would otherwise pay for calibration in every run without a word.
+    Where the cache file itself is in the way (a folder, a read-only file, a symlink to nowhere),
+    the note names it: "cannot write specllm's cache in FOLDER (it is a folder ...)" sent the
+    user to the folder, which was fine."""
+    folder = path.parent
     if folder not in _told_unwritable:
         _told_unwritable.add(folder)
         from specllm import report
 
         why = "it is a file" if folder.is_file() else error.strerror or str(error)
-        report.say(
-            f"note: cannot write specllm's cache in {folder} ({why}): "
-            "what it measures is not kept, so later runs measure it again"
-        )
+        # (os.path.islink answers False, where Path.is_symlink raises, in a folder it cannot read)
+        the_file = error.filename == os.path.realpath(path) or os.path.islink(path)
+        where = f"file {path}" if the_file else f"in {folder}"
+        report.say(f"note: cannot write specllm's cache {where} ({why}): {NOT_KEPT}")
 
 
 def file_identity(path: str | Path) -> str | None:

@@ -97,6 +97,21 @@ def test_a_cache_folder_that_is_a_file_is_said_once_and_costs_nothing_else(tmp_p
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.parametrize("damage", ["a folder", "a symlink to nowhere"])
+def test_a_cache_file_in_the_way_is_named_in_the_note(tmp_path, monkeypatch, capsys, damage):
+    """The note named the folder ("cannot write specllm's cache in FOLDER (it is a folder, not a
+    regular file)"), which was fine: it names the file in the way."""
+    monkeypatch.setenv("SPECLLM_CACHE", str(tmp_path))
+    if damage == "a folder":
+        calibration.cache_path().mkdir()
+    else:
+        calibration.cache_path().symlink_to(tmp_path / "gone" / "calibration.json")
+    calibration.save_costs({"key": CostTable(0.01, {2: 1.5})})
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith(f"specllm: note: cannot write specllm's cache file {calibration.cache_path()} (")
+    assert calibration.load_costs("key") is None
+
+
 def test_two_processes_saving_at_once_keep_every_entry(tmp_path):
     files = []
     for i in range(120):
