@@ -136,7 +136,9 @@ def load_pairs(extra_file: str | Path | None = None) -> dict[str, Pair]:
     pairs: dict[str, Pair] = {}
     sources = [("built-in models.toml", builtin_pairs_file().read_text(encoding="utf-8"))]
     user = user_pairs_file()
-    if user.is_file():
+    # Only a file that is not there is no file of the user's: a folder or a symlink to nowhere in
+    # its place had their pairs vanish without a word (one that cannot be read was an error).
+    if user.is_file() or os.path.lexists(user):
         sources.append((str(user), _read(user)))
     if extra_file is not None:
         sources.append((str(extra_file), _read(Path(extra_file))))
@@ -191,7 +193,8 @@ def _read(path: Path) -> str:
     try:
         return read_text_file(path)
     except FileNotFoundError:
-        raise SpecllmError(f"pairs file not found: {path}") from None
+        link = f" (a symlink to {os.readlink(path)})" if os.path.islink(path) else ""
+        raise SpecllmError(f"pairs file not found: {path}{link}") from None
     except OSError as e:
         raise SpecllmError(f"cannot read pairs file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

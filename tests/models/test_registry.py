@@ -158,6 +158,22 @@ def test_user_config_file_extends_the_builtin_pairs(tmp_path):
     assert default_pair(pairs).name == "qwen2.5-coder-1.5b"
 
 
+@pytest.mark.parametrize("thing", ["a folder", "a symlink to nowhere"])
+def test_a_user_config_file_that_is_no_file_is_an_error_not_a_silence(tmp_path, thing):
+    """A folder or a dangling symlink (dotfiles moved) where the user's models.toml should be:
+    their pairs vanished without a word, where one that cannot be read is an error."""
+    user = user_pairs_file()
+    user.parent.mkdir(parents=True)
+    if thing == "a folder":
+        user.mkdir()
+        expected = f"error: cannot read pairs file {user}: it is a folder, not a regular file"
+    else:
+        user.symlink_to(tmp_path / "dotfiles" / "models.toml")
+        expected = f"error: pairs file not found: {user} (a symlink to {tmp_path / 'dotfiles' / 'models.toml'})"
+    listing = subprocess.run([sys.executable, "-m", "specllm", "models"], capture_output=True, text=True, timeout=120)
+    assert (listing.returncode, listing.stderr.strip()) == (1, expected)
+
+
 def test_models_file_replaces_a_pair_and_the_default(tmp_path):
     extra = write(tmp_path / "extra.toml", MINIMAL.replace('name = "mine"', 'name = "llama-3.2-3b"\ndefault = true'))
     pairs = load_pairs(extra)
