@@ -114,9 +114,18 @@ def cached_path(model: ModelFile) -> Path | None:
 
 def _cached_part(part: ModelFile) -> Path | None:
     for candidate in (mirror_path(part), _hf_cached(part)):
-        if candidate is not None and candidate.is_file() and _plausible(candidate, part):
+        if candidate is not None and _readable_file(candidate) and _plausible(candidate, part):
             return candidate
     return None
+
+
+def _readable_file(path: Path) -> bool:
+    """Whether a file is there to use: not when a folder on its way cannot be searched (is_file
+    raises for that), which `models` says in a warning of its own."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _hf_cached(part: ModelFile) -> Path | None:

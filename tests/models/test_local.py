@@ -275,6 +275,25 @@ def test_a_folder_of_specllms_cache_that_cannot_be_read_hides_only_its_own_model
     assert "small.gguf" in run.stderr  # the draft it could read
 
 
+def test_specllms_models_folder_that_cannot_be_read_is_a_warning_and_its_pairs_are_not_downloaded(isolated):
+    """The pairs' files are looked for in that folder: one that cannot be searched is not there."""
+    locked = hub.cache_dir() / "models"
+    locked.mkdir(parents=True)
+    prefix = permission_bits_apply()
+    locked.chmod(0)
+    try:
+        listing = subprocess.run(
+            [*prefix, sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        locked.chmod(0o755)
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+    found = json.loads(listing.stdout)
+    why = "Permission denied; its models are not listed"
+    assert found["problems"] == [f"cannot read {locked} in specllm's cache: {why}"]
+    assert found["pairs"] and all(pair["target"]["path"] is None for pair in found["pairs"])
+
+
 @pytest.mark.parametrize("what", ["", " "])
 def test_rm_of_an_empty_name_says_it_names_no_model(isolated, what):
     """Not "refusing to remove .": an empty path is the current folder, which was never asked for."""
