@@ -61,7 +61,7 @@ from specllm.engine.text import check_utf8, shown
 from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
-from specllm.models.hub import Source
+from specllm.models.hub import Source, check_endpoint_parses
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
 
@@ -789,6 +789,7 @@ def main() -> None:
     _replace_what_stdout_cannot_encode()
     report.use(RichReporter())
     try:
+        check_endpoint_parses()
         # Typer returns 130 for Ctrl-C instead of raising; every option reads its SPECLLM_ variable
         code = build_command(app)(standalone_mode=False, prog_name="specllm")
         sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit

@@ -95,6 +95,17 @@ def hf_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+def check_endpoint_parses() -> None:
+    """Refuse an HF_ENDPOINT that Python cannot even split into parts (an unclosed "[" of an IPv6
+    address): huggingface_hub splits it as it is imported, which would end any command that looks
+    at the HF cache in a traceback. Other bad values are said when a download needs the Hub."""
+    value = os.environ.get("HF_ENDPOINT")
+    try:
+        urllib.parse.urlsplit(value or "")
+    except ValueError:
+        raise SpecllmError(_not_an_endpoint(value)) from None
+
+
 def offline_from_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
 
@@ -264,6 +275,10 @@ def _endpoint_problem(value: str | None) -> str | None:
             return None
     except ValueError:  # e.g. an unclosed "[" of an IPv6 address
         pass
+    return _not_an_endpoint(value)
+
+
+def _not_an_endpoint(value: str | None) -> str:
     return f"HF_ENDPOINT is {value!r}, not an http:// or https:// URL of a Hub: correct it, or unset it"
 
 

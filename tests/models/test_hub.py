@@ -7,12 +7,15 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import typer
 from fakehub import COMMIT, model_file, pairs_file, single_file
+from one_line import assert_one_line_error
 from typer.testing import CliRunner
 
 from specllm.cli import models as cli_models
@@ -244,6 +247,20 @@ def test_an_hf_endpoint_that_is_no_http_url_is_named(fake_hub, monkeypatch, endp
         f"could not download {REPO}/x.gguf. Hub: HF_ENDPOINT is {endpoint!r}, not an http:// or https:// URL "
         "of a Hub: correct it, or unset it"
     )
+
+
+@pytest.mark.parametrize("command", [["models"], ["run", "hi", "--target", "hf:o/r/x.gguf"]])
+def test_an_hf_endpoint_python_cannot_split_is_one_line_before_anything(isolated, command):
+    """huggingface_hub splits HF_ENDPOINT as it is imported: an unclosed "[" ended any command that
+    looks at the HF cache in a traceback from that import."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_ENDPOINT": "http://[::1"},
+    )
+    assert_one_line_error(proc, "HF_ENDPOINT is 'http://[::1', not an http:// or https:// URL", exit_code=1)
 
 
 def test_a_token_the_hub_refuses_is_named(fake_hub, tiny_models, monkeypatch):
