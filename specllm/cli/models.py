@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specllm.cli.options import ModelsFileOption, OfflineOption, PairArgument, SourceOption
+from specllm.cli.options import ModelsFileOption, OfflineOption, SourceOption
 from specllm.engine.text import shown
 from specllm.errors import SpecllmError
 from specllm.files import human_size
@@ -219,13 +219,22 @@ def _confirmed(question: str) -> bool:
 
 
 def pull_command(
-    pair: PairArgument = None,
+    pair: Annotated[
+        str | None,
+        typer.Argument(
+            help="Pair name (see `specllm models`), or one Hub file, hf:REPO[@REV]/FILE; default: the default pair.",
+            show_default=False,
+        ),
+    ] = None,
     source: SourceOption = Source.auto,
     offline: OfflineOption = False,
     models_file: ModelsFileOption = None,
 ) -> None:
-    """Download a pair's target and draft (if needed; a single-file entry has no draft), check them,
-    and say where they are."""
+    """Download a pair's target and draft (if needed; a single-file entry has no draft), or one Hub
+    file, check them, and say where they are."""
+    if pair is not None and pair.startswith("hf:"):
+        _pull_file(pair, source, offline, models_file)
+        return
     target, draft, chosen = resolve_models(pair=pair, source=source, offline=offline, models_file=models_file)
     assert chosen is not None  # a pair was asked for, not --target
     console = Console(highlight=False)
@@ -234,6 +243,15 @@ def pull_command(
             console.print(_shown(f"{role:6}  {path}  ({_bytes(path)})"), soft_wrap=True)  # never break a path
     checked = "vocabularies match" if draft else _SINGLE_FILE
     console.print(f"[green]ready:[/] pair {chosen.name}, {checked}, recommended gamma {chosen.gamma}")
+
+
+def _pull_file(spec: str, source: Source, offline: bool, models_file: Path | None) -> None:
+    """One Hub file, checked as a pair's are (its size and SHA-256 as the Hub gives them, its GGUF
+    header); the draft is chosen when it runs."""
+    path, _, _ = resolve_models(target=spec, source=source, offline=offline, models_file=models_file)
+    console = Console(highlight=False)
+    console.print(_shown(f"target  {path}  ({_bytes(path)})"), soft_wrap=True)
+    console.print("[green]ready:[/] " + _shown(f"{spec}; `specllm run --target {spec}` runs it"), soft_wrap=True)
 
 
 _SINGLE_FILE = "one file that drafts for itself (its MTP layers, if it has them, or n-gram copies)"
@@ -274,7 +292,6 @@ __all__ = [
     "models_command",
     "pull_command",
     "rm_command",
-    "PairArgument",
     "SourceOption",
     "OfflineOption",
     "ModelsFileOption",

@@ -35,10 +35,6 @@ CTX_SIZE = ModelOptions.n_ctx
 SNAPSHOTS = DEFAULT_SNAPSHOTS
 
 # --- which models ------------------------------------------------------------------------------
-PairArgument = Annotated[
-    str | None,
-    typer.Argument(help="Pair name (see `specllm models`); default: the default pair.", show_default=False),
-]
 PairOption = Annotated[
     str | None,
     typer.Option(

@@ -528,6 +528,23 @@ def test_pull_of_a_single_file_entry_downloads_and_checks_the_one_file(fake_hub,
     assert hub.cached_path(models_target(models)) is None
 
 
+def test_pull_of_one_hub_file_downloads_it_into_the_hf_cache_and_says_how_to_run_it(fake_hub, tiny_models):
+    content = tiny_models.target.read_bytes()
+    fake_hub.add(REPO, "target.gguf", content)
+    spec = f"hf:{REPO}/target.gguf"
+    result = CliRunner().invoke(cli(), ["pull", spec], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines() if line.startswith(("target", "ready"))]
+    path = hub.cached_path(model_file(REPO, "target.gguf", content))
+    assert path is not None and path.is_relative_to(hub.hf_cache_dir()) and path.read_bytes() == content
+    assert lines == [
+        f"target {path} ({len(content):,} bytes, {cli_models._size(len(content))})",
+        f"ready: {spec}; `specllm run --target {spec}` runs it",
+    ]
+    missing = CliRunner().invoke(cli(), ["pull", f"hf:{REPO}/nope.gguf"])
+    assert isinstance(missing.exception, SpecllmError) and "nope.gguf" in str(missing.exception)
+
+
 def models_target(models: Path):
     from specllm.models.registry import load_pairs
 
