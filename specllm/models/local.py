@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specllm.errors import SpecllmError
-from specllm.files import cache_dir, read_json
+from specllm.files import cache_dir, human_size, read_json
 from specllm.llama.gguf_header import read_metadata
 from specllm.models.hub import DOWNLOAD_LABEL, hf_cache_dir, parse_hf_spec
 from specllm.models.registry import SPLIT_NAME, ModelFile, Pair, split_parts
@@ -121,7 +121,18 @@ def _scan_hf() -> tuple[list[LocalModel], list[str]]:
         return _scan_hf_repo_by_repo(e)
     broken = [str(w) for w in info.warnings if _has_snapshots(str(w))]
     problems = [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
-    return _hf_models(info.repos), problems
+    return _hf_models(info.repos), problems + _unfinished_downloads(info)
+
+
+def _unfinished_downloads(info) -> list[str]:
+    """A line for each file a download left unfinished: huggingface_hub names it after its own
+    process, so one that was killed leaves it for good, unlisted and uncounted (huggingface_hub
+    2.x's scan finds them; older ones do not)."""
+    return [
+        f"HF cache: {f.file_path} holds {human_size(f.size_on_disk)} of an unfinished download "
+        "(a pull that was killed, unless one is under way now): delete it to free the space"
+        for f in sorted(getattr(info, "incomplete_files", ()), key=lambda f: str(f.file_path))
+    ]
 
 
 def _scan_hf_repo_by_repo(error: OSError) -> tuple[list[LocalModel], list[str]]:

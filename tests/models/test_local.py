@@ -209,6 +209,22 @@ def test_rm_a_single_file_entry_removes_its_one_file(fake_hub, isolated, tiny_mo
     assert str(again.exception) == "pair 'tiny-one' is not downloaded: nothing to remove"
 
 
+def test_a_download_left_unfinished_in_the_hf_cache_is_a_warning_with_its_size(fake_hub, small_models):
+    """huggingface_hub writes a download to a file named after its own process: a pull that was
+    killed leaves it for good, holding disk space that no listing showed."""
+    kept = download(fake_hub, REPO, small_models["small.gguf"])
+    left = kept.resolve().parent / "0123abcd.5f3e2a1b.incomplete"
+    left.write_bytes(b"x" * 3000)
+    result = invoke("models", "--json")
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.stdout)
+    assert [m["spec"] for m in listing["models"]] == [f"hf:{REPO}/small.gguf"]
+    assert listing["problems"] == [
+        f"HF cache: {left} holds {human_size(3000)} of an unfinished download (a pull that was killed, "
+        "unless one is under way now): delete it to free the space"
+    ]
+
+
 def test_a_hub_repository_that_cannot_be_read_hides_only_its_own_models(fake_hub, small_models):
     """One repository folder without permission (another user's, or a copy made as root) ends
     huggingface_hub's scan of the whole cache: the others are still listed. Removing needs a scan
