@@ -65,17 +65,26 @@ def _check_regular(path: str | Path, mode: int) -> None:
         raise OSError(errno.EINVAL, f"it is {_kind(mode)}, not a regular file", str(path))
 
 
+# Far more than any prompt file, pairs file or saved chat holds; far less than a model file, which
+# a slip of the finger can name instead (reading one whole would take its size in memory).
+TEXT_FILE_MAX_BYTES = 256 * 2**20
+
+
 def read_text_file(path: str | Path, encoding: str = "utf-8") -> str:
     """The text of a file a user named (a saved chat, prompts, pairs). Anything but a regular file
     is refused, without waiting or reading for ever: opening a FIFO waits for a writer (for ever
-    when none comes), and a device such as /dev/zero never ends. Raises OSError, and
-    UnicodeDecodeError for text that is not in `encoding`."""
+    when none comes), and a device such as /dev/zero never ends; so is a file larger than
+    TEXT_FILE_MAX_BYTES. Raises OSError, and UnicodeDecodeError for text that is not in `encoding`."""
     _check_regular(path, os.stat(path).st_mode)  # before opening: opening a device may do something
     # Non-blocking, so that a FIFO put in its place since cannot hold the open up; binary, so that
     # Windows neither translates line ends twice nor stops at a Ctrl-Z.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     with open(fd, encoding=encoding) as f:
-        _check_regular(path, os.fstat(fd).st_mode)
+        info = os.fstat(fd)
+        _check_regular(path, info.st_mode)
+        if info.st_size > TEXT_FILE_MAX_BYTES:
+            size, limit = human_size(info.st_size), human_size(TEXT_FILE_MAX_BYTES)
+            raise OSError(errno.EFBIG, f"it holds {size}, more than a text file of {limit}", str(path))
         return f.read()
 
 

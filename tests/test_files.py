@@ -147,3 +147,22 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
 def test_a_folder_or_a_device_is_refused(tmp_path, path, kind):
     with pytest.raises(OSError, match=f"it is {kind}, not a regular file"):
         read_text_file(path.replace("{tmp}", str(tmp_path)))
+
+
+def test_a_file_too_large_for_text_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A model file named by mistake as a prompts file or a saved chat would be read whole into
+    memory (and fail as text only then)."""
+    from specllm import files
+
+    big = tmp_path / "model.gguf"
+    with open(big, "wb") as f:
+        f.truncate(files.TEXT_FILE_MAX_BYTES + 1)  # sparse: no disk space taken
+    with pytest.raises(OSError, match=r"it holds 268\.4 MB, more than a text file of 268\.4 MB"):
+        read_text_file(big)
+    monkeypatch.setattr(files, "TEXT_FILE_MAX_BYTES", 1000)
+    at_the_limit = tmp_path / "prompts.jsonl"
+    at_the_limit.write_text("x" * 1000)
+    assert read_text_file(at_the_limit) == "x" * 1000
+    at_the_limit.write_text("x" * 1001)
+    with pytest.raises(OSError, match="it holds 1.0 KB"):
+        read_text_file(at_the_limit)
