@@ -139,7 +139,20 @@ class QuietFileHistory(FileHistory):
             return
 
     def store_string(self, string: str) -> None:
+        if not _is_utf8(string):
+            # Bytes a terminal sent that are not UTF-8 (a Latin-1 terminal): the message is refused
+            # as such, and written here it was prompt_toolkit's traceback ("surrogates not allowed").
+            # It stays in this session's history.
+            return
         with contextlib.suppress(OSError):
             # private from the start, as shells keep theirs: it holds every message typed
             os.close(os.open(self.filename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
             super().store_string(string)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

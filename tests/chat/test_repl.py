@@ -353,6 +353,21 @@ def test_a_history_that_cannot_be_kept_costs_the_history_not_the_chat(chat, tmp_
     assert term.wait() == 0 and "Traceback" not in term.text and "exception" not in term.text.lower()
 
 
+def test_a_typed_message_that_is_not_utf8_is_one_line_in_the_line_editor_too(chat):
+    """A Latin-1 terminal sends "é" as one byte: the message is refused in one line, not with
+    prompt_toolkit's traceback from writing it to the history file, and the chat goes on."""
+    term = chat()
+    os.write(term.fd, b"caf\xe9 au lait\r")
+    term.expect(r"error: the message is not valid UTF-8 text \(at character 4\)")
+    term.expect(PROMPT)
+    assert "[max_tokens]" in term.ask("Hello world")
+    term.send("/exit\r")
+    assert term.wait() == 0
+    assert "Traceback" not in term.text and "exception" not in term.text.lower()
+    history = Path(os.environ["XDG_STATE_HOME"]) / "specllm" / "history"  # conftest gives each test its own
+    assert "+Hello world" in history.read_text()
+
+
 def saved_turns(term, path):
     term.say(f"/save {path}")
     return json.loads(path.read_text())["turns"]
