@@ -60,13 +60,16 @@ class PlainReader(_CtrlC):
     continues on the next."""
 
     def read(self) -> str | None:
+        lines: list[str] = []
         try:
-            lines = [input(PROMPT)]
+            lines.append(input(PROMPT))
             while lines[-1].endswith("\\"):
                 lines[-1] = lines[-1][:-1]
                 lines.append(input(""))
         except EOFError:
-            return None
+            # The input ended in a continued message ("...\\" on its last line): the message is
+            # sent as it is, not dropped unsaid; the next read() ends the chat.
+            return "\n".join(lines) if lines else None
         except KeyboardInterrupt:
             return self.interrupted(False, "\n" + ASK_AGAIN, "\n")
         self.armed = False

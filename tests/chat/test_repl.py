@@ -200,6 +200,16 @@ def test_piped_input_without_a_terminal(tiny_models):
     assert proc.stderr.count("[max_tokens] ") == 2  # the per-turn summary, on stderr in plain mode
 
 
+def test_piped_input_that_ends_in_a_continued_message_sends_it(tiny_models):
+    """A file whose last line ends in a backslash: the message is sent, not dropped unsaid."""
+    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "-n", "4", "--ctx-size", "256"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *args], input="first\\\nlast\\", capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("[max_tokens] ") == 1  # the reply's summary, on stderr in plain mode
+
+
 def test_piped_output_keeps_each_line_whole(tiny_models):
     """Off a terminal there is no width to wrap to: an error, /help and /stats come one line each,
     not broken at 80 columns."""
