@@ -22,7 +22,7 @@ class ContextFull(SpecllmError):
 
     def __init__(self, prompt_tokens: int, n_ctx: int, what: str = "the prompt", detail: str = ""):
         super().__init__(f"{what} is {prompt_tokens} tokens{detail} but the context holds {n_ctx}")
-        self.prompt_tokens, self.n_ctx = prompt_tokens, n_ctx
+        self.prompt_tokens, self.n_ctx, self.what = prompt_tokens, n_ctx, what
 
 
 class NeedsDraftModel(SpecllmError):

@@ -6,7 +6,7 @@ conversation itself is a ChatSession (chat/session.py), which never prints.
 from dataclasses import dataclass
 from pathlib import Path
 
-from specllm.chat.session import ChatSession, read_transcript
+from specllm.chat.session import SYSTEM_PROMPT, ChatSession, read_transcript
 from specllm.chat.view import source_mix
 from specllm.engine.loop import DRAFTERS, aggregate, describe_models
 from specllm.engine.names import Drafter
@@ -194,6 +194,8 @@ def repl(session: ChatSession, console, live: bool) -> None:
 def chat_hint(error: SpecllmError) -> str:
     """What the user can do about an error inside the chat: the chat's commands, or the flags
     to start it with."""
+    if isinstance(error, ContextFull) and error.what == SYSTEM_PROMPT:
+        return ": /system TEXT sets a shorter one, or raise --ctx-size"
     if isinstance(error, ContextFull):
         return ": shorten it or raise --ctx-size"
     if isinstance(error, NeedsDraftModel):

@@ -37,6 +37,8 @@ from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
 from specllm.files import read_text_file, write_text_atomic
 
+SYSTEM_PROMPT = "the system prompt"  # ContextFull's `what` when the system prompt alone does not fit
+
 
 @dataclass
 class Turn:
@@ -208,8 +210,7 @@ class ChatSession:
     def _drop_oldest(self, live: list[Turn], pending: Turn) -> Prepared:
         alone = self._render([], pending)
         if len(alone.tokens) >= self.n_ctx:
-            with_system = " with the system prompt" if self.system else ""
-            raise ContextFull(len(alone.tokens), self.n_ctx, what="this message", detail=with_system)
+            raise self._too_long(len(alone.tokens))
         # Drop a quarter of the context more than needed, so the next turns do not each have to
         # drop again and re-prefill the whole remaining history.
         goal = self.n_ctx - self._reserve() - self.n_ctx // 4
@@ -236,6 +237,17 @@ class ChatSession:
         if room < self._reserve():
             prepared.notices.append(f"only {room} tokens of context left for the reply")
         return prepared
+
+    def _too_long(self, tokens: int) -> ContextFull:
+        """The error for a message that does not fit the context with no turn before it. A system
+        prompt that alone leaves no room (set with /system, --system or a saved chat) is named:
+        told to shorten the message, the user would shorten it in vain."""
+        if self.system:
+            system_alone = len(self._render([], Turn("")).tokens)
+            if system_alone >= self.n_ctx:
+                return ContextFull(system_alone, self.n_ctx, what=SYSTEM_PROMPT)
+        with_system = " with the system prompt" if self.system else ""
+        return ContextFull(tokens, self.n_ctx, what="this message", detail=with_system)
 
     def _commit(self, prepared: Prepared, result, partial: str, stats: Stats | None) -> None:
         for t in prepared.dropped:

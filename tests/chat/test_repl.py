@@ -170,6 +170,20 @@ def test_context_overflow_and_a_message_too_long(chat):
     assert "Traceback" not in term.text
 
 
+def test_a_system_prompt_longer_than_the_context_is_named_with_how_to_change_it(tiny_models):
+    """Every message is refused while the system prompt alone fills the context: the error says
+    so (not "shorten it", of a two-word message), and /system with a shorter one lets the chat go on."""
+    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "-n", "4", "--ctx-size", "256"]
+    messages = f"/system {'You are terse. ' * 100}\nHello world\n/system You are terse.\nHello world\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", *args], input=messages, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    refusal = r"error: the system prompt is \d+ tokens but the context holds 256: /system TEXT sets a shorter one, or"
+    assert re.search(refusal, proc.stdout), proc.stdout
+    assert proc.stderr.count("[max_tokens] ") == 1  # the chat went on with the shorter one
+
+
 def test_piped_input_without_a_terminal(tiny_models):
     proc = subprocess.run(
         [
