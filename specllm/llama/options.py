@@ -1,6 +1,7 @@
 """The options a model is loaded with, checked: no llama_cpp import here, so that `--help` and
 the CLI's defaults stay quick."""
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,11 +42,25 @@ def parse_rpc_servers(servers: str | Sequence[str]) -> tuple[str, ...]:
         host, sep, port = str(server).strip().rpartition(":")
         ok = sep and host and ":" not in host and not any(c.isspace() for c in host)
         if not (ok and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            address = str(server).strip()
+            ipv6 = "" if not _is_ipv6(address, host) else ": llama.cpp's RPC backend does not connect over IPv6"
             raise SpecllmError(
-                f"malformed RPC server address {str(server).strip()!r}: expected HOST:PORT (e.g. 192.168.1.20:50052)"
+                f"malformed RPC server address {address!r}: expected HOST:PORT (e.g. 192.168.1.20:50052){ipv6}"
             )
         parsed.append(f"{host}:{int(port)}")
     return tuple(dict.fromkeys(parsed))
+
+
+def _is_ipv6(address: str, host: str) -> bool:
+    """An IPv6 address, with a port or not, in brackets or not: refused with the reason, since
+    llama.cpp splits HOST:PORT at the first colon and resolves the host to IPv4 only."""
+    import ipaddress
+
+    for candidate in (host, address):
+        with contextlib.suppress(ValueError):
+            ipaddress.IPv6Address(candidate.removeprefix("[").removesuffix("]"))
+            return True
+    return False
 
 
 # Recurrent-state snapshots a hybrid or recurrent model keeps per sequence, so that the last few

@@ -388,6 +388,15 @@ def test_a_malformed_address_is_one_line_before_anything_is_loaded(tmp_path, add
         specllm.ModelOptions(rpc=[address])
 
 
+@pytest.mark.parametrize("address", ["[::1]:50052", "fe80::1:50052", "[::1]", "2001:db8::1"])
+def test_an_ipv6_address_is_refused_saying_why(tmp_path, address):
+    """llama.cpp splits HOST:PORT at the first colon and resolves hosts to IPv4: an IPv6 address is
+    not malformed to the user, it is one llama.cpp cannot reach."""
+    proc = run_with_rpc(tmp_path / "missing.gguf", f"127.0.0.1:50052,{address}")
+    assert_one_line_error(proc, f"malformed RPC server address '{address}'", "does not connect over IPv6", exit_code=1)
+    assert "IPv6" not in str(pytest.raises(SpecllmError, specllm.ModelOptions, rpc=["a:b:1"]).value)
+
+
 @pytest.mark.parametrize("servers", [50052, b"127.0.0.1:50052", 1.5])
 def test_servers_of_a_wrong_type_are_one_line(servers):
     with pytest.raises(SpecllmError, match="RPC servers are given as 'HOST:PORT,...' or a list of them"):
