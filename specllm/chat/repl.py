@@ -3,6 +3,8 @@ reply through the views (chat/view.py), repeat; Ctrl-C stops a reply, not the ch
 conversation itself is a ChatSession (chat/session.py), which never prints.
 """
 
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from specllm.engine.names import Drafter
 from specllm.engine.reasoning import closing_marker
 from specllm.engine.text import shown
 from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
+from specllm.files import state_dir
+from specllm.llama.aborts import before_abort
 
 HELP = f"""\
 /help            this list
@@ -166,6 +170,22 @@ def repl(session: ChatSession, console, live: bool) -> None:
     if live and session.config.drafter != Drafter.NONE:
         console.print(legend(session.config.drafter))
     console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
+    with before_abort(lambda: _save_before_abort(session)):
+        _converse(session, reader, console, live)
+
+
+def _save_before_abort(session: ChatSession) -> None:
+    """When llama.cpp ends the process (an RPC server gone), the conversation is written where
+    --resume can take it up, as /save would: nothing else can keep it."""
+    if not session.turns:
+        return
+    path = state_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    session.save(path)
+    print(f"specllm: the conversation is saved: specllm chat --resume {path}", file=sys.stderr, flush=True)
+
+
+def _converse(session: ChatSession, reader, console, live: bool) -> None:
     while True:
         line = reader.read()
         if line is None:

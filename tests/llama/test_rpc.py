@@ -377,6 +377,37 @@ def test_a_server_gone_in_the_middle_of_a_generation_is_llama_cpps_abort_line(ti
     assert "Remote RPC server crashed" in lines[0] and len(lines) == 1, lines[:20]
 
 
+def test_a_chat_whose_server_is_gone_saves_the_conversation_before_llama_cpp_ends_it(
+    tiny_models, rpc_server_binary, tmp_path
+):
+    """llama.cpp aborts the process at the next call on a server that died: the chat cannot go
+    on, but what was said is written where --resume takes it up (it was lost)."""
+    server, address = start_server(rpc_server_binary, tmp_path / "server.log")
+    args = ["chat", "--target", str(tiny_models.target), "--draft", "none", "--rpc", address]
+    args += ["--threads", "1", "-n", "8", "--temperature", "0"]
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    chat = subprocess.Popen(
+        SPECLLM + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert chat.stdin is not None and chat.stderr is not None
+    try:
+        chat.stdin.write(b"hello\n")
+        chat.stdin.flush()
+        assert b"tok/s" in chat.stderr.readline()  # the reply's summary: the turn is over
+        server.kill()
+        server.wait(timeout=10)
+        _, stderr = chat.communicate(b"again\n", timeout=120)
+    finally:
+        server.kill()
+        chat.kill()
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    assert chat.returncode != 0 and "Remote RPC server crashed" in lines[0], lines
+    saved = list((tmp_path / "state" / "specllm").glob("chat-*.json"))
+    assert len(saved) == 1 and lines[1:] == [f"specllm: the conversation is saved: specllm chat --resume {saved[0]}"]
+    transcript = json.loads(saved[0].read_text())
+    assert [turn["user"] for turn in transcript["turns"]] == ["hello"]
+
+
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "127.0.0.1:", ":50052", "host:0", "host:65536", "host:port", "a:b:1", "fe80::1:50052", "h st:1"],
