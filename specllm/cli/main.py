@@ -2,6 +2,7 @@
 
 import codecs
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -64,6 +65,13 @@ from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
+
+
+def within_snapshots(gammas: list[int], max_draft: int | None) -> list[int]:
+    """bench's default draft lengths cut to what a hybrid target's snapshots can take back: the
+    user asked for none of them, so a longer one is no error (a --gamma given is checked as is)."""
+    return list(dict.fromkeys(min(g, max_draft) for g in gammas)) if max_draft else gammas
+
 
 app = typer.Typer(
     help="Fast local LLM inference on llama.cpp GGUF models through speculative decoding.",
@@ -633,7 +641,7 @@ def bench(
         settings = b.BenchSettings(
             tuple(b.configurations(["model"], gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
         )
-        race_drafts(drafts_for, suite, settings, options, json_file=json_file)
+        race_drafts(drafts_for, suite, settings, options, json_file=json_file, default_gammas=gamma is None)
         return
     need = None if wanted is None else (Drafter.MODEL if Drafter.MODEL in wanted else wanted[0])
     engine, _ = load_engine(options, need)
@@ -644,8 +652,8 @@ def bench(
         *([Drafter.MTP] if engine.mtp else []),
         Drafter.NGRAM,
     ]
-    if gamma is None and engine.target.max_draft:  # the default lengths, kept within the snapshots
-        gammas = list(dict.fromkeys(min(g, engine.target.max_draft) for g in gammas))
+    if gamma is None:
+        gammas = within_snapshots(gammas, engine.target.max_draft)
     settings = b.BenchSettings(
         tuple(b.configurations(drafters, gammas)), max_tokens=max_tokens, sampler=sampler, rounds=rounds
     )
@@ -656,14 +664,14 @@ def bench(
         b.write_json(results, json_file)
 
 
-def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> None:
+def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file, default_gammas: bool = False) -> None:
     """bench --drafts-for: the drafts on disk that fit the target, measured side by side against
     target-only decoding; the fastest is remembered for the target (winners.py)."""
     from rich.console import Console
 
     from specllm import load
     from specllm.bench.race import race
-    from specllm.bench.runner import write_json
+    from specllm.bench.runner import configurations, write_json
     from specllm.bench.view import BenchProgress, render_draft_race
     from specllm.models import winners
     from specllm.models.drafts import candidates
@@ -687,6 +695,10 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file) -> No
         rpc=o.rpc or (),
         snapshots=o.snapshots,
     )
+    if default_gammas:  # as bench does: the default lengths kept within a hybrid target's snapshots
+        gammas = [c.gamma for c in settings.configurations]
+        models = configurations([Drafter.MODEL], within_snapshots(gammas, engine.target.max_draft))
+        settings = dataclasses.replace(settings, configurations=tuple(models))
     try:
         with BenchProgress() as progress:
             results = race(engine, fits, suite, settings, o.draft_options(), progress)

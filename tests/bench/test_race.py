@@ -237,6 +237,24 @@ def test_bench_drafts_for_refuses_a_prompt_longer_than_the_context_before_it_rac
     assert winners.remembered(two_drafts["target"]) is None
 
 
+def test_bench_drafts_for_keeps_the_default_lengths_within_a_hybrid_targets_snapshots(tmp_path, monkeypatch):
+    """Without --gamma, the race's draft lengths (2,4) are cut to the target's snapshots, as bench's
+    are: a hybrid target with one snapshot races at gamma 1 instead of refusing a length nobody gave."""
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama.cpp"))
+    (tmp_path / "llama.cpp").mkdir()
+    target = tm.write_model(tmp_path / "hybrid.gguf", seed=0, arch="qwen35")
+    tm.write_model(tmp_path / "llama.cpp" / "tiny-org_Tiny-GGUF_d.gguf", seed=0, chat_template=None)
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n')
+    out = tmp_path / "race.json"
+    args = ("bench", "--drafts-for", target, "-n", 4, "--threads", 1, "--prompts", prompts, "--json", out)
+    proc = specllm_cli(*args, "--snapshots", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["settings"]["gammas"] == [1]
+    given = specllm_cli(*args, "--snapshots", 1, "--gamma", 2)  # a length asked for is checked as it is
+    assert_one_line_error(given, "gamma (draft length) 2 is longer than the 1 recurrent-state snapshots")
+
+
 # --- the real default target ---------------------------------------------------------------------
 
 
