@@ -657,15 +657,16 @@ def _config_results(config, runs, baseline, calibration, divergences, greedy) ->
     return out
 
 
-def per_token_acceptance(steps: Iterable[tuple[int, int]]) -> float:
+def per_token_acceptance(steps: Iterable[tuple[int, int]]) -> float | None:
     """alpha of the paper's i.i.d. model (maximum likelihood): accepted draft tokens over accepted
     tokens plus rejections. Differs from acceptance_rate (accepted / drafted), which also counts
-    the tokens after a rejection that were never judged."""
+    the tokens after a rejection that were never judged. None where no token was judged (nothing
+    was drafted): 0 would read as a draft the target always refuses."""
     accepted = rejections = 0
     for k, a in steps:
         accepted += a
         rejections += a < k
-    return accepted / (accepted + rejections) if accepted + rejections else 0.0
+    return accepted / (accepted + rejections) if accepted + rejections else None
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -718,7 +719,8 @@ def _summary(config, runs, baseline, calibration, divergences, greedy) -> dict:
     elif config != BASELINE:
         alpha = per_token_acceptance(steps)
         c = _draft_cost_ratio(config, stats, calibration)
-        out.update(alpha=alpha, c=c, predicted_speedup=predicted_speedup(steps, alpha, c, calibration["V"]))
+        predicted = predicted_speedup(steps, alpha or 0.0, c, calibration["V"])  # (no alpha: no step drafted)
+        out.update(alpha=alpha, c=c, predicted_speedup=predicted)
     if config != BASELINE and greedy and divergences is not None:
         out["fidelity"] = _fidelity_summary(runs, divergences)
     return out
@@ -855,8 +857,8 @@ def _cost_terms(result: dict, baseline: dict, calibration: dict) -> dict:
     them what the run measured: tokens per target call, and the time of a step in target-only
     steps (so measured speedup = measured_tokens_per_call / measured_step_cost)."""
     k, o = result["gamma"], result["overall"]
-    alpha, c = o["alpha"] or 0.0, o["c"] or 0.0
-    E = expected_tokens(alpha, k)
+    alpha, c = o["alpha"], o["c"] or 0.0
+    E = expected_tokens(alpha, k) if alpha is not None else None  # None: nothing was drafted
     V = calibration["V"][str(k + 1)]
     st, bst = o["stats"], baseline["overall"]["stats"]
     base_step = bst["decode_seconds"] / bst["target_calls"] if bst["target_calls"] else 0.0
@@ -869,8 +871,8 @@ def _cost_terms(result: dict, baseline: dict, calibration: dict) -> dict:
         "V_verify": V,
         "expected_tokens_per_call": E,
         "step_cost": k * c + V,
-        "break_even_c": (E - V) / k,  # <= 0: even a free draft loses at this k on this machine
-        "speedup_if_V_is_1": E / (k * c + 1),
+        "break_even_c": (E - V) / k if E is not None else None,  # <= 0: even a free draft loses at this k here
+        "speedup_if_V_is_1": E / (k * c + 1) if E is not None else None,
         "measured_tokens_per_call": st["mean_accepted_length"],
         "measured_step_cost": step / base_step if base_step else None,
         # steps that drafted anything (an n-gram lookup often finds nothing to propose)

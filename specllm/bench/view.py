@@ -358,7 +358,9 @@ def _round_noise(results: dict) -> list[str]:
 def _why(drafter: str, d: dict) -> str:
     k = d["k"]
     text = f"{d['configuration']}: {_x(d['speedup'])} measured, {_x(d['predicted_speedup'])} predicted. "
-    if drafter in ("model", "mtp"):
+    if drafter in ("model", "mtp") and d["alpha"] is None:
+        text += "It drafted nothing here (every reply ended before a draft was made): there is no acceptance to judge"
+    elif drafter in ("model", "mtp"):
         text += (
             f"The target accepts {_judged(d)}, so a call should yield "
             f"E = {d['expected_tokens_per_call']:.2f} tokens for a step cost of k·c + V(k+1) = "
@@ -433,7 +435,7 @@ def _what_would_win(results: dict) -> list[str]:
     best = results["best"]
     lines = []
     model = best["by_drafter"].get("model")
-    if model and (model["speedup"] or 0.0) < 1 + NOISE:
+    if model and model["alpha"] is not None and (model["speedup"] or 0.0) < 1 + NOISE:
         k = model["k"]
         if model["break_even_c"] > model["c"] and model["measured_step_cost"] is not None:
             need = (

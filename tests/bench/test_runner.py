@@ -192,7 +192,7 @@ def test_expected_tokens_and_prediction():
 def test_per_token_acceptance_counts_accepted_over_judged_tokens():
     # Accepted 2 then rejected; accepted all 3; rejected at once: 5 accepted, 2 rejections.
     assert b.per_token_acceptance([(3, 2), (3, 3), (2, 0), (0, 0)]) == pytest.approx(5 / 7)
-    assert b.per_token_acceptance([(0, 0)]) == 0.0
+    assert b.per_token_acceptance([(0, 0)]) is None  # nothing judged: no estimate
 
 
 def test_aggregated_stats_add_up_tokens_time_and_positions():
@@ -653,6 +653,27 @@ def test_the_bench_command_writes_its_json_and_prints_its_report(tiny_models, tm
     cli.main()
     data = json.loads(out.read_text())
     assert data["settings"]["configurations"] == ["auto", "ngram g=3"] and data["models"]["draft"] is None
+
+
+def test_a_configuration_that_drafted_nothing_has_no_alpha_and_no_verdict_on_the_draft(
+    tiny_models, tmp_path, monkeypatch, capsys
+):
+    """With one token a reply nothing is ever drafted: alpha was 0%, "the target accepts 0% of the
+    draft tokens it judges", and the report concluded that even a free draft could not win."""
+    from specllm.cli import main as cli
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f(x):", "category": "code"}\n')
+    out = tmp_path / "out.json"
+    argv = ["specllm", "bench", "--target", str(tiny_models.target), "--draft", str(tiny_models.draft)]
+    argv += ["--drafter", "model", "--gamma", "2", "--prompts", str(prompts), "-n", "1", "--threads", "1"]
+    monkeypatch.setattr(sys, "argv", argv + ["--ctx-size", "512", "--json", str(out)])
+    cli.main()
+    report = " ".join(capsys.readouterr().out.split())
+    (model,) = [r for r in json.loads(out.read_text())["results"] if r["configuration"] == "model g=2"]
+    assert model["overall"]["stats"]["n_drafted"] == 0 and model["overall"]["alpha"] is None
+    assert "It drafted nothing here (every reply ended before a draft was made)" in report
+    assert "draft tokens it judges" not in report and "even a free draft" not in report
 
 
 def test_cli_bench_reports_a_malformed_prompt_file(tiny_models, tmp_path, monkeypatch, capsys):
