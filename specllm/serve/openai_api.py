@@ -289,6 +289,20 @@ class ChatRequest(BaseRequest):
     chat_template_kwargs: dict | None = None  # variables for the template, as llama-server and vLLM take
     reasoning_effort: str | None = None  # OpenAI's; "none" turns thinking off, as llama-server reads it
 
+    def arguments_not_an_object(self) -> str | None:
+        """The field (`messages.I.tool_calls.J.function.arguments`) of the first earlier call whose
+        arguments are not a JSON object, or None: a template that writes them from an object
+        fails on it, with an error that would not say which field is at fault."""
+        for i, message in enumerate(self.messages):
+            for j, call in enumerate(message.tool_calls or ()):
+                try:
+                    arguments = json.loads(call.function.arguments)
+                except ValueError:
+                    arguments = None
+                if not isinstance(arguments, dict):
+                    return f"messages.{i}.tool_calls.{j}.function.arguments"
+        return None
+
     def check(self) -> None:
         super().check()
         taken = sorted(TEMPLATE_VARIABLES & set(self.chat_template_kwargs or {}))

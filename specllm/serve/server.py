@@ -41,7 +41,7 @@ from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
-from specllm.errors import SpecllmError
+from specllm.errors import ChatTemplateFailed, SpecllmError
 from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
 from specllm.serve.openai_api import (
     ApiError,
@@ -388,9 +388,15 @@ class EngineWorker:
             raise ApiError(400, message, "tools", "tools_not_supported")
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         tools = [t.to_template() for t in offered] or None
-        text = self.engine.target.render_chat(
-            messages, tools=tools, variables=request.template_variables(self.settings.template_variables)
-        )
+        try:
+            text = self.engine.target.render_chat(
+                messages, tools=tools, variables=request.template_variables(self.settings.template_variables)
+            )
+        except ChatTemplateFailed as e:
+            blamed = self.blame_arguments(request, form, e)
+            if blamed is None:
+                raise
+            raise blamed from None
         closing = closing_marker(text)
         opened = closing or False
         if not offered:
@@ -400,6 +406,16 @@ class EngineWorker:
         names = [t.function.name for t in offered]
         reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
         return text + prefill, ChatReply(opened, reply, prefill)
+
+    @staticmethod
+    def blame_arguments(request: ChatRequest, form: ToolTemplate, error: ChatTemplateFailed) -> ApiError | None:
+        """A template that failed on an earlier call's arguments that are not a JSON object
+        (Qwen3.5's reads them with |items): the 400 names that field, not only the template's
+        own words ("Can only get item pairs from a mapping"). None when no call is to blame."""
+        field = request.arguments_not_an_object() if form.object_arguments else None
+        if field is None:
+            return None
+        return ApiError(400, f"{field} must be a JSON object for this model's chat template ({error})", field)
 
     def tool_template(self) -> ToolTemplate:
         if self._tool_template is None:

@@ -177,6 +177,28 @@ def test_a_forced_call_begins_as_a_template_with_xml_calls_writes_one(tmp_path):
         engine.close()
 
 
+def test_an_earlier_calls_arguments_that_qwen35s_template_cannot_read_are_named(tmp_path):
+    """Qwen3.5's template reads a call's arguments as an object (|items): arguments sent back that
+    are not a JSON object made it fail with "Can only get item pairs from a mapping" and no field
+    named. The 400 names the field; JSON-object arguments still render."""
+    path = tm.write_model(tmp_path / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35)
+    engine, srv = serve(path)
+    try:
+        for arguments in ("not json", '["Paris"]'):
+            call = CALL | {"function": CALL["function"] | {"arguments": arguments}}
+            messages = [ANSWERED[0], ANSWERED[1] | {"tool_calls": [call]}, ANSWERED[2]]
+            body = {"messages": messages, "tools": [GET_WEATHER], "max_tokens": 2}
+            status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+            field = "messages.1.tool_calls.0.function.arguments"
+            assert (status, data["error"]["param"]) == (400, field), data
+            assert data["error"]["message"].startswith(f"{field} must be a JSON object for this model's chat template")
+        body = {"messages": ANSWERED, "tools": [GET_WEATHER], "max_tokens": 2}
+        assert srv.post("/v1/chat/completions", json.dumps(body).encode())[0] == 200
+    finally:
+        srv.stop()
+        engine.close()
+
+
 def test_tools_are_rendered_with_the_models_own_template_for_them(tmp_path):
     """A GGUF may carry a template for tools beside its default one (Hermes 3's and Command R's
     tokenizer.chat_template.tool_use): offered tools, the request is rendered with that one."""
