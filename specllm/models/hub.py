@@ -544,7 +544,7 @@ def _pip_download(requirement: str, dest: Path, tmp: Path, pip_args: tuple, prog
         pip = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
-            stdout=_stderr_fd() if progress else subprocess.DEVNULL,
+            stdout=_stderr_fd() if progress else subprocess.PIPE,  # (a configuration error is said there)
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
@@ -554,11 +554,13 @@ def _pip_download(requirement: str, dest: Path, tmp: Path, pip_args: tuple, prog
     except OSError as e:
         raise _SourceFailed(f"cannot run pip: {e}") from None
     try:
-        _, errors = pip.communicate()
+        said, errors = pip.communicate()
     finally:
         _stop(pip)
     if pip.returncode != 0:
-        raise _SourceFailed(f"pip download failed: {_pip_reason(errors, pip.returncode)}")
+        told = errors if errors.strip() or progress else said  # (with progress, pip's stdout is on screen)
+        reason = _pip_reason(told, pip.returncode)
+        raise _SourceFailed(f"pip download failed: {reason}")
 
 
 def _stop(process: subprocess.Popen) -> None:

