@@ -13,24 +13,10 @@ import time
 from pathlib import Path
 
 import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
 
 from specllm.llama.gguf_header import read_metadata
 from specllm.llama.templates import CHATML_TEMPLATE, compile_chat_template, render_bounded
-
-
-def unbounded(source: str):
-    """The template as llama-cpp-python's Jinja2ChatFormatter compiles it."""
-    env = ImmutableSandboxedEnvironment(
-        loader=jinja2.BaseLoader(),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
-    )
-    env.filters["tojson"] = Formatter.tojson
-    return env.from_string(source)
 
 
 def conversation(turns: int) -> list[dict]:
@@ -41,29 +27,18 @@ def conversation(turns: int) -> list[dict]:
     return messages
 
 
-def refuse(message: str):
-    raise ValueError(message)
-
-
 def timed(render) -> tuple[str, float]:
     start = time.perf_counter()
     text = render()
     return text, time.perf_counter() - start
 
 
-def measure(name: str, source: str, variables: dict, rounds: int) -> str:
-    plain, bounded = unbounded(source), compile_chat_template(source)
-    extra = {
-        "raise_exception": refuse,
-        "strftime_now": Formatter.strftime_now,
-        "tools": None,
-        "functions": None,
-        "function_call": None,
-        "tool_choice": None,
-    }
+def measure(name: str, source: str, messages: list[dict], rounds: int) -> str:
+    plain, bounded = Formatter(source, eos_token="</s>", bos_token="<s>"), compile_chat_template(source)
+    variables = {"messages": messages, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}
     before, after = [], []
     for _ in range(rounds):
-        text, seconds = timed(lambda: plain.render(**variables, **extra))
+        text, seconds = timed(lambda: plain(messages=messages).prompt)
         before.append(seconds)
         bounded_text, seconds = timed(lambda: render_bounded(bounded, **variables))
         after.append(seconds)
@@ -91,12 +66,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    variables = {"messages": conversation(args.turns), "add_generation_prompt": True, "bos_token": "<s>"}
-    variables["eos_token"] = "</s>"
+    messages = conversation(args.turns)
     print(f"{'template':40} {'chars':>9} {'plain ms':>12} {'bounded ms':>12}")
     for name, source in templates(args.models):
         try:
-            print(measure(name, source, variables, args.rounds), flush=True)
+            print(measure(name, source, messages, args.rounds), flush=True)
         except (ValueError, jinja2.TemplateError) as e:  # a bound, or the template's own error
             raise SystemExit(f"{name}: the template failed: {e}") from None
 

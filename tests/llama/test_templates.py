@@ -7,10 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import jinja2
-import jinja2.ext
 import pytest
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter as Formatter
 
 import specllm.llama.templates as templates
@@ -155,18 +152,6 @@ def test_a_template_past_a_bound_fails_as_the_models_template(tmp_path):
     )
 
 
-def llama_cpp_pythons(source: str):
-    """The template as Jinja2ChatFormatter compiles it."""
-    env = ImmutableSandboxedEnvironment(
-        loader=jinja2.BaseLoader(),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[Formatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
-    )
-    env.filters["tojson"] = Formatter.tojson
-    return env.from_string(source)
-
-
 def long_conversation(turns: int) -> list[dict]:
     text = "lorem ipsum dolor sit amet " * 80
     messages = [{"role": "system", "content": "You are terse."}]
@@ -207,18 +192,8 @@ REAL_TEMPLATES = {name: getattr(tool_templates, name) for name in dir(tool_templ
 
 @pytest.mark.parametrize("source", [*REAL_TEMPLATES.values(), CHATML_TEMPLATE], ids=[*REAL_TEMPLATES, "CHATML"])
 def test_real_templates_render_as_llama_cpp_pythons(source):
-    def raise_exception(message):
-        raise ValueError(message)
-
-    variables = {
-        "messages": long_conversation(40),
-        "add_generation_prompt": True,
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-    }
+    messages = long_conversation(40)
+    variables = {"messages": messages, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}
     for tools in (None, TOOLS):
-        expected = llama_cpp_pythons(source).render(
-            variables, tools=tools, raise_exception=raise_exception, strftime_now=Formatter.strftime_now,
-            functions=None, function_call=None, tool_choice=None,
-        )  # fmt: skip
+        expected = Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages, tools=tools).prompt
         assert render_bounded(compile_chat_template(source), tools=tools, **variables) == expected
