@@ -116,12 +116,20 @@ def _scan_hf() -> tuple[list[LocalModel], list[str]]:
     except CacheNotFound:
         return [], []
     except ValueError as e:  # a file where the cache folder should be
-        return [], [f"cannot read the HF cache {hf_cache_dir()}: {e}; its models are not listed"]
+        return [], [_hf_cache_unreadable(e)]
     except OSError as e:  # one folder without permission ends the whole scan
         return _scan_hf_repo_by_repo(e)
-    broken = [str(w) for w in info.warnings if _has_snapshots(str(w))]
-    problems = [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
-    return _hf_models(info.repos), problems + _unfinished_downloads(info)
+    return _hf_models(info.repos), _broken_repos(info.warnings) + _unfinished_downloads(info)
+
+
+def _hf_cache_unreadable(error: Exception) -> str:
+    return f"cannot read the HF cache {hf_cache_dir()}: {error}; its models are not listed"
+
+
+def _broken_repos(warnings: list) -> list[str]:
+    """The scan's warnings about model repositories it left out (see _has_snapshots)."""
+    broken = [str(w) for w in warnings if _has_snapshots(str(w))]
+    return [f"HF cache: {warning}; that repository's models are not listed" for warning in broken]
 
 
 def _unfinished_downloads(info) -> list[str]:
@@ -142,23 +150,22 @@ def _scan_hf_repo_by_repo(error: OSError) -> tuple[list[LocalModel], list[str]]:
     try:
         from huggingface_hub.utils._cache_manager import _scan_cached_repo
     except ImportError:
-        return [], [f"cannot read the HF cache {hf_cache_dir()}: {error}; its models are not listed"]
+        return [], [_hf_cache_unreadable(error)]
     from huggingface_hub.errors import CorruptedCacheException
 
     cache = hf_cache_dir().resolve()  # (as the scan names paths)
     try:
         folders = sorted(f for f in cache.iterdir() if f.name.startswith("models--"))
     except OSError as e:
-        return [], [f"cannot read the HF cache {hf_cache_dir()}: {e}; its models are not listed"]
+        return [], [_hf_cache_unreadable(e)]
     repos, problems = [], []
     for folder in folders:
         try:
             repos.append(_scan_cached_repo(folder))
         except OSError as e:
-            problems.append(f"cannot read {folder} in the HF cache: {e.strerror or e}; its models are not listed")
+            problems.append(_unreadable(folder, e, "the HF cache"))
         except CorruptedCacheException as e:
-            if _has_snapshots(str(e)):
-                problems.append(f"HF cache: {e}; that repository's models are not listed")
+            problems += _broken_repos([e])
     return _hf_models(repos), problems
 
 
@@ -212,8 +219,8 @@ def _folders(root: Path, problems: list[str]) -> list[Path]:
         return []
 
 
-def _unreadable(folder: Path, error: OSError) -> str:
-    return f"cannot read {folder} in specllm's cache: {error.strerror or error}; its models are not listed"
+def _unreadable(folder: Path, error: OSError, cache: str = "specllm's cache") -> str:
+    return f"cannot read {folder} in {cache}: {error.strerror or error}; its models are not listed"
 
 
 def _scan_specllm(problems: list[str]) -> list[LocalModel]:
