@@ -19,6 +19,8 @@ from typing import Annotated
 import typer
 from typer.main import get_command
 
+from specllm.cli.options import a_value
+
 ENV_PREFIX = "SPECLLM_"
 # Variables specllm reads for something else: no option may take their names.
 RESERVED = frozenset({"SPECLLM_CACHE", "SPECLLM_LMSTUDIO_HOME"})
@@ -157,7 +159,10 @@ def main_options(
 
 def doctor_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    rpc: Annotated[str | None, typer.Option(help="Also check these llama.cpp rpc-servers, HOST:PORT,...")] = None,
+    rpc: Annotated[
+        str | None,
+        typer.Option(parser=a_value, help="Also check these llama.cpp rpc-servers, HOST:PORT,..."),
+    ] = None,
 ) -> None:
     """Show the versions, the llama.cpp build, GPU offload and RPC support and devices (and, with
     --rpc, whether each server answers and how much memory it offers)."""

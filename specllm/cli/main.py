@@ -52,6 +52,7 @@ from specllm.cli.options import (
     TopP,
     Verbose,
     a_file,
+    a_value,
     error_line,
 )
 from specllm.cli.report import RichReporter
@@ -530,8 +531,9 @@ def bench(
     drafter: Annotated[
         str | None,
         typer.Option(
+            parser=a_value,
             help="Drafters to compare, comma-separated: auto,model,mtp,ngram. Default: auto, model with a draft, "
-            "mtp for a target with MTP layers, and ngram."
+            "mtp for a target with MTP layers, and ngram.",
         ),
     ] = None,
     gamma: Annotated[
@@ -539,6 +541,7 @@ def bench(
         typer.Option(
             "--gamma",
             "-g",
+            parser=a_value,
             help="Draft lengths to compare, comma-separated (default 2,4; on a hybrid target, within its snapshots).",
         ),
     ] = None,
@@ -551,7 +554,9 @@ def bench(
             metavar="<file>",
         ),
     ] = None,
-    categories: Annotated[str | None, typer.Option(help="Only these categories, comma-separated.")] = None,
+    categories: Annotated[
+        str | None, typer.Option(parser=a_value, help="Only these categories, comma-separated.")
+    ] = None,
     per_category: Annotated[int | None, typer.Option(help="At most this many prompts of each category.")] = None,
     rounds: Annotated[
         int,
@@ -574,6 +579,7 @@ def bench(
         str | None,
         typer.Option(
             "--drafts-for",
+            parser=a_value,
             metavar="TARGET",
             help="Measure every draft on disk that fits TARGET (a path or any model reference; those "
             "`models --drafts-for` finds) against target-only decoding, and remember the fastest for TARGET: "
@@ -738,7 +744,9 @@ def serve(
         bool,
         typer.Option("--verbose", "-v", help="Also show llama.cpp's own log: loading, devices, buffers."),
     ] = False,
-    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(parser=a_value, help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 8080,
     api_key: Annotated[
         str | None,

@@ -77,6 +77,14 @@ def a_file(value: str) -> Path:
     return Path(value)
 
 
+def a_value(value: str) -> str:
+    """A text option's value, refused when empty: `--rpc "$SERVERS"` with the variable unset would
+    otherwise run as if the option were not there (an empty SPECLLM_* variable does count as unset)."""
+    if not value:
+        raise typer.BadParameter("the value is empty")
+    return value
+
+
 ModelsFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -92,6 +100,7 @@ DrafterOption = Annotated[
     str | None,
     typer.Option(
         "--drafter",
+        parser=a_value,
         help="auto | model | mtp | ngram | none (target only). Default: auto, which chooses an n-gram copy, "
         "the draft model, the target's own MTP layers or nothing each step, by measured costs; with "
         "--gamma alone: model when there is a draft, else ngram.",
@@ -134,11 +143,14 @@ DraftGpuLayers = Annotated[
 Rpc = Annotated[
     str | None,
     typer.Option(
-        "--rpc", help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only)."
+        "--rpc",
+        parser=a_value,
+        help="Put the target's layers on these llama.cpp rpc-servers, HOST:PORT,... (trusted networks only).",
     ),
 ]
 DraftRpc = Annotated[
-    str | None, typer.Option("--draft-rpc", help="The same for the draft (default: the draft stays local).")
+    str | None,
+    typer.Option("--draft-rpc", parser=a_value, help="The same for the draft (default: the draft stays local)."),
 ]
 Snapshots = Annotated[
     int,

@@ -197,6 +197,33 @@ def test_an_empty_file_option_says_it_is_empty(args):
     assert_one_line_error(proc, f"Invalid value for '{args[-2]}'", "the value is empty: give a file", exit_code=2)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "Hello", "--drafter", ""],
+        ["run", "Hello", "--rpc", ""],
+        ["chat", "--draft-rpc", ""],
+        ["bench", "--drafter", ""],
+        ["bench", "--gamma", ""],
+        ["bench", "--categories", ""],
+        ["bench", "--drafts-for", ""],
+        ["serve", "--host", ""],
+        ["doctor", "--rpc", ""],
+    ],
+)
+def test_an_empty_text_option_says_it_is_empty(args):
+    """`--rpc "$SERVERS"` with the variable unset ran without RPC, and an empty --drafter, --gamma or
+    --categories ran the defaults, as if the option had not been given."""
+    proc = run_specllm(*args)
+    assert_one_line_error(proc, f"Invalid value for '{args[-2]}'", "the value is empty", exit_code=2)
+
+
+def test_an_empty_variable_counts_as_unset(tiny_models):
+    proc = run_specllm("run", "Hello", "-m", tiny_models.target, "-n", "2", "--no-live", env={"SPECLLM_DRAFTER": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert "drafter auto" in proc.stdout + proc.stderr
+
+
 def test_a_bad_boolean_variable_is_one_line_naming_it(tiny_models):
     proc = run_specllm("run", "Hello", "-m", tiny_models.target, env={"SPECLLM_OFFLINE": "maybe"})
     lines = proc.stderr.strip().splitlines()
