@@ -31,7 +31,7 @@ from specllm.engine.loop import (
 )
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.reasoning import THINK_CLOSE, closing_marker, split_reasoning
+from specllm.engine.reasoning import THINK_CLOSE, Split, closing_marker, split_reasoning
 from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
@@ -335,14 +335,24 @@ class ChatSession:
         self.cache.forget()
         live = [t for t in self.turns if t.in_context]
         if saved.context_tokens and live and live[-1].stop_reason != "interrupted":
-            target = self.engine.target
-            text = self.render(self.messages(live[:-1], pending=live[-1])) + live[-1].reply
-            tokens = list(saved.context_tokens)
-            in_vocabulary = all(0 <= t < target.n_vocab for t in tokens)
-            if in_vocabulary and _spelled(target, tokens) == _spelled(target, self.engine.prompt_tokens(text)):
-                self.cache.restore(text, tokens)
+            self._reuse_tokens(list(saved.context_tokens), live)
         turns = f"{len(self.turns)} turn{'s' * (len(self.turns) != 1)}"
         return f"loaded {turns} from {saved.path}: the next message prefills the conversation once"
+
+    def _reuse_tokens(self, tokens: list[int], live: list[Turn]) -> None:
+        """Take the saved tokens as the conversation's if they spell its last prompt, then a reply
+        that splits into the last turn's reasoning and answer (the reply's own text, as generated:
+        the split drops the whitespace around a think block, and the answer alone is no reply)."""
+        target = self.engine.target
+        if not all(0 <= t < target.n_vocab for t in tokens):
+            return
+        prompt = self.render(self.messages(live[:-1], pending=live[-1]))
+        spelled, prompt_spelled = _spelled(target, tokens), _spelled(target, self.engine.prompt_tokens(prompt))
+        if not spelled.startswith(prompt_spelled):
+            return
+        reply = spelled[len(prompt_spelled) :]
+        if split_reasoning(reply, closing_marker(prompt) or False) == Split(live[-1].reasoning, live[-1].reply):
+            self.cache.restore(prompt + reply, tokens)
 
     # --- reporting --------------------------------------------------------------------------
 

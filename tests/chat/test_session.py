@@ -547,6 +547,33 @@ def test_saved_tokens_that_do_not_spell_the_conversation_are_not_used(engines, t
     assert_fresh_reply(engine, prepared.tokens, reply.tokens)
 
 
+@pytest.mark.parametrize("tamper", [None, "edited_reasoning"])
+def test_a_thinking_models_saved_tokens_are_reused_and_saved_again(tmp_path, tamper):
+    """A reply that is reasoning is not the turn's answer text: its tokens spell the reasoning.
+    The restored conversation kept them, and a second /save wrote them again (it wrote none)."""
+    import tool_templates
+
+    engine = load(tm.write_model(tmp_path / "qwen35_templated.gguf", seed=0, chat_template=tool_templates.QWEN35))
+    config = make_config(max_tokens=6, temperature=0.0, drafter="none")
+    try:
+        original = ChatSession(engine, config)
+        original.send("Hello")
+        assert original.turns[0].reasoning and not original.turns[0].reply
+        data = json.loads(save(original, tmp_path / "chat.json").read_text())
+        if tamper:
+            data["turns"][0]["reasoning"] += " (edited)"
+            (tmp_path / "chat.json").write_text(json.dumps(data))
+        resumed = ChatSession(engine, config)
+        command(resumed, f"/load {tmp_path / 'chat.json'}")
+        again = json.loads(save(resumed, tmp_path / "again.json").read_text())
+        assert again["context_tokens"] == (None if tamper else data["context_tokens"])
+        if not tamper:  # the next turn's prompt as the saved session would have made it
+            expected, prepared = original.prepare("Thanks"), resumed.prepare("Thanks")
+            assert (prepared.text, prepared.tokens) == (expected.text, expected.tokens)
+    finally:
+        engine.close()
+
+
 def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_path):
     engine, _ = engines
     session = ChatSession(engine, greedy(drafter="none"))
