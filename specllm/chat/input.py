@@ -5,7 +5,8 @@ ending in a backslash continues on the next. From a pipe, plain lines.
 
 Both readers give the same answers: read() returns the next message, None to quit (Ctrl-D or
 end of input, or Ctrl-C twice at an empty prompt), or "" after a Ctrl-C at the prompt, whose
-`notice` then says what to print (None: nothing).
+`notice` then says what to print (None: nothing). A terminal's read(default) starts with that
+text typed in, to edit or send.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class PlainReader(_CtrlC):
     """Lines from a pipe (or a terminal without the line editor): a line ending in a backslash
     continues on the next."""
 
-    def read(self) -> str | None:
+    def read(self, default: str = "") -> str | None:
         lines: list[str] = []
         try:
             lines.append(input(PROMPT))
@@ -90,10 +91,10 @@ class TerminalReader(_CtrlC):
             PROMPT, prompt_continuation=CONTINUATION, history=kept, key_bindings=self._bindings()
         )
 
-    def read(self) -> str | None:
+    def read(self, default: str = "") -> str | None:
         self.typed = False
         try:
-            text = self.session.prompt()
+            text = self.session.prompt(default=default)
         except EOFError:  # Ctrl-D at an empty prompt
             return None
         except KeyboardInterrupt:

@@ -176,18 +176,20 @@ def repl(session: ChatSession, console, live: bool) -> None:
 
 def _save_before_abort(session: ChatSession) -> None:
     """When llama.cpp ends the process (an RPC server gone), the conversation is written where
-    --resume can take it up, as /save would: nothing else can keep it."""
-    if not session.turns:
+    --resume can take it up, as /save would, with the message whose reply it cut short: nothing
+    else can keep them."""
+    if not session.turns and not session.generating:
         return
     path = state_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    session.save(path)
+    session.save(path, unfinished=True)
     print(f"specllm: the conversation is saved: specllm chat --resume {path}", file=sys.stderr, flush=True)
 
 
 def _converse(session: ChatSession, reader, console, live: bool) -> None:
     while True:
-        line = reader.read()
+        line = reader.read(session.unanswered or "")  # a terminal offers it again, ready to send
+        session.unanswered = None
         if line is None:
             console.print()
             return

@@ -114,6 +114,8 @@ class ChatSession:
         self.replies_started = 0  # every reply of the session, /reset or not: the next stream's index
         self.system = system or None
         self.turns: list[Turn] = []  # the conversation since the last /reset, dropped turns included
+        self._unfinished: tuple[Prepared, list[str]] | None = None  # the reply being generated, so far
+        self.unanswered: str | None = None  # a loaded chat's last message, which got no reply: to send again
         self.all_stats: list[Stats] = []  # every turn of the session, for /stats
         self.interrupted = 0
         self.dropped = 0
@@ -158,10 +160,12 @@ class ChatSession:
     ) -> Generator[Step, None, Result | None]:
         """The reply's steps, from its first step on (nothing happens before: closed before it
         started, the reply leaves no trace); returns its result (None: cancelled)."""
-        result, stats, pieces = None, None, []
+        result, stats = None, None
+        pieces: list[str] = []
         prepared.turn.seed = turn_seed(self.config.sampler.seed, self.replies_started)
         self.replies_started += 1
         sampler = dataclasses.replace(self.config.sampler, seed=prepared.turn.seed)
+        self._unfinished = (prepared, pieces)
         try:
             with self.engine.start(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)) as generation:
                 started.append(generation)
@@ -173,6 +177,7 @@ class ChatSession:
                     yield step
                 result = generation.result if generation.finished else None
         finally:
+            self._unfinished = None
             self._commit(prepared, result, "".join(pieces), stats)
         return result
 
@@ -180,6 +185,11 @@ class ChatSession:
         """prepare + stream to the end; returns the Result (for library use and tests)."""
         with self.stream(self.prepare(message)) as reply:
             return reply.run()
+
+    @property
+    def generating(self) -> bool:
+        """A reply is being generated (its message is not in the turns yet)."""
+        return self._unfinished is not None
 
     @property
     def n_ctx(self) -> int:
@@ -261,13 +271,7 @@ class ChatSession:
             self.interrupted += 1
             if not partial:
                 return  # nothing generated: the message goes too, so the history holds no empty reply
-        turn = prepared.turn
-        # A thinking model's reasoning is kept apart: the template gets it as reasoning_content.
-        split = split_reasoning(result.text if result else partial, closing_marker(prepared.text) or False)
-        turn.reply, turn.reasoning = split.answer, split.reasoning
-        turn.stop_reason = result.stop_reason if result else "interrupted"
-        turn.stats = stats
-        self.turns.append(turn)
+        self.turns.append(_ended(prepared.turn, prepared.text, result.text if result else partial, result, stats))
 
     # --- settings (chat/repl.py's slash commands) ------------------------------------------------
 
@@ -317,10 +321,17 @@ class ChatSession:
         check_utf8(text, "the system prompt")
         self.system = text
 
-    def save(self, path: Path) -> None:
-        """Write the transcript as JSON (read_transcript reads it back)."""
+    def save(self, path: Path, unfinished: bool = False) -> None:
+        """Write the transcript as JSON (read_transcript reads it back); with `unfinished`, the
+        reply being generated as an interrupted turn, even with nothing generated yet: when
+        llama.cpp ends the process, its message would be lost with it."""
+        transcript = self.transcript()
+        if unfinished and self._unfinished is not None:
+            prepared, pieces = self._unfinished
+            turn = _ended(dataclasses.replace(prepared.turn), prepared.text, "".join(pieces), None, None)
+            transcript["turns"].append(turn.to_dict())
         try:
-            write_text_atomic(path, json.dumps(self.transcript(), indent=2, ensure_ascii=False) + "\n")
+            write_text_atomic(path, json.dumps(transcript, indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise SpecllmError(f"cannot save to {path}: {e.strerror or e}") from None
         except (ValueError, TypeError) as e:  # nothing was written: the conversation goes on
@@ -332,12 +343,19 @@ class ChatSession:
         turn prefills the whole conversation once and goes on as the saved session would have."""
         self.system = saved.system
         self.turns = [dataclasses.replace(t) for t in saved.turns]
+        self.unanswered = None
+        last = self.turns[-1] if self.turns else None
+        if last and last.stop_reason == "interrupted" and not (last.reply or last.reasoning):
+            # saved when the chat ended under it: as a live chat drops such a message, and the
+            # template would get an empty reply
+            self.unanswered = self.turns.pop().user
         self.cache.forget()
         live = [t for t in self.turns if t.in_context]
         if saved.context_tokens and live and live[-1].stop_reason != "interrupted":
             self._reuse_tokens(list(saved.context_tokens), live)
         turns = f"{len(self.turns)} turn{'s' * (len(self.turns) != 1)}"
-        return f"loaded {turns} from {saved.path}: the next message prefills the conversation once"
+        loaded = f"loaded {turns} from {saved.path}: the next message prefills the conversation once"
+        return loaded + ("; its last message got no reply and is left out" if self.unanswered else "")
 
     def _reuse_tokens(self, tokens: list[int], live: list[Turn]) -> None:
         """Take the saved tokens as the conversation's if they spell its last prompt, then a reply
@@ -517,6 +535,16 @@ def _same_kind(value, like) -> bool:
             isinstance(c, dict) and all(isinstance(k, str) and count(n) for k, n in c.items()) for c in value.values()
         )
     return value is None or isinstance(value, dict)
+
+
+def _ended(turn: Turn, prompt: str, text: str, result: Result | None, stats: Stats | None) -> Turn:
+    """`turn`, given its reply (result None: cut short, `text` is what was generated). A thinking
+    model's reasoning is kept apart: the template gets it as reasoning_content."""
+    split = split_reasoning(text, closing_marker(prompt) or False)
+    turn.reply, turn.reasoning = split.answer, split.reasoning
+    turn.stop_reason = result.stop_reason if result else "interrupted"
+    turn.stats = stats
+    return turn
 
 
 def _spelled(target, tokens: list[int]) -> str:

@@ -431,6 +431,20 @@ def test_resume_and_load_continue_a_conversation_as_the_original_would(chat, tmp
     assert running.wait() == 0 and "Traceback" not in running.text
 
 
+def test_a_message_saved_with_no_reply_is_left_out_and_waits_at_the_prompt(chat, tmp_path):
+    """A chat saved as llama.cpp ended it (an RPC server gone) holds the message it was answering,
+    interrupted before a token: resumed, it is no turn (an empty reply in the template) but is
+    typed in already, and Enter sends it."""
+    saved = tmp_path / "crashed.json"
+    turns = [{"user": "Hello world", "reply": " and more", "stop_reason": "max_tokens"}]
+    turns.append({"user": "def add(a, b):", "reply": "", "stop_reason": "interrupted"})
+    saved.write_text(json.dumps({"turns": turns}))
+    term = chat("--drafter", "none", "--resume", saved)
+    assert f"loaded 1 turn from {saved}" in flat(term.text) and "its last message got no reply" in flat(term.text)
+    term.ask("")  # Enter: the message typed in already
+    assert [t["user"] for t in saved_turns(term, tmp_path / "after.json")] == ["Hello world", "def add(a, b):"]
+
+
 def test_resume_from_a_file_that_is_no_saved_chat_is_one_line_before_any_model_loads(tmp_path):
     bad = tmp_path / "notes.json"
     bad.write_text("[1, 2, 3]")

@@ -574,6 +574,21 @@ def test_a_thinking_models_saved_tokens_are_reused_and_saved_again(tmp_path, tam
         engine.close()
 
 
+@pytest.mark.parametrize("partial", ["", "Hel"])
+def test_a_last_message_interrupted_before_its_reply_began_is_left_out_when_loaded(engines, tmp_path, partial):
+    """As the live session drops such a message (the template would get an empty reply); one cut
+    short after some text stays, as a Ctrl-C mid-reply leaves it."""
+    saved = tmp_path / "chat.json"
+    turns = [{"user": MESSAGES[0], "reply": "Hi", "stop_reason": "eos"}]
+    turns.append({"user": MESSAGES[1], "reply": partial, "stop_reason": "interrupted"})
+    saved.write_text(json.dumps({"turns": turns}))
+    session = ChatSession(engines[0], greedy(drafter="none"))
+    said = command(session, f"/load {saved}").text
+    assert [t.user for t in session.turns] == [MESSAGES[0]] + ([MESSAGES[1]] if partial else [])
+    assert session.unanswered == (None if partial else MESSAGES[1])
+    assert ("its last message got no reply and is left out" in said) == (not partial)
+
+
 def test_dropped_and_interrupted_turns_are_restored_as_they_were(engines, tmp_path):
     engine, _ = engines
     session = ChatSession(engine, greedy(drafter="none"))

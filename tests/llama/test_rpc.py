@@ -405,7 +405,9 @@ def test_a_chat_whose_server_is_gone_saves_the_conversation_before_llama_cpp_end
     saved = list((tmp_path / "state" / "specllm").glob("chat-*.json"))
     assert len(saved) == 1 and lines[1:] == [f"specllm: the conversation is saved: specllm chat --resume {saved[0]}"]
     transcript = json.loads(saved[0].read_text())
-    assert [turn["user"] for turn in transcript["turns"]] == ["hello"]
+    # the message the server died under too, cut short before its reply began
+    assert [t["user"] for t in transcript["turns"]] == ["hello", "again"]
+    assert (transcript["turns"][1]["stop_reason"], transcript["turns"][1]["reply"]) == ("interrupted", "")
 
 
 @pytest.mark.parametrize(
