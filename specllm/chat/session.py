@@ -153,7 +153,10 @@ class ChatSession:
             for generation in started:
                 generation.cancel()
 
-        return Generation(self._reply(prepared, started, cancelled), cancel=cancel)
+        # Held while a step runs: a close() from another thread waits for it, as an engine
+        # generation's does, rather than closing the reply's generator while it executes.
+        stepping = threading.RLock()
+        return Generation(self._reply(prepared, started, cancelled), in_use=lambda: stepping, cancel=cancel)
 
     def _reply(
         self, prepared: Prepared, started: list[Generation], cancelled: threading.Event

@@ -13,6 +13,7 @@ import time
 import llama_cpp
 import pytest
 import tiny_models as tm
+from slowed import slowed
 
 import specllm
 from specllm.chat import session as chat
@@ -308,6 +309,30 @@ def test_a_reply_cancelled_from_another_thread_is_kept_as_an_interrupted_turn(en
     assert (partial.stop_reason, partial.reply) == ("interrupted", first.accepted_text + first.token_text)
     assert session.totals()["interrupted"] == 2
     assert turn(session, "print the value")[1].stats.generated_tokens == 64
+
+
+def test_a_reply_closed_from_another_thread_stops_after_the_step_under_way(engines, monkeypatch):
+    """A reply's close() from another thread (as an engine generation's may be) raised "generator
+    already executing" while the consumer was in a step."""
+    engine, _ = engines
+    session = ChatSession(engine, greedy(max_tokens=200, drafter="none"), system=SYSTEM)
+    slowed(monkeypatch, "llama_decode")  # each step spends most of its time inside llama.cpp
+    reply = session.stream(session.prepare("def add(a, b):"))
+    first_step, steps = threading.Event(), []
+
+    def consume():
+        for step in reply:
+            steps.append(step)
+            first_step.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    first_step.wait()
+    reply.close()
+    worker.join()
+    assert not reply.finished and len(steps) < 50
+    [partial] = session.turns
+    assert partial.stop_reason == "interrupted" and not session.generating
 
 
 def test_a_reply_closed_before_it_started_leaves_no_trace(engines):
