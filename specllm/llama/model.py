@@ -417,6 +417,7 @@ class Model:
         """Append `tokens` after what the KV cache holds and return the logits of the last
         `n_logits` of them, shape (n_logits, n_vocab). The array is a view into llama.cpp's buffer,
         valid until the next call: copy what must outlive it."""
+        check_context(self)
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
         n_logits = min(n_logits, len(tokens))
@@ -515,6 +516,7 @@ class Model:
         landing mid-way then leaves the cache holding extra tokens (removed by the next call),
         never fewer than `tokens` says. A recurrent state is rewound (see _rewind) and the tokens
         between the point it could go back to and n are evaluated again."""
+        check_context(self)
         if not self.recurrent:
             del self.tokens[n:]
             L.llama_memory_seq_rm(self._memory, 0, n, -1)  # always True without recurrence
@@ -529,6 +531,7 @@ class Model:
     def sync(self, tokens: list[int], n_logits: int = 0) -> np.ndarray:
         """Make the KV cache hold exactly `tokens`, reusing the longest common prefix; return the
         logits of the last `n_logits` tokens (re-evaluating them if they were already cached)."""
+        check_context(self)
         keep = min(common_prefix(self.tokens, tokens), len(tokens) - n_logits)
         if self.recurrent:
             keep = self._rewind(keep)
@@ -544,6 +547,7 @@ class Model:
         Only the recurrent part is copied (a hybrid's attention cache is cut back as usual). One
         checkpoint is kept per slot: "prompt" (after a prompt: the next one resumes there) and
         "step" (before a draft or verify call). Nothing to do for attention models."""
+        check_context(self)
         if not self.recurrent or self._unsure or not STATE_API:
             return
         flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -559,6 +563,7 @@ class Model:
         """Bytes of one copy of this model's recurrent state (0 for attention models): what a
         checkpoint holds and what each snapshot costs. llama.cpp only says once a sequence holds a
         token: before that, it is measured on a small scratch context."""
+        check_context(self)
         if not self.recurrent or not STATE_API:
             return 0
         if self.tokens and not self._unsure:
@@ -664,6 +669,7 @@ class MtpHead:
         pass  # attention only: cut back like any KV cache
 
     def truncate(self, n: int) -> None:
+        check_context(self)
         del self.tokens[n:]
         self._exact = min(self._exact, n)
         L.llama_memory_seq_rm(self._memory, 0, n, -1)
@@ -685,6 +691,7 @@ class MtpHead:
         return self._process(tokens, [self._own] * len(tokens), n_logits)
 
     def _process(self, tokens: list[int], states: list[np.ndarray], n_logits: int) -> np.ndarray:
+        check_context(self)
         if len(self.tokens) + len(tokens) > self.n_ctx:
             raise SpecllmError(f"context full: {len(self.tokens) + len(tokens)} tokens > {self.n_ctx}")
         batch, pos0, n = self._batch, len(self.tokens), len(tokens)
@@ -731,6 +738,13 @@ def close_to_the_end(model: "Model | MtpHead") -> None:
             raise
         except BaseException:  # KeyboardInterrupt, the command's SIGTERM exception: free the rest
             continue
+
+
+def check_context(owner: "Model | MtpHead") -> None:
+    """Refuse a call on a closed model's context (its KV cache, its recurrent state): llama.cpp
+    would use the freed memory, and crash the process."""
+    if owner._ctx is None:
+        raise SpecllmError(f"{owner.path.name} is closed: load the model again")
 
 
 def timed(owner: "Model | MtpHead", call, *args):
