@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specllm.chat.session import SYSTEM_PROMPT, ChatSession, read_transcript
 from specllm.chat.view import source_mix
-from specllm.engine.loop import DRAFTERS, aggregate, describe_models
+from specllm.engine.loop import DRAFTERS, describe_models
 from specllm.engine.names import Drafter
 from specllm.engine.reasoning import closing_marker
 from specllm.engine.text import shown
@@ -139,7 +139,7 @@ def stats_lines(session: ChatSession) -> list[str]:
         f"prefilled {t['prefill_tokens']} of {t['prompt_tokens']} prompt tokens "
         f"in {t['prefill_seconds']:.2f}s (the rest came from the KV cache)",
         f"context {session.context_in_use} of {session.n_ctx} tokens in use",
-        *([source_mix(aggregate(session.all_stats))] if c.drafter == Drafter.AUTO else []),
+        *([source_mix(session.session_stats)] if c.drafter == Drafter.AUTO else []),
         f"drafter {c.drafter} · gamma {session.gamma_shown} · temperature {c.sampler.temperature:g} · "
         f"max tokens {c.max_tokens} · seed {c.sampler.seed}",
     ]

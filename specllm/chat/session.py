@@ -116,7 +116,10 @@ class ChatSession:
         self.turns: list[Turn] = []  # the conversation since the last /reset, dropped turns included
         self._unfinished: tuple[Prepared, list[str]] | None = None  # the reply being generated, so far
         self.unanswered: str | None = None  # a loaded chat's last message, which got no reply: to send again
-        self.all_stats: list[Stats] = []  # every turn of the session, for /stats
+        # Every turn of the session added up, for /stats: a running sum, not a list of every
+        # turn's Stats, which grew for as long as the chat ran, /reset or not.
+        self.session_stats = Stats()
+        self.turns_counted = 0
         self.interrupted = 0
         self.dropped = 0
         # The previous turn's transcript, prompt + reply, as text and as the tokens in the KV cache.
@@ -267,8 +270,9 @@ class ChatSession:
             t.in_context = False
         self.dropped += len(prepared.dropped)
         stats = result.stats if result else stats
-        if stats is not None:
-            self.all_stats.append(stats)
+        if stats is not None:  # the generation has ended: its stats change no more
+            self.session_stats = aggregate([self.session_stats, stats])
+            self.turns_counted += 1
         self.cache.remember(prepared.text, prepared.tokens, result)
         if result is None:
             self.interrupted += 1
@@ -403,9 +407,9 @@ class ChatSession:
         }
 
     def totals(self) -> dict:
-        s = aggregate(self.all_stats)
+        s = self.session_stats
         return {
-            "turns": len(self.all_stats),
+            "turns": self.turns_counted,
             "interrupted": self.interrupted,
             "dropped_turns": self.dropped,
             "generated_tokens": s.generated_tokens,

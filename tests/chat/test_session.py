@@ -4,11 +4,13 @@ interrupts and slash commands. (tests/chat/test_repl.py drives the real `specllm
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import random
 import signal
 import threading
 import time
+import weakref
 
 import llama_cpp
 import pytest
@@ -475,6 +477,27 @@ def test_totals_add_up_the_turns_and_a_saved_session_loads_back(tmp_path, engine
     assert saved["messages"][0] == {"role": "system", "content": SYSTEM} and len(saved["messages"]) == 7
     assert saved["settings"]["seed"] == 7 and saved["settings"]["drafter"] == "model"
     assert saved["session"]["generated_tokens"] == totals["generated_tokens"]
+
+
+def test_a_long_session_keeps_only_the_totals_of_the_turns_it_forgot(engines):
+    """/stats adds up every turn of the session, /reset or not: the session kept each turn's Stats
+    for it (its policy report included), a list that grew with every turn for as long as the chat
+    ran, however often the conversation was reset."""
+    engine, _ = engines
+    session = ChatSession(engine, greedy(max_tokens=4, drafter="auto", gamma=None), system=SYSTEM)
+    results = [session.send(MESSAGES[i % len(MESSAGES)]) for i in range(3)]
+    for i in range(21):
+        if i % 3 == 0:
+            command(session, "/reset")
+        results.append(session.send(MESSAGES[i % len(MESSAGES)]))
+    totals = session.totals()
+    assert totals["turns"] == 24 and totals["generated_tokens"] == sum(len(r.tokens) for r in results)
+    assert totals["target_calls"] == sum(r.stats.target_calls for r in results)
+    assert any(line.startswith("auto: ") for line in stats_lines(session))
+    kept = [weakref.ref(r.stats) for r in results]
+    del results
+    gc.collect()
+    assert sum(ref() is not None for ref in kept) == len(session.turns) == 3  # those of the turns since /reset
 
 
 def sampled(**kw):
