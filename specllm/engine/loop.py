@@ -398,8 +398,10 @@ class Engine:
         return self.draft is not None or self.draft_file is not None
 
     def load_draft(self) -> Model | None:
-        """The draft model, loaded now if it was deferred."""
+        """The draft model, loaded now if it was deferred (not into a closed engine: nothing
+        would free it)."""
         if self.draft is None and self.draft_file is not None:
+            self._check_open()
             path, options = self.draft_file
             try:
                 draft = Model(path, options)

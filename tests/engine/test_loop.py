@@ -618,6 +618,16 @@ def test_a_closed_engine_refuses_every_call_in_one_line(tiny_models):
         next(started)
 
 
+def test_a_closed_engine_loads_no_deferred_draft(tiny_models):
+    """load_draft() (chat's /drafter model calls it) loaded the deferred draft into a closed
+    engine, which held it, its weights and its context, until it was closed again or dropped."""
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1, defer_draft=True)
+    engine.close()
+    with pytest.raises(SpecllmError, match="engine is closed"):
+        engine.load_draft()
+    assert engine.draft is None
+
+
 def test_closing_an_engine_closes_its_lanes(tiny_models):
     """A lane's KV caches live on its engine's weights: once they are freed, using the lane
     (which aborted the process) raises SpecllmError, and a lane's stream under way stops."""
