@@ -9,6 +9,7 @@ import contextlib
 import copy
 import ctypes
 import functools
+import os
 import sys
 import threading
 import time
@@ -826,7 +827,8 @@ def _load_model(path: Path, options: ModelOptions, vocab_only: bool, devices, on
         # called once the buffers exist, before they are filled
         params.progress_callback = huge_pages.ADVISE_HUGE_PAGES_ONCE
     recent_errors.clear()
-    model = passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, str(path).encode("utf-8"), params)
+    # the file name's own bytes: a name that is not UTF-8 (held as surrogates) cannot be encoded as UTF-8
+    model = passing_signals_through(L.llama_model_load_from_file, L.llama_model_free, os.fsencode(path), params)
     if not model:
         if options.rpc:
             why = first_error("out of memory on an RPC server?")

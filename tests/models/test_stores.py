@@ -595,6 +595,21 @@ def test_arrays_nested_without_end_in_a_header_are_one_line_and_the_listing_goes
     assert_one_line_error(proc, f"cannot load {damaged}", "invalid GGUF type 9")
 
 
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="file names there are always Unicode")
+def test_a_file_name_that_is_not_utf8_loads_and_is_a_candidate_draft(store_env, tiny_models, small_draft):
+    """A store file named with bytes that are not UTF-8 (Python holds them as surrogates): handing
+    its path to llama.cpp raised UnicodeEncodeError, so `models --drafts-for` of any larger target,
+    and a run of the file itself, ended in a traceback."""
+    name = os.fsdecode(b"small-\xff.gguf")
+    into_folder(small_draft, store_env["llamacpp"] / name)
+    listing = specllm_cli("models", "--drafts-for", tiny_models.target, "--json")
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+    (found,) = json.loads(listing.stdout)["candidates"]
+    assert found["compatible"] is True, found
+    proc = specllm_cli("run", "hi", "-n", "2", "--draft", "none", "--target", f"llamacpp:{name}")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_a_chat_template_that_is_not_utf8_is_one_line(tmp_path, tiny_models):
     """llama.cpp hands back a damaged template's bytes as they are."""
     data = tiny_models.target.read_bytes()
