@@ -665,7 +665,8 @@ def bench(
     )
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
-    render(results, Console())  # first: if the file cannot be written after all, the results are still seen
+    # first: if the file cannot be written after all, the results are still seen (names as they are)
+    render(results, Console(emoji=False))
     if json_file is not None:
         b.write_json(results, json_file)
 
@@ -716,7 +717,7 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file, defau
     remembered = winners.remembered(target_path, rpc=rpc)
     results["remembered"] = results["winner"] is not None and remembered is not None
     results["target"]["spec"] = spec
-    render_draft_race(results, Console())
+    render_draft_race(results, Console(emoji=False))  # names as they are
     if json_file is not None:
         write_json(results, json_file)
 

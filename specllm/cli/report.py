@@ -18,7 +18,9 @@ class RichReporter:
 
         from specllm.engine.text import shown
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[dim]specllm:[/] {escape(shown(line))}")
+        # (without emoji: Rich would show ":llama:" of a name such as ollama:llama:latest as one)
+        console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        console.print(f"[dim]specllm:[/] {escape(shown(line))}")
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[Advance]:

@@ -349,6 +349,19 @@ def test_a_target_alone_finds_its_draft_in_another_store(filled):
     )  # named as given, not by its blob
 
 
+def test_a_name_that_holds_an_emoji_code_is_shown_as_it_is(store_env, tiny_models, small_draft):
+    """Rich reads ":llama:" as the code of an emoji: ollama:llama:latest was shown as "ollama🦙latest"
+    in `models`, in `models --drafts-for` and in the line that names the draft chosen."""
+    ollama_pull(store_env["ollama"], small_draft, "llama")
+    name = "ollama:llama:latest"
+    table = specllm_cli("models")
+    assert table.returncode == 0 and name in table.stdout, table.stdout
+    drafts = specllm_cli("models", "--drafts-for", tiny_models.target)
+    assert drafts.returncode == 0 and name in drafts.stdout, drafts.stdout
+    _, stderr = greedy_tokens("--target", tiny_models.target, extra=("--drafter", "model"))
+    assert f"draft for target.gguf: {name}" in stderr
+
+
 # --- what goes wrong -----------------------------------------------------------------------------
 
 
