@@ -268,12 +268,15 @@ def parse_ollama_name(text: str) -> _OllamaName:
         pieces = ["/".join(pieces[:-2]), *pieces[-2:]]  # (a host never has a '/': refused below)
     host = pieces[0] if len(pieces) == 3 else None
     namespace = pieces[-2] if len(pieces) >= 2 else _OLLAMA_NAMESPACE
-    checks = [(tag, _OLLAMA_PART), (pieces[-1], _OLLAMA_PART), (namespace, _OLLAMA_PART)]
-    if host is not None:
-        checks.append((host, _OLLAMA_HOST))
-    if not all(pattern.fullmatch(part) for part, pattern in checks) or "." in namespace:
+    if not _is_ollama_name(host, namespace, pieces[-1], tag):
         raise SpecllmError(f"bad Ollama model name {text!r}: expected [[REGISTRY/]NAMESPACE/]MODEL[:TAG]")
     return _OllamaName(host, namespace, pieces[-1], tag)
+
+
+def _is_ollama_name(host: str | None, namespace: str, model: str, tag: str) -> bool:
+    """Whether Ollama accepts these parts of a name (host None: not given)."""
+    parts_ok = all(_OLLAMA_PART.fullmatch(part) for part in (namespace, model, tag)) and "." not in namespace
+    return parts_ok and (host is None or _OLLAMA_HOST.fullmatch(host) is not None)
 
 
 def _resolve_ollama(spec: str, text: str) -> Path:
@@ -370,6 +373,8 @@ def _scan_ollama() -> Scan:
             continue
         files, skipped = _files(_walk(manifests, problems, depth=4))  # Ollama's own glob, */*/*/*
         problems += skipped
+        files, misnamed = _named_manifests(files)
+        problems += misnamed
         registries = Counter(p.parts[-3:] for p in files)  # how many registries hold each name
         for manifest in files:
             name = _ollama_display_name(manifest, unique=registries[manifest.parts[-3:]] == 1)
@@ -380,6 +385,21 @@ def _scan_ollama() -> Scan:
                 continue
             models.append(_store_model(name, OLLAMA, (blob,), file=manifest.relative_to(manifests).as_posix()))
     return Scan(models, problems)
+
+
+def _named_manifests(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """The manifests whose path is a name Ollama accepts, and a line for each other one: Ollama
+    skips those, and listed under their paths they would be names that no command takes. Hidden
+    files (a Finder's .DS_Store) are no manifests at all."""
+    named, problems = [], []
+    for path in files:
+        if path.name.startswith("."):
+            continue
+        if _is_ollama_name(*path.parts[-4:]):
+            named.append(path)
+        else:
+            problems.append(f"{path}: not an Ollama model name (Ollama skips it too); skipped")
+    return named, problems
 
 
 def _ollama_display_name(manifest: Path, unique: bool) -> str:

@@ -413,6 +413,25 @@ def test_a_bad_manifest_is_one_line_and_the_listing_skips_it(filled, store_env, 
     assert len(lines) == 1 and lines[0].startswith(f"warning: bad Ollama manifest {manifest}") and fragment in lines[0]
 
 
+def test_a_manifest_under_a_path_that_is_no_ollama_name_is_a_warning_not_a_name_that_fails(filled, store_env):
+    """Ollama skips a manifest whose path is not a model name it accepts (a tag with a space, a
+    namespace with a dot); `models` listed it under that name, which then failed as "bad Ollama
+    model name" (and a draft found there was named so). A hidden file (.DS_Store) is no manifest."""
+    manifests = store_env["ollama"] / "manifests" / REGISTRY
+    good = (manifests / "library" / "tiny" / "latest").read_text()
+    odd = [manifests / "library" / "tiny" / "with space", manifests / "te.am" / "tiny" / "latest"]
+    for path in [*odd, manifests / "library" / "tiny" / ".DS_Store"]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(good)
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = [m["spec"] for m in json.loads(proc.stdout)["models"]]
+    assert len(listed) == 4 and all(parse_model_spec(spec) for spec in listed), listed
+    assert sorted(proc.stderr.splitlines()) == sorted(
+        f"warning: {path}: not an Ollama model name (Ollama skips it too); skipped" for path in odd
+    )
+
+
 @pytest.mark.parametrize(
     "store, spec",
     [
