@@ -70,11 +70,12 @@ def _check_regular(path: str | Path, mode: int) -> None:
 TEXT_FILE_MAX_BYTES = 256 * 2**20
 
 
-def read_text_file(path: str | Path, encoding: str = "utf-8") -> str:
-    """The text of a file a user named (a saved chat, prompts, pairs). Anything but a regular file
-    is refused, without waiting or reading for ever: opening a FIFO waits for a writer (for ever
-    when none comes), and a device such as /dev/zero never ends; so is a file larger than
-    TEXT_FILE_MAX_BYTES. Raises OSError, and UnicodeDecodeError for text that is not in `encoding`."""
+def read_text_file(path: str | Path, encoding: str = "utf-8", max_bytes: int | None = None) -> str:
+    """The text of a file a user named (a saved chat, prompts, pairs) or another tool wrote.
+    Anything but a regular file is refused, without waiting or reading for ever: opening a FIFO
+    waits for a writer (for ever when none comes), and a device such as /dev/zero never ends; so is
+    a file larger than `max_bytes` (default TEXT_FILE_MAX_BYTES). Raises OSError, and
+    UnicodeDecodeError for text that is not in `encoding`."""
     _check_regular(path, os.stat(path).st_mode)  # before opening: opening a device may do something
     # Non-blocking, so that a FIFO put in its place since cannot hold the open up; binary, so that
     # Windows neither translates line ends twice nor stops at a Ctrl-Z.
@@ -82,8 +83,9 @@ def read_text_file(path: str | Path, encoding: str = "utf-8") -> str:
     with open(fd, encoding=encoding) as f:
         info = os.fstat(fd)
         _check_regular(path, info.st_mode)
-        if info.st_size > TEXT_FILE_MAX_BYTES:
-            size, limit = human_size(info.st_size), human_size(TEXT_FILE_MAX_BYTES)
+        limit_bytes = TEXT_FILE_MAX_BYTES if max_bytes is None else max_bytes
+        if info.st_size > limit_bytes:
+            size, limit = human_size(info.st_size), human_size(limit_bytes)
             raise OSError(errno.EFBIG, f"it holds {size}, more than a text file of {limit}", str(path))
         return f.read()
 

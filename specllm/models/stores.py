@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specllm.errors import SpecllmError
+from specllm.files import read_text_file
 from specllm.models.local import LocalModel, group_splits
 from specllm.models.registry import split_parts
 
@@ -47,6 +48,9 @@ _DIGEST = re.compile(r"sha256[:-](?P<hex>[0-9a-fA-F]{64})")
 # One part of an Ollama name (types/model/name.go isValidPart): it can never be "." or "..".
 _OLLAMA_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}")
 _OLLAMA_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}")
+# A manifest, LM Studio's settings.json, its home pointer: a few KB each. A damaged one of gigabytes
+# would take its size in memory, for every listing and every search for a draft.
+_STORE_FILE_MAX_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def lmstudio_home() -> Path:
     if explicit:
         return _expand(explicit)
     try:
-        pointed = (Path.home() / ".lmstudio-home-pointer").read_text(encoding="utf-8").strip()
+        pointed = _read_store_file(Path.home() / ".lmstudio-home-pointer").strip()
     except (OSError, UnicodeDecodeError):
         pointed = ""
     if pointed:
@@ -90,11 +94,17 @@ def lmstudio_home() -> Path:
 def _lmstudio_downloads_folder(home: Path) -> Path | None:
     """settings.json's downloadsFolder (the folder the user moved the models to), if it names one."""
     try:
-        settings = json.loads((home / "settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        settings = json.loads(_read_store_file(home / "settings.json"))
+    except (OSError, ValueError, RecursionError):
         return None
     folder = settings.get("downloadsFolder") if isinstance(settings, dict) else None
     return _expand(folder) if isinstance(folder, str) and folder.strip() else None
+
+
+def _read_store_file(path: Path) -> str:
+    """A small text file of another tool's; one that is not a regular file (a FIFO would be waited
+    on for ever) or is too large is an OSError, as an unreadable one is."""
+    return read_text_file(path, max_bytes=_STORE_FILE_MAX_BYTES)
 
 
 def llamacpp_roots() -> list[Path]:
@@ -324,7 +334,7 @@ def _model_blob(manifest: Path, spec: str) -> Path:
     Raises SpecllmError for a manifest that is not JSON, names no model layer, or whose blob is
     not there."""
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data = json.loads(_read_store_file(manifest))
     except OSError as e:
         raise SpecllmError(f"cannot read the Ollama manifest {manifest}: {e.strerror or e}") from None
     except (ValueError, RecursionError):

@@ -432,6 +432,44 @@ def test_a_manifest_under_a_path_that_is_no_ollama_name_is_a_warning_not_a_name_
     )
 
 
+def test_a_huge_manifest_is_not_read_whole(filled, store_env):
+    """A manifest holds a few KB; one of 64 MiB (a damaged file: a 1 GiB one took 2 GB of memory and
+    8 s, in `models` and in every search for a draft) is refused by its size, unread."""
+    manifest = store_env["ollama"] / "manifests" / REGISTRY / "library" / "huge" / "latest"
+    manifest.parent.mkdir(parents=True)
+    with manifest.open("wb") as f:
+        f.truncate(64 * 2**20)  # sparse: no room taken on disk
+    assert_one_line_error(specllm_cli("run", "hi", "--target", "ollama:huge"), str(manifest), "67.1 MB")
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["models"]) == 4, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"warning: cannot read the Ollama manifest {manifest}: ") and "67.1 MB" in line
+
+
+@pytest.mark.parametrize("kind", ["settings a FIFO", "settings nested too deeply", "home pointer a FIFO"])
+def test_lmstudio_settings_that_cannot_be_read_are_passed_over(filled, store_env, tmp_path, monkeypatch, kind):
+    """LM Studio's settings.json (or ~/.lmstudio-home-pointer) read as a FIFO waited for a writer for
+    ever: `models`, and every run that looks for a draft on disk, hung; arrays nested 100,000 deep
+    were a traceback. Either is passed over, as an unreadable one is."""
+    if "FIFO" in kind and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    settings = store_env["lmstudio"] / "settings.json"
+    if kind == "settings a FIFO":
+        os.mkfifo(settings)
+    elif kind == "settings nested too deeply":
+        settings.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        monkeypatch.delenv("SPECLLM_LMSTUDIO_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        os.mkfifo(tmp_path / ".lmstudio-home-pointer")
+    proc = subprocess.run(
+        [sys.executable, "-m", "specllm", "models", "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = {m["spec"] for m in json.loads(proc.stdout)["models"]}
+    assert ("lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in found) == kind.startswith("settings")
+
+
 @pytest.mark.parametrize(
     "store, spec",
     [
