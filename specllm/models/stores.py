@@ -213,11 +213,18 @@ def _check_readable(folder: Path, store: str) -> None:
 
 def _is_file(path: Path) -> bool:
     """Whether `path` is a file; a folder on the way that cannot be searched (no permission) is a
-    problem to say, one line: Path.is_file() raises for it rather than answering."""
+    problem to say, one line: Path.is_file() raises for it rather than answering. So is a link to
+    no file (a model linked in from a disk not mounted, from an Ollama blob since removed): "no such
+    model" would be wrong, and a listing would pass over it without a word."""
     try:
-        return path.is_file()
+        if path.is_file():
+            return True
+        target = os.readlink(path) if path.is_symlink() else None
     except OSError as e:
         raise SpecllmError(f"cannot read {path}: {e.strerror or e}") from None
+    if target is not None:
+        raise SpecllmError(f"{path} is a link to {target}, which is not a file")
+    return False
 
 
 def _files(paths) -> tuple[list[Path], list[str]]:

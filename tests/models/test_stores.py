@@ -470,6 +470,21 @@ def test_lmstudio_settings_that_cannot_be_read_are_passed_over(filled, store_env
     assert ("lmstudio:tiny-org/Tiny-GGUF/tiny-small.gguf" in found) == kind.startswith("settings")
 
 
+@pytest.mark.parametrize("scheme", ["lmstudio", "llamacpp"])
+def test_a_link_to_a_file_that_is_gone_is_named_not_passed_over(filled, store_env, tmp_path, scheme):
+    """A model linked into the store from elsewhere (another disk, an Ollama blob since removed)
+    whose file is gone: `models` passed over it without a word, and its name was "no such model"."""
+    root = store_env["lmstudio"] / "models" if scheme == "lmstudio" else store_env[scheme]
+    link, gone = root / "pub" / "Linked-GGUF" / "gone.gguf", tmp_path / "unmounted" / "gone.gguf"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(gone)
+    proc = specllm_cli("run", "hi", "--target", f"{scheme}:pub/Linked-GGUF/gone.gguf")
+    assert_one_line_error(proc, f"{link} is a link to {gone}, which is not a file")
+    proc = specllm_cli("models", "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["models"]) == 4, proc.stderr
+    assert proc.stderr.splitlines() == [f"warning: {link} is a link to {gone}, which is not a file; skipped"]
+
+
 @pytest.mark.parametrize(
     "store, spec",
     [
