@@ -241,15 +241,24 @@ def _files(paths) -> tuple[list[Path], list[str]]:
 
 def _walk(folder: Path, problems: list[str], depth: int | None = None) -> Iterator[Path]:
     """Every entry but the folders under `folder` (only those `depth` levels down, if given), as
-    glob finds them (following links to folders only with a depth to stop at), except that a
-    folder that cannot be listed is a problem to say, where glob passes over it in silence."""
+    glob finds them, except that a folder that cannot be listed is a problem to say, where glob
+    passes over it in silence. Links to folders are followed (a publisher's folder moved to another
+    disk and linked back); without a depth to stop at, each real folder is walked once, under the
+    first name found for it in name order: a link back up the tree would go round for ever."""
 
     def unreadable(e: OSError) -> None:
         problems.append(f"cannot read {e.filename}: {e.strerror or e}; skipped")
 
     if not folder.is_dir():
         return
-    for top, folders, names in os.walk(folder, onerror=unreadable, followlinks=depth is not None):
+    walked = set()
+    for top, folders, names in os.walk(folder, onerror=unreadable, followlinks=True):
+        real = os.path.realpath(top)
+        folders.sort()  # (os.walk goes through them in the order that the filesystem gives)
+        if real in walked and depth is None:
+            folders.clear()
+            continue
+        walked.add(real)
         level = len(Path(top).relative_to(folder).parts) + 1  # of the entries in `top`
         if depth is not None and level >= depth:
             folders.clear()

@@ -238,6 +238,20 @@ def test_llamacpp_cache_in_the_hub_layout_is_listed_by_its_paths(store_env, tiny
     assert stores.resolve(name) == link
 
 
+def test_a_folder_linked_into_lmstudio_is_listed_and_a_loop_of_links_ends(store_env, tiny_models, tmp_path):
+    """A publisher's folder moved to another disk and linked back: its models load by name, but
+    `models` (and the search for a draft) passed over them. A link back up the tree is walked once."""
+    moved = into_folder(tiny_models.target, tmp_path / "big-disk" / "pub" / "Repo-GGUF" / "m.gguf")
+    models = store_env["lmstudio"] / "models"
+    models.mkdir(parents=True)
+    (models / "pub").symlink_to(moved.parents[1], target_is_directory=True)
+    (moved.parent / "up").symlink_to(moved.parents[1], target_is_directory=True)  # a loop
+    (models / "again").symlink_to(moved.parents[1], target_is_directory=True)  # the same folder twice
+    found = stores.scan()
+    assert [m.spec for m in found.models] == ["lmstudio:again/Repo-GGUF/m.gguf"] and found.problems == []
+    assert parse_model_spec("lmstudio:pub/Repo-GGUF/m.gguf") == models / "pub" / "Repo-GGUF" / "m.gguf"
+
+
 # --- using them ----------------------------------------------------------------------------------
 
 
