@@ -193,7 +193,8 @@ def _resolve_file(spec: str, name: str, folders: list[Path], store: str) -> Path
         path = folder / first
         if _is_file(path):
             return path
-    other = next((folder / p for folder in folders for p in names[1:] if _is_file(folder / p)), None)
+    others = [*names[1:], name]  # (the name itself too: a part numbered past its count is none of `names`)
+    other = next((folder / p for folder in folders for p in others if _is_file(folder / p)), None)
     if other is not None:  # (`models` lists such parts by the first one there is: "no such model" was wrong)
         raise SpecllmError(
             f"{spec}: the first part of this split model, {other.with_name(first.rsplit('/', 1)[-1])}, "

@@ -349,6 +349,16 @@ def test_a_split_store_model_without_its_first_part_says_that_part_is_missing(st
     assert_one_line_error(proc, f"the first part of this split model, {first}, is missing")
 
 
+def test_a_part_numbered_past_its_count_is_listed_by_a_name_that_says_what_is_wrong(store_env, small_draft):
+    """A part named beyond its count (tiny-00004-of-00003.gguf, renamed by hand): `models` lists it by
+    that name, and the name said "no such model" of a file that is there."""
+    part = into_folder(small_draft, store_env["llamacpp"] / "tiny-00004-of-00003.gguf")
+    assert [m.spec for m in stores.scan().models] == ["llamacpp:tiny-00004-of-00003.gguf"]
+    first = part.with_name("tiny-00001-of-00003.gguf")
+    with pytest.raises(SpecllmError, match=f"the first part of this split model, {re.escape(str(first))}, is missing"):
+        stores.resolve("llamacpp:tiny-00004-of-00003.gguf")
+
+
 def test_a_target_alone_finds_its_draft_in_another_store(filled):
     proc = specllm_cli("models", "--drafts-for", "ollama:tiny", "--json")
     assert proc.returncode == 0, proc.stderr
