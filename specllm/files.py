@@ -49,7 +49,7 @@ def remove_stale_temps(dest: Path, tag: str = "tmp") -> None:
             stale.unlink(missing_ok=True)
 
 
-def _kind(mode: int) -> str:
+def kind_of_file(mode: int) -> str:
     """What a file that is not a regular one is, as a message names it."""
     if stat.S_ISDIR(mode):
         return "a folder"
@@ -62,7 +62,7 @@ def _kind(mode: int) -> str:
 
 def _check_regular(path: str | Path, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise OSError(errno.EINVAL, f"it is {_kind(mode)}, not a regular file", str(path))
+        raise OSError(errno.EINVAL, f"it is {kind_of_file(mode)}, not a regular file", str(path))
 
 
 # Far more than any prompt file, pairs file or saved chat holds; far less than a model file, which

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specllm.errors import SpecllmError
-from specllm.files import read_text_file
+from specllm.files import kind_of_file, read_text_file
 from specllm.models.local import LocalModel, group_splits
 from specllm.models.registry import split_parts
 
@@ -372,6 +372,8 @@ def _model_blob(manifest: Path, spec: str) -> Path:
         present = _is_file(blob)
     except SpecllmError as e:
         raise SpecllmError(f"{spec}: {e}") from None
+    if not present and blob.exists():  # (a folder, a FIFO: pulling again would not replace it)
+        raise SpecllmError(f"{spec}: its model blob {blob} is {kind_of_file(blob.stat().st_mode)}, not a file")
     if not present:
         raise SpecllmError(f"{spec}: its model blob {blob} is missing (`ollama pull` fetches it again)")
     return blob

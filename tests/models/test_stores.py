@@ -403,6 +403,17 @@ def test_a_missing_blob_is_one_line_and_the_listing_skips_it(filled, store_env):
     ]
 
 
+def test_a_blob_that_is_a_folder_is_not_called_missing(filled, store_env):
+    """Something else where the model's blob should be (a folder) was "missing", with `ollama pull`
+    to fetch it again: pulling does not replace it."""
+    blob = filled["blob"]
+    blob.unlink()
+    blob.mkdir()
+    assert_one_line_error(
+        specllm_cli("run", "hi", "--target", "ollama:tiny"), f"its model blob {blob} is a folder, not a file"
+    )
+
+
 @pytest.mark.parametrize(
     "content, fragment",
     [
