@@ -245,26 +245,37 @@ def _walk(folder: Path, problems: list[str], depth: int | None = None) -> Iterat
     glob finds them, except that a folder that cannot be listed is a problem to say, where glob
     passes over it in silence. Links to folders are followed (a publisher's folder moved to another
     disk and linked back); without a depth to stop at, each real folder is walked once, under the
-    first name found for it in name order: a link back up the tree would go round for ever."""
-
-    def unreadable(e: OSError) -> None:
-        problems.append(f"cannot read {e.filename}: {e.strerror or e}; skipped")
-
+    first name found for it in name order: a link back up the tree would go round for ever. A stack
+    rather than os.walk, which recurses a level a call (up to Python 3.12): folders nested a
+    thousand deep ended the whole listing with a RecursionError."""
     if not folder.is_dir():
         return
-    walked = set()
-    for top, folders, names in os.walk(folder, onerror=unreadable, followlinks=True):
-        real = os.path.realpath(top)
-        folders.sort()  # (os.walk goes through them in the order that the filesystem gives)
-        if real in walked and depth is None:
-            folders.clear()
+    walked, stack = set(), [folder]
+    while stack:
+        top = stack.pop()
+        try:
+            info = os.stat(top)  # (a folder's identity: realpath costs a call per folder above it)
+            if (info.st_dev, info.st_ino) in walked and depth is None:
+                continue
+            walked.add((info.st_dev, info.st_ino))
+            with os.scandir(top) as entries:
+                found = sorted((entry.name, _is_folder(entry)) for entry in entries)
+        except OSError as e:
+            problems.append(f"cannot read {e.filename}: {e.strerror or e}; skipped")
             continue
-        walked.add(real)
-        level = len(Path(top).relative_to(folder).parts) + 1  # of the entries in `top`
-        if depth is not None and level >= depth:
-            folders.clear()
+        level = len(top.relative_to(folder).parts) + 1  # of the entries in `top`
         if depth is None or level == depth:
-            yield from (Path(top) / name for name in names)
+            yield from (top / name for name, is_folder in found if not is_folder)
+        if depth is None or level < depth:
+            stack += [top / name for name, is_folder in reversed(found) if is_folder]
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    """Whether an entry is a folder, or a link to one (one that cannot be looked at is not)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _folder_problem(folder: Path, store: str) -> str | None:

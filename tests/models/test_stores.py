@@ -252,6 +252,34 @@ def test_a_folder_linked_into_lmstudio_is_listed_and_a_loop_of_links_ends(store_
     assert parse_model_spec("lmstudio:pub/Repo-GGUF/m.gguf") == models / "pub" / "Repo-GGUF" / "m.gguf"
 
 
+def test_folders_nested_deeper_than_python_recurses_are_listed(store_env, tiny_models, small_draft):
+    """os.walk recurses a level a call: folders nested 1,100 deep in a store stopped `models`, and
+    every run of a target given alone (it looks for a draft on disk), with a RecursionError."""
+    models = store_env["lmstudio"] / "models"
+    into_folder(small_draft, models / "pub" / "Repo-GGUF" / "small.gguf")
+    deep = models / "deep"
+    deep.mkdir()
+    for _ in range(1100):  # (a level at a time: mkdir(parents=True) recurses too)
+        deep = deep / "d"
+        deep.mkdir()
+    into_folder(small_draft, deep / "m.gguf")
+    try:
+        proc = specllm_cli("models", "--json")
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        listed = [m["spec"] for m in json.loads(proc.stdout)["models"]]
+        assert listed == [
+            f"lmstudio:{(deep / 'm.gguf').relative_to(models).as_posix()}",
+            "lmstudio:pub/Repo-GGUF/small.gguf",
+        ]
+        run = specllm_cli("run", "hi", "-n", "2", "--target", tiny_models.target)
+        assert run.returncode == 0, run.stderr
+    finally:  # (shutil.rmtree, as pytest cleans up, recurses as deep)
+        (deep / "m.gguf").unlink()
+        while deep != models:
+            deep.rmdir()
+            deep = deep.parent
+
+
 # --- using them ----------------------------------------------------------------------------------
 
 
