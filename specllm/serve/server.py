@@ -457,7 +457,9 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     worker = EngineWorker(engine, settings)
     limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
 
-    def require_key(request: Request) -> None:
+    # async: FastAPI runs a plain function on a thread pool's thread, one per request at a time
+    # (a burst left 40 threads behind)
+    async def require_key(request: Request) -> None:
         if request.url.path != PAGE_PATH:  # the page holds no data; it asks for the key itself
             check_key(settings.api_key, request)
 

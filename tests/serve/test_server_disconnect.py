@@ -225,7 +225,9 @@ def test_a_client_that_leaves_during_its_body_gets_one_log_line(tiny_models):
             clients.append(client)
             client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % promised + body)
             client.shutdown(socket.SHUT_WR)
-        gone = wait_for_line(log.lines, "went away before its request was read: nothing generated", 2)
+        # The half-closed one is heard of as gone before its body is read, or, when the server
+        # reads its body first, while it waits for its turn: either way nothing is generated.
+        gone = wait_for_line(log.lines, "nothing generated", 2)
         assert len(gone) == 2 and all(" 499 · " in line for line in gone), log.lines
         assert srv.client().completions.create(model="x", prompt="hi", max_tokens=2).usage.completion_tokens == 2
         assert not [line for line in lines.lines if "Exception" in line], lines.lines

@@ -3,6 +3,7 @@ leave behind or slow down. Real llama.cpp on the tiny models; each test counts o
 time."""
 
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -41,3 +42,22 @@ def test_responses_are_written_without_nagles_delay(srv):
         assert ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         client.close()
+
+
+def _worker_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("AnyIO worker")}
+
+
+def test_requests_start_no_threads_of_their_own(srv):
+    """The API key's check was a plain function, which FastAPI runs on a thread pool's thread for
+    every request: a burst of requests left up to 40 more threads in the process."""
+    before = _worker_threads()
+    answers = []
+    clients = [threading.Thread(target=lambda: answers.append(srv.get("/health"))) for _ in range(8)]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    status, _ = srv.post("/v1/completions", b'{"prompt": "hi", "max_tokens": 2}')
+    assert status == 200 and len(answers) == 8
+    assert _worker_threads() <= before
