@@ -23,8 +23,9 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -437,8 +438,8 @@ class EventStream(StreamingResponse):
     """Server-sent events whose generation is stopped when the response ends for any reason: sent
     to the end, or cut off by a client that went away (Starlette then cancels the body)."""
 
-    def __init__(self, chunks: AsyncIterator[str], job: Job):
-        super().__init__(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    def __init__(self, chunks: AsyncGenerator[str, None], job: Job):
+        super().__init__(_paced(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self.job = job
 
     async def __call__(self, scope, receive, send) -> None:
@@ -446,6 +447,17 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.job.cancel()
+
+
+async def _paced(chunks: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+    """The events, the event loop let run after each. A response that lags behind its engine has
+    several queued, and wrote them in one burst: a client that reset its connection meanwhile was
+    seen only after it (asyncio's connection_lost runs soon after the write that failed), and
+    asyncio logged "socket.send() raised exception." for every write past the fifth."""
+    async with aclosing(chunks):  # cancelled here, the stream's own ending (its log line) runs now
+        async for chunk in chunks:
+            yield chunk
+            await asyncio.sleep(0)
 
 
 def sse(data) -> str:
@@ -637,7 +649,7 @@ async def stream(
     request: Request,
     without_paths: Callable[[str], str],
     steps: bool = False,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The server-sent events of one streamed generation, ending with `data: [DONE]` (OpenAI's
     endpoints; llama-server's end with their last object: Reply.END_OF_STREAM). The status
     is sent already when something goes wrong: the error goes in the stream, as OpenAI's does.
