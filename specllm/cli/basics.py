@@ -14,6 +14,7 @@ variable.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -29,13 +30,17 @@ NOT_FROM_ENV = {
     # a flag in run, doctor and models, but bench's output file: one variable cannot be both
     "--json",
 }
-# Options that cannot go together (by parameter name). Where one side comes from a variable and
-# the other from the command line, the variable gives way: an exported default must not turn a
-# flag the user typed into an error.
-CONFLICTS = (
+# Options that cannot go together (by parameter name), and where given, whether their values
+# clash (else any two set do). Where one side comes from a variable and the other from the
+# command line, the variable gives way: an exported default must not turn a flag the user typed
+# into an error.
+CONFLICTS: tuple[tuple[set[str], set[str]] | tuple[set[str], set[str], Callable[[dict], bool]], ...] = (
     ({"pair"}, {"target", "draft"}),
     ({"system"}, {"chat_template"}),  # --raw
     ({"think"}, {"chat_template"}),
+    ({"reasoning_effort"}, {"chat_template"}),
+    ({"suffix"}, {"system", "think", "reasoning_effort"}),  # a fill in the middle has no chat template
+    ({"think"}, {"reasoning_effort"}, lambda p: p["think"] is True and p["reasoning_effort"] == "none"),
     ({"drafts_for"}, {"pair", "target", "draft", "drafter"}),
 )
 
@@ -81,7 +86,11 @@ def give_way_to_flags(ctx) -> None:
         found = ctx.get_parameter_source(name)
         return found.name if found is not None else None
 
-    for one, other in CONFLICTS:
+    for one, other, *clash in CONFLICTS:
+        if clash and not all(name in ctx.params for name in one | other):
+            continue  # a command without both
+        if clash and not clash[0](ctx.params):
+            continue
         for mine, theirs in ((one, other), (other, one)):
             if any(source(name) == "COMMANDLINE" for name in theirs):
                 for name in mine:

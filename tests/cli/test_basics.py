@@ -129,6 +129,32 @@ def test_a_variable_gives_way_to_a_flag_it_cannot_go_with(tiny_models):
 
 
 @pytest.mark.parametrize(
+    "env, flags",
+    [
+        ({"SPECLLM_REASONING_EFFORT": "low"}, ["--raw"]),
+        ({"SPECLLM_SYSTEM": "Be brief."}, ["--suffix", "x"]),
+        ({"SPECLLM_THINK": "0"}, ["--suffix", "x"]),
+        ({"SPECLLM_SUFFIX": "x"}, ["--system", "Be brief."]),
+        ({"SPECLLM_REASONING_EFFORT": "none"}, ["--think"]),
+        ({"SPECLLM_THINK": "1"}, ["--reasoning-effort", "none"]),
+    ],
+)
+def test_the_template_variables_give_way_to_a_flag_they_cannot_go_with(tiny_code_models, env, flags):
+    """Each of these was an error naming the flag the user typed ("drop --system")."""
+    base = ["run", "Hello", "-m", tiny_code_models.target, "--drafter", "none", "--threads", 1, "-n", 2, "--temp", 0]
+    proc = run_specllm(*base, *flags, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_template_variables_that_clash_with_each_other_are_still_refused(tiny_models):
+    base = ["run", "Hello", "-m", tiny_models.target, "--drafter", "none", "-n", 2]
+    proc = run_specllm(*base, env={"SPECLLM_THINK": "1", "SPECLLM_REASONING_EFFORT": "none"})
+    assert proc.returncode == 1 and "ask for opposite things" in proc.stderr, proc.stderr
+    low = run_specllm(*base, "--think", env={"SPECLLM_REASONING_EFFORT": "low"})  # no clash: both apply
+    assert low.returncode == 0, low.stderr
+
+
+@pytest.mark.parametrize(
     "option, value, fragment",
     [
         ("--ctx-size", "2", "context size must be at least 256"),
