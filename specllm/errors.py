@@ -11,6 +11,17 @@ class SpecllmError(Exception):
     """A problem the user can fix: bad input, a missing file, an incompatible model pair."""
 
 
+class Terminated(BaseException):
+    """SIGTERM, or SIGHUP (the terminal closed), raised in the main thread like KeyboardInterrupt
+    so that everything unwinds on the way out (Rich's live view shows the cursor again, temporary
+    files go, a chat saves its conversation), but not caught where an interrupt is (chat goes on
+    after Ctrl-C, not after SIGTERM)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class Interrupted(Exception):
     """A generation was cancelled (Generation.cancel) while its prompt was evaluated: the prefill
     stopped within a batch (on a CPU) or between two. Not a user's mistake: the generation ends

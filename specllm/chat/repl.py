@@ -3,6 +3,7 @@ reply through the views (chat/view.py), repeat; Ctrl-C stops a reply, not the ch
 conversation itself is a ChatSession (chat/session.py), which never prints.
 """
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from specllm.engine.loop import DRAFTERS, describe_models
 from specllm.engine.names import Drafter
 from specllm.engine.reasoning import closing_marker
 from specllm.engine.text import shown
-from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError
+from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError, Terminated
 from specllm.files import state_dir
 from specllm.llama.aborts import before_abort
 
@@ -170,14 +171,19 @@ def repl(session: ChatSession, console, live: bool) -> None:
     if live and session.config.drafter != Drafter.NONE:
         console.print(legend(session.config.drafter))
     console.print("/help for commands, Ctrl-D or /exit to quit", style="dim")
-    with before_abort(lambda: _save_before_abort(session)):
-        _converse(session, reader, console, live)
+    with before_abort(lambda: _save_before_exit(session)):
+        try:
+            _converse(session, reader, console, live)
+        except Terminated:  # SIGTERM, or SIGHUP: the terminal closed, and the conversation with it
+            with contextlib.suppress(OSError, SpecllmError):  # a terminal gone cannot be told
+                _save_before_exit(session)
+            raise
 
 
-def _save_before_abort(session: ChatSession) -> None:
-    """When llama.cpp ends the process (an RPC server gone), the conversation is written where
-    --resume can take it up, as /save would, with the message whose reply it cut short: nothing
-    else can keep them."""
+def _save_before_exit(session: ChatSession) -> None:
+    """When the process ends under the chat (llama.cpp aborts it, an RPC server gone; SIGTERM;
+    its terminal closed), the conversation is written where --resume can take it up, as /save
+    would, with the message whose reply it cut short: nothing else can keep them."""
     if not session.turns and not session.generating:
         return
     path = state_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -60,7 +60,7 @@ from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
-from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError
+from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError, Terminated
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
@@ -787,25 +787,29 @@ def serve(
         engine.close()
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread like KeyboardInterrupt so that everything unwinds on the
-    way out (Rich's live view shows the cursor again, temporary files go), but not caught where
-    an interrupt is (chat goes on after Ctrl-C, not after SIGTERM)."""
+def _terminate(signum, _frame):
+    raise Terminated(signum)
 
 
-def _terminate(_signum, _frame):
-    raise Terminated
+def _end_on_termination() -> None:
+    """SIGTERM and SIGHUP raise Terminated. SIGHUP only where it ends the process (not under
+    `nohup`, which ignores it): a closed terminal would otherwise kill a chat on the spot, its
+    conversation with it, and leave the cursor hidden."""
+    signal.signal(signal.SIGTERM, _terminate)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, _terminate)
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-TERMINATED = 143  # 128 + SIGTERM
+ENDED_BY = {signal.SIGTERM: "terminated", getattr(signal, "SIGHUP", None): "hangup"}
 
 
 def main() -> None:
     """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code;
-    Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143; a closed
-    stdout (`specllm run ... | head`) ends the command quietly with exit code 0."""
-    signal.signal(signal.SIGTERM, _terminate)
+    Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143, SIGHUP
+    "hangup" and 129; a closed stdout (`specllm run ... | head`) ends the command quietly with
+    exit code 0."""
+    _end_on_termination()
     _open_closed_streams()
     _replace_what_stdout_cannot_encode()
     report.use(RichReporter())
@@ -827,9 +831,10 @@ def main() -> None:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
-    except Terminated:
-        print("terminated", file=sys.stderr)
-        sys.exit(TERMINATED)
+    except Terminated as e:
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(ENDED_BY[e.signum], file=sys.stderr, flush=True)
+        _quiet_exit(128 + e.signum)
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Typer and Rich exit 1 on a closed stdout
             _quiet_exit()

@@ -507,3 +507,21 @@ def test_save_over_a_read_only_file_is_one_line_keeps_it_and_the_chat_goes_on(ti
     assert kept.read_text() == "mine\n" and stat.S_IMODE(kept.stat().st_mode) == 0o444
     assert [t["user"] for t in json.loads(saved.read_text())["turns"]] == ["Hello"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json", "saved.json"]
+
+
+@pytest.mark.parametrize("signum, code", [("SIGHUP", 129), ("SIGTERM", 143)])
+def test_a_closed_terminal_or_sigterm_saves_the_conversation_for_resume(chat, signum, code):
+    """SIGHUP (the terminal closed) or SIGTERM during a reply: the conversation, the message being
+    answered with its partial reply, is written to the state folder, as when llama.cpp aborts."""
+    import signal
+
+    term = chat(**ENDLESS)
+    term.send("Hello world\r")
+    term.expect(STREAMING)  # mid-reply
+    term.proc.send_signal(getattr(signal, signum))
+    assert term.wait() == code
+    saved = list((Path(os.environ["XDG_STATE_HOME"]) / "specllm").glob("chat-*.json"))
+    assert len(saved) == 1 and f"specllm chat --resume {saved[0]}" in flat(term.text)
+    turns = json.loads(saved[0].read_text())["turns"]
+    assert [(t["user"], t["stop_reason"]) for t in turns] == [("Hello world", "interrupted")] and turns[0]["reply"]
+    assert "Traceback" not in term.text
