@@ -451,6 +451,8 @@ def chat(
     from specllm.chat.view import use_live
     from specllm.engine.loop import make_config
 
+    if sys.stdin is None:  # started with it closed (`<&-`): no message can ever come
+        raise SpecllmError("standard input is closed: chat reads its messages from it")
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=default_seed(seed))
     check_options(max_tokens, drafter, gamma, sampler, ctx_size=ctx_size, system=system)
     variables = thinking(think, reasoning_effort)

@@ -643,6 +643,20 @@ def test_a_command_started_with_stdin_or_stdout_closed_is_no_traceback(models, c
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
+def test_chat_started_with_stdin_closed_is_one_line_before_any_model_loads(tmp_path):
+    """`specllm chat <&-` can never read a message: one line, not a traceback from the reader."""
+    missing = tmp_path / "not-loaded.gguf"  # loading it would be another error
+    proc = subprocess.run(
+        SPECLLM + ["chat", "--target", str(missing), "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert_one_line_error(proc, "standard input is closed", exit_code=1)
+
+
 def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
     """Qwen3.5's template opens a think block, which the tiny model never closes: --json has it
     as `reasoning` and an empty `text`; piped, the answer goes to stdout and the reasoning to
