@@ -26,6 +26,7 @@ from specllm.engine.loop import (
     Stats,
     Step,
     aggregate,
+    check_fits,
     check_gamma,
     check_snapshots,
 )
@@ -136,6 +137,7 @@ class ChatSession:
         not fit the context on its own."""
         # Checked before rendering: a position in the rendered conversation means nothing to the user.
         check_utf8(message, "the message")
+        check_fits(self.engine.target, message, "the message")  # not a template's failure on its size
         turn = Turn(message)
         live = [t for t in self.turns if t.in_context]
         prepared = self._render(live, turn)

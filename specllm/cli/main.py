@@ -328,7 +328,7 @@ def run(
     from rich.console import Console
 
     from specllm.chat.view import LiveView, PlainView, use_live
-    from specllm.engine.loop import make_config
+    from specllm.engine.loop import check_fits, make_config
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
@@ -353,6 +353,7 @@ def run(
     config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
+        check_fits(engine.target, text)  # else a huge prompt fails in the template, which takes the blame
         text = in_chat_template(engine, text, system, variables)
         opened = closing_marker(text) or False
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None

@@ -739,6 +739,9 @@ class Engine:
             raise SpecllmError(f"config must be a GenerationConfig, got {type(config).__name__}")
         self._check_idle()
         with self._using_models():  # preparing the run reads the models too (its drafter, their limits)
+            if isinstance(prompt, str):  # a prompt that cannot fit is refused before it is all tokenized
+                self._check_open()
+                check_fits(self.target, prompt)
             tokens = self.prompt_tokens(prompt, chat=chat, system=system)
             run = _Run(self, tokens, config)
         return Generation(self._own(run), ready=self._check_ready, in_use=self._using_models, cancel=run.cancelled.set)
@@ -772,6 +775,24 @@ def _require_str(value, what: str) -> None:
 def _check_text(text, what: str) -> None:
     _require_str(text, what)
     check_utf8(text, what)
+
+
+CHARS_PER_TOKEN_AT_MOST = 16  # of ordinary text; a text's first n_ctx times this many decide
+
+
+def check_fits(model, text: str, what: str = "the prompt") -> None:
+    """A text far longer than the context (a 100 MB file piped to `run -`) is refused from the
+    tokens of its start: tokenizing all of it would take seconds and gigabytes (a Python int per
+    token) per 100 MB, and a chat template would first fail on its size and take the blame.
+    Twice the context: a cut in the middle of a word changes only the tokens near it. A text of
+    longer tokens than that is tokenized whole, as before."""
+    head = text[: model.n_ctx * CHARS_PER_TOKEN_AT_MOST]
+    if len(head) == len(text):
+        return
+    check_utf8(head, what)  # what the tokenizer cannot take
+    n = len(model.tokenize(head, add_special=False, parse_special=True))
+    if n >= 2 * model.n_ctx:
+        raise ContextFull(n, model.n_ctx, what, detail=f" in its first {len(head)} of {len(text)} characters")
 
 
 def describe_models(engine: Engine) -> str:

@@ -525,3 +525,13 @@ def test_a_closed_terminal_or_sigterm_saves_the_conversation_for_resume(chat, si
     turns = json.loads(saved[0].read_text())["turns"]
     assert [(t["user"], t["stop_reason"]) for t in turns] == [("Hello world", "interrupted")] and turns[0]["reply"]
     assert "Traceback" not in term.text
+
+
+def test_a_message_far_longer_than_the_context_is_refused_as_such_and_the_chat_goes_on(tiny_models):
+    """A 40 MB message (a file piped in by mistake) is refused for not fitting, from the tokens of
+    its start, not as the chat template's failure on its size."""
+    huge = "hello world " * 3_400_000
+    proc = chat_piped(tiny_models.target, [huge, "Hello"])
+    out = flat(proc.stdout + proc.stderr)
+    assert f"error: the message is 2050 tokens in its first 4096 of {len(huge)} characters" in out, out[-500:]
+    assert "shorten it or raise --ctx-size" in out and out.count("[max_tokens]") == 1  # "Hello" got its reply

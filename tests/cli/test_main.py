@@ -657,6 +657,20 @@ def test_chat_started_with_stdin_closed_is_one_line_before_any_model_loads(tmp_p
     assert_one_line_error(proc, "standard input is closed", exit_code=1)
 
 
+@pytest.mark.parametrize("template", ["--chat-template", "--raw"])
+def test_a_prompt_far_longer_than_the_context_is_refused_from_its_start(models, template):
+    """40 MB on stdin for a 256-token context: one line saying it does not fit, from the tokens of
+    its start, not after tokenizing all of it (10 s and 2 GB of token ids), nor as the chat
+    template's failure on its size (which named --raw, which did not help)."""
+    text = "hello world " * 3_400_000
+    started = time.monotonic()
+    proc = specllm_run("-", *models, "-n", 4, template, stdin=text)
+    assert_one_line_error(
+        proc, "the prompt is", f"tokens in its first 4096 of {len(text)} characters", "holds 256", exit_code=1
+    )
+    assert time.monotonic() - started < 20  # a few seconds, most of it piping and checking the text
+
+
 def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
     """Qwen3.5's template opens a think block, which the tiny model never closes: --json has it
     as `reasoning` and an empty `text`; piped, the answer goes to stdout and the reasoning to
