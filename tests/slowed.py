@@ -1,5 +1,6 @@
 """Slowing llama.cpp's calls down by a known amount, to check what the engine counts as theirs."""
 
+import threading
 import time
 
 import llama_cpp
@@ -24,3 +25,21 @@ def slowed(monkeypatch, *names: str) -> None:
         for module in (llama_cpp, model):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, _slow(getattr(module, name)))
+
+
+def closed_from_another_thread(generation) -> list:
+    """Consume `generation` in a thread of its own and close it from this one once its first step
+    is out (slowed, the consumer is then most likely inside the next); the steps it saw."""
+    first_step, steps = threading.Event(), []
+
+    def consume():
+        for step in generation:
+            steps.append(step)
+            first_step.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    first_step.wait()
+    generation.close()
+    worker.join()
+    return steps

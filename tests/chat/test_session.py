@@ -15,7 +15,7 @@ import weakref
 import llama_cpp
 import pytest
 import tiny_models as tm
-from slowed import slowed
+from slowed import closed_from_another_thread, slowed
 
 import specllm
 from specllm.chat import session as chat
@@ -320,18 +320,7 @@ def test_a_reply_closed_from_another_thread_stops_after_the_step_under_way(engin
     session = ChatSession(engine, greedy(max_tokens=200, drafter="none"), system=SYSTEM)
     slowed(monkeypatch, "llama_decode")  # each step spends most of its time inside llama.cpp
     reply = session.stream(session.prepare("def add(a, b):"))
-    first_step, steps = threading.Event(), []
-
-    def consume():
-        for step in reply:
-            steps.append(step)
-            first_step.set()
-
-    worker = threading.Thread(target=consume)
-    worker.start()
-    first_step.wait()
-    reply.close()
-    worker.join()
+    steps = closed_from_another_thread(reply)
     assert not reply.finished and len(steps) < 50
     [partial] = session.turns
     assert partial.stop_reason == "interrupted" and not session.generating

@@ -13,7 +13,7 @@ import time
 import llama_cpp
 import numpy as np
 import pytest
-from slowed import SLOW_CALL, slowed
+from slowed import SLOW_CALL, closed_from_another_thread, slowed
 from stats import SAMPLER, chi_square_pvalue, target_joint_distribution
 
 import specllm
@@ -671,18 +671,7 @@ def test_a_generation_closed_from_another_thread_stops_after_the_step_under_way(
     and the generation went on to the end."""
     slowed(monkeypatch, "llama_decode")
     generation = engine.start(PROMPTS[0], max_tokens=200, temperature=0, drafter="model")
-    first_step, steps = threading.Event(), []
-
-    def consume():
-        for step in generation:
-            steps.append(step)
-            first_step.set()
-
-    worker = threading.Thread(target=consume)
-    worker.start()
-    first_step.wait()
-    generation.close()
-    worker.join()
+    steps = closed_from_another_thread(generation)
     assert not generation.finished and len(steps) < 50
     assert engine.generate(PROMPTS[1], max_tokens=4, temperature=0).stats.generated_tokens == 4
 
