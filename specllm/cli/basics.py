@@ -87,10 +87,8 @@ def give_way_to_flags(ctx) -> None:
         return found.name if found is not None else None
 
     for one, other, *clash in CONFLICTS:
-        if clash and not all(name in ctx.params for name in one | other):
-            continue  # a command without both
-        if clash and not clash[0](ctx.params):
-            continue
+        if clash and not (all(name in ctx.params for name in one | other) and clash[0](ctx.params)):
+            continue  # values that do not clash, or a command without both options
         for mine, theirs in ((one, other), (other, one)):
             if any(source(name) == "COMMANDLINE" for name in theirs):
                 for name in mine:
