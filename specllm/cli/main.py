@@ -55,7 +55,7 @@ from specllm.cli.options import (
     a_value,
     error_line,
 )
-from specllm.cli.report import RichReporter
+from specllm.cli.report import RichReporter, names_console
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
@@ -609,7 +609,6 @@ def bench(
 ):
     """Measure speculative against target-only decoding on a prompt suite, and explain the result;
     with --drafts-for, find the fastest draft on disk for a target."""
-    from rich.console import Console
 
     from specllm.bench import runner as b
     from specllm.bench.view import BenchProgress, render
@@ -668,8 +667,7 @@ def bench(
     )
     with BenchProgress() as progress:
         results = b.run_bench(engine, suite, settings, progress)
-    # first: if the file cannot be written after all, the results are still seen (names as they are)
-    render(results, Console(emoji=False))
+    render(results, names_console())  # first: if the file cannot be written after all, the results are still seen
     if json_file is not None:
         b.write_json(results, json_file)
 
@@ -677,7 +675,6 @@ def bench(
 def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file, default_gammas: bool = False) -> None:
     """bench --drafts-for: the drafts on disk that fit the target, measured side by side against
     target-only decoding; the fastest is remembered for the target (winners.py)."""
-    from rich.console import Console
 
     from specllm import load
     from specllm.bench.race import race
@@ -720,7 +717,7 @@ def race_drafts(spec, suite, settings, options: LoadOptions, *, json_file, defau
     remembered = winners.remembered(target_path, rpc=rpc)
     results["remembered"] = results["winner"] is not None and remembered is not None
     results["target"]["spec"] = spec
-    render_draft_race(results, Console(emoji=False))  # names as they are
+    render_draft_race(results, names_console())
     if json_file is not None:
         write_json(results, json_file)
 

@@ -16,11 +16,11 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from specllm.cli.options import ModelsFileOption, OfflineOption, SourceOption
+from specllm.cli.report import names_console
 from specllm.engine.text import shown
 from specllm.errors import SpecllmError
 from specllm.files import human_size
@@ -67,7 +67,7 @@ def models_command(
         }
         print(json.dumps(listing))
         return
-    console = _console()
+    console = names_console()
     console.print(_pairs_table(pairs))
     console.print(_files_table(on_disk, total, architectures))
     where = [f"HF cache: {hf_cache_dir()}", f"specllm cache: {cache_dir()}"]
@@ -154,14 +154,14 @@ def _drafts_for(spec: str, pairs: dict[str, Pair], as_json: bool) -> None:
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[c.compatible]
         # (names and reasons quote file names and tokens: "[/]" in one was read as Rich markup, and failed)
         table.add_row(_shown(c.name), _shown(c.origin), _size(c.size), fits, _shown(c.reason))
-    _console().print(
+    names_console().print(
         table
         if found
         else f"no other GGUF on disk (the caches and stores `specllm models` lists) to draft for {_shown(what)}"
     )
     if fastest is not None:  # what a run of this target alone uses before the order above
         speed = f"{fastest.speedup:.2f}x target-only, " if fastest.speedup is not None else ""
-        _console(highlight=False).print(
+        names_console(highlight=False).print(
             f"Measured fastest here ({speed}`specllm bench --drafts-for`), used first: {_shown(fastest.name)}"
         )
 
@@ -190,7 +190,7 @@ def rm_command(
 ) -> None:
     """Remove downloaded models from specllm's cache and the Hugging Face cache (nothing else)."""
     found = local_models.find_for_removal(what, load_pairs(models_file))
-    console = _console(stderr=True, highlight=False)
+    console = names_console(stderr=True, highlight=False)
     for m in found:
         files = f", {len(m.parts)} files" if len(m.parts) > 1 else ""
         console.print(_shown(f"{m.spec}  ({_size(m.size)}, {m.cache}{files})"), soft_wrap=True)
@@ -237,7 +237,7 @@ def pull_command(
         return
     target, draft, chosen = resolve_models(pair=pair, source=source, offline=offline, models_file=models_file)
     assert chosen is not None  # a pair was asked for, not --target
-    console = _console(highlight=False)
+    console = names_console(highlight=False)
     for role, path in (("target", target), ("draft", draft)):
         if path is not None:
             console.print(_shown(f"{role:6}  {path}  ({_bytes(path)})"), soft_wrap=True)  # never break a path
@@ -249,7 +249,7 @@ def _pull_file(spec: str, source: Source, offline: bool, models_file: Path | Non
     """One Hub file, checked as a pair's are (its size and SHA-256 as the Hub gives them, its GGUF
     header); the draft is chosen when it runs."""
     path, _, _ = resolve_models(target=spec, source=source, offline=offline, models_file=models_file)
-    console = _console(highlight=False)
+    console = names_console(highlight=False)
     console.print(_shown(f"target  {path}  ({_bytes(path)})"), soft_wrap=True)
     console.print("[green]ready:[/] " + _shown(f"{spec}; `specllm run --target {spec}` runs it"), soft_wrap=True)
 
@@ -275,12 +275,6 @@ def _where(path: Path | None) -> str:
 def _bytes(path: Path) -> str:
     size = local_models.size_on_disk(path)
     return f"{size:,} bytes, {_size(size)}"
-
-
-def _console(**options) -> Console:
-    """A console that shows names as they are: Rich reads ":llama:" in ollama:llama:latest as an
-    emoji's code, and shows 🦙 in its place."""
-    return Console(emoji=False, **options)
 
 
 def _shown(text: str) -> str:

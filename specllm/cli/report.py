@@ -10,16 +10,22 @@ from collections.abc import Iterator
 from specllm.report import Advance
 
 
+def names_console(**options):
+    """A Rich console that shows names as they are: Rich reads ":llama:" in ollama:llama:latest as
+    an emoji's code, and shows 🦙 in its place."""
+    from rich.console import Console
+
+    return Console(emoji=False, **options)
+
+
 class RichReporter:
     def say(self, line: str) -> None:
         """One line, never wrapped (it names files)."""
-        from rich.console import Console
         from rich.markup import escape
 
         from specllm.engine.text import shown
 
-        # (without emoji: Rich would show ":llama:" of a name such as ollama:llama:latest as one)
-        console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        console = names_console(stderr=True, highlight=False, soft_wrap=True)
         console.print(f"[dim]specllm:[/] {escape(shown(line))}")
 
     @contextlib.contextmanager
