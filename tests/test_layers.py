@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specllm"
 # Lowest first. Groups in one layer are siblings. The package's own __init__ (specllm.load and the
 # lazy public names) sits above the features and below the command line that uses it.
 LAYERS = [
-    {"base": ("errors", "files", "report", "_version")},
+    {"base": ("errors", "files", "report", "suspend", "_version")},
     {"llama": ("llama",)},
     {"engine": ("engine",), "models": ("models",)},
     {"chat": ("chat",), "serve": ("serve",), "bench": ("bench",)},

@@ -3,6 +3,8 @@ The only module that renders bench results with Rich; bench.py only measures."""
 
 from __future__ import annotations
 
+import contextlib
+
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -11,6 +13,7 @@ from rich.text import Text
 
 from specllm.bench.runner import NEAR_TIE, NOISE
 from specllm.engine.text import shown
+from specllm.suspend import suspending_cleanly
 
 BAR_WIDTH = 40
 
@@ -30,13 +33,16 @@ class BenchProgress:
             disable=not self.console.is_terminal,  # off a terminal a bar is only noise (and a stray newline)
         )
         self._task: TaskID | None = None
+        self._ending = contextlib.ExitStack()
 
     def __enter__(self):
-        self._progress.__enter__()
+        self._ending.enter_context(self._progress)
+        # one row: redrawn after `fg`, it erases its own line only
+        self._ending.enter_context(suspending_cleanly(self._progress.stop, self._progress.start))
         return self
 
     def __exit__(self, *exc):
-        return self._progress.__exit__(*exc)
+        return self._ending.__exit__(*exc)
 
     def __call__(self, description: str, completed: int, total: int) -> None:
         if self._task is None:

@@ -10,6 +10,7 @@ A thinking model's reasoning (engine/reasoning.py) is shown apart from its answe
 block's tags: dimmed above the answer in LiveView, on stderr in PlainView.
 """
 
+import contextlib
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from specllm.engine.loop import Result, Stats, Step
 from specllm.engine.names import Drafter
 from specllm.engine.reasoning import ReasoningSplitter, Split
 from specllm.engine.text import shown
+from specllm.suspend import suspending_cleanly
 
 ACCEPTED = "green"
 TARGET = "bold"
@@ -174,19 +176,30 @@ class LiveView:
         self._stats: Stats | None = None
         # Redrawn from this thread, never Rich's refresh thread: that one would wrap `body` while
         # step() appends to it (an IndexError inside Text.wrap that kills it, seen on long replies).
-        self._live = Live(console=console, auto_refresh=False, transient=True, get_renderable=self._render)
+        self._live = self._new_live()
+        self._ending = contextlib.ExitStack()
         self._drawn_at = 0.0
         self._redraw_gap = REDRAW_SECONDS
         self.parts = ReplyParts(opened)
         self._reasoned = self._answered = False  # some reasoning, some answer shown
 
+    def _new_live(self) -> Live:
+        return Live(console=self.console, auto_refresh=False, transient=True, get_renderable=self._render)
+
     def __enter__(self):
-        self._live.__enter__()
-        self._live.refresh()
+        self._live.start(refresh=True)
+        self._ending.callback(lambda: self._live.stop())
+        self._ending.enter_context(suspending_cleanly(lambda: self._live.stop(), self._draw_anew))
         return self
 
+    def _draw_anew(self) -> None:
+        """After Ctrl-Z and `fg`: a new Live, since the stopped one would begin its first redraw by
+        erasing as many lines above the cursor as it last drew (the shell's lines, now)."""
+        self._live = self._new_live()
+        self._live.start(refresh=True)
+
     def __exit__(self, *exc):
-        self._live.__exit__(*exc)
+        self._ending.close()
         if exc[0] is not None and self.body:  # interrupted: keep what was shown
             self.console.print(self.body)
         return False
@@ -215,7 +228,7 @@ class LiveView:
 
     def finish(self, result: Result) -> None:
         self._show(self.parts.finish())
-        self._live.__exit__(None, None, None)
+        self._ending.close()
         self.console.print(self.body)
         if self.show_legend:
             self.console.print(legend(self.drafter))

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator
 
 from specllm.report import Advance
+from specllm.suspend import suspending_cleanly
 
 
 def names_console(**options):
@@ -34,6 +35,8 @@ class RichReporter:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        bar = Progress(*columns, console=Console(stderr=True), transient=True)
+        # one row: redrawn after Ctrl-Z and `fg`, it erases its own line only
+        with bar, suspending_cleanly(bar.stop, bar.start):
             task = bar.add_task(description, total=total)
             yield lambda n: bar.advance(task, n)

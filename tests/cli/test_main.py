@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import time
 import pytest
 from one_line import assert_one_line_error
 from serving import serving
-from terminal import Terminal
+from terminal import STOPPED, Terminal
 
 import specllm
 
@@ -591,6 +592,32 @@ def test_sigterm_during_the_live_view_restores_the_cursor(tiny_models):
     raw = term.raw.decode("utf-8", errors="replace")
     assert rc == 143 and "terminated" in term.text and "Traceback" not in term.text, term.text[-2000:]
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
+
+
+def _cursor_shown(raw: bytes) -> bool:
+    text = raw.decode("utf-8", errors="replace")
+    return text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l")
+
+
+def test_ctrl_z_takes_the_live_view_off_the_screen_and_fg_draws_it_again(tiny_models):
+    """Stopped, the job leaves the shell a cursor and no half-erased view; continued, it draws
+    the view again below what the shell wrote, and goes on to its end."""
+    args = ["run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, *ENDLESS]
+    term = Terminal(args, job_control=True)
+    term.expect("tok/s")
+    term.send("\x1a")  # Ctrl-Z: the terminal sends SIGTSTP to the job
+    term.expect(re.escape(STOPPED))
+    stopped_at = len(term.raw)
+    assert _cursor_shown(term.raw)
+    time.sleep(0.5)
+    assert len(term.raw) == stopped_at  # stopped: it draws nothing more
+    term.send("fg\n")
+    term.expect("tok/s")  # drawn again, from where the cursor is: no line above it erased
+    first_draw = term.raw[stopped_at:]
+    assert not _cursor_shown(term.raw) and b"\x1b[1A" not in first_draw[: first_draw.index(b"tok/s")]
+    term.send("\x03")
+    rc = term.wait()
+    assert rc == 130 and _cursor_shown(term.raw) and "Traceback" not in term.text, term.text[-2000:]
 
 
 def test_a_closed_pipe_ends_a_command_quietly_with_exit_code_0(models, start, isolated):
