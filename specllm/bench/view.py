@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specllm.bench.runner import NEAR_TIE, NOISE
-from specllm.engine.text import shown
+from specllm.engine.text import shown, shown_on_one_line
 from specllm.suspend import suspending_cleanly
 
 BAR_WIDTH = 40
@@ -571,7 +571,9 @@ def draft_race_table(results: dict) -> Table:
         for i, g in enumerate(draft["by_gamma"]):
             first = i == 0  # a draft's fastest draft length first, the others dim below it
             name = (
-                Text(shown(draft["name"])).append(f"\n{draft['origin']}, {_size(draft['size'])}", style="dim")
+                Text(shown_on_one_line(draft["name"])).append(
+                    f"\n{draft['origin']}, {_size(draft['size'])}", style="dim"
+                )
                 if first
                 else ""
             )

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from specllm.cli.options import ModelsFileOption, OfflineOption, SourceOption
 from specllm.cli.report import names_console
-from specllm.engine.text import shown
+from specllm.engine.text import shown, shown_on_one_line
 from specllm.errors import SpecllmError
 from specllm.files import human_size
 from specllm.models import local as local_models
@@ -72,7 +72,7 @@ def models_command(
     console.print(_files_table(on_disk, total, architectures))
     where = [f"HF cache: {hf_cache_dir()}", f"specllm cache: {cache_dir()}"]
     where += [f"{name}: {', '.join(map(str, folders))}" for name, folders in stores.roots().items()]
-    console.print(_shown("\n".join(where)), highlight=False, soft_wrap=True)
+    console.print("\n".join(map(_shown, where)), highlight=False, soft_wrap=True)
 
 
 def _pairs_table(pairs: dict[str, Pair]) -> Table:
@@ -281,7 +281,7 @@ def _shown(text: str) -> str:
     """A name or a line that quotes one (a file name, a token), for Rich: its control characters
     made visible (an escape sequence in a file name was obeyed by the terminal) and its brackets
     never read as markup."""
-    return escape(shown(text))
+    return escape(shown_on_one_line(text))
 
 
 def _size(n: int | None) -> str:

@@ -24,10 +24,10 @@ class RichReporter:
         """One line, never wrapped (it names files)."""
         from rich.markup import escape
 
-        from specllm.engine.text import shown
+        from specllm.engine.text import shown_on_one_line
 
         console = names_console(stderr=True, highlight=False, soft_wrap=True)
-        console.print(f"[dim]specllm:[/] {escape(shown(line))}")
+        console.print(f"[dim]specllm:[/] {escape(shown_on_one_line(line))}")
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[Advance]:

@@ -43,6 +43,15 @@ def shown(text: str) -> str:
     return text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
+_LINE_BREAKS = str.maketrans({"\n": "\u2424", "\t": "\u2409"})
+
+
+def shown_on_one_line(text: str) -> str:
+    """A name, or a line that quotes one, as shown(), and its newlines and tabs as symbols too (␤,
+    ␉): a file name may hold either, and would split its row of a table or its line."""
+    return shown(text).translate(_LINE_BREAKS)
+
+
 class TextStream:
     """`min_indent` and `line_seconds` are an editor's limits on a completion, as llama-server
     applies them (its n_indent and t_max_predict_ms): the text ends before the first character of

@@ -461,11 +461,14 @@ def test_names_that_look_like_markup_are_shown_as_they_are(isolated, tiny_models
 
 
 def test_an_escape_sequence_in_a_file_name_is_shown_not_obeyed(isolated, tiny_models, small_models):
+    """And a tab or a newline as a symbol too, which would split the name's row of the table."""
     into_specllm_cache(small_models["smaller.gguf"], "tiny-org/odd-GGUF", "red\x1b[31m.gguf")
+    into_specllm_cache(small_models["smaller.gguf"], "tiny-org/odd-GGUF", "two\tlines\nof.gguf")
     for args in (["models"], ["models", "--drafts-for", tiny_models.target]):
         proc = specllm(*args, env={"COLUMNS": "250"})
         assert proc.returncode == 0, proc.stderr
         assert "hf:tiny-org/odd-GGUF/red␛[31m.gguf" in proc.stdout and "\x1b" not in proc.stdout
+        assert "hf:tiny-org/odd-GGUF/two␉lines␤of.gguf" in proc.stdout
 
 
 def test_run_finds_the_smallest_compatible_draft_and_says_so(drafts_on_disk, tiny_models):
