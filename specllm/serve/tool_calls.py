@@ -32,6 +32,7 @@ chunks gives what parsing it whole (`parse_tool_calls`) gives. Text around calls
 whitespace at its two ends.
 """
 
+import ast
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -41,16 +42,33 @@ from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
 from specllm.engine.reasoning import opens_thinking, without_empty_block, without_opening
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+# The markers around the Hermes forms' calls (JSON, the XML form, GLM's), as each model writes them;
+# the closing one is optional (a model may stop or go on without it), None where there is none.
+WRAPPERS = (
+    (HERMES_OPEN, HERMES_CLOSE),  # Hermes, Qwen, Granite 4, GLM, Qwen3.5
+    ("<TOOLCALL>", "</TOOLCALL>"),  # Nemotron Nano v2
+    ("<|tool_call|>", None),  # Granite 3.3
+    ("<tool_calls>", "</tool_calls>"),  # Apriel
+    ("<seed:tool_call>", "</seed:tool_call>"),  # Seed-OSS
+    ("<|START_ACTION|>", "<|END_ACTION|>"),  # Command R7B, Cohere2 MoE
+    ("<|tools_prefix|>", "<|tools_suffix|>"),  # Apertus
+    ("<|function_call|>", None),  # GigaChat 3.1
+)
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 XML_FUNCTION, XML_FUNCTION_END = "<function=", "</function>"
 XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
 XML_KEY = re.compile(r"[^<>\s]+")
 GLM_KEY, GLM_VALUE = ("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>")
-MINIMAX_OPEN, MINIMAX_CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
-MINIMAX_INVOKE, MINIMAX_INVOKE_END = '<invoke name="', "</invoke>"
-MINIMAX_PARAMETER, MINIMAX_PARAMETER_END = '<parameter name="', "</parameter>"
+DSML = "<｜DSML｜"  # DeepSeek V3.2's and V4's markup: MiniMax M2's behind other markers
+STRING_ATTRIBUTE = '" string="'  # DSML's parameter tag says whether its value is text as written
 HARMONY_CALL = CALL_OPEN + "functions."
+DEEPSEEK_CALLS, DEEPSEEK_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DEEPSEEK_CALL, DEEPSEEK_SEP, DEEPSEEK_CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+KIMI_CALLS, KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+KIMI_INDEX = re.compile(r":[0-9]*")
+LFM2_OPEN, LFM2_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
+PYTHON_LITERALS = {"true": True, "false": False, "null": None}  # JSON's, which LFM2 writes too
 GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
 GEMMA_KEY = re.compile(r"[^:}]+")
 GEMMA_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -58,6 +76,7 @@ GEMMA_NUMBER_CHARS = re.compile(r"[-+0-9.eE]+")
 GEMMA_LITERALS = {"true": True, "false": False, "null": None}
 FENCE = "```"
 CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
+ACTION_KEYS = {"tool_call_id", "tool_name", "parameters"}  # Command R7B's call
 WRAPPER_KEYS = {"type", "function", "id"}
 MISTRAL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 FENCE_LANGUAGE = re.compile(r"[A-Za-z0-9_+-]*")
@@ -86,6 +105,53 @@ MORE = _More()
 class _Match:
     end: int  # where the call region ends in the text it was matched on
     calls: list[ToolCall]  # none: the region is text, all of it (its JSON is not all calls)
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A call written as a marker, the tool's name, a separator, its arguments as JSON, and an
+    end marker; such calls may come one after another in a block (`blocks`)."""
+
+    head: str
+    separator: str
+    tail: str
+    tail_optional: bool = False
+    index: bool = False  # ":N" after the name (Kimi's call ids, functions.NAME:N)
+
+
+NAMED_FORMS = (
+    _Named(HARMONY_CALL, CALL_HEADER, CALL_CLOSE),  # gpt-oss: the form engine/harmony.py gives each call
+    _Named("<|tool_call_begin|>functions.", "<|tool_call_argument_begin|>", "<|tool_call_end|>", True, True),  # Kimi K2
+    _Named(DEEPSEEK_CALL + "function" + DEEPSEEK_SEP, "\n```json\n", "```" + DEEPSEEK_CALL_END),  # DeepSeek R1
+    _Named(DEEPSEEK_CALL, DEEPSEEK_SEP, DEEPSEEK_CALL_END),  # DeepSeek V3.1
+)
+NAMED_BLOCKS = ((KIMI_CALLS, KIMI_CALLS_END), (DEEPSEEK_CALLS, DEEPSEEK_CALLS_END))
+
+
+@dataclass(frozen=True)
+class _Invokes:
+    """Calls in a block, each an invoke tag naming the tool, with a parameter tag per argument
+    (MiniMax M2's form)."""
+
+    block: tuple[str, str]
+    invoke: tuple[str, str]
+    parameter: tuple[str, str]
+
+
+INVOKE_FORMS = (
+    _Invokes(
+        ("<minimax:tool_call>", "</minimax:tool_call>"), ('<invoke name="', "</invoke>"),
+        ('<parameter name="', "</parameter>"),
+    ),  # MiniMax M2
+    _Invokes(
+        (DSML + "function_calls>", "</｜DSML｜function_calls>"), (DSML + 'invoke name="', "</｜DSML｜invoke>"),
+        (DSML + 'parameter name="', "</｜DSML｜parameter>"),
+    ),  # DeepSeek V3.2
+    _Invokes(
+        (DSML + "tool_calls>", "</｜DSML｜tool_calls>"), (DSML + 'invoke name="', "</｜DSML｜invoke>"),
+        (DSML + 'parameter name="', "</｜DSML｜parameter>"),
+    ),  # DeepSeek V4
+)  # fmt: skip
 
 
 def parse_tool_calls(
@@ -162,8 +228,8 @@ class ToolCallParser:
         """The call region at the start of `text`, None when there is none, MORE when the text
         so far cannot tell."""
         forms = (
-            self._hermes, self._python_tag, self._mistral, self._gemma, self._minimax, self._harmony,
-            self._fenced, self._bare,
+            self._wrapped, self._python_tag, self._mistral, self._gemma, self._invokes, self._named_blocks,
+            self._named, self._pythonic, self._fenced, self._bare,
         )  # fmt: skip
         for form in forms:
             found = form(text)
@@ -171,10 +237,19 @@ class ToolCallParser:
                 return found
         return None
 
+    @staticmethod
+    def _first(found: "Iterable[_Match | _More | None]"):
+        """The first form that matches or may (the forms of a table: no marker of one begins another's)."""
+        return next((each for each in found if each is not None), None)
+
     # --- the forms: each returns a _Match, MORE, or None (not this form) --------------------
 
-    def _hermes(self, text: str):
-        after = _after_marker(text, HERMES_OPEN, self.ended)
+    def _wrapped(self, text: str):
+        return self._first(self._wrapped_in(text, opening, closing) for opening, closing in WRAPPERS)
+
+    def _wrapped_in(self, text: str, opening: str, closing: str | None):
+        """A call after `opening`: JSON (one value), the XML form or GLM's, then `closing` if it follows."""
+        after = _after_marker(text, opening, self.ended)
         if not isinstance(after, int):
             return after
         start = _skip_spaces(text, after)
@@ -184,14 +259,14 @@ class ToolCallParser:
         if isinstance(xml, int):
             found = self._xml_call(text, start + xml)
         elif start < len(text) and text[start] not in "[{":
-            found = self._glm_call(text, start)
+            found = self._glm_call(text, start, closing or "")
         else:
             found = self._json_calls(text, start)
-        if not isinstance(found, _Match):
+        if not isinstance(found, _Match) or closing is None:
             return found
         # The closing tag is optional (a model may stop or go on without it).
         close = _skip_spaces(text, found.end)
-        tag = _after_marker(text[close:], HERMES_CLOSE, self.ended)
+        tag = _after_marker(text[close:], closing, self.ended)
         if tag is MORE:
             return MORE
         return _Match(close + tag, found.calls) if isinstance(tag, int) else found
@@ -228,9 +303,9 @@ class ToolCallParser:
             arguments[key.group()] = self._value(name, key.group(), text[after_key + 1 : close])
             i = close + len(XML_PARAMETER_END)
 
-    def _glm_call(self, text: str, i: int):
+    def _glm_call(self, text: str, i: int, closing: str):
         """After <tool_call>: name, then <arg_key>key</arg_key><arg_value>value</arg_value> for
-        each argument (GLM's calls; the closing </tool_call> is _hermes's)."""
+        each argument (GLM's calls; the closing </tool_call> is _wrapped_in's)."""
         found = self._name_at(text, i)
         if not isinstance(found, tuple):
             return found
@@ -245,9 +320,9 @@ class ToolCallParser:
                 return MORE
             pair = self._tagged(text, i, GLM_KEY) if i < len(text) else None
             if pair is None:  # the arguments end: a call only if the closing tag or the reply follows
-                closing = i == len(text) or text.startswith(HERMES_CLOSE[: len(text) - i], i)
+                ends = i == len(text) or (closing != "" and text.startswith(closing[: len(text) - i], i))
                 given = _arguments(arguments)
-                return _Match(end, [ToolCall(name, given)]) if closing and given is not None else None
+                return _Match(end, [ToolCall(name, given)]) if ends and given is not None else None
             if pair is MORE:
                 return MORE
             key, after_key = pair
@@ -268,11 +343,18 @@ class ToolCallParser:
             return None if self.ended else MORE
         return text[i + after : close], close + len(closing)
 
-    def _minimax(self, text: str):
-        """<minimax:tool_call>, then <invoke name="name"> with a <parameter name="key">value
-        </parameter> for each argument and </invoke>, for each call, then </minimax:tool_call>
-        (MiniMax M2's calls)."""
-        after = _after_marker(text, MINIMAX_OPEN, self.ended)
+    def _invokes(self, text: str):
+        """A block of invokes (INVOKE_FORMS: MiniMax M2's, DeepSeek V3.2's)."""
+        return self._first(
+            self._block(text, form.block, lambda text, i, form=form: self._invoke(text, i, form))
+            for form in INVOKE_FORMS
+        )
+
+    def _block(self, text: str, markers: tuple[str, str], read_call: Callable):
+        """The opening marker, then calls (`read_call`: (the call, where it ends), None or MORE),
+        then the closing marker, which the reply's end may stand for."""
+        opening, closing = markers
+        after = _after_marker(text, opening, self.ended)
         if not isinstance(after, int):
             return after
         calls: list[ToolCall] = []
@@ -281,18 +363,19 @@ class ToolCallParser:
             i = _skip_spaces(text, i)
             if i == len(text):
                 return (_Match(i, calls) if calls else None) if self.ended else MORE
-            close = _after_marker(text[i:], MINIMAX_CLOSE, self.ended)
+            close = _after_marker(text[i:], closing, self.ended)
             if isinstance(close, int):
                 return _Match(i + close, calls) if calls else None
-            invoke = self._minimax_invoke(text, i)
-            if not isinstance(invoke, tuple):
-                return MORE if invoke is MORE or close is MORE else None
-            call, i = invoke
+            found = read_call(text, i)
+            if not isinstance(found, tuple):
+                return MORE if found is MORE or close is MORE else None
+            call, i = found
             calls.append(call)
 
-    def _minimax_invoke(self, text: str, i: int):
-        """(the call, where it ends) of the <invoke name="..."> at `i`; None, or MORE."""
-        head = self._named_tag(text, i, MINIMAX_INVOKE)
+    def _invoke(self, text: str, i: int, form: _Invokes):
+        """(the call, where it ends) of the <invoke name="..."> at `i`, with a <parameter
+        name="key">value</parameter> per argument; None, or MORE."""
+        head = self._named_tag(text, i, form.invoke[0])
         if not isinstance(head, tuple):
             return head
         name, i = head
@@ -301,18 +384,21 @@ class ToolCallParser:
         arguments: dict[str, object] = {}
         while True:
             i = _skip_spaces(text, i)
-            end = _after_marker(text[i:], MINIMAX_INVOKE_END, self.ended)
+            end = _after_marker(text[i:], form.invoke[1], self.ended)
             if isinstance(end, int):
                 given = _arguments(arguments)
                 return (ToolCall(name, given), i + end) if given is not None else None
-            parameter = self._named_tag(text, i, MINIMAX_PARAMETER)
+            parameter = self._named_tag(text, i, form.parameter[0])
             if not isinstance(parameter, tuple):
                 return MORE if parameter is MORE or end is MORE else None
             key, i = parameter
-            close = text.find(MINIMAX_PARAMETER_END, i)
+            close = text.find(form.parameter[1], i)
             if close < 0:
                 return None if self.ended else MORE
-            arguments[key], i = self._value(name, key, text[i:close]), close + len(MINIMAX_PARAMETER_END)
+            key, _, string = key.partition(STRING_ATTRIBUTE)  # DSML's: key" string="true
+            written = text[i:close]
+            arguments[key] = written if string == "true" else self._value(name, key, written)
+            i = close + len(form.parameter[1])
 
     def _named_tag(self, text: str, i: int, opening: str):
         """(the name, where the tag ends) of `opening`NAME"> at `i`; None, or MORE."""
@@ -427,27 +513,84 @@ class ToolCallParser:
         call = self._call({"name": name, "arguments": arguments})
         return _Match(end + close, [call]) if call else None
 
-    def _harmony(self, text: str):
-        """A harmony message to a function, as engine/harmony.py writes it: its arguments are
-        its whole body, which ends at CALL_CLOSE."""
-        found = self._name_after(text, HARMONY_CALL)
+    def _named(self, text: str):
+        """A call of NAMED_FORMS on its own (a harmony message to a function: its arguments are
+        its whole body, which ends at CALL_CLOSE)."""
+        for form in NAMED_FORMS:
+            found = self._named_call(text, 0, form)
+            if found is not None:
+                return _Match(found[1], [found[0]]) if isinstance(found, tuple) else found
+        return None
+
+    def _named_blocks(self, text: str):
+        """Calls of NAMED_FORMS in a block (Kimi K2's section, DeepSeek's)."""
+        return self._first(self._block(text, markers, self._named_any) for markers in NAMED_BLOCKS)
+
+    def _named_any(self, text: str, i: int):
+        return self._first(self._named_call(text, i, form) for form in NAMED_FORMS)
+
+    def _named_call(self, text: str, i: int, form: _Named):
+        """(the call, where it ends) of `form` at `i`; None, or MORE."""
+        found = self._name_after(text[i:], form.head)
         if not isinstance(found, tuple):
             return found
         name, head = found
         if name not in self.names:
             return None
-        header = _after_marker(text[head:], CALL_HEADER, self.ended)
-        if not isinstance(header, int):
-            return header
-        value = self._json_at(text, _skip_spaces(text, head + header))
+        head += i
+        if form.index:
+            index = KIMI_INDEX.match(text, head)
+            if index is None or (index.end() < len(text) and index.group() == ":"):
+                return None
+            if index.end() == len(text):
+                return None if self.ended else MORE
+            head = index.end()
+        separator = _after_marker(text[head:], form.separator, self.ended)
+        if not isinstance(separator, int):
+            return separator
+        value = self._json_at(text, _skip_spaces(text, head + separator))
         if not isinstance(value, tuple):
             return value
         end, arguments = value
-        close = _after_marker(text[_skip_spaces(text, end) :], CALL_CLOSE, self.ended)
-        if not isinstance(close, int):
-            return close
         call = self._call({"name": name, "arguments": arguments})
-        return _Match(_skip_spaces(text, end) + close, [call]) if call else None
+        close = _after_marker(text[_skip_spaces(text, end) :], form.tail, self.ended)
+        if close is MORE or call is None:
+            return None if call is None else MORE
+        if isinstance(close, int):
+            return call, _skip_spaces(text, end) + close
+        return (call, end) if form.tail_optional else None
+
+    def _pythonic(self, text: str):
+        """LFM2's calls: a Python list of calls between its markers, [name(key=value, ...), ...]."""
+        after = _after_marker(text, LFM2_OPEN, self.ended)
+        if not isinstance(after, int):
+            return after
+        close = text.find(LFM2_CLOSE, after)
+        if close < 0:
+            return None if self.ended else MORE
+        calls = self._python_calls(text[after:close])
+        return _Match(close + len(LFM2_CLOSE), calls) if calls else None
+
+    def _python_calls(self, source: str) -> list[ToolCall]:
+        """The calls a Python list of calls holds, read with `ast` (never run); none unless every
+        one is a call to an offered tool with keyword arguments whose values are literals."""
+        try:
+            tree = ast.parse(source.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a NUL in it
+            return []
+        if not isinstance(tree, ast.List):
+            return []
+        calls = [self._python_call(item) for item in tree.elts]
+        return [call for call in calls if call] if calls and all(calls) else []
+
+    def _python_call(self, node: ast.expr) -> ToolCall | None:
+        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
+            return None
+        try:
+            arguments = {k.arg: _python_value(k.value) for k in node.keywords}
+        except ValueError:
+            return None
+        return self._call({"name": _dotted_name(node.func), "arguments": arguments})
 
     def _fenced(self, text: str):
         """A fenced block of nothing but calls: one JSON value, or several one after another."""
@@ -517,6 +660,10 @@ class ToolCallParser:
             item = item["tool_call"]
         elif "function" in item and set(item) <= WRAPPER_KEYS:  # OpenAI's own shape
             item = item["function"]
+        elif "tool_name" in item and set(item) <= ACTION_KEYS:  # Command R7B's
+            item = {"name": item["tool_name"], "parameters": item.get("parameters", {})}
+        elif len(item) == 1 and set(item) <= self.names and isinstance(next(iter(item.values())), dict):
+            item = {"name": next(iter(item)), "arguments": next(iter(item.values()))}  # Apertus's {NAME: {...}}
         if not isinstance(item, dict) or not set(item) <= CALL_KEYS:
             return None
         if not isinstance(item.get("name"), str) or item["name"] not in self.names:
@@ -689,6 +836,38 @@ def _xml_value(written: str):
         return value
 
 
+def _python_value(node: ast.expr):
+    """A literal as Python writes it (a string, number, True, False, None, a list, tuple or dict of
+    them; a dict's keys strings), or as JSON does (true, false, null); ValueError for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, type(None))):
+        return node.value  # (bool is an int)
+    if isinstance(node, ast.Name) and node.id in PYTHON_LITERALS:
+        return PYTHON_LITERALS[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _python_value(node.operand)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("a sign before no number")
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_python_value(item) for item in node.elts]
+    if isinstance(node, ast.Dict):
+        keys = [_python_value(key) if key is not None else None for key in node.keys]
+        if not all(isinstance(key, str) for key in keys):
+            raise ValueError("a dict key that is no string")
+        return dict(zip(keys, (_python_value(value) for value in node.values)))
+    raise ValueError(f"no literal: {type(node).__name__}")
+
+
+def _dotted_name(node: ast.expr) -> str | None:
+    """A function's name as a call writes it: a name, or names with dots between (Calendar.create_event)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        owner = _dotted_name(node.value)
+        return f"{owner}.{node.attr}" if owner else None
+    return None
+
+
 def _not_json(constant: str):
     raise ValueError(f"{constant} is not standard JSON")
 
@@ -821,7 +1000,7 @@ def inspect_template(render: Render) -> ToolTemplate:
         except Exception:
             continue
         # An object the template only prints comes out as Python's repr: it wants a string.
-        if object_arguments and (PROBE_VALUE not in reply or f"'{PROBE_VALUE}'" in reply):
+        if object_arguments and (PROBE_VALUE not in reply or f"'{PROBE_ARG}': " in reply):
             continue
         return _call_form(prompt, reply, object_arguments)
     return ToolTemplate(True)
@@ -848,10 +1027,10 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
         return generic
     after = at + len(PROBE_TOOL)
     # The arguments begin with a JSON object's brace, or, in the XML forms (Qwen3.5 and
-    # Qwen3-Coder's <parameter=...>, GLM's <arg_key>), with the tag that names the argument:
-    # whichever comes last before the argument's name.
+    # Qwen3-Coder's <parameter=...>, GLM's <arg_key>), with the tag that names the argument, or in
+    # LFM2's Python calls with a parenthesis: whichever comes last before the argument's name.
     argument = max(reply.find(PROBE_ARG, after), after)
-    opening = max(reply.rfind("{", after, argument), reply.rfind("<", after, argument))
+    opening = max(reply.rfind(c, after, argument) for c in "{<(")
     between = reply[after:opening] if opening >= 0 else GENERIC_NAME_TO_ARGUMENTS
     return ToolTemplate(True, object_arguments, start, between)
 

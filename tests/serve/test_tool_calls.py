@@ -34,6 +34,12 @@ H, HH = "<|start|>assistant to=functions.", "<|channel|>commentary json<|message
 Q = '<|"|>'  # Gemma 4's string quote
 GK, GV, GE = "<arg_key>", "</arg_key><arg_value>", "</arg_value>"  # GLM's argument tags
 MI, MP = '<invoke name="', '<parameter name="'  # MiniMax M2's
+LS, LE = "<|tool_call_start|>", "<|tool_call_end|>"  # LFM2's markers
+KB, KC = "<|tool_calls_section_begin|>", "<|tool_call_begin|>"  # Kimi K2's
+KA, KE = "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+DB, DBE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"  # DeepSeek's
+DC, DS, DE = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+DP, DPE = '<｜DSML｜parameter name="', "</｜DSML｜parameter>"
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -205,6 +211,85 @@ CASES = [
     (f'{H}nope{HH}{{"city": "Paris"}}<|call|>', None, None),  # a tool not offered
     (f"{H}get_weather{HH}Paris<|call|>", None, None),  # arguments that are no JSON object
     (f"{H}get_weather<|channel|>analysis<|message|>{{}}<|call|>", None, None),  # not the form given
+    # LFM2, LFM2.5: a Python list of calls, read with ast (its literals, and JSON's true, false, null)
+    (f'{LS}[get_weather(city="Paris")]{LE}', None, [PARIS]),
+    (f"Let me check.{LS}[get_weather(city='Paris'), get_time(timezone=\"UTC\")]{LE}", "Let me check.", [PARIS, UTC]),
+    (
+        f'{LS}[get_weather(city="a\\nb", days=-3, hourly=True, at=None, opts={{"t": [1, 2.5, true, null]}}, '
+        f"span=(1, +2))]{LE}",
+        None,
+        [
+            ToolCall(
+                "get_weather",
+                '{"city": "a\\nb", "days": -3, "hourly": true, "at": null, "opts": {"t": [1, 2.5, true, null]}, '
+                '"span": [1, 2]}',
+            )
+        ],
+    ),
+    (f"{LS}[get_time()]{LE}", None, [ToolCall("get_time", "{}")]),
+    (f'{LS}[get_weather(city="Paris")]', None, None),  # no end marker: cut short
+    (f'{LS}get_weather(city="Paris"){LE}', None, None),  # not a list
+    (f'{LS}[get_weather("Paris")]{LE}', None, None),  # a positional argument
+    (f'{LS}[get_weather(city=__import__("os").getcwd())]{LE}', None, None),  # no literal: never run
+    (f"{LS}[get_weather(city=Paris)]{LE}", None, None),  # a bare name
+    (f"{LS}[get_weather(opts={{1: 2}})]{LE}", None, None),  # a key that is no string
+    (f"{LS}[get_weather(days=1e999)]{LE}", None, None),  # Infinity
+    (f'{LS}[get_weather(city="Paris"), launch(when="now")]{LE}', None, None),  # a tool not offered
+    (f"{LS}[get_weather(city='Paris'){LE}", None, None),  # no Python
+    # the Hermes forms behind other markers: Nemotron Nano v2, Granite 3.3, Apriel, Seed-OSS,
+    # Command R7B (its own keys), Apertus ({NAME: arguments}), GigaChat 3.1
+    (f"Checking.\n<TOOLCALL>[{W}, {L}]</TOOLCALL>", "Checking.", [PARIS, LONDON]),
+    (f"<|tool_call|>[{W}]", None, [PARIS]),
+    (f"<|tool_call|>[{W}] Done.", "Done.", [PARIS]),
+    (f"\n<tool_calls>[{W}]</tool_calls>", None, [PARIS]),
+    (f"<seed:tool_call>\n{X}\n</seed:tool_call>", None, [PARIS]),
+    (
+        '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}},\n'
+        '    {"tool_call_id": "1", "tool_name": "get_time", "parameters": {"timezone": "UTC"}}\n]<|END_ACTION|>',
+        None,
+        [PARIS, UTC],
+    ),
+    ('<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "nope", "parameters": {}}]<|END_ACTION|>', None, None),
+    (
+        '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"get_time": {"timezone": "UTC"}}]<|tools_suffix|>',
+        None,
+        [PARIS, UTC],
+    ),
+    ('<|tools_prefix|>[{"get_weather": "Paris"}]<|tools_suffix|>', None, None),  # arguments that are no object
+    ('{"nope": {"city": "Paris"}}', None, None),
+    (f"<|function_call|>{W}", None, [PARIS]),
+    # Kimi K2: calls with ids functions.NAME:N in a section (which, and each call's end, are optional)
+    (
+        f'{KB}{KC}functions.get_weather:0{KA}{{"city": "Paris"}}{KE}{KC}functions.get_time:1{KA}'
+        f'{{"timezone": "UTC"}}{KE}<|tool_calls_section_end|>',
+        None,
+        [PARIS, UTC],
+    ),
+    (f'Let me check.{KC}functions.get_weather:0{KA}{{"city": "Paris"}}', "Let me check.", [PARIS]),
+    (f'{KB}{KC}functions.get_weather{KA}{{"city": "Paris"}}{KE}', None, None),  # no index
+    (f'{KB}{KC}functions.nope:0{KA}{{"city": "Paris"}}{KE}', None, None),
+    (f"{KB}Hello", None, None),  # a section with no call
+    # DeepSeek V3.1, and R1's (a fenced block after the name); V3.2's DSML (MiniMax M2's form)
+    (
+        f'{DB}{DC}get_weather{DS}{{"city": "Paris"}}{DE}{DC}get_time{DS}{{"timezone": "UTC"}}{DE}{DBE}',
+        None,
+        [PARIS, UTC],
+    ),
+    (f'Sure.{DB}{DC}function{DS}get_weather\n```json\n{{"city": "Paris"}}\n```{DE}{DBE}', "Sure.", [PARIS]),
+    (f'{DB}{DC}get_weather{DS}"Paris"{DE}{DBE}', None, None),
+    (f'{DB}{DC}nope{DS}{{"city": "Paris"}}{DE}{DBE}', None, None),
+    (
+        f'<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n{DP}city" string="true">10001{DPE}\n'
+        f'{DP}days" string="false">3{DPE}\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+        None,
+        [ToolCall("get_weather", '{"city": "10001", "days": 3}')],
+    ),
+    (
+        f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_time">\n{DP}timezone" string="true">UTC{DPE}\n'
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        None,
+        [UTC],
+    ),
 ]
 CASES = [(text, text if calls is None else content, calls or []) for text, content, calls in CASES]
 
@@ -367,6 +452,29 @@ def test_what_a_template_does_with_tools():
     # gpt-oss writes a call's recipient in the role header its prompt ends with
     gpt_oss = inspect_template(renderer(tool_templates.GPT_OSS))
     assert gpt_oss == ToolTemplate(True, True, " to=functions.", "<|channel|>commentary json<|message|>")
+    # LFM2.5 writes Python calls: the arguments begin at the parenthesis, and its strings' single
+    # quotes are no sign of an object printed as Python's repr
+    lfm25 = inspect_template(renderer(tool_templates.LFM25))
+    assert lfm25 == ToolTemplate(True, True, "<|tool_call_start|>[", "")
+    assert inspect_template(renderer(tool_templates.NEMOTRON_NANO_V2)) == ToolTemplate(
+        True, True, '<TOOLCALL>[{"name": "', '", "arguments": '
+    )
+    kimi = inspect_template(renderer(tool_templates.KIMI_K2))
+    assert kimi.prefill("get_weather") == (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    )
+    deepseek = inspect_template(renderer(tool_templates.DEEPSEEK_V32))
+    assert deepseek.prefill(None) == '</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="'
+    seed = inspect_template(renderer(tool_templates.SEED_OSS))
+    assert seed == ToolTemplate(True, True, "<seed:tool_call>\n<function=", ">\n")
+    command = inspect_template(renderer(tool_templates.COMMAND_R7B))
+    assert command.prefill("get_weather") == (
+        '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
+    )
+    apertus = inspect_template(renderer(tool_templates.APERTUS))
+    assert apertus == ToolTemplate(True, True, '<|tools_prefix|>[{"', '": ')
+    # Granite 3.3's renders the tools but not the calls: the generic start
+    assert inspect_template(renderer(tool_templates.GRANITE33)) == ToolTemplate(True, False)
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
     assert inspect_template(renderer(tiny_models.CHATML_TEMPLATE)).renders_tools is False
     assert inspect_template(renderer("{{ raise_exception('no tools here') }}")).renders_tools is False
@@ -383,8 +491,31 @@ def test_what_a_template_does_with_tools():
         tool_templates.GEMMA4,
         tool_templates.GLM47,
         tool_templates.MINIMAX_M2,
+        tool_templates.LFM25,
+        tool_templates.NEMOTRON_NANO_V2,
+        tool_templates.KIMI_K2,
+        tool_templates.DEEPSEEK_V32,
+        tool_templates.SEED_OSS,
+        tool_templates.COMMAND_R7B,
+        tool_templates.APERTUS,
     ],
-    ids=["qwen25", "llama31", "mistral_v3", "qwen35", "nemotron3", "gemma4", "glm47", "minimax_m2"],
+    ids=[
+        "qwen25",
+        "llama31",
+        "mistral_v3",
+        "qwen35",
+        "nemotron3",
+        "gemma4",
+        "glm47",
+        "minimax_m2",
+        "lfm25",
+        "nemotron_nano_v2",
+        "kimi_k2",
+        "deepseek_v32",
+        "seed_oss",
+        "command_r7b",
+        "apertus",
+    ],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
     """tool_choice "required" / named: the reply begins with the prefill, the model finishes the call."""
@@ -398,14 +529,66 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.GEMMA4: f"{{city:{Q}Paris{Q}}}<tool_call|>",
         tool_templates.GLM47: f"{GK}city{GV}Paris{GE}</tool_call>",
         tool_templates.MINIMAX_M2: f'{MP}city">Paris</parameter>\n</invoke>\n</minimax:tool_call>',
+        tool_templates.LFM25: f"(city='Paris')]{LE}",
+        tool_templates.NEMOTRON_NANO_V2: '{"city": "Paris"}}]</TOOLCALL>',
+        tool_templates.KIMI_K2: f'{{"city": "Paris"}}{KE}<|tool_calls_section_end|>',
+        tool_templates.DEEPSEEK_V32: f'{DP}city" string="true">Paris{DPE}\n</｜DSML｜invoke>\n'
+        "</｜DSML｜function_calls>",
+        tool_templates.SEED_OSS: "<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>",
+        tool_templates.COMMAND_R7B: '{"city": "Paris"}}\n]<|END_ACTION|>',
+        tool_templates.APERTUS: '{"city": "Paris"}}]<|tools_suffix|>',
     }[source]
     # Some prefills hold a think block's end: read alone, that is text.
     content = {
         tool_templates.QWEN35: "</think>",
         tool_templates.NEMOTRON3: "<think></think>",
         tool_templates.GLM47: "</think>",
+        tool_templates.DEEPSEEK_V32: "</think>",
     }.get(source)
     assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "QWEN25", "LLAMA31", "MISTRAL_V3", "QWEN35", "NEMOTRON3", "GEMMA4", "GLM47", "MINIMAX_M2", "GPT_OSS",
+        "LFM25", "NEMOTRON_NANO_V2", "KIMI_K2", "DEEPSEEK_V32", "SEED_OSS", "COMMAND_R7B", "APERTUS",
+    ],
+)  # fmt: skip
+def test_an_earlier_call_as_the_template_writes_it_is_read_back_as_that_call(name):
+    """A conversation with a call and its result, rendered by the model's template with the tool
+    offered: read for calls, it holds that call and no other (the tool's schema is none), and the
+    result is text. So a model that writes its calls as its template does is understood."""
+    render = renderer(getattr(tool_templates, name))
+    arguments = {"city": "Paris"} if inspect_template(render).object_arguments else '{"city": "Paris"}'
+    call = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C, cloudy"},
+    ]
+    prompt = render(messages, [WEATHER_TOOL], True)
+    assert "get_weather" in prompt.split("What is the weather in Paris?")[0]  # the tool, offered
+    parsed = parse_tool_calls(prompt, NAMES, text_arguments([WEATHER_TOOL]))
+    assert parsed.calls == [PARIS] and "18 C, cloudy" in parsed.content
+
+
+def test_lfm2_names_a_tool_with_dots_as_python_does():
+    """LFM2's calls may name a tool with dots (Calendar.create_event), an attribute in Python."""
+    text = f'{LS}[Calendar.create_event(title="demo", people=["Ann", "Bo"])]{LE}'
+    expected = ToolCall("Calendar.create_event", '{"title": "demo", "people": ["Ann", "Bo"]}')
+    assert parse_tool_calls(text, ["Calendar.create_event"]) == Parsed(None, [expected])
+    assert parse_tool_calls(text, ["create_event"]) == Parsed(text, [])
 
 
 def test_a_held_back_value_resumes_its_scan_where_it_stopped():
