@@ -177,6 +177,32 @@ def test_a_forced_call_begins_as_a_template_with_xml_calls_writes_one(tmp_path):
         engine.close()
 
 
+def test_a_forced_call_begins_as_lfm25s_template_writes_its_python_calls(tmp_path):
+    """LFM2.5 writes a call as Python, <|tool_call_start|>[name(key=value)]<|tool_call_end|>: a
+    named call begins with the name after the list's bracket (it began as a JSON call, which
+    LFM2.5 does not write), and an earlier call and its result go through its template."""
+    path = tm.write_model(tmp_path / "lfm25_templated.gguf", seed=0, chat_template=tool_templates.LFM25)
+    engine, srv = serve(path)
+    try:
+        client = srv.client()
+        named = client.chat.completions.create(
+            model="x", messages=ASK, tools=[GET_WEATHER], tool_choice=NAMED, temperature=0, max_tokens=2
+        )
+        prefill = "<|tool_call_start|>[get_weather"
+        assert named.usage.prompt_tokens == prompt_length(engine, ASK, [GET_WEATHER], prefill)
+        assert named.choices[0].message.content.startswith(prefill)
+        answered = client.chat.completions.create(model="x", messages=ANSWERED, tools=[GET_WEATHER], max_tokens=2)
+        # As serve passes it: the content empty beside the calls, the arguments an object
+        call = CALL | {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        as_object = [ANSWERED[0], ANSWERED[1] | {"content": "", "tool_calls": [call]}, ANSWERED[2]]
+        rendered = engine.target.render_chat(as_object, tools=[GET_WEATHER])
+        assert "<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>" in rendered
+        assert answered.usage.prompt_tokens == len(engine.prompt_tokens(rendered))
+    finally:
+        srv.stop()
+        engine.close()
+
+
 def test_an_earlier_calls_arguments_that_qwen35s_template_cannot_read_are_named(tmp_path):
     """Qwen3.5's template reads a call's arguments as an object (|items): arguments sent back that
     are not a JSON object made it fail with "Can only get item pairs from a mapping" and no field

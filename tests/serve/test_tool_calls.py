@@ -267,6 +267,7 @@ CASES = [
     ),
     (f'Let me check.{KC}functions.get_weather:0{KA}{{"city": "Paris"}}', "Let me check.", [PARIS]),
     (f'{KB}{KC}functions.get_weather{KA}{{"city": "Paris"}}{KE}', None, None),  # no index
+    (f'{KB}{KC}functions.get_weather:{KA}{{"city": "Paris"}}{KE}', None, None),  # an index without digits
     (f'{KB}{KC}functions.nope:0{KA}{{"city": "Paris"}}{KE}', None, None),
     (f"{KB}Hello", None, None),  # a section with no call
     # DeepSeek V3.1, and R1's (a fenced block after the name); V3.2's DSML (MiniMax M2's form)
