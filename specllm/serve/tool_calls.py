@@ -16,13 +16,26 @@ their template's own form, so every form is tried):
     <|tool_call>call:name{key:<|"|>value<|"|>}<tool_call|>      Gemma 4 (its own notation for values)
     <|start|>assistant to=functions.name<|channel|>commentary    gpt-oss (harmony): the form
         json<|message|>{...}<|call|>                              engine/harmony.py gives each call
+    <|tool_call_start|>[name(key="value", n=3), ...]            LFM2, LFM2.5 (Python calls, read with
+        <|tool_call_end|>                                         ast: literals only, never run)
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.   Kimi K2 (the section's markers and
+        name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>  each call's end optional)
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>   DeepSeek V3.1 (R1's: function<｜tool▁sep｜>
+        {...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>                  name, then the JSON in a ```json block)
+    <｜DSML｜function_calls><｜DSML｜invoke name="name">...          DeepSeek V3.2, V4 (MiniMax M2's form;
+                                                                 string="true" keeps a value text)
+    <TOOLCALL>, <|tool_call|>, <tool_calls>, <seed:tool_call>,  the Hermes forms behind Nemotron Nano
+        <|START_ACTION|>, <|tools_prefix|>, <|function_call|>     v2's, Granite 3.3's, Apriel's,
+                                                                 Seed-OSS's, Command R7B's, Apertus's,
+                                                                 GigaChat 3.1's markers
     ```json {"name": ..., "arguments": {...}} ```               a fenced block (object or list)
     {"name": ..., "arguments": {...}}  or  [{...}, ...]          bare JSON, as llama-server's generic
                                                                  handling accepts
 
 A JSON object is a call only when it names one of the offered tools and has no keys but a call's
 (name, arguments or parameters, id, type; or OpenAI's {"type", "function": {...}}, or
-{"tool_call": ...} / {"tool_calls": [...]}), so that an echoed tool schema or a JSON example in
+{"tool_call": ...} / {"tool_calls": [...]}; Command R7B's tool_name, parameters, tool_call_id; or
+Apertus's {"NAME": {...arguments}}), so that an echoed tool schema or a JSON example in
 prose is not one. Arguments may be an object or a string holding one. A region whose calls do not
 all qualify (malformed JSON, an unknown tool) stays text.
 
