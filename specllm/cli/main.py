@@ -64,6 +64,7 @@ from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, Spe
 from specllm.files import check_writable
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
+from specllm.serve import MAX_WAITING
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
 
@@ -757,6 +758,10 @@ def serve(
             help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY).",
         ),
     ] = None,
+    max_waiting: Annotated[
+        int,
+        typer.Option(min=1, help="Requests that may wait while the model answers another; more get a 503 (try later)."),
+    ] = MAX_WAITING,
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
     with a chat page at / that colours each reply by where its tokens came from."""
@@ -777,7 +782,14 @@ def serve(
 
     name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
     # --gamma alone: a request's fixed drafter without one drafts the pair's length, auto its own
-    settings = ServeSettings(model=name, drafter=drafter, gamma=gamma, api_key=api_key, template_variables=variables)
+    settings = ServeSettings(
+        model=name,
+        drafter=drafter,
+        gamma=gamma,
+        api_key=api_key,
+        template_variables=variables,
+        max_waiting=max_waiting,
+    )
     if warning := exposure_warning(sock, settings):
         print(warning, file=sys.stderr, flush=True)
     print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)

@@ -43,6 +43,7 @@ from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, SpecllmError
+from specllm.serve import MAX_WAITING
 from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
 from specllm.serve.openai_api import (
     ApiError,
@@ -85,6 +86,8 @@ class ServeSettings:
     read_seconds: float = 30.0  # a response its client reads nothing of for this long is cut (_protocol)
     body_seconds: float = 60.0  # and its body within this after them (read_body)
     template_variables: dict | None = None  # every chat request's, under its own (serve --no-think, ...)
+    # Requests that may wait for the engine; each holds its body meanwhile, so more get a 503.
+    max_waiting: int = MAX_WAITING
 
     def __post_init__(self):
         if self.api_key is not None:
@@ -119,6 +122,10 @@ _END: Final = _End.END
 
 def shutting_down() -> ApiError:
     return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
+def too_many_waiting(limit: int) -> ApiError:
+    return ApiError(503, f"the server is busy, its queue full ({limit} waiting): try again later", code="server_busy")
 
 
 @dataclass
@@ -254,6 +261,8 @@ class EngineWorker:
         for it, and it no longer counts as waiting. Bad input raises ApiError, before anything
         is generated."""
         self.loop = loop = asyncio.get_running_loop()
+        if self.waiting >= self.settings.max_waiting:
+            raise too_many_waiting(self.settings.max_waiting)
         self.waiting += 1
         try:
             ours = await self.turn(left)  # raises once the server is stopping

@@ -278,6 +278,35 @@ def test_waiting_requests_are_served_in_arrival_order(srv, log, engine, monkeypa
     assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0, "drafters": drafters}
 
 
+def test_a_request_beyond_the_waiting_limit_gets_a_503_at_once(engine, log, monkeypatch):
+    """Each waiting request holds its body: past the limit a request is refused, streamed or not,
+    and the ones already waiting are served as before."""
+    busy, answers = Server(engine, max_waiting=1), [{}, {}]
+    try:
+        release = hold(engine, monkeypatch, CTX - 16)
+        long, short = (dict(model="x", prompt=PROMPT, max_tokens=n, temperature=0) for n in (CTX - 16, 8))
+        threads = [
+            threading.Thread(target=post_into, args=(answer, busy, body))
+            for answer, body in zip(answers, (long, short))
+        ]
+        threads[0].start()
+        wait_for_health(busy, busy=True)
+        threads[1].start()
+        wait_for_health(busy, waiting=1)
+        for stream in (False, True):
+            status, refused = busy.post("/v1/completions", json.dumps({**short, "stream": stream}).encode())
+            assert status == 503 and refused["error"]["code"] == "server_busy", refused
+            assert refused["error"]["message"] == "the server is busy, its queue full (1 waiting): try again later"
+        release.set()
+        for t in threads:
+            t.join(60)
+        assert [a["status"] for a in answers] == [200, 200]
+        wait_for_health(busy, busy=False, waiting=0)
+        assert busy.post("/v1/completions", json.dumps(short).encode())[0] == 200
+    finally:
+        busy.stop()
+
+
 def test_a_client_that_goes_away_frees_the_server(srv, log, engine, monkeypatch):
     client, long = srv.client(), dict(model="x", prompt=PROMPT, max_tokens=CTX - 16, temperature=0)
     release = hold(engine, monkeypatch, CTX - 16)
