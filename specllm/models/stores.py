@@ -326,15 +326,16 @@ def _resolve_ollama(spec: str, text: str) -> Path:
 def _find_manifest(spec: str, name: _OllamaName) -> Path:
     """The manifest of `name`: under its registry, or under the one registry folder on disk that
     holds it."""
-    found, looked = [], []
+    found = []
     for root in ollama_roots():
         manifests = root / "manifests"
         _check_readable(root, OLLAMA)
         _check_readable(manifests, OLLAMA)
         hosts = [name.host] if name.host else _registries(manifests)
         for host in hosts:
-            path = manifests / host / name.namespace / name.model / name.tag
-            looked.append(path)
+            path = manifests
+            for part in (host, name.namespace, name.model, name.tag):
+                path = _entry_of_any_case(path, part)
             if _is_file(path):
                 found.append(path)
         if found:
@@ -348,6 +349,19 @@ def _find_manifest(spec: str, name: _OllamaName) -> Path:
         names = ", ".join("ollama:{}/{}/{}:{}".format(*p.parts[-4:]) for p in found)
         raise SpecllmError(f"{spec} is in more than one registry: name one ({names})")
     return found[0]
+
+
+def _entry_of_any_case(folder: Path, name: str) -> Path:
+    """folder/name, or else the entry of `folder` that is `name` but for case: Ollama reads names
+    so (`ollama run Qwen3` runs qwen3), part by part, where a file system tells case apart."""
+    exact = folder / name
+    if os.path.exists(exact):  # (a folder that cannot be searched: _is_file says so)
+        return exact
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return exact
+    return next((folder / entry for entry in entries if entry.lower() == name.lower()), exact)
 
 
 def _registries(manifests: Path) -> list[str]:

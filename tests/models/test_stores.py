@@ -180,6 +180,8 @@ def test_ollama_names_resolve_as_ollama_parses_them(store_env, tiny_models):
     assert stores.resolve("ollama:team/coder:v1.5") == team
     ported = ollama_pull(store_env["ollama"], tiny_models.no_template, "tiny", registry="localhost:5000")
     assert stores.resolve("ollama:localhost:5000/library/tiny") == ported  # a port, not a tag
+    assert stores.resolve("ollama:Qwen2.5-Coder:7B") == blob  # Ollama's names are read case-insensitively
+    assert stores.resolve("ollama:LocalHost:5000/LIBRARY/Tiny:Latest") == ported
 
 
 def test_lmstudio_models_folder_from_its_settings_and_its_home_pointer(tmp_path, monkeypatch, tiny_models):
