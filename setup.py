@@ -7,7 +7,11 @@ beside it.
 
 specllm.engine._sampler, the sampler's work on each row in C, is built where a C compiler is found
 and skipped with a warning where none is: specllm.engine.sampling then takes its numpy path, which
-gives the same tokens, slower."""
+gives the same tokens, slower.
+
+A build in a tree that was built before (pip builds in the source tree, in build/) starts from
+what the last one left there; setuptools only adds to it, so a module removed from the source since
+would still ship: build_py removes what the source no longer has."""
 
 import hashlib
 import sys
@@ -26,6 +30,16 @@ class BuildPyWithModels(build_py):
         if not self.editable_mode:
             self.mkpath(str(Path(self.build_lib) / PACKAGED_AS.parent))
             self.copy_file(MODELS_TOML, str(Path(self.build_lib) / PACKAGED_AS))
+            self.remove_stale_files()
+
+    def remove_stale_files(self):
+        """Files under the built package that this build did not write and build_ext will not
+        (its extension, kept so that an unchanged source is not compiled again)."""
+        ours = {Path(path) for path in self.get_outputs()}
+        ours.update(Path(path) for path in self.get_finalized_command("build_ext").get_outputs())
+        for path in (Path(self.build_lib) / "specllm").rglob("*"):
+            if path.is_file() and path not in ours:
+                path.unlink()
 
     def get_outputs(self, include_bytecode=True):
         outputs = super().get_outputs(include_bytecode)

@@ -1,6 +1,6 @@
 """specllm as users install it: every package its code imports is one it declares, so that pip
-installs a version the code works with rather than whatever another package let in; and
-scripts/setup.sh fails, in one line, where a step fails."""
+installs a version the code works with rather than whatever another package let in;
+scripts/setup.sh fails, in one line, where a step fails; and a build holds what specllm needs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from specllm.models.registry import tomllib
@@ -126,3 +127,57 @@ def test_no_amx_flags_are_given_only_where_the_compiler_takes_them():
     assert without.stdout == ""
     if os.uname().machine in ("x86_64", "amd64") and shutil.which("cc"):
         assert with_cc.stdout.split() == ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+
+
+# --- builds ---------------------------------------------------------------------------------------
+
+# The package's data files, as the built package holds them (models.toml: copied in by setup.py).
+PACKAGE_DATA = ("bench/prompts.jsonl", "serve/web/index.html", "models/models.toml")
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def _source_copy(dest: Path) -> Path:
+    """What a build of this tree reads, copied as it is here: the built sampler, caches and all,
+    as a user's checkout has them after `pip install -e .` and a test run."""
+    dest.mkdir(parents=True)
+    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "models.toml"):
+        shutil.copy(ROOT / name, dest / name)
+    for folder in ("specllm", "tests"):
+        shutil.copytree(ROOT / folder, dest / folder)
+    return dest
+
+
+def _checked(*command, **kwargs) -> str:
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout
+
+
+def _build_py(tree: Path) -> Path:
+    """setup.py's build_py (the package's modules and data files, not the compiled sampler) into
+    tree/build/lib.PLATFORM, where build_ext puts the sampler and a second build finds what the
+    first left; returns the built package."""
+    _checked(sys.executable, "setup.py", "-q", "build_py", cwd=tree)
+    (build_lib,) = (tree / "build").glob("lib*")
+    return build_lib / "specllm"
+
+
+def test_the_built_package_holds_its_data_files_and_not_the_samplers_c_source(tmp_path):
+    built = _build_py(_source_copy(tmp_path / "tree"))
+    assert [name for name in PACKAGE_DATA if not (built / name).is_file()] == []
+    assert (built / "models" / "models.toml").read_bytes() == (ROOT / "models.toml").read_bytes()
+    assert not (built / "engine" / "_sampler.c").exists()
+
+
+def test_a_build_in_a_built_tree_leaves_out_a_module_the_source_no_longer_has(tmp_path):
+    tree = _source_copy(tmp_path / "tree")
+    (tree / "specllm" / "leftover.py").write_text("")
+    built = _build_py(tree)
+    assert (built / "leftover.py").is_file()
+    compiled = built / "engine" / f"_sampler{EXT_SUFFIX}"  # as build_ext left it, of this source
+    compiled.write_bytes(b"")
+    (tree / "specllm" / "leftover.py").unlink()
+    _build_py(tree)
+    assert not (built / "leftover.py").exists()
+    assert (built / "__init__.py").is_file() and (built / "models" / "models.toml").is_file()
+    assert compiled.is_file()  # not compiled again while its source is unchanged
