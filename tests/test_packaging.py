@@ -132,7 +132,7 @@ def test_no_amx_flags_are_given_only_where_the_compiler_takes_them():
 # --- builds ---------------------------------------------------------------------------------------
 
 # The package's data files, as the built package holds them (models.toml: copied in by setup.py).
-PACKAGE_DATA = ("bench/prompts.jsonl", "serve/web/index.html", "models/models.toml")
+PACKAGE_DATA = ("bench/prompts.jsonl", "serve/web/index.html", "models/models.toml", "py.typed")
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 
