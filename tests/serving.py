@@ -23,11 +23,13 @@ from specllm.serve.server import ServeSettings, address, create_app, listen, ser
 
 
 @contextmanager
-def serving(args: list, env: dict | None = None) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
+def serving(
+    args: list, env: dict | None = None, python: str = sys.executable, cwd=None
+) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
     """`python -m specllm ARGS` (a `serve` command with `--port 0`): yields the process, its stderr
     lines up to the startup line, and the server's URL; the process is killed at the end."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True, env=env
+        [python, "-m", "specllm", *map(str, args)], stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
     )
     try:
         lines = []

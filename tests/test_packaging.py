@@ -1,18 +1,30 @@
 """specllm as users install it: every package its code imports is one it declares, so that pip
 installs a version the code works with rather than whatever another package let in;
-scripts/setup.sh fails, in one line, where a step fails; and a build holds what specllm needs."""
+scripts/setup.sh fails, in one line, where a step fails; and the sdist and wheels built as pip and
+`python -m build` build them hold what specllm needs and nothing else, and install a specllm that
+works from any folder as this tree does (the slow tests: about a minute)."""
 
 from __future__ import annotations
 
 import ast
+import http.client
 import importlib.metadata
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from serving import serving
 
 from specllm.models.registry import tomllib
 
@@ -129,10 +141,11 @@ def test_no_amx_flags_are_given_only_where_the_compiler_takes_them():
         assert with_cc.stdout.split() == ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
 
 
-# --- builds ---------------------------------------------------------------------------------------
+# --- builds: the sdist, the wheel, and specllm installed from it ----------------------------------
 
 # The package's data files, as the built package holds them (models.toml: copied in by setup.py).
 PACKAGE_DATA = ("bench/prompts.jsonl", "serve/web/index.html", "models/models.toml", "py.typed")
+SDIST_TOP = {"PKG-INFO", "setup.cfg", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "models.toml"}
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 
@@ -181,3 +194,184 @@ def test_a_build_in_a_built_tree_leaves_out_a_module_the_source_no_longer_has(tm
     assert not (built / "leftover.py").exists()
     assert (built / "__init__.py").is_file() and (built / "models" / "models.toml").is_file()
     assert compiled.is_file()  # not compiled again while its source is unchanged
+
+
+def _venv(path: Path, system_site_packages: bool) -> Path:
+    """A virtual environment of this Python; returns its bin folder."""
+    _checked(sys.executable, "-m", "venv", *(["--system-site-packages"] if system_site_packages else []), path)
+    return path / "bin"
+
+
+BUILD = "import sys; from setuptools import build_meta; print(getattr(build_meta, sys.argv[1])(sys.argv[2]))"
+
+
+@dataclass(frozen=True)
+class Built:
+    sdist: Path
+    wheel: Path
+    wheel_without_cc: Path  # built where the C compiler fails
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Built:
+    """The sdist of a copy of this tree and the wheels built from it, as `python -m build` and pip
+    make them: by the setuptools that pyproject.toml asks for, from the package index (or pip's
+    cache), in an environment of its own."""
+    tmp = tmp_path_factory.mktemp("built")
+    builder = _venv(tmp / "builder", system_site_packages=False)
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]["requires"]
+    _checked(builder / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", *requires)
+    out = tmp / "dist"
+    sdist = (
+        out / _checked(builder / "python", "-c", BUILD, "build_sdist", out, cwd=_source_copy(tmp / "tree")).split()[-1]
+    )
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp / "unpacked", filter="data")
+    unpacked = tmp / "unpacked" / sdist.name.removesuffix(".tar.gz")
+
+    def wheel(into: Path, **env_vars: str) -> Path:
+        shutil.rmtree(unpacked / "build", ignore_errors=True)
+        name = _checked(builder / "python", "-c", BUILD, "build_wheel", into, cwd=unpacked, env=os.environ | env_vars)
+        return into / name.split()[-1]
+
+    return Built(sdist, wheel(out / "with_cc"), wheel(out / "without_cc", CC="false"))
+
+
+@pytest.mark.slow
+def test_the_sdist_holds_the_package_the_c_source_and_models_toml_and_nothing_else(built):
+    with tarfile.open(built.sdist) as archive:
+        names = {Path(*Path(m.name).parts[1:]) for m in archive.getmembers() if m.isfile()}
+    top = {name.parts[0] for name in names}
+    assert top == SDIST_TOP | {"specllm", "specllm.egg-info"}
+    source = ROOT / "specllm"
+    expected = {
+        Path("specllm", path.relative_to(source))
+        for path in source.rglob("*")
+        if path.suffix in (".py", ".pyi", ".c") and "__pycache__" not in path.parts
+    } | {Path("specllm", name) for name in PACKAGE_DATA if name != "models/models.toml"}
+    assert {name for name in names if name.parts[0] == "specllm"} == expected
+
+
+def _wheel_files(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name for name in archive.namelist() if not name.startswith("specllm-")}
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_package_its_data_and_the_compiled_sampler_and_not_its_c_source(built):
+    files = _wheel_files(built.wheel)
+    assert [name for name in PACKAGE_DATA if f"specllm/{name}" not in files] == []
+    assert f"specllm/engine/_sampler{EXT_SUFFIX}" in files
+    assert "specllm/engine/_sampler.c" not in files
+    assert _wheel_files(built.wheel_without_cc) == files - {f"specllm/engine/_sampler{EXT_SUFFIX}"}
+
+
+def _installed(wheel: Path, venv: Path) -> Path:
+    """specllm installed from `wheel` in a new virtual environment that sees this Python's packages
+    (llama-cpp-python among them, which takes many minutes to build); returns its bin folder."""
+    bin_dir = _venv(venv, system_site_packages=True)
+    _pip_install(bin_dir, wheel)
+    return bin_dir
+
+
+def _pip_install(bin_dir: Path, wheel: Path, *options: str) -> None:
+    _checked(bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", *options, wheel)
+
+
+@pytest.fixture(scope="module")
+def installed(built, tmp_path_factory) -> Path:
+    return _installed(built.wheel, tmp_path_factory.mktemp("installed") / "venv")
+
+
+def _elsewhere(tmp_path: Path) -> dict:
+    """Where an installed specllm runs in these tests (and this tree's, to compare): a folder of its
+    own, no PYTHONPATH (which could bring this tree's package in), a cache of its own."""
+    (tmp_path / "cwd").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"SPECLLM_CACHE": str(tmp_path / "cache")}
+    return {"cwd": tmp_path / "cwd", "env": env}
+
+
+def _here(*args, env: dict, **_) -> str:
+    """specllm ARGS as this tree's package runs it."""
+    return _checked(sys.executable, "-m", "specllm", *args, cwd=ROOT, env=env)
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_says_its_version_and_reads_its_own_files(installed, tmp_path):
+    from specllm._version import __version__
+
+    where = _elsewhere(tmp_path)
+    location = _checked(installed / "python", "-c", "import specllm; print(specllm.__file__)", **where)
+    assert location.startswith(str(installed.parent))
+    assert _checked(installed / "specllm", "--version", **where).splitlines()[0] == f"specllm {__version__}"
+    assert f"Version: {__version__}" in _checked(installed / "python", "-m", "pip", "show", "specllm").splitlines()
+    assert "sampler: compiled (C)" in _checked(installed / "specllm", "doctor", **where).splitlines()
+    assert _checked(installed / "specllm", "models", **where) == _here("models", **where)
+    assert "Usage: specllm" in _checked(installed / "python", "-m", "specllm", "--help", **where)
+
+
+# Sampled output is compared only where the drafts do not depend on timing, as auto's do.
+RUNS = [(drafter, ("--temperature", "0")) for drafter in ("ngram", "model", "auto")] + [
+    (drafter, ("--temperature", "0.8", "--seed", "3")) for drafter in ("ngram", "model")
+]
+
+
+def _run_args(tiny_models, drafter: str, sampling) -> list:
+    return ["run", "--target", tiny_models.target, "--draft", tiny_models.draft, "--drafter", drafter, *sampling,
+            "-n", "12", "Hello"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("drafter", "sampling"), RUNS)
+def test_the_installed_wheel_generates_what_this_tree_does(installed, tiny_models, tmp_path, drafter, sampling):
+    args, where = _run_args(tiny_models, drafter, sampling), _elsewhere(tmp_path)
+    assert _checked(installed / "specllm", *args, **where) == _here(*args, **where)
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_benches_on_its_built_in_prompts(installed, tiny_models, tmp_path):
+    report = tmp_path / "bench.json"
+    models = ["--target", tiny_models.target, "--draft", tiny_models.draft]
+    options = ["--drafter", "ngram", "--per-category", "1", "--rounds", "1", "-n", "4", "--json", report]
+    _checked(installed / "specllm", "bench", *models, *options, **_elsewhere(tmp_path))
+    prompts = resources.files("specllm.bench").joinpath("prompts.jsonl").read_text(encoding="utf-8")
+    categories = {json.loads(line)["category"] for line in prompts.splitlines()}
+    assert set(json.loads(report.read_text())["results"][0]["categories"]) == categories
+
+
+def _request(url: str, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=60)
+    conn.request(method, path, body=body and json.dumps(body), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    reply = response.status, response.read()
+    conn.close()
+    return reply
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_serves_its_chat_page_and_completions(installed, tiny_models, tmp_path):
+    args = ["serve", "--target", tiny_models.target, "--draft", tiny_models.draft, "--port", "0"]
+    with serving(args, python=str(installed / "python"), **_elsewhere(tmp_path)) as (_, _, url):
+        assert _request(url, "GET", "/") == (200, (ROOT / "specllm" / "serve" / "web" / "index.html").read_bytes())
+        status, body = _request(url, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4})
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 4
+
+
+@pytest.mark.slow
+def test_a_reinstalled_wheel_works_and_uninstalling_it_leaves_nothing(built, tmp_path):
+    venv = tmp_path / "venv"
+    bin_dir, where = _installed(built.wheel, venv), _elsewhere(tmp_path)
+    _checked(bin_dir / "specllm", "models", **where)  # which writes the modules' bytecode caches
+    _pip_install(bin_dir, built.wheel, "--force-reinstall")
+    _checked(bin_dir / "specllm", "models", **where)
+    _checked(bin_dir / "python", "-m", "pip", "uninstall", "-y", "-q", "specllm")
+    assert [path for path in venv.rglob("*") if "specllm" in path.name.lower()] == []
+
+
+@pytest.mark.slow
+def test_a_wheel_built_without_a_c_compiler_samples_in_numpy_the_same_tokens(built, tiny_models, tmp_path):
+    bin_dir, where = _installed(built.wheel_without_cc, tmp_path / "venv"), _elsewhere(tmp_path)
+    doctor = _checked(bin_dir / "specllm", "doctor", **where).splitlines()
+    assert any(line.startswith("sampler: numpy") for line in doctor), doctor
+    args = _run_args(tiny_models, "model", ("--temperature", "0.8", "--seed", "3"))
+    assert _checked(bin_dir / "specllm", *args, **where) == _here(*args, **where)
