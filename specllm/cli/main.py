@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -853,6 +854,11 @@ def main() -> None:
         raise
     except BrokenPipeError:  # from the flush above
         _quiet_exit()
+    except (ImportError, RuntimeError) as e:
+        if not _from_llama_cpps_import(e):
+            raise
+        print(f"error: {shown(_llama_cpp_unloadable(e))}", file=sys.stderr)
+        sys.exit(1)
     except OSError as e:  # the system's, not the user's: the output's disk is full, an I/O error
         print(shown(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         _quiet_exit(1)
@@ -878,6 +884,23 @@ def _replace_what_stdout_cannot_encode() -> None:
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     if isinstance(sys.stdout, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
         sys.stdout.reconfigure(errors="replace")
+
+
+def _from_llama_cpps_import(error: BaseException) -> bool:
+    """Whether importing llama_cpp failed: it is missing (pip install --no-deps), or its library
+    will not load (a CUDA build on a machine without CUDA's libraries)."""
+    if isinstance(error, ImportError) and error.name == "llama_cpp":
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and f"{os.sep}llama_cpp{os.sep}" in frames[-1].filename and "llama_cpp" not in sys.modules
+
+
+def _llama_cpp_unloadable(error: BaseException) -> str:
+    if isinstance(error, ImportError):
+        problem = f"llama-cpp-python is not installed for {sys.executable}"
+    else:
+        problem = f"llama-cpp-python is installed but cannot load llama.cpp: {error}"
+    return f"{problem} (install it as docs/install.md says: scripts/setup.sh, or pip for your GPU)"
 
 
 def _quiet_exit(code: int = 0) -> None:

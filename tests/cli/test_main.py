@@ -594,6 +594,28 @@ def test_sigterm_during_the_live_view_restores_the_cursor(tiny_models):
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l") >= 0  # shown again after it was last hidden
 
 
+UNLOADABLE = {
+    "missing": ('raise ModuleNotFoundError("No module named \'llama_cpp\'", name="llama_cpp")', "is not installed"),
+    "library": (
+        "raise RuntimeError(\"Failed to load shared library '/lib/libllama.so': libcudart.so.13: cannot open\")",
+        "cannot load llama.cpp: Failed to load shared library '/lib/libllama.so': libcudart.so.13",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNLOADABLE)
+def test_a_llama_cpp_python_missing_or_unloadable_is_one_line(tmp_path, case):
+    """pip install --no-deps, or a CUDA build where CUDA's libraries are not: every command that
+    needs llama.cpp says so in one line."""
+    raising, said = UNLOADABLE[case]
+    (tmp_path / "llama_cpp").mkdir()
+    (tmp_path / "llama_cpp" / "__init__.py").write_text(raising + "\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for args in (["--version"], ["run", "hi", "--target", "none.gguf"], ["doctor"]):
+        proc = subprocess.run(SPECLLM + args, capture_output=True, text=True, timeout=60, env=env)
+        assert_one_line_error(proc, said, "docs/install.md", exit_code=1)
+
+
 def _cursor_shown(raw: bytes) -> bool:
     text = raw.decode("utf-8", errors="replace")
     return text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l")
