@@ -5,8 +5,9 @@ end of the generation prompt (Qwen3.5's prompt ends with "<think>\\n" unless `en
 false), or the model opens it itself at the start of its reply. The block's markers are
 THINK_MARKERS: "<think>" and "</think>" for most (Qwen3 and Qwen3.5, DeepSeek-R1 distills,
 SmolLM3, GLM, ...), "[THINK]" and "[/THINK]" for Magistral and Ministral 3, Gemma 4's thought
-channel, Command A's and Seed-OSS's. Where a tokenizer holds them as control tokens, the model's
-text shows them all the same (llama/model.py writes them, as llama-server preserves them).
+channel, Command A's, Seed-OSS's, MiniMax M3's and Hunyuan 3's, and Apriel 1.6's, which are
+text. Where a tokenizer holds them as control tokens, the model's text shows them all the same
+(llama/model.py writes them, as llama-server preserves them).
 
 gpt-oss writes its reasoning in harmony's analysis channel instead: a reply that begins as a
 harmony message (its channel or its recipient) is read by engine/harmony.py.
@@ -27,12 +28,18 @@ from dataclasses import dataclass
 from specllm.engine.harmony import HarmonyReader, begins_harmony, may_begin_harmony
 from specllm.engine.text import marker_start
 
+# Markers that are text, not tokens: Apriel 1.6's prompt opens its reasoning with a sentence,
+# which the model ends with a line of its own
+TEXT_MARKERS = (("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"),)
 THINK_MARKERS = (
     ("<think>", "</think>"),
     ("[THINK]", "[/THINK]"),  # Magistral, Ministral 3
     ("<|channel>thought", "<channel|>"),  # Gemma 4
     ("<|START_THINKING|>", "<|END_THINKING|>"),  # Command A
     ("<seed:think>", "</seed:think>"),  # Seed-OSS
+    ("<mm:think>", "</mm:think>"),  # MiniMax M3
+    ("<think:opensource>", "</think:opensource>"),  # Hunyuan 3 (Hy3)
+    *TEXT_MARKERS,
 )
 THINK_OPEN, THINK_CLOSE = THINK_MARKERS[0]
 OPENINGS = tuple(opening for opening, _ in THINK_MARKERS)

@@ -739,3 +739,42 @@ def test_a_thinking_models_reasoning_is_kept_apart_for_its_template(tmp_path):
         assert f"<|im_start|>assistant\n{answer}<|im_end|>" in off.prepare("Thanks").text
     finally:
         engine.close()
+
+
+# (a thinking_templates.py template, its variables that open the think block in the prompt, the
+# marker that closes it)
+OPENED_BY_PROMPT = [
+    ("APRIEL16", None, "[BEGIN FINAL RESPONSE]"),  # the opening is a sentence of text
+    ("HY3", {"reasoning_effort": "high"}, "</think:opensource>"),
+    ("MINIMAX_M3", {"thinking_mode": "enabled"}, "</mm:think>"),
+]
+
+
+@pytest.mark.parametrize("template,variables,closing", OPENED_BY_PROMPT, ids=[t[0] for t in OPENED_BY_PROMPT])
+def test_a_reply_is_reasoning_where_the_prompt_opens_a_think_block_of_its_own_kind(
+    tmp_path, template, variables, closing
+):
+    """Apriel 1.6's, Hunyuan 3's and MiniMax M3's think blocks, which their templates open in
+    the generation prompt and the tiny model never closes: the reply is the turn's reasoning, not
+    its answer (it was all answer), goes back to the template as reasoning_content, and survives
+    /save and /load with the tokens that spell it."""
+    import thinking_templates
+
+    source = getattr(thinking_templates, template)
+    engine = load(tm.write_model(tmp_path / "thinker.gguf", seed=0, chat_template=source))
+    config = make_config(max_tokens=6, temperature=0.0, drafter="none")
+    try:
+        session = ChatSession(engine, config, template_variables=variables)
+        text = session.send("Hello").text
+        assert text.strip() and closing not in text
+        assert (session.turns[0].reply, session.turns[0].reasoning) == ("", text.strip())
+        assert session.messages()[-1] == {"role": "assistant", "content": "", "reasoning_content": text.strip()}
+        data = json.loads(save(session, tmp_path / "chat.json").read_text())
+        resumed = ChatSession(engine, config, template_variables=variables)
+        command(resumed, f"/load {tmp_path / 'chat.json'}")
+        assert resumed.turns[0].reasoning == text.strip()
+        again = json.loads(save(resumed, tmp_path / "again.json").read_text())
+        assert again["context_tokens"] == data["context_tokens"]
+    finally:
+        engine.close()
+

@@ -48,6 +48,17 @@ CASES = [
     ("<|START_THINKING|>Hmm.<|END_THINKING|>\n\nParis.", False, "Hmm.", "Paris."),
     ("<seed:think>Hmm.</seed:think>Paris.", False, "Hmm.", "Paris."),
     ("[THINK]a</think>b[/THINK]c", False, "a</think>b", "c"),
+    # MiniMax M3's and Hunyuan 3's; Apriel 1.6's prompt opens its reasoning with a sentence, which
+    # the model ends with a line (llama.cpp's tests' replies)
+    ("<mm:think>Hmm.</mm:think>Paris.", False, "Hmm.", "Paris."),
+    ("Hmm.</think:opensource>Paris.", "</think:opensource>", "Hmm.", "Paris."),
+    ("<think:opensource>Hmm.</think:opensource>Paris.", False, "Hmm.", "Paris."),
+    (
+        "I'm\nthinking\n[BEGIN FINAL RESPONSE]\nHello, world!\nWhat's up?",
+        "[BEGIN FINAL RESPONSE]",
+        "I'm\nthinking",
+        "Hello, world!\nWhat's up?",
+    ),
     (
         "<think>Magistral's ends at [/THINK], Gemma 4's at <channel|>.</think>Paris.",
         False,
@@ -168,6 +179,8 @@ def test_the_marker_that_closes_the_block_a_prompt_opened():
     assert closing_marker("<|im_start|>assistant\n<think>\n") == "</think>"
     assert closing_marker("[INST]Hi[/INST][THINK]") == "[/THINK]"
     assert closing_marker("<|turn>model\n<|channel>thought\n") == "<channel|>"
+    assert closing_marker("<｜hy_Assistant:opensource｜><think:opensource>") == "</think:opensource>"
+    assert closing_marker("\n<|begin_assistant|>\nHere are my reasoning steps:\n") == "[BEGIN FINAL RESPONSE]"
     assert closing_marker("<|im_start|>assistant\n") is None
     assert without_opening("<|turn>model\n<|channel>thought\n") == "<|turn>model\n"
 
@@ -187,10 +200,10 @@ def test_a_prompt_without_its_think_blocks_opening():
 
 def test_every_think_marker_is_shown_where_a_tokenizer_holds_it_as_a_control_token():
     """Text leaves control tokens out but those of SHOWN_CONTROL_TOKENS: every marker read here
-    must be one of them (or begin with one, as Gemma 4's <|channel>thought)."""
-    from specllm.engine.reasoning import THINK_MARKERS
+    must be one of them (or begin with one, as Gemma 4's <|channel>thought); Apriel's are text."""
+    from specllm.engine.reasoning import TEXT_MARKERS, THINK_MARKERS
     from specllm.llama.model import SHOWN_CONTROL_TOKENS
 
-    for opening, closing in THINK_MARKERS:
+    for opening, closing in set(THINK_MARKERS) - set(TEXT_MARKERS):
         assert closing in SHOWN_CONTROL_TOKENS
         assert any(opening.startswith(token) for token in SHOWN_CONTROL_TOKENS), opening
