@@ -13,24 +13,46 @@ CHATML_TEMPLATE = (
 
 HARMONY_CHANNEL = "<|channel|>"  # in gpt-oss's template, and in no other
 GEMMA4_RESPONSE = "<|tool_response>"  # in Gemma 4's
+READS_THINKING = ("message.thinking", "message['thinking']", 'message["thinking"]')  # gpt-oss's, LFM2.5's
+THINKING_BLOCK = "block['thinking']"  # Ministral 3's and Magistral's: reasoning is a block of the content
 
 
 def as_template_takes(source: str, messages: list[dict]) -> list[dict]:
-    """The messages as this template takes them, as llama-server passes them. gpt-oss's
-    (harmony) reads an assistant's reasoning from `thinking`, not `reasoning_content`, and refuses
-    a call's message that has both content and thinking: there the content goes. Gemma 4's writes
-    a call's content after the call's results, as the turn's answer, and closes the turn: the
-    model would then answer outside one; there the content goes too."""
-    if HARMONY_CHANNEL in source:
-        return [_as_harmony_takes(m) if isinstance(m, dict) and m.get("reasoning_content") else m for m in messages]
+    """The messages as this template takes them, as llama-server passes them. A template that
+    reads an assistant's reasoning from `thinking` (gpt-oss's, LFM2.5's) gets reasoning_content
+    there too; one that reads it from a "thinking" block of the content (Ministral 3's) gets it
+    so, before the answer's text block: given reasoning_content only, they would drop it, and a
+    chat's next prompt would no longer extend the reply as the model wrote it. gpt-oss's
+    (harmony) refuses a call's message that has both content and thinking: there the content
+    goes. Gemma 4's writes a call's content after the call's results, as the turn's answer, and
+    closes the turn: the model would then answer outside one; there the content goes too."""
+    if THINKING_BLOCK in source:
+        return [_with_thinking_block(m) if _reasons(m) else m for m in messages]
+    if any(reads in source for reads in READS_THINKING):
+        harmony = HARMONY_CHANNEL in source
+        return [_with_thinking(m, harmony) if _reasons(m) else m for m in messages]
     if GEMMA4_RESPONSE in source:
         return [_without_content(m) if isinstance(m, dict) and m.get("tool_calls") else m for m in messages]
     return messages
 
 
-def _as_harmony_takes(message: dict) -> dict:
+def _reasons(message) -> bool:
+    return isinstance(message, dict) and bool(message.get("reasoning_content"))
+
+
+def _with_thinking(message: dict, harmony: bool) -> dict:
     message = message | {"thinking": message["reasoning_content"]}
-    return _without_content(message) if message.get("tool_calls") else message
+    return _without_content(message) if harmony and message.get("tool_calls") else message
+
+
+def _with_thinking_block(message: dict) -> dict:
+    """Ministral 3's form, as llama-server makes it: the reasoning as a first block, then the
+    answer's text as a block (or the blocks it already is)."""
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
+    thinking = {"type": "thinking", "thinking": message["reasoning_content"]}
+    rest = {key: value for key, value in message.items() if key != "reasoning_content"}
+    return rest | {"content": [thinking, *blocks]}
 
 
 def _without_content(message: dict) -> dict:

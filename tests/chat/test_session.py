@@ -778,3 +778,35 @@ def test_a_reply_is_reasoning_where_the_prompt_opens_a_think_block_of_its_own_ki
     finally:
         engine.close()
 
+
+# (a thinking_templates.py template, its variables, a reply as the model writes it: reasoning,
+# then answer)
+GIVEN_BACK = [
+    ("MINISTRAL3", None, "[THINK]Some thought.[/THINK]An answer."),  # as a "thinking" block
+    ("LFM25", {"preserve_thinking": True}, "<think>Some thought.</think>An answer."),  # as `thinking`
+]
+
+
+@pytest.mark.parametrize("template,variables,reply", GIVEN_BACK, ids=[t[0] for t in GIVEN_BACK])
+def test_an_earlier_turns_reasoning_goes_back_where_its_template_reads_it(tmp_path, template, variables, reply):
+    """Ministral 3's template reads an assistant's reasoning from a "thinking" block of its
+    content, LFM2.5's from `thinking`, as llama-server passes them: given reasoning_content alone,
+    they wrote the answer without it, so the next prompt no longer extended the reply as the model
+    wrote it and its tokens (saved with the conversation) could not be reused."""
+    import thinking_templates
+
+    source = getattr(thinking_templates, template)
+    engine = load(tm.write_model(tmp_path / "thinker.gguf", seed=0, chat_template=source))
+    config = make_config(max_tokens=6, temperature=0.0, drafter="none")
+    try:
+        prompt = ChatSession(engine, config, template_variables=variables).prepare("Hello").text
+        tokens = engine.prompt_tokens(prompt + reply)  # the conversation's tokens, as /save writes them
+        turns = [{"user": "Hello", "reply": "An answer.", "reasoning": "Some thought.", "stop_reason": "eos"}]
+        (tmp_path / "chat.json").write_text(json.dumps({"turns": turns, "context_tokens": tokens}))
+        session = ChatSession(engine, config, template_variables=variables)
+        command(session, f"/load {tmp_path / 'chat.json'}")
+        prepared = session.prepare("Thanks")
+        assert prepared.text.startswith(prompt + reply)
+        assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
+    finally:
+        engine.close()
