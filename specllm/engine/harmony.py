@@ -23,6 +23,12 @@ offered stays visible. A reply that leaves the format (a header longer than HEAD
 line break before its "<|message|>", or text after a message that begins no header) is answer from
 there on, as written, and so is a reply that ends before its first header does; a later header
 that the reply's end cuts short is left out.
+
+Muse Glimmer writes the same messages without channels, and ends them with "<|eom|>" (more
+messages follow) or "<|eot|>" (the turn's end) as well: its recipient says what a message is,
+"self" reasoning, "user" answer, any other a call:
+
+    to=self<|message|>We need the weather.<|eom|><|start|>assistant to=user<|message|>Checking.
 """
 
 import re
@@ -30,6 +36,8 @@ import re
 from specllm.engine.text import marker_start
 
 START, CHANNEL, MESSAGE, END = "<|start|>", "<|channel|>", "<|message|>", "<|end|>"
+ENDS = (END, "<|eom|>", "<|eot|>")  # what ends a message: gpt-oss's, Muse Glimmer's two
+REASONER, USER = "self", "user"  # Muse Glimmer's recipients of reasoning and of an answer
 CALL_OPEN, CALL_HEADER, CALL_CLOSE = "<|start|>assistant to=", "<|channel|>commentary json<|message|>", "<|call|>"
 HEADER_LIMIT = 256  # characters before "<|message|>": a real header has a few dozen
 RECIPIENT = re.compile(r"\bto=([^\s<]+)")
@@ -52,8 +60,15 @@ def may_begin_harmony(text: str) -> bool:
 def _may_be_header(text: str, complete: bool) -> bool:
     """Whether `text` begins a header (with its start, its channel or its recipient, or with a
     stray end: a message's "<|end|>" written twice), or, not `complete`, may still begin one."""
-    begins = (*BEGINNINGS, END)
+    begins = (*BEGINNINGS, *ENDS)
     return any(text.startswith(begin) or (not complete and begin.startswith(text)) for begin in begins)
+
+
+def _first_end(text: str) -> tuple[str, int]:
+    """The first message end in `text` and where it is (-1: none)."""
+    found = [(at, end) for end in ENDS if (at := text.find(end)) >= 0]
+    at, end = min(found) if found else (-1, END)
+    return end, at
 
 
 class HarmonyReader:
@@ -99,8 +114,9 @@ class HarmonyReader:
                 if not self._read_header(answer):
                     break
             else:
-                at = self.pending.find(END)
-                cut = at if at >= 0 else len(self.pending) - (0 if self.ended else marker_start(self.pending, END))
+                end, at = _first_end(self.pending)
+                held = 0 if self.ended else max(marker_start(self.pending, e) for e in ENDS)
+                cut = at if at >= 0 else len(self.pending) - held
                 body, self.pending = self.pending[:cut], self.pending[cut:]
                 if self.kind == "reasoning":
                     reasoning.append(self._reasoning(body))
@@ -108,7 +124,7 @@ class HarmonyReader:
                     answer.append(self._answer(body))
                 if at < 0:
                     break
-                self.pending = self.pending[len(END) :]
+                self.pending = self.pending[len(end) :]
                 answer.append(self._end_message())
         if self.ended and self.kind is not None:  # the last message ends with the reply
             answer.append(self._end_message())
@@ -135,12 +151,13 @@ class HarmonyReader:
             return False
         self.pending = self.pending[at + len(MESSAGE) :]
         self.n_messages += 1
-        recipient = RECIPIENT.search(header)
+        found = RECIPIENT.search(header)
+        recipient = found.group(1) if found else None
         channels = CHANNEL_NAME.findall(header)
-        if recipient and recipient.group(1) != "assistant":
+        if recipient not in (None, "assistant", REASONER, USER):
             self.kind = "call"
-            answer.append(self._answer(CALL_OPEN + recipient.group(1) + CALL_HEADER))
-        elif channels and channels[-1] == "analysis":
+            answer.append(self._answer(CALL_OPEN + recipient + CALL_HEADER))
+        elif recipient == REASONER or (channels and channels[-1] == "analysis"):
             self.kind, self.began, self.spaces = "reasoning", False, ""
             self.gap = SEPARATOR if self.reasoned else ""
         else:

@@ -97,6 +97,10 @@ CASES = [
     ("<|channel|>final<|message|>Hi.<|end|>And more", False, "", "Hi.\n\nAnd more"),
     (f"{ANALYSIS}R<|end|><|<|message|>x", False, "R", "<|<|message|>x"),  # only a part of "<|start|>"
     ("<|channel|>analysis", False, "", "<|channel|>analysis"),  # no message begun: as written
+    # Muse Glimmer's: no channels, a recipient ("self" reasoning, "user" answer), two more ends
+    (" to=user<|message|>Hello, world!\nWhat's up?<|eot|>", False, "", "Hello, world!\nWhat's up?"),
+    (" to=self<|message|>Need JSON<|eom|><|start|>assistant to=user<|message|>{}<|eot|>", False, "Need JSON", "{}"),
+    (" to=self<|message|>Still thinking<|eo", False, "Still thinking<|eo", ""),  # max_tokens
     ("<|channel|>analysis then\nprose<|message|>x", False, "", "<|channel|>analysis then\nprose<|message|>x"),
     ("<|channel|>" + "x" * 300 + "<|message|>y", False, "", "<|channel|>" + "x" * 300 + "<|message|>y"),
     (f"{ANALYSIS}x <|en", False, "x <|en", ""),
