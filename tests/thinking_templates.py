@@ -192,3 +192,39 @@ LFM25 = r"""{%- set preserve_thinking = preserve_thinking | default(false) -%}
 {%- if add_generation_prompt -%}
     {{- "<|im_start|>assistant\n" -}}
 {%- endif -%}"""
+
+# Muse Glimmer: harmony's messages without channels (engine/harmony.py), the reasoning effort read
+# as reasoning_strength; an earlier turn's reasoning is a message to "self".
+MUSE_GLIMMER = r"""{%- macro render_reasoning() -%}
+    {%- set rs = reasoning_strength if reasoning_strength is defined and reasoning_strength else 'high' -%}
+    {{- 'Reasoning strength: ' + rs + '.' -}}
+{%- endmacro -%}
+{{- bos_token -}}
+{%- set ns = namespace(has_system=false) -%}
+{%- for m in messages -%}
+    {%- if m['role'] == 'system' -%}
+        {%- set ns.has_system = true -%}
+    {%- endif -%}
+{%- endfor -%}
+{%- if not ns.has_system -%}
+    {{- '<|start|>system<|message|>You are a helpful AI assistant.' -}}
+    {{- '\n\n' -}}
+    {{- render_reasoning() -}}
+    {{- '<|eot|>' -}}
+{%- endif -%}
+{%- for message in messages -%}
+    {%- set role = message['role'] -%}
+    {%- if role == 'system' -%}
+        {{- '<|start|>system<|message|>' + message['content'] + '\n\n' + render_reasoning() + '<|eot|>' -}}
+    {%- elif role == 'user' -%}
+        {{- '<|start|>user<|message|>' + message['content'] + '<|eot|>' -}}
+    {%- elif role == 'assistant' -%}
+        {%- if message.get('reasoning_content') -%}
+            {{- '<|start|>assistant to=self<|message|>' + message['reasoning_content'] + '<|eom|>' -}}
+        {%- endif -%}
+        {{- '<|start|>assistant to=user<|message|>' + message['content'] + '<|eot|>' -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- '<|start|>assistant' -}}
+{%- endif -%}"""

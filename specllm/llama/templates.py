@@ -99,6 +99,15 @@ def compile_chat_template(source: str):
     return env.from_string(source)
 
 
+def with_effort_alias(variables: dict) -> dict:
+    """The variables, with reasoning_effort also as reasoning_strength, the name Muse Glimmer's
+    template reads it by, as llama.cpp passes it (a reasoning_strength of their own stays)."""
+    effort = variables.get("reasoning_effort")
+    if not isinstance(effort, str) or not effort or "reasoning_strength" in variables:
+        return variables
+    return variables | {"reasoning_strength": effort}
+
+
 def render_bounded(template, /, tools=None, **variables) -> str:
     """template.render(**variables) with what Jinja2ChatFormatter passes too, but with a range()
     that gives at most TEMPLATE_RANGE_BUDGET items in all, at most TEMPLATE_MAX_CHARS characters
@@ -124,7 +133,7 @@ def render_bounded(template, /, tools=None, **variables) -> str:
 
     out = io.StringIO()
     chunks = template.generate(
-        variables
+        with_effort_alias(variables)
         | {
             "raise_exception": raise_exception,
             "strftime_now": Formatter.strftime_now,

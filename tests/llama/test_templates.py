@@ -197,3 +197,24 @@ def test_real_templates_render_as_llama_cpp_pythons(source):
     for tools in (None, TOOLS):
         expected = Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages, tools=tools).prompt
         assert render_bounded(compile_chat_template(source), tools=tools, **variables) == expected
+
+
+def test_reasoning_effort_is_also_the_templates_reasoning_strength(tmp_path):
+    """Muse Glimmer's template reads the effort as reasoning_strength: llama.cpp passes it by both
+    names, so --reasoning-effort (and serve's field) reach it; a reasoning_strength of the
+    caller's own stays."""
+    import thinking_templates
+    import tiny_models as tm
+
+    from specllm.llama.model import Model
+
+    path = tm.write_model(tmp_path / "muse.gguf", chat_template=thinking_templates.MUSE_GLIMMER)
+    model = Model(path, vocab_only=True)
+    messages = [{"role": "user", "content": "hi"}]
+    try:
+        assert "Reasoning strength: high." in model.render_chat(messages)  # the template's default
+        assert "Reasoning strength: low." in model.render_chat(messages, variables={"reasoning_effort": "low"})
+        both = {"reasoning_effort": "low", "reasoning_strength": "medium"}
+        assert "Reasoning strength: medium." in model.render_chat(messages, variables=both)
+    finally:
+        model.close()
