@@ -228,3 +228,47 @@ MUSE_GLIMMER = r"""{%- macro render_reasoning() -%}
 {%- if add_generation_prompt -%}
     {{- '<|start|>assistant' -}}
 {%- endif -%}"""
+
+# Kimi K3: sections of a message; the generation prompt opens the think section (thinking, its
+# default) or the response section, which the model closes; every earlier turn writes its
+# reasoning back in its think section.
+KIMI_K3 = r"""{%- macro open_tag(tag, attrs=[]) -%}
+{{- '<|open|>' + tag -}}
+{%- for attr in attrs -%}
+{{- ' ' + attr[0] + '="' -}}{{- attr[1]|string -}}{{- '"' -}}
+{%- endfor -%}
+{{- '<|sep|>' -}}
+{%- endmacro -%}
+{%- macro close_tag(tag) -%}
+{{- '<|close|>' + tag + '<|sep|>' -}}
+{%- endmacro -%}
+{%- macro render_assistant(message) -%}
+{%- if thinking -%}
+    {%- set reasoning_content = message.get('reasoning_content') or message.get('reasoning') -%}
+    {{- open_tag('think') -}}
+    {%- if reasoning_content is not none and reasoning_content|string|trim -%}
+        {{- reasoning_content -}}
+    {%- endif -%}
+    {{- close_tag('think') -}}
+{%- endif -%}
+{{- open_tag('response') -}}
+{{- message.get('content') -}}
+{{- close_tag('response') -}}
+{%- endmacro -%}
+{%- if thinking is undefined -%}
+    {%- set thinking = true -%}
+{%- endif -%}
+{%- for message in messages -%}
+    {{- open_tag('message', [('role', message.role)]) -}}
+    {%- if message.role == 'assistant' -%}
+        {{- render_assistant(message) -}}
+    {%- else -%}
+        {{- message.get('content') -}}
+    {%- endif -%}
+    {{- close_tag('message') -}}
+    {{- '<|end_of_msg|>' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- open_tag('message', [('role', 'assistant')]) -}}
+    {{- open_tag('think' if thinking else 'response') -}}
+{%- endif -%}"""

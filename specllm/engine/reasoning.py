@@ -5,9 +5,9 @@ end of the generation prompt (Qwen3.5's prompt ends with "<think>\\n" unless `en
 false), or the model opens it itself at the start of its reply. The block's markers are
 THINK_MARKERS: "<think>" and "</think>" for most (Qwen3 and Qwen3.5, DeepSeek-R1 distills,
 SmolLM3, GLM, ...), "[THINK]" and "[/THINK]" for Magistral and Ministral 3, Gemma 4's thought
-channel, Command A's, Seed-OSS's, MiniMax M3's and Hunyuan 3's, and Apriel 1.6's, which are
-text. Where a tokenizer holds them as control tokens, the model's text shows them all the same
-(llama/model.py writes them, as llama-server preserves them).
+channel, Command A's, Seed-OSS's, MiniMax M3's, Hunyuan 3's and Kimi K3's, and Apriel 1.6's,
+which are text. Where a tokenizer holds them as control tokens, the model's text shows them all
+the same (llama/model.py writes them, as llama-server preserves them).
 
 gpt-oss writes its reasoning in harmony's analysis channel instead: a reply that begins as a
 harmony message (its channel or its recipient) is read by engine/harmony.py.
@@ -39,11 +39,15 @@ THINK_MARKERS = (
     ("<seed:think>", "</seed:think>"),  # Seed-OSS
     ("<mm:think>", "</mm:think>"),  # MiniMax M3
     ("<think:opensource>", "</think:opensource>"),  # Hunyuan 3 (Hy3)
+    ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),  # Kimi K3's think section
     *TEXT_MARKERS,
 )
 THINK_OPEN, THINK_CLOSE = THINK_MARKERS[0]
 OPENINGS = tuple(opening for opening, _ in THINK_MARKERS)
 CLOSINGS = tuple(closing for _, closing in THINK_MARKERS)
+# Kimi K3 writes its answer in a response section of its message (which its prompt opens where
+# thinking is off): the section's markup and the message's end are left out of the answer.
+ANSWER_MARKUP = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
 
 
 def closing_marker(prompt: str) -> str | None:
@@ -101,6 +105,14 @@ def _first_closing(text: str, closings: tuple[str, ...] = CLOSINGS) -> tuple[str
         return text, "", ""
     at, closing = min(found)
     return text[:at], closing, text[at + len(closing) :]
+
+
+def _without_answer_markup(text: str, ended: bool) -> tuple[str, str]:
+    """(the answer text without ANSWER_MARKUP, what is held back: a part of it at the end)."""
+    for markup in ANSWER_MARKUP:
+        text = text.replace(markup, "")
+    held = 0 if ended else max(marker_start(text, markup) for markup in ANSWER_MARKUP)
+    return text[: len(text) - held], text[len(text) - held :]
 
 
 @dataclass(frozen=True)
@@ -189,7 +201,8 @@ class ReasoningSplitter:
             elif self.where is _Where.HARMONY:
                 return self._harmony()
             else:
-                answer, self.pending = answer + self.pending, ""
+                text, self.pending = _without_answer_markup(self.pending, self.ended)
+                answer += text
                 break
         return Split(self._trimmed(reasoning, closed or self.ended), answer)
 

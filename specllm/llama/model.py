@@ -39,14 +39,14 @@ from specllm.llama.templates import (
 
 # Control tokens that a model's text shows, as llama-server preserves them for its parsers: the
 # markers of think blocks (engine/reasoning.py's THINK_MARKERS: Magistral's and Ministral 3's
-# [THINK], Gemma 4's thought channel, Command A's, MiniMax M3's, Hunyuan 3's) and of tool calls
-# (serve/tool_calls.py: Mistral's [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>, Gemma 4's,
-# MiniMax M2's, GLM's), where a tokenizer holds them as control tokens. Without them a reply's
-# reasoning or calls could not be read.
+# [THINK], Gemma 4's thought channel, Command A's, MiniMax M3's, Hunyuan 3's, Kimi K3's sections)
+# and of tool calls (serve/tool_calls.py: Mistral's [TOOL_CALLS] and [ARGS], Llama 3's
+# <|python_tag|>, Gemma 4's, MiniMax M2's, GLM's), where a tokenizer holds them as control tokens.
+# Without them a reply's reasoning or calls could not be read.
 SHOWN_CONTROL_TOKENS = (
     "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>",
     "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>", "</seed:think>", "<mm:think>", "</mm:think>",
-    "<think:opensource>", "</think:opensource>",
+    "<think:opensource>", "</think:opensource>", "<|open|>", "<|close|>", "<|sep|>",
     "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
     "<|tool_call>", "<tool_call|>", '<|"|>', "<minimax:tool_call>", "</minimax:tool_call>",
     "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",

@@ -747,6 +747,7 @@ OPENED_BY_PROMPT = [
     ("APRIEL16", None, "[BEGIN FINAL RESPONSE]"),  # the opening is a sentence of text
     ("HY3", {"reasoning_effort": "high"}, "</think:opensource>"),
     ("MINIMAX_M3", {"thinking_mode": "enabled"}, "</mm:think>"),
+    ("KIMI_K3", None, "<|close|>think<|sep|>"),
 ]
 
 
@@ -754,7 +755,7 @@ OPENED_BY_PROMPT = [
 def test_a_reply_is_reasoning_where_the_prompt_opens_a_think_block_of_its_own_kind(
     tmp_path, template, variables, closing
 ):
-    """Apriel 1.6's, Hunyuan 3's and MiniMax M3's think blocks, which their templates open in
+    """Apriel 1.6's, Hunyuan 3's, MiniMax M3's and Kimi K3's think blocks, which their templates open in
     the generation prompt and the tiny model never closes: the reply is the turn's reasoning, not
     its answer (it was all answer), goes back to the template as reasoning_content, and survives
     /save and /load with the tokens that spell it."""

@@ -17,6 +17,7 @@ from specllm.engine.reasoning import (
 )
 
 ANALYSIS = "<|channel|>analysis<|message|>"
+K3_ANSWER = "<|open|>response<|sep|>Hello!\nUp?<|close|>response<|sep|><|close|>message<|sep|>"
 NEXT = "<|end|><|start|>assistant<|channel|>"
 FINAL = NEXT + "final<|message|>"
 ARGS = '{"city": "Paris"}'
@@ -51,6 +52,13 @@ CASES = [
     # MiniMax M3's and Hunyuan 3's; Apriel 1.6's prompt opens its reasoning with a sentence, which
     # the model ends with a line (llama.cpp's tests' replies)
     ("<mm:think>Hmm.</mm:think>Paris.", False, "Hmm.", "Paris."),
+    # Kimi K3's sections: its prompt opens the think section, or the response section without thinking
+    (f"I'm thinking<|close|>think<|sep|>{K3_ANSWER}", "<|close|>think<|sep|>", "I'm thinking", "Hello!\nUp?"),
+    (K3_ANSWER, False, "", "Hello!\nUp?"),
+    ("Hello!\nUp?<|close|>response<|sep|><|close|>message<|sep|>", False, "", "Hello!\nUp?"),
+    ("Use the response tag, then message.<|close|>response<|sep|>", False, "", "Use the response tag, then message."),
+    ("Still thinking", "<|close|>think<|sep|>", "Still thinking", ""),
+    ("Cut short<|close|>resp", False, "", "Cut short<|close|>resp"),
     ("Hmm.</think:opensource>Paris.", "</think:opensource>", "Hmm.", "Paris."),
     ("<think:opensource>Hmm.</think:opensource>Paris.", False, "Hmm.", "Paris."),
     (
@@ -204,10 +212,14 @@ def test_a_prompt_without_its_think_blocks_opening():
 
 def test_every_think_marker_is_shown_where_a_tokenizer_holds_it_as_a_control_token():
     """Text leaves control tokens out but those of SHOWN_CONTROL_TOKENS: every marker read here
-    must be one of them (or begin with one, as Gemma 4's <|channel>thought); Apriel's are text."""
-    from specllm.engine.reasoning import TEXT_MARKERS, THINK_MARKERS
+    must be made of them and of plain text (Gemma 4's <|channel>thought, Kimi K3's
+    <|open|>think<|sep|>); Apriel's are text."""
+    from specllm.engine.reasoning import ANSWER_MARKUP, TEXT_MARKERS, THINK_MARKERS
     from specllm.llama.model import SHOWN_CONTROL_TOKENS
 
-    for opening, closing in set(THINK_MARKERS) - set(TEXT_MARKERS):
-        assert closing in SHOWN_CONTROL_TOKENS
-        assert any(opening.startswith(token) for token in SHOWN_CONTROL_TOKENS), opening
+    markers = {*(m for pair in set(THINK_MARKERS) - set(TEXT_MARKERS) for m in pair), *ANSWER_MARKUP}
+    for marker in markers:
+        rest = marker
+        for token in sorted(SHOWN_CONTROL_TOKENS, key=len, reverse=True):
+            rest = rest.replace(token, "")
+        assert rest != marker and not any(c in rest for c in "<>[]|"), marker
