@@ -25,7 +25,10 @@ def as_template_takes(source: str, messages: list[dict]) -> list[dict]:
     chat's next prompt would no longer extend the reply as the model wrote it. gpt-oss's
     (harmony) refuses a call's message that has both content and thinking: there the content
     goes. Gemma 4's writes a call's content after the call's results, as the turn's answer, and
-    closes the turn: the model would then answer outside one; there the content goes too."""
+    closes the turn: the model would then answer outside one; there the content goes too. A
+    template that refuses a system message (Gemma 2's) gets its text in the first user message."""
+    if _leads_with_system(messages) and refuses_system(source):
+        messages = _system_in_first_message(messages)
     if THINKING_BLOCK in source:
         return [_with_thinking_block(m) if _reasons(m) else m for m in messages]
     if any(reads in source for reads in READS_THINKING):
@@ -34,6 +37,37 @@ def as_template_takes(source: str, messages: list[dict]) -> list[dict]:
     if GEMMA4_RESPONSE in source:
         return [_without_content(m) if isinstance(m, dict) and m.get("tool_calls") else m for m in messages]
     return messages
+
+
+@functools.lru_cache(maxsize=8)
+def refuses_system(source: str) -> bool:
+    """Whether the template refuses a system message (Gemma 2's raises "System role not
+    supported") but renders the conversation without it."""
+    template = compile_chat_template(source)
+    user = {"role": "user", "content": "Hi"}
+    return not _renders(template, [{"role": "system", "content": "Be brief."}, user]) and _renders(template, [user])
+
+
+def _renders(template, messages: list[dict]) -> bool:
+    try:
+        render_bounded(template, messages=messages, bos_token="", eos_token="", add_generation_prompt=True)
+    except Exception:  # a template can raise anything from inside Jinja
+        return False
+    return True
+
+
+def _leads_with_system(messages: list[dict]) -> bool:
+    first = messages[0] if messages else None
+    return isinstance(first, dict) and first.get("role") == "system" and isinstance(first.get("content"), str)
+
+
+def _system_in_first_message(messages: list[dict]) -> list[dict]:
+    """The system message's text before the next message's, on a line of its own, as llama.cpp
+    passes a system message to a template that refuses one (alone, it is left out)."""
+    system, rest = messages[0]["content"], messages[1:]
+    if rest and isinstance(rest[0], dict) and isinstance(rest[0].get("content"), str):
+        return [rest[0] | {"content": system + "\n" + rest[0]["content"]}, *rest[1:]]
+    return rest
 
 
 def _reasons(message) -> bool:

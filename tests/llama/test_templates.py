@@ -218,3 +218,37 @@ def test_reasoning_effort_is_also_the_templates_reasoning_strength(tmp_path):
         assert "Reasoning strength: medium." in model.render_chat(messages, variables=both)
     finally:
         model.close()
+
+
+# Gemma 2's template, as the model ships it
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+
+
+def test_a_template_that_refuses_a_system_message_gets_it_in_the_first_user_message(tmp_path):
+    """Gemma 2's raises "System role not supported" (run --system, chat's /system and serve's
+    system messages failed with it): llama.cpp puts the system message's text before the first
+    user message's, and so does specllm. A template that takes one is given it as it is."""
+    import tiny_models as tm
+
+    from specllm.llama.model import Model
+
+    path = tm.write_model(tmp_path / "gemma2.gguf", chat_template=GEMMA2)
+    model = Model(path, vocab_only=True)
+    system, user = {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}
+    try:
+        merged = model.render_chat([system, user, {"role": "assistant", "content": "Hello"}, user])
+        assert (
+            merged == "<s><start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        )
+    finally:
+        model.close()
+    assert not templates.refuses_system(tool_templates.QWEN25)
+    assert templates.as_template_takes(tool_templates.QWEN25, [system, user]) == [system, user]
