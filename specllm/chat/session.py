@@ -32,7 +32,7 @@ from specllm.engine.loop import (
 )
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
-from specllm.engine.reasoning import THINK_CLOSE, Split, closing_marker, split_reasoning
+from specllm.engine.reasoning import CLOSINGS, Split, closing_marker, split_reasoning
 from specllm.engine.sampling import MAX_SEED, default_seed
 from specllm.engine.text import check_utf8
 from specllm.errors import ContextFull, NeedsDraftModel, SpecllmError
@@ -56,11 +56,12 @@ class Turn:
     def messages(self) -> list[dict]:
         """As the chat template gets them: a thinking model's reasoning as reasoning_content,
         which a template renders (Qwen3.5's, in the turns after the last user message) or not.
-        A reply that writes "</think>" gets it even when empty: a template given none looks for
-        the reasoning in the reply, up to a "</think>" (Qwen3's, Qwen3.5's, GLM's, MiniMax M2's),
-        and would cut off the part of the answer before it."""
+        A reply that writes a think block's closing marker gets it even when empty: a template
+        given none looks for the reasoning in the reply, up to a "</think>" (Qwen3's, Qwen3.5's,
+        GLM's, MiniMax M2's) or a "</mm:think>" (MiniMax M3's), and would cut off the part of the
+        answer before it."""
         reply: dict[str, str] = {"role": "assistant", "content": self.reply}
-        if self.reasoning or THINK_CLOSE in self.reply:
+        if self.reasoning or any(closing in self.reply for closing in CLOSINGS):
             reply["reasoning_content"] = self.reasoning
         return [{"role": "user", "content": self.user}, reply]
 

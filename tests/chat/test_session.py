@@ -811,3 +811,20 @@ def test_an_earlier_turns_reasoning_goes_back_where_its_template_reads_it(tmp_pa
         assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
     finally:
         engine.close()
+
+
+def test_an_answer_that_writes_minimax_m3s_closing_marker_goes_back_whole(tmp_path):
+    """As an answer that writes "</think>" to Qwen3.5's: given no reasoning_content, MiniMax M3's
+    template takes the answer up to "</mm:think>" for reasoning, and writes only the rest."""
+    import thinking_templates
+
+    engine = load(tm.write_model(tmp_path / "m3.gguf", seed=0, chat_template=thinking_templates.MINIMAX_M3))
+    try:
+        session = ChatSession(engine, make_config(max_tokens=6, temperature=0.0, drafter="none"))
+        answer = "Write </mm:think> after the reasoning, then answer."
+        saved = tmp_path / "tag.json"
+        saved.write_text(json.dumps({"turns": [{"user": "How does a think block end?", "reply": answer}]}))
+        session.restore(read_transcript(saved))
+        assert f"]~b]ai\n</mm:think>{answer}[e~[" in session.prepare("Thanks").text
+    finally:
+        engine.close()
