@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING
 from specllm._version import __version__
 from specllm.errors import SpecllmError
 
-if TYPE_CHECKING:
-    from specllm.engine.loop import Engine
-
 # The rest of the API is imported when first used, not with the package: the `specllm` command
 # imports the package before it can handle a Ctrl-C, and llama_cpp takes half a second to import.
 _LAZY = {
@@ -30,16 +27,26 @@ _LAZY = {
     "SamplerSettings": "engine.sampling",
 }
 
+if TYPE_CHECKING:  # the names _LAZY gives, as a type checker must see them (not as Any)
+    from specllm.engine.loop import Engine, Finished, GenerationConfig, Result, Stats, Step
+    from specllm.engine.sampling import SamplerSettings
+    from specllm.llama.options import ModelOptions
+else:  # hidden from type checkers, which would take any misspelt name for one it returns
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    try:  # a subpackage (specllm.engine.loop, ...), as when the package imported them all
-        return importlib.import_module(f".{name}", __name__)
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":  # one the submodule needs: say that
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    def __getattr__(name: str) -> object:
+        if name in _LAZY:
+            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        try:  # a subpackage (specllm.engine.loop, ...), as when the package imported them all
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":  # one the submodule needs: say that
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    """The lazy names too: help(specllm) lists what dir() does."""
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [
@@ -58,8 +65,8 @@ __all__ = [
 
 
 def load(
-    target: str,
-    draft: str | None = None,
+    target: str | os.PathLike[str],
+    draft: str | os.PathLike[str] | None = None,
     *,
     n_ctx: int = 4096,
     n_threads: int | None = None,
@@ -86,34 +93,35 @@ def load(
     from specllm.llama.options import ModelOptions
     from specllm.llama.vocab import ensure_compatible
     from specllm.models.hub import resolve_models
-    from specllm.models.stores import local_path
 
     if not isinstance(defer_draft, bool):  # defer_draft="no" would defer it
         raise SpecllmError(f"defer_draft must be True or False, got {defer_draft!r}")
 
-    def model_file(spec: str, what: str) -> str:
+    def model_file(spec: object, what: str) -> str:
         if isinstance(spec, str):  # read as the command line reads --target: "~/m.gguf" is in the home folder
             return str(resolve_models(target=spec, progress=False)[0])
-        if not isinstance(spec, os.PathLike) or not isinstance(os.fspath(spec), str):  # not "file not found: None"
+        path = os.fspath(spec) if isinstance(spec, os.PathLike) else None
+        if not isinstance(path, str):  # not "file not found: None"
             raise SpecllmError(f"{what} is a model file's path (a str or a Path), not {type(spec).__name__}")
-        return local_path(spec)
+        return path  # as it is, never a store's name
 
-    target, draft = model_file(target, "target"), (None if draft is None else model_file(draft, "draft"))
+    target_path = model_file(target, "target")
+    draft_path = None if draft is None else model_file(draft, "draft")
 
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, rpc=rpc, snapshots=snapshots)
-    target_model = Model(target, options)
+    target_model = Model(target_path, options)
     if target_model.pre_tokenizer_missing:  # (a draft's text is never split into tokens: no matter there)
         report.say(
             f"warning: {target_model.path.name} names no pre-tokenizer (tokenizer.ggml.pre, which GGUFs "
             "converted before May 2024 lack): llama.cpp splits its text by default rules that may not be "
             "the model's, and its answers can be worse; a newer conversion of the model has it"
         )
-    if draft is None:
+    if draft_path is None:
         return Engine(target_model)
     # A draft never uses snapshots: its one-token steps leave none to go back to (see ModelDrafter).
     options = ModelOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers, rpc=draft_rpc, snapshots=0)
     if defer_draft:
-        ensure_compatible(target, draft, target=target_model)  # refuse a bad pair now, not mid-chat
+        ensure_compatible(target_path, draft_path, target=target_model)  # refuse a bad pair now, not mid-chat
         # absolute: the program may change its working directory before the draft is loaded
-        return Engine(target_model, draft_file=(os.path.abspath(draft), options))
-    return Engine(target_model, Model(draft, options))
+        return Engine(target_model, draft_file=(os.path.abspath(draft_path), options))
+    return Engine(target_model, Model(draft_path, options))

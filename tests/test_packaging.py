@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Imported by the code and installed by a declared dependency, which bounds it: jinja2 by
 # llama-cpp-python (chat templates are compiled as its formatter does), starlette by fastapi,
-# click by typer (before typer carried its own copy).
-PROVIDED_BY_DEPENDENCIES = {"starlette", "click"}
+# click by typer (before typer carried its own copy), typing_extensions by pydantic (imported for
+# type checkers only: engine/loop.py's Unpack).
+PROVIDED_BY_DEPENDENCIES = {"starlette", "click", "typing_extensions"}
 
 
 def _normalized(name: str) -> str:

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
 from specllm.llama.vocab import ensure_compatible
 
+if TYPE_CHECKING:  # typing's own from Python 3.11; typing_extensions is pydantic's (serve)
+    from typing_extensions import Unpack
+
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 SAVE_COSTS_EVERY = 60.0  # seconds: how often costs that were only refined are written back
 RowT = TypeVar("RowT")  # what verification reads of a target row
@@ -69,7 +72,7 @@ class GenerationConfig:
     sampler: SamplerSettings = SamplerSettings()
     drafter: str = Drafter.AUTO
     gamma: int | None = None
-    stop: tuple[str, ...] = ()
+    stop: Sequence[str] = ()  # one string or several: kept as a tuple
     # An editor's limits on a completion (TextStream): end before a new line indented by fewer
     # spaces or tabs than this (0: off), and at a line break once this many seconds have passed.
     min_indent: int = 0
@@ -101,6 +104,23 @@ class GenerationConfig:
         if self.gamma is not None:
             return self.gamma
         return NGRAM_MAX if self.drafter == Drafter.AUTO else fixed_gamma
+
+
+class GenerationOptions(TypedDict, total=False):
+    """The keywords Engine.generate, stream and start take in place of a GenerationConfig: its
+    fields and its SamplerSettings' (those not given take their defaults)."""
+
+    max_tokens: int
+    drafter: str
+    gamma: int | None
+    stop: str | Sequence[str] | None
+    min_indent: int
+    line_seconds: float | None
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int | None
 
 
 def stop_strings(stop) -> tuple[str, ...]:
@@ -138,7 +158,7 @@ class Stats:
     # per drafting source ("none", "ngram", "model", "mtp"): steps, drafted and accepted tokens
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
     # auto: the cost estimates at the end and where they came from; None for a fixed drafter
-    policy: dict | None = None
+    policy: dict[str, Any] | None = None
 
     @property
     def acceptance_rate(self) -> float:
@@ -179,7 +199,7 @@ class Stats:
         steps = sum(c["steps"] for c in self.sources.values())
         return {name: c["steps"] / steps for name, c in self.sources.items()} if steps else {}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A copy, lists and dicts too: a step's stats go on changing as the generation runs."""
         d = copy.deepcopy(self.__dict__)
         d.update(
@@ -334,7 +354,7 @@ class Generation:
     def __enter__(self) -> "Generation":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -697,7 +717,7 @@ class Engine:
         *,
         chat: bool = False,
         system: str | None = None,
-        **kwargs,
+        **kwargs: "Unpack[GenerationOptions]",
     ) -> Result:
         """The whole generation at once (what `stream` takes): its Result. The engine is free again
         when it returns, or raises."""
@@ -711,7 +731,7 @@ class Engine:
         *,
         chat: bool = False,
         system: str | None = None,
-        **kwargs,
+        **kwargs: "Unpack[GenerationOptions]",
     ) -> Events:
         """Yield a Step per target call, then Finished. Give either a GenerationConfig or keywords
         (max_tokens, drafter, gamma, stop, temperature, top_k, ...; those not given take the
@@ -727,7 +747,7 @@ class Engine:
         *,
         chat: bool = False,
         system: str | None = None,
-        **kwargs,
+        **kwargs: "Unpack[GenerationOptions]",
     ) -> Generation:
         """The generation `stream` yields the events of, as a Generation: its Steps, then its
         `result`. Bad options and prompts are refused now, before the first step."""

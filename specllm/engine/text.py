@@ -8,6 +8,7 @@ string is held back too, so a stop string is never shown.
 
 import codecs
 import time
+from collections.abc import Iterable
 
 from specllm.errors import SpecllmError
 
@@ -59,7 +60,7 @@ class TextStream:
     line included), and at the first token with a line break once `line_seconds` have passed
     since the first token."""
 
-    def __init__(self, stop: tuple[str, ...] = (), min_indent: int = 0, line_seconds: float | None = None):
+    def __init__(self, stop: Iterable[str] = (), min_indent: int = 0, line_seconds: float | None = None):
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
         self._min_indent, self._line_seconds = min_indent, line_seconds

@@ -826,6 +826,16 @@ def test_options_of_a_wrong_type_from_python_are_refused_in_one_line(engine, opt
         engine.generate(PROMPTS[0], **options)
 
 
+def test_the_generation_keywords_a_type_checker_sees_are_the_configs_and_its_samplers():
+    """GenerationOptions types generate's keywords: the options make_config takes, no fewer."""
+    from dataclasses import fields
+
+    from specllm.engine.loop import GenerationConfig, GenerationOptions
+
+    config, sampler = {f.name for f in fields(GenerationConfig)}, {f.name for f in fields(SamplerSettings)}
+    assert set(GenerationOptions.__annotations__) == config - {"sampler"} | sampler
+
+
 def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
     expected = greedy(engine, PROMPTS[0], "none", max_tokens=6).tokens
     numpy_ints = dict(max_tokens=np.int64(6), gamma=np.int32(2), seed=np.uint32(3), top_k=np.int64(40))
