@@ -244,7 +244,7 @@ class Step:
     accepted_text: str  # text the accepted draft tokens added
     token_text: str  # text the target's own token added
     rejected_text: str  # the rejected draft tokens, for display only
-    stats: "Stats"
+    stats: "Stats" = field(repr=False)  # the generation's, shared by all its steps: shown by its Result
     source: str = "none"  # which drafter proposed the draft: "none", "ngram", "model" or "mtp"
 
     @classmethod
@@ -328,6 +328,13 @@ class Generation:
             raise RuntimeError("the generation has not finished: its steps were not all taken")
         return self._result
 
+    def __repr__(self) -> str:
+        if self._result is not None:
+            state = f"finished ({self._result.stop_reason}, {len(self._result.tokens)} tokens)"
+        else:
+            state = "cut short" if self._cut_short else "running" if self._started else "not started"
+        return f"<Generation {state}>"
+
     def run(self) -> Result:
         """Take the steps left and return the result."""
         for _ in self:
@@ -367,6 +374,9 @@ class Events:
 
     def __iter__(self) -> "Events":
         return self
+
+    def __repr__(self) -> str:
+        return f"<Events of {self._generation!r}>"
 
     def __next__(self) -> "Step | Finished":
         if self._done:
@@ -412,6 +422,15 @@ class Engine:
         self._user: int | None = None  # the thread inside _using_models
         self.closed = False
         self._lanes: weakref.WeakSet[Engine] = weakref.WeakSet()  # open lanes on these weights
+
+    def __repr__(self) -> str:
+        return f"<Engine {describe_models(self)}{', closed' if self.closed else ''}>"
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def has_draft(self) -> bool:

@@ -234,6 +234,10 @@ class Model:
         hybrid and recurrent ones (0 where llama.cpp keeps none)."""
         return self.snapshots if self.recurrent else None
 
+    def __repr__(self) -> str:
+        state = "closed" if getattr(self, "_model", None) is None else f"n_ctx={getattr(self, 'n_ctx', None)}"
+        return f"<Model {str(self.path)!r}, {state}>"
+
     def close(self) -> None:
         # Each handle is forgotten before it is freed: an interrupt (Ctrl-C) landing just after a
         # free would otherwise leave it to be freed again by the next close() or __del__.

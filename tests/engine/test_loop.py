@@ -1192,6 +1192,37 @@ def test_chat_template_is_applied_when_asked(engine):
     assert 3 in chat  # <|im_start|> was parsed as the special token, not as text
 
 
+def test_the_engine_its_generations_and_steps_show_what_they_are_in_a_line(tiny_models):
+    """Their reprs were the default "<specllm.engine.loop.Engine object at 0x...>", and a Step's
+    held the whole Stats (the generation's, with its policy), 600 characters a step."""
+    with specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=512, n_threads=1) as engine:
+        assert repr(engine) == "<Engine target.gguf + draft.gguf>"
+        assert repr(engine.target) == f"<Model {str(tiny_models.target)!r}, n_ctx=512>"
+        generation = engine.start("Hello world", max_tokens=3, temperature=0, drafter="model")
+        assert repr(generation) == "<Generation not started>"
+        step = next(generation)
+        assert repr(generation) == "<Generation running>"
+        assert "stats=" not in repr(step) and repr(step).startswith(f"Step(drafted={step.drafted!r}, accepted=")
+        generation.run()
+        assert repr(generation) == "<Generation finished (max_tokens, 3 tokens)>"
+        with engine.start("Hello world", max_tokens=3) as cut:
+            next(cut)
+        assert repr(cut) == "<Generation cut short>"
+        assert repr(engine.stream("Hello world", max_tokens=3)) == "<Events of <Generation not started>>"
+    assert repr(engine) == "<Engine target.gguf + draft.gguf, closed>"
+    assert repr(engine.target) == f"<Model {str(tiny_models.target)!r}, closed>"
+
+
+def test_an_engine_in_a_with_block_is_closed_at_its_end_even_by_an_error(tiny_models):
+    with (
+        pytest.raises(SpecllmError, match="max tokens must be >= 1"),
+        specllm.load(str(tiny_models.target), n_ctx=256, n_threads=1) as engine,
+    ):
+        engine.generate("Hello world", max_tokens=0)
+    with pytest.raises(SpecllmError, match="this engine is closed"):
+        engine.generate("Hello world", max_tokens=2)
+
+
 def test_a_generation_yields_only_steps_then_has_its_result(engine):
     options = dict(max_tokens=40, temperature=0, drafter="model", gamma=3)
     with engine.start(PROMPTS[0], **options) as generation:
