@@ -13,11 +13,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import llama_cpp as L
 import numpy as np
@@ -395,6 +395,7 @@ class Model:
         if taken:
             them = "it" if len(taken) == 1 else "them"
             raise SpecllmError(f"a chat template's variables cannot set {', '.join(taken)}: the rendering sets {them}")
+        check_messages(messages, tools)
         try:
             source = (tools and self.chat_template("tool_use")) or self.chat_template() or CHATML_TEMPLATE
             template = compile_chat_template(source)
@@ -728,6 +729,32 @@ class MtpHead:
         self._own = self._views.of(last, (self._n_embd,)).copy()
         logits = [self._views.of(L.llama_get_logits_ith(self._ctx, i), (self.n_vocab,)) for i in outputs]
         return logits[0][np.newaxis] if len(logits) == 1 else np.stack(logits)  # a view, as Model.eval's
+
+
+def check_messages(messages: object, tools: object = None) -> None:
+    """A conversation (and its tools) in the shape chat templates read, OpenAI's: refused in one
+    line, not blamed on the model's template when it fails on a tuple or a missing role. Content
+    may be missing only where an assistant's message calls tools, as serve checks it."""
+    if not _is_list(messages):
+        raise SpecllmError(
+            f"messages are a list of {{'role': ..., 'content': ...}} dicts, not {type(messages).__name__}"
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise SpecllmError(f"messages[{i}] is a {type(message).__name__}, not a dict with a role and content")
+        if not isinstance(message.get("role"), str):
+            raise SpecllmError(f"messages[{i}] has no role (a str such as 'user')")
+        content, role = message.get("content"), message["role"]
+        if content is None and not (role == "assistant" and message.get("tool_calls")):
+            raise SpecllmError(f"messages[{i}] ({role}) has no content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise SpecllmError(f"messages[{i}]'s content is text or a list of parts, not {type(content).__name__}")
+    if tools is not None and not (_is_list(tools) and all(isinstance(tool, Mapping) for tool in tools)):
+        raise SpecllmError(f"tools are a list of dicts (OpenAI's function tools), not {type(tools).__name__}")
+
+
+def _is_list(value: object) -> TypeGuard[Sequence[object]]:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
 
 def close_to_the_end(model: "Model | MtpHead") -> None:
