@@ -121,6 +121,7 @@ class GenerationOptions(TypedDict, total=False):
     top_p: float
     min_p: float
     seed: int | None
+    sampler: SamplerSettings  # the five above at once
 
 
 def stop_strings(stop) -> tuple[str, ...]:
@@ -869,7 +870,12 @@ def check_system(system: str | None) -> None:
 
 def make_config(**kwargs) -> GenerationConfig:
     sampler_keys = SamplerSettings.__dataclass_fields__.keys()
-    sampler = SamplerSettings(**{k: v for k, v in kwargs.items() if k in sampler_keys})
+    sampler_kwargs = {k: v for k, v in kwargs.items() if k in sampler_keys}
+    if "sampler" in kwargs and sampler_kwargs:  # one would be dropped
+        raise TypeError(
+            f"give a sampler or its keywords, not both (got sampler and {', '.join(sorted(sampler_kwargs))})"
+        )
+    sampler = kwargs.pop("sampler") if "sampler" in kwargs else SamplerSettings(**sampler_kwargs)
     rest = {k: v for k, v in kwargs.items() if k not in sampler_keys}
     unknown = set(rest) - set(GenerationConfig.__dataclass_fields__)
     if unknown:

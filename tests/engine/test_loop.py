@@ -833,7 +833,17 @@ def test_the_generation_keywords_a_type_checker_sees_are_the_configs_and_its_sam
     from specllm.engine.loop import GenerationConfig, GenerationOptions
 
     config, sampler = {f.name for f in fields(GenerationConfig)}, {f.name for f in fields(SamplerSettings)}
-    assert set(GenerationOptions.__annotations__) == config - {"sampler"} | sampler
+    assert set(GenerationOptions.__annotations__) == config | sampler
+
+
+def test_a_sampler_is_taken_as_a_keyword_or_its_keywords_but_not_both(engine):
+    """sampler= was "GenerationConfig() got multiple values for keyword argument 'sampler'"."""
+    expected = greedy(engine, PROMPTS[0], "none", max_tokens=6).tokens
+    assert engine.generate(PROMPTS[0], max_tokens=6, sampler=SamplerSettings(temperature=0)).tokens == expected
+    with pytest.raises(TypeError, match="^give a sampler or its keywords, not both \\(got sampler and seed, top_k\\)$"):
+        engine.generate(PROMPTS[0], sampler=SamplerSettings(), top_k=5, seed=1)
+    with pytest.raises(SpecllmError, match="sampler must be a SamplerSettings, got"):
+        engine.generate(PROMPTS[0], sampler={"temperature": 0})
 
 
 def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
@@ -1221,6 +1231,23 @@ def test_an_engine_in_a_with_block_is_closed_at_its_end_even_by_an_error(tiny_mo
         engine.generate("Hello world", max_tokens=0)
     with pytest.raises(SpecllmError, match="this engine is closed"):
         engine.generate("Hello world", max_tokens=2)
+
+
+def test_an_engine_is_used_from_asyncio_through_a_thread_as_the_doc_says(engine):
+    """docs/python-api.md: generate in asyncio.to_thread, a generation's steps by next() there."""
+    import asyncio
+
+    async def steps_and_whole() -> tuple[str, str]:
+        generation = engine.start(PROMPTS[2], max_tokens=12, temperature=0, drafter="model")
+        text = ""
+        while (step := await asyncio.to_thread(next, generation, None)) is not None:
+            text += step.accepted_text + step.token_text
+        whole = await asyncio.to_thread(engine.generate, PROMPTS[2], max_tokens=12, temperature=0)
+        assert generation.result.text == text
+        return text, whole.text
+
+    text, whole = asyncio.run(steps_and_whole())
+    assert text == whole == greedy(engine, PROMPTS[2], "none", max_tokens=12).text
 
 
 def test_a_generation_yields_only_steps_then_has_its_result(engine):
