@@ -9,7 +9,8 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from itertools import zip_longest
@@ -98,6 +99,7 @@ class GenerationConfig:
             raise SpecllmError(f"gamma (draft length) must be >= 1, got {self.gamma}")
         if self.drafter not in DRAFTERS:
             raise SpecllmError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
+        object.__setattr__(self, "drafter", Drafter(self.drafter).value)  # its name, however given
 
     def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
         """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
@@ -720,6 +722,8 @@ class Engine:
     def _token_ids(self, prompt) -> list[int]:
         if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Iterable):
             raise SpecllmError(f"a prompt is text (a str) or a list of token ids, not {type(prompt).__name__}")
+        if isinstance(prompt, (AbstractSet, Mapping)):  # no order of its own: the ids would be shuffled
+            raise SpecllmError(f"a prompt's token ids are a list, in order, not a {type(prompt).__name__}")
         ids, n_vocab = [], self.target.n_vocab
         for token in prompt:
             token = whole_number("a token id", token)

@@ -18,7 +18,8 @@ from stats import SAMPLER, chi_square_pvalue, target_joint_distribution
 
 import specllm
 from specllm.engine.drafters import Draft, NgramDrafter, NoDrafter
-from specllm.engine.loop import Engine, Finished, Step
+from specllm.engine.loop import Engine, Finished, GenerationConfig, Step
+from specllm.engine.names import Drafter
 from specllm.engine.sampling import SamplerSettings, distribution
 from specllm.engine.text import TextStream
 from specllm.errors import Interrupted, SpecllmError
@@ -846,6 +847,14 @@ def test_a_sampler_is_taken_as_a_keyword_or_its_keywords_but_not_both(engine):
         engine.generate(PROMPTS[0], sampler={"temperature": 0})
 
 
+@pytest.mark.parametrize("drafter", [None, "ngram", Drafter.NGRAM])
+def test_a_configs_drafter_is_its_plain_name_however_given(drafter):
+    """The default was the enum (repr: drafter=<Drafter.AUTO: 'auto'>), a name given a str."""
+    config = GenerationConfig() if drafter is None else GenerationConfig(drafter=drafter)
+    name = "auto" if drafter is None else "ngram"
+    assert type(config.drafter) is str and f"drafter='{name}'" in repr(config)
+
+
 def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
     expected = greedy(engine, PROMPTS[0], "none", max_tokens=6).tokens
     numpy_ints = dict(max_tokens=np.int64(6), gamma=np.int32(2), seed=np.uint32(3), top_k=np.int64(40))
@@ -859,6 +868,8 @@ def test_whole_numbers_of_any_integer_type_and_no_stop_are_taken(engine):
         ([1, 300, 100000], {}, "token id 100000 is outside the vocabulary"),
         ([-1], {}, "token id -1 is outside"),
         (["a"], {}, "a token id must be a whole number"),
+        ({5, 300, 7}, {}, "a prompt's token ids are a list, in order, not a set"),
+        ({5: "a"}, {}, "a prompt's token ids are a list, in order, not a dict"),
         ([1.7, 300], {}, "a token id must be a whole number"),
         ([1, 2], {"chat": True}, "token ids are used as given"),
         (PROMPTS[0], {"system": "Be brief."}, "needs chat=True"),
