@@ -175,11 +175,6 @@ def resolve(spec: str) -> Path:
     )
 
 
-def local_path(spec: str | Path) -> str:
-    """The file a SCHEME:NAME reference names, as a string; anything else unchanged (a path)."""
-    return str(resolve(spec)) if isinstance(spec, str) and store_name(spec) else str(spec)
-
-
 def _resolve_file(spec: str, name: str, folders: list[Path], store: str) -> Path:
     """lmstudio: and llamacpp: name a file by its path inside the store's folder; any part of a
     split model names its first part, the one llama.cpp loads (it refuses any other)."""
