@@ -71,6 +71,15 @@ class Server:
         conn.close()
         return status, data
 
+    def post_events(self, path, body: dict) -> list:
+        """The events of a streamed response, each data line read as JSON ("[DONE]" as a string)."""
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        lines = conn.getresponse().read().decode().split("\n\n")
+        conn.close()
+        data = [line.removeprefix("data: ") for line in lines if line]
+        return [d if d == "[DONE]" else json.loads(d) for d in data]
+
     def get(self, path):
         conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
         conn.request("GET", path)

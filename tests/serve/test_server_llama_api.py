@@ -2,11 +2,9 @@
 /v1/completions' suffix, on tiny models with Qwen2.5-Coder's FIM tokens. Greedy answers are
 compared with the engine's own."""
 
-import http.client
 import json
 import subprocess
 import sys
-from urllib.parse import urlsplit
 
 import pytest
 from serving import CTX, Server, serve_log
@@ -46,16 +44,6 @@ def expected(engine, files=(), line="", max_tokens=16):
     return engine.generate(prompt.tokens, max_tokens=max_tokens, temperature=0, drafter="none")
 
 
-def post_stream(srv, path, body) -> list[dict]:
-    """The events of a streamed response, each data line read as JSON ("[DONE]" as a string)."""
-    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-    lines = conn.getresponse().read().decode().split("\n\n")
-    conn.close()
-    data = [line.removeprefix("data: ") for line in lines if line]
-    return [d if d == "[DONE]" else json.loads(d) for d in data]
-
-
 def test_a_completion_with_a_suffix_fills_the_gap(srv, engine):
     reply = srv.client().completions.create(model="m", prompt=PREFIX, suffix=SUFFIX, **GREEDY)
     alone = expected(engine)
@@ -91,8 +79,8 @@ def test_infill_reads_files_and_the_cursors_line_as_llama_server_does(srv, engin
 
 
 def test_a_streamed_infill_is_llama_cpps_stream(srv, engine):
-    events = post_stream(
-        srv, "/infill", dict(input_prefix=PREFIX, input_suffix=SUFFIX, n_predict=16, temperature=0, stream=True)
+    events = srv.post_events(
+        "/infill", dict(input_prefix=PREFIX, input_suffix=SUFFIX, n_predict=16, temperature=0, stream=True)
     )
     *chunks, last = events
     assert "[DONE]" not in events  # llama.cpp's own stream ends with its last object
@@ -200,7 +188,7 @@ def test_completion_is_llama_servers_completion(srv, engine, stream):
     assert engine.prompt_tokens(text) == engine.infill_prompt(PREFIX, SUFFIX).tokens  # the tokens read as such
     body = dict(prompt=text, n_predict=16, temperature=0, stream=stream, mirostat=0)  # 0: no mirostat
     if stream:
-        *chunks, last = post_stream(srv, "/completion", body)
+        *chunks, last = srv.post_events("/completion", body)
         content = "".join(chunk["content"] for chunk in chunks)
     else:
         status, last = srv.post("/completion", json.dumps(body).encode())
