@@ -36,7 +36,9 @@ from specllm.errors import (
 from specllm.llama.templates import TEMPLATE_VARIABLES
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
-MAX_STOPS = 4  # as OpenAI
+# More than OpenAI's 4, as llama-server and vLLM take: an editor's autocompletion sends a dozen
+# (Continue's: its FIM template's control tokens and its own). Each is looked for at every step.
+MAX_STOPS = 64
 
 
 class ApiError(Exception):
