@@ -41,9 +41,6 @@ class LlamaRequest(BaseRequest):
 
     UNSUPPORTED_FIELDS: ClassVar[dict[str, tuple[object, ...]]] = UNSUPPORTED | LLAMA_UNSUPPORTED
 
-    # llama.cpp's max_tokens; -1: no limit; 0: one token, as llama-server samples one before it
-    # checks the limit (llama.vscode's requests that only fill the KV cache with other files)
-    n_predict: int | None = Field(None, ge=-1)
     response_fields: list[str] | None = None  # only these fields ("timings/prompt_n": nested ones)
     n_indent: int = Field(0, ge=0)  # end before a new line indented less (TextStream)
     t_max_predict_ms: int | float = Field(0, ge=0, allow_inf_nan=False)  # end at a line break after this; 0: never
@@ -53,12 +50,6 @@ class LlamaRequest(BaseRequest):
         super().check()
         if self.seed in (-1, LLAMA_DEFAULT_SEED):
             self.seed = None
-
-    @property
-    def requested_tokens(self) -> int | None:
-        if self.n_predict is not None:
-            return None if self.n_predict == -1 else max(self.n_predict, 1)
-        return super().requested_tokens
 
     @property
     def limits(self) -> dict:

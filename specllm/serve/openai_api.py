@@ -118,6 +118,11 @@ class BaseRequest(BaseModel):
     model: str | None = None  # any name is accepted: the server has one model
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    # llama-server's max_tokens, which its OpenAI endpoints take too; -1: no limit; 0: one token,
+    # as llama-server samples one before it checks the limit (the requests of llama.vscode and
+    # llama.vim that only fill the KV cache: other files ahead of completions, a chat ahead of
+    # an instruction)
+    n_predict: int | None = Field(None, ge=-1)
     temperature: float | None = Field(None, ge=0, allow_inf_nan=False)
     top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=0)  # extension
@@ -147,6 +152,8 @@ class BaseRequest(BaseModel):
 
     @property
     def requested_tokens(self) -> int | None:
+        if self.n_predict is not None:  # over max_tokens, as llama-server reads them
+            return None if self.n_predict == -1 else max(self.n_predict, 1)
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     @property

@@ -79,3 +79,18 @@ def test_stop_strings_past_the_limit_are_one_400(srv):
         "stop",
         "at most 64 stop strings, got 65",
     )
+
+
+def test_llama_vims_warm_up_chat_samples_one_token(srv):
+    """llama.vim sends the chat of an instruction ahead with n_predict 0, to fill the KV cache while
+    its user types (autoload/llama.vim, llama#inst): serve generated a whole reply, to the end of
+    the context, and the instruction itself waited for it."""
+    warm = {
+        "id_slot": 1, "messages": [{"role": "user", "content": "Rewrite it"}], "samplers": [], "n_predict": 0,
+        "stream": False, "cache_prompt": True, "response_fields": [""],
+    }  # fmt: skip
+    status, data = srv.post("/v1/chat/completions", json.dumps(warm).encode())
+    assert status == 200 and data["usage"]["completion_tokens"] == 1
+    # llama-server's n_predict goes over max_tokens, on OpenAI's endpoints as on its own
+    body = {"prompt": "def", "max_tokens": 2, "n_predict": 5, "temperature": 0}
+    assert srv.post("/v1/completions", json.dumps(body).encode())[1]["usage"]["completion_tokens"] == 5
