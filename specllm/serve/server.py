@@ -515,8 +515,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models(request: Request):
         access(request, 200, "")
-        model = {"id": settings.model, "object": "model", "created": int(time.time()), "owned_by": "specllm"}
-        return {"object": "list", "data": [model]}
+        return {"object": "list", "data": [model_entry(settings.model, engine.target.n_ctx)]}
 
     @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)
     async def page(request: Request):
@@ -542,6 +541,20 @@ GENERATING: dict[str, type[BaseRequest]] = {
     "/infill": InfillRequest,
     "/completion": NativeCompletionRequest,
 }
+
+
+def model_entry(name: str, n_ctx: int) -> dict:
+    """The model /v1/models lists: OpenAI's fields, and the context under the names clients read
+    it by, to fit their prompts to it (vLLM's max_model_len: Continue's vllm provider;
+    context_length: llama.vscode's agent, as OpenRouter names it)."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "specllm",
+        "max_model_len": n_ctx,
+        "context_length": n_ctx,
+    }
 
 
 def page_html() -> str:

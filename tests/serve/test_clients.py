@@ -94,3 +94,11 @@ def test_llama_vims_warm_up_chat_samples_one_token(srv):
     # llama-server's n_predict goes over max_tokens, on OpenAI's endpoints as on its own
     body = {"prompt": "def", "max_tokens": 2, "n_predict": 5, "temperature": 0}
     assert srv.post("/v1/completions", json.dumps(body).encode())[1]["usage"]["completion_tokens"] == 5
+
+
+def test_models_lists_the_context_under_the_names_clients_read(srv):
+    """Continue's vllm provider reads max_model_len (core/llm/llms/Vllm.ts) and llama.vscode's agent
+    context_length (src/language-model-token-limits.ts), to fit their prompts to the context."""
+    (model,) = srv.get("/v1/models")["data"]
+    assert model["id"] == "tiny" and model["object"] == "model" and model["owned_by"] == "specllm"
+    assert model["max_model_len"] == model["context_length"] == CTX
