@@ -25,6 +25,88 @@ CONTINUE_STOPS = [
     "<|file_sep|>", "<|im_start|>", "<|im_end|>", "/src/", "#- coding: utf-8", "```",
 ]  # fmt: skip
 
+READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file of the project",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+READ_CALL = {"id": "call_0", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+AGENT_TURNS = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "What is in a.py?"},
+    {"role": "assistant", "content": None, "tool_calls": [READ_CALL]},
+    {"role": "tool", "tool_call_id": "call_0", "content": "x = 1\n"},
+]
+USAGE = {"stream_options": {"include_usage": True}}
+
+# A client's representative chat requests: (client and file, body). max_tokens is each client's
+# setting; a small one here keeps the tiny model's replies short.
+CHAT_REQUESTS = [
+    (  # chat, through its OpenAI adapter: packages/openai-adapters/src/apis/OpenAI.ts (modifyChatBody)
+        "Continue, core/llm/openaiTypeConverters.ts (toChatBody)",
+        {"model": "specllm", "messages": [{"role": "user", "content": [{"type": "text", "text": "Explain it"}]}],
+         "max_tokens": 8, "stream": True, "tools": [READ_FILE], "parallel_tool_calls": False} | USAGE,
+    ),
+    (  # Cline and opencode: the AI SDK's openai-compatible provider, includeUsage set by both
+        "AI SDK, packages/openai-compatible/src/chat/openai-compatible-chat-language-model.ts (getArgs, doStream)",
+        {"model": "specllm", "max_tokens": 8, "temperature": 0, "messages": AGENT_TURNS,
+         "tools": [READ_FILE | {"function": READ_FILE["function"] | {"strict": True}}], "tool_choice": "auto",
+         "stream": True} | USAGE,
+    ),
+    (
+        "Roo Code, src/api/providers/openai.ts (createMessage; tools from base-provider.ts)",
+        {"model": "specllm", "temperature": 0, "messages": AGENT_TURNS, "stream": True, "tools": [READ_FILE],
+         "tool_choice": "auto", "parallel_tool_calls": True, "max_completion_tokens": 8} | USAGE,
+    ),
+    (  # its Request struct: crates/open_ai/src/open_ai.rs
+        "Zed, crates/open_ai/src/completion.rs (into_open_ai)",
+        {"model": "specllm", "messages": AGENT_TURNS, "stream": True, "max_completion_tokens": 8, "temperature": 1.0,
+         "tools": [READ_FILE], "tool_choice": "auto", "prompt_cache_key": "thread-1"} | USAGE,
+    ),
+    (  # litellm sends what Aider gives it, for an openai/ model with a base URL
+        "Aider, aider/models.py (send_completion)",
+        {"model": "specllm", "stream": True, "temperature": 0, "max_tokens": 8,
+         "messages": [{"role": "system", "content": "Act as an expert developer."}, {"role": "user", "content": "Hi"}]},
+    ),
+    (
+        "Open WebUI, backend/open_webui/routers/openai.py (generate_chat_completion)",
+        {"model": "code.gguf", "messages": [{"role": "user", "content": "Hi"}], "stream": True,
+         "max_tokens": 8} | USAGE,
+    ),
+    (  # its title, tags and follow-ups are asked for in words, not with response_format
+        "Open WebUI, backend/open_webui/routers/tasks.py (generate_title)",
+        {"model": "code.gguf", "messages": [{"role": "user", "content": "### Task:\nGenerate a concise title"}],
+         "stream": False, "max_completion_tokens": 8},
+    ),
+    (
+        "LangChain, libs/partners/openai/langchain_openai/chat_models/base.py (_default_params)",
+        {"model": "specllm", "stream": False, "n": 1, "temperature": 0.7, "max_tokens": 8,
+         "messages": [{"role": "user", "content": "Hi"}]},
+    ),
+    (  # the Agents SDK with chat completions: an assistant message of calls has no content at all
+        "openai-agents-python, src/agents/models/openai_chatcompletions.py (_fetch_response)",
+        {"model": "specllm", "messages": [{k: v for k, v in m.items() if v is not None} for m in AGENT_TURNS],
+         "tools": [READ_FILE], "stream": True, "max_tokens": 8},
+    ),
+    (
+        "llama.vscode, src/llama-server.ts (createToolsRequestPayload)",
+        {"messages": AGENT_TURNS, "stream": True, "tools": [READ_FILE], "tool_choice": "auto", "max_tokens": 8},
+    ),
+    (
+        "llama.vscode, src/llama-server.ts (createChatEditRequestPayload)",
+        {"messages": [{"role": "system", "content": "You are an expert coder.\n"}, {"role": "user", "content": "x"}],
+         "stream": False, "cache_prompt": True, "temperature": 0.8, "top_p": 0.95, "max_tokens": 8},
+    ),
+    (
+        "llama.vim, autoload/llama.vim (llama#inst_send)",
+        {"id_slot": 1, "messages": [{"role": "user", "content": "Rewrite it"}], "min_p": 0.1, "temperature": 0.1,
+         "samplers": ["min_p", "temperature"], "stream": True, "cache_prompt": True, "max_tokens": 8},
+    ),
+]  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
@@ -102,3 +184,50 @@ def test_models_lists_the_context_under_the_names_clients_read(srv):
     (model,) = srv.get("/v1/models")["data"]
     assert model["id"] == "tiny" and model["object"] == "model" and model["owned_by"] == "specllm"
     assert model["max_model_len"] == model["context_length"] == CTX
+
+
+@pytest.mark.parametrize(("client", "body"), CHAT_REQUESTS, ids=[client.split(",")[0] for client, _ in CHAT_REQUESTS])
+def test_clients_chat_requests_get_the_answers_they_read(srv, client, body):
+    if body["stream"]:
+        check_chat_stream(srv.post_events("/v1/chat/completions", body), "stream_options" in body)
+    else:
+        status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+        assert status == 200, data
+        (choice,) = data["choices"]
+        assert data["id"].startswith("chatcmpl-") and isinstance(data["created"], int)
+        assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
+        assert choice["finish_reason"] in ("length", "stop") and data["usage"]["completion_tokens"] <= 8
+
+
+def check_chat_stream(events: list, with_usage: bool) -> None:
+    """What the clients read of a stream: one id, a role in the first delta, a finish_reason in
+    the last choice only (the AI SDK calls a stream without one an error), the usage after it
+    when asked for (no choices), and [DONE]."""
+    assert isinstance(events[0], dict) and "error" not in events[0], events[0]
+    *chunks, done = events
+    usage = chunks.pop()["usage"] if with_usage else None
+    assert done == "[DONE]" and len({chunk["id"] for chunk in chunks}) == 1
+    assert all(isinstance(chunk["created"], int) and chunk["model"] for chunk in chunks)
+    choices = [chunk["choices"][0] for chunk in chunks]
+    assert choices[0]["delta"]["role"] == "assistant"
+    *going, last = [c["finish_reason"] for c in choices]
+    assert going == [None] * len(going) and last in ("length", "stop")
+    if with_usage:
+        assert usage["completion_tokens"] <= 8
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_llama_vscodes_completion_with_its_own_fields(srv):
+    """llama.vscode's completion at the cursor (src/llama-server.ts, createRequestPayload): the
+    fields llama-server takes and serve ignores (id_slot, n_cmpl, samplers, cache_prompt,
+    t_max_prompt_ms) come with it. One completion comes back; the plugin reads `content` of one as
+    of several (src/completion.ts, getComplFromContent)."""
+    body = {
+        "id_slot": 0, "input_prefix": "def total(values):\n", "input_suffix": "\n    return result\n",
+        "input_extra": [{"filename": "a.py", "text": "x = 1\n"}], "prompt": "    res", "n_predict": 8,
+        "n_cmpl": 3, "top_k": 40, "top_p": 0.99, "stream": False, "samplers": ["top_k", "top_p", "infill"],
+        "cache_prompt": True, "n_indent": 4, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "model": "specllm",
+    }  # fmt: skip
+    status, data = srv.post("/infill", json.dumps(body).encode())
+    assert status == 200 and isinstance(data["content"], str) and data["stop"] is True
+    assert {"tokens_cached", "truncated", "timings"} <= set(data)
