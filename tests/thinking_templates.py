@@ -5,6 +5,8 @@ markup and its logic for them kept as they are: how the generation prompt opens 
 how an assistant turn writes its reasoning and its answer. tool_templates.py holds templates for
 tool calls."""
 
+import tool_templates
+
 # Apriel 1.6 Thinker: the generation prompt opens the reasoning with a sentence of text, and the
 # model ends it with a line, "[BEGIN FINAL RESPONSE]"; an earlier turn keeps its answer only.
 APRIEL16 = r"""{%- set add_generation_prompt = add_generation_prompt or false -%}
@@ -162,36 +164,9 @@ MINISTRAL3 = r"""{{- bos_token }}
 {%- endfor %}"""
 
 # LFM2.5 (8B-A1B): reads an assistant's reasoning from `thinking`, and writes it back for the
-# turns after the last user message, or for every turn with preserve_thinking.
-LFM25 = r"""{%- set preserve_thinking = preserve_thinking | default(false) -%}
-{{- bos_token -}}
-{%- set ns = namespace(last_user_index=-1) -%}
-{%- for message in messages -%}
-    {%- if message["role"] == "user" -%}
-        {%- set ns.last_user_index = loop.index0 -%}
-    {%- endif -%}
-{%- endfor -%}
-{%- for message in messages -%}
-    {{- "<|im_start|>" + message.role + "\n" -}}
-    {%- if message.role == "assistant" -%}
-        {%- if message.thinking is defined and (preserve_thinking or loop.index0 > ns.last_user_index) -%}
-            {{- "<think>" + message.thinking + "</think>" -}}
-        {%- endif -%}
-        {%- set content = message.content -%}
-        {%- if not (preserve_thinking or loop.index0 > ns.last_user_index) -%}
-            {%- if "</think>" in content -%}
-                {%- set content = content.split("</think>")[-1] | trim -%}
-            {%- endif -%}
-        {%- endif -%}
-        {{- content -}}
-    {%- else -%}
-        {{- message.content -}}
-    {%- endif -%}
-    {{- "<|im_end|>\n" -}}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- "<|im_start|>assistant\n" -}}
-{%- endif -%}"""
+# turns after the last user message, or for every turn with preserve_thinking (its whole template,
+# which the tool-call tests use too).
+LFM25 = tool_templates.LFM25
 
 # Muse Glimmer: harmony's messages without channels (engine/harmony.py), the reasoning effort read
 # as reasoning_strength; an earlier turn's reasoning is a message to "self".
