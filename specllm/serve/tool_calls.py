@@ -66,6 +66,7 @@ WRAPPERS = (
     ("<|START_ACTION|>", "<|END_ACTION|>"),  # Command R7B, Cohere2 MoE
     ("<|tools_prefix|>", "<|tools_suffix|>"),  # Apertus
     ("<|function_call|>", None),  # GigaChat 3.1
+    ("<|message_sep|>\n\nfunction call<|role_sep|>", None),  # GigaChat 3
 )
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -74,12 +75,18 @@ XML_PARAMETER, XML_PARAMETER_END = "<parameter=", "</parameter>"
 XML_KEY = re.compile(r"[^<>\s]+")
 GLM_KEY, GLM_VALUE = ("<arg_key>", "</arg_key>"), ("<arg_value>", "</arg_value>")
 DSML = "<｜DSML｜"  # DeepSeek V3.2's and V4's markup: MiniMax M2's behind other markers
-STRING_ATTRIBUTE = '" string="'  # DSML's parameter tag says whether its value is text as written
+TAG_NAME = re.compile(r'([^"\n]+)"((?:\s+[\w:-]+="[^"\n]*")*)')  # NAME" key="value" ...: a tag's name, attributes
+TAG_ATTRIBUTE = re.compile(r'([\w:-]+)="([^"\n]*)"')
+BARE_TAG_NAME = re.compile(r"[^\s<>/\"]+")  # MiniMax M3's parameter tags: <KEY>
+# A parameter tag's attributes that say its value is text as written (DSML's, Kimi K3's)
+TEXT_ATTRIBUTES = (("string", "true"), ("type", "string"))
+CDATA, CDATA_END = "<![CDATA[", "]]>"
 HARMONY_CALL = CALL_OPEN + "functions."
 DEEPSEEK_CALLS, DEEPSEEK_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DEEPSEEK_CALL, DEEPSEEK_SEP, DEEPSEEK_CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
 KIMI_CALLS, KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 KIMI_INDEX = re.compile(r":[0-9]*")
+SOLAR_CALL = "<|tool_call:begin|>"  # then the call's id, <|tool_call:name|>, the name
 LFM2_OPEN, LFM2_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 PYTHON_LITERALS = {"true": True, "false": False, "null": None}  # JSON's, which LFM2 writes too
 GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>call:", "<tool_call|>", '<|"|>'
@@ -130,6 +137,7 @@ class _Named:
     tail: str
     tail_optional: bool = False
     index: bool = False  # ":N" after the name (Kimi's call ids, functions.NAME:N)
+    call_id: str = ""  # written before the name, after the call's id (Solar Open's ID<|tool_call:name|>NAME)
 
 
 NAMED_FORMS = (
@@ -137,20 +145,28 @@ NAMED_FORMS = (
     _Named("<|tool_call_begin|>functions.", "<|tool_call_argument_begin|>", "<|tool_call_end|>", True, True),  # Kimi K2
     _Named(DEEPSEEK_CALL + "function" + DEEPSEEK_SEP, "\n```json\n", "```" + DEEPSEEK_CALL_END),  # DeepSeek R1
     _Named(DEEPSEEK_CALL, DEEPSEEK_SEP, DEEPSEEK_CALL_END),  # DeepSeek V3.1
+    _Named(XML_FUNCTION, ">", XML_FUNCTION_END),  # functionary v3.1
+    _Named(SOLAR_CALL, "<|tool_call:args|>", "<|tool_call:end|>", call_id="<|tool_call:name|>"),  # Solar Open
 )
-NAMED_BLOCKS = ((KIMI_CALLS, KIMI_CALLS_END), (DEEPSEEK_CALLS, DEEPSEEK_CALLS_END))
+NAMED_BLOCKS = ((KIMI_CALLS, KIMI_CALLS_END), (DEEPSEEK_CALLS, DEEPSEEK_CALLS_END), ("<|tool_calls|>", "<|calls|>"))
 
 
 @dataclass(frozen=True)
 class _Invokes:
-    """Calls in a block, each an invoke tag naming the tool, with a parameter tag per argument
-    (MiniMax M2's form)."""
+    """Calls, each an invoke tag naming the tool (NAME" and maybe attributes, then `tag_end`), with
+    a parameter tag per argument (MiniMax M2's form), in a block, or one by one where `block` is
+    None. A parameter's closing tag may name its key ({key}: MiniMax M3's <KEY>value</KEY>)."""
 
-    block: tuple[str, str]
+    block: tuple[str, str] | None
     invoke: tuple[str, str]
     parameter: tuple[str, str]
+    tag_end: str = ">"
+    bare_keys: bool = False  # a parameter's tag is its key, unquoted (MiniMax M3's)
+    cdata: bool = False  # a value may be a CDATA section (MiniCPM5's)
 
 
+M3 = "]<]minimax[>["  # MiniMax M3's namespace before each of its tags
+K3_OPEN, K3_CLOSE, K3_SEP = "<|open|>", "<|close|>", "<|sep|>"
 INVOKE_FORMS = (
     _Invokes(
         ("<minimax:tool_call>", "</minimax:tool_call>"), ('<invoke name="', "</invoke>"),
@@ -164,7 +180,67 @@ INVOKE_FORMS = (
         (DSML + "tool_calls>", "</｜DSML｜tool_calls>"), (DSML + 'invoke name="', "</｜DSML｜invoke>"),
         (DSML + 'parameter name="', "</｜DSML｜parameter>"),
     ),  # DeepSeek V4
+    _Invokes(None, ('<function name="', "</function>"), ('<param name="', "</param>"), cdata=True),  # MiniCPM5
+    _Invokes(
+        ("<atem:function_calls>", "</atem:function_calls>"), ('<atem:invoke name="', "</atem:invoke>"),
+        ('<atem:parameter name="', "</atem:parameter>"),
+    ),  # muse-glimmer
+    _Invokes(
+        (M3 + "<tool_call>", M3 + "</tool_call>"), (M3 + '<invoke name="', M3 + "</invoke>"),
+        (M3 + "<", M3 + "</{key}>"), bare_keys=True,
+    ),  # MiniMax M3
+    _Invokes(
+        (K3_OPEN + "tools" + K3_SEP, K3_CLOSE + "tools" + K3_SEP),
+        (K3_OPEN + 'call tool="', K3_CLOSE + "call" + K3_SEP),
+        (K3_OPEN + 'argument key="', K3_CLOSE + "argument" + K3_SEP), tag_end=K3_SEP,
+    ),  # Kimi K3
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Tagged:
+    """A call as GLM writes it: the tool's name (then `separator`), then each argument's key and
+    value between tags."""
+
+    call: tuple[str, str]
+    separator: str
+    key: tuple[str, str]
+    value: tuple[str, str]
+
+
+GLM = _Tagged((HERMES_OPEN, HERMES_CLOSE), "", GLM_KEY, GLM_VALUE)  # GLM 4.5 to 4.7 (in WRAPPERS' tags)
+HY = ":opensource"  # Tencent Hy3's tags are GLM's with this after their names
+HY3 = _Tagged(
+    (f"<tool_call{HY}>", f"</tool_call{HY}>"),
+    f"<tool_sep{HY}>",
+    (f"<arg_key{HY}>", f"</arg_key{HY}>"),
+    (f"<arg_value{HY}>", f"</arg_value{HY}>"),
+)
+TAGGED_BLOCKS = (((f"<tool_calls{HY}>", f"</tool_calls{HY}>"), HY3),)  # fmt: skip
+
+# Each form's opening markers, by the form's method: where none begins, no form is tried.
+OPENINGS = {
+    "_wrapped": [opening for opening, _ in WRAPPERS],
+    "_python_tag": [PYTHON_TAG],
+    "_mistral": [MISTRAL_CALLS],
+    "_gemma": [GEMMA_CALL],
+    "_invokes": [(form.block or form.invoke)[0] for form in INVOKE_FORMS],
+    "_named_blocks": [opening for opening, _ in NAMED_BLOCKS],
+    "_tagged_blocks": [opening for (opening, _), _ in TAGGED_BLOCKS],
+    "_named": [form.head for form in NAMED_FORMS],
+    "_pythonic": [LFM2_OPEN],
+    "_fenced": [FENCE],
+    "_bare": ["{", "["],
+}
+FORMS_AT = {
+    c: [form for form, openings in OPENINGS.items() if any(opening[0] == c for opening in openings)]
+    for c in {opening[0] for openings in OPENINGS.values() for opening in openings}
+}  # the forms, in the order they are tried, by the first character of their openings
+CANDIDATE = re.compile("[" + re.escape("".join(FORMS_AT)) + "]")
+MARKERS = sorted({opening for openings in OPENINGS.values() for opening in openings}, key=len, reverse=True)
+OPENING = re.compile("|".join(map(re.escape, MARKERS)))
+OPENING_LONGEST = len(MARKERS[0])
+OPENING_PREFIXES = frozenset(marker[:n] for marker in MARKERS for n in range(1, len(marker)))
 
 
 def parse_tool_calls(
@@ -210,7 +286,7 @@ class ToolCallParser:
             i = start
             if i == len(text):
                 break
-            found = self._match(text[i:])
+            found = self._match(text[i:]) if self._may_open(text, i) else None
             if isinstance(found, _More):
                 break
             if found is None:  # not a call: the character is text
@@ -239,16 +315,19 @@ class ToolCallParser:
 
     def _match(self, text: str) -> "_Match | _More | None":
         """The call region at the start of `text`, None when there is none, MORE when the text
-        so far cannot tell."""
-        forms = (
-            self._wrapped, self._python_tag, self._mistral, self._gemma, self._invokes, self._named_blocks,
-            self._named, self._pythonic, self._fenced, self._bare,
-        )  # fmt: skip
-        for form in forms:
-            found = form(text)
+        so far cannot tell (`text` begins with a form's opening, or may: _may_open)."""
+        for form in FORMS_AT[text[0]]:
+            found = getattr(self, form)(text)
             if found is not None:
                 return found
         return None
+
+    def _may_open(self, text: str, i: int) -> bool:
+        """Whether a call's opening marker begins at `i`, or may (the text ends inside one): one
+        check for all the forms, so that a `<` of prose is not tried by each of them."""
+        if text[i] in "[{`" or OPENING.match(text, i):  # bare JSON, Mistral's, fences: their forms decide
+            return True
+        return not self.ended and len(text) - i < OPENING_LONGEST and text[i:] in OPENING_PREFIXES
 
     @staticmethod
     def _first(found: "Iterable[_Match | _More | None]"):
@@ -274,15 +353,38 @@ class ToolCallParser:
         elif start < len(text) and text[start] not in "[{":
             found = self._glm_call(text, start, closing or "")
         else:
-            found = self._json_calls(text, start)
-        if not isinstance(found, _Match) or closing is None:
+            found = self._json_run(text, start)
+        return found if closing is None else self._closed(text, found, closing)
+
+    def _closed(self, text: str, found, closing: str):
+        """`found` (a _Match, MORE or None) with the closing tag after it, if it follows: it is
+        optional (a model may stop or go on without it)."""
+        if not isinstance(found, _Match):
             return found
-        # The closing tag is optional (a model may stop or go on without it).
         close = _skip_spaces(text, found.end)
         tag = _after_marker(text[close:], closing, self.ended)
         if tag is MORE:
             return MORE
         return _Match(close + tag, found.calls) if isinstance(tag, int) else found
+
+    def _json_run(self, text: str, i: int):
+        """JSON values one after another (MiniMax M1 writes a call per line in one <tool_calls>):
+        their calls, up to what is no JSON value. Where one is not all calls, the region up to
+        its end is text (a _Match without calls)."""
+        calls: list[ToolCall] = []
+        end = i
+        while True:
+            found = self._json_calls(text, i)
+            if found is None and calls:
+                return _Match(end, calls)
+            if not isinstance(found, _Match) or not found.calls:
+                return found
+            calls, end = calls + found.calls, found.end
+            i = _skip_spaces(text, end)
+            if i == len(text) and not self.ended:
+                return MORE
+            if i == len(text) or text[i] not in "[{":
+                return _Match(end, calls)
 
     def _xml_call(self, text: str, i: int):
         """After <function=: name>, then <parameter=key>\nvalue\n</parameter> for each argument,
@@ -316,22 +418,25 @@ class ToolCallParser:
             arguments[key.group()] = self._value(name, key.group(), text[after_key + 1 : close])
             i = close + len(XML_PARAMETER_END)
 
-    def _glm_call(self, text: str, i: int, closing: str):
+    def _glm_call(self, text: str, i: int, closing: str, form: _Tagged = GLM):
         """After <tool_call>: name, then <arg_key>key</arg_key><arg_value>value</arg_value> for
-        each argument (GLM's calls; the closing </tool_call> is _wrapped_in's)."""
+        each argument (GLM's calls, or `form`'s tags; the closing tag, `closing`, is the caller's)."""
         found = self._name_at(text, i)
         if not isinstance(found, tuple):
             return found
         name, head = found
         if name not in self.names:
             return None
+        separator = _after_marker(text[head:], form.separator, self.ended)
+        if not isinstance(separator, int):
+            return separator
         arguments: dict[str, object] = {}
-        end = head
+        end = head + separator
         while True:
             i = _skip_spaces(text, end)
             if i == len(text) and not self.ended:
                 return MORE
-            pair = self._tagged(text, i, GLM_KEY) if i < len(text) else None
+            pair = self._tagged(text, i, form.key) if i < len(text) else None
             if pair is None:  # the arguments end: a call only if the closing tag or the reply follows
                 ends = i == len(text) or (closing != "" and text.startswith(closing[: len(text) - i], i))
                 given = _arguments(arguments)
@@ -339,10 +444,25 @@ class ToolCallParser:
             if pair is MORE:
                 return MORE
             key, after_key = pair
-            value = self._tagged(text, _skip_spaces(text, after_key), GLM_VALUE)
+            value = self._tagged(text, _skip_spaces(text, after_key), form.value)
             if not isinstance(value, tuple):
                 return value
             arguments[key], end = self._value(name, key, value[0]), value[1]
+
+    def _tagged_blocks(self, text: str):
+        """GLM's calls behind other tags, in a block (TAGGED_BLOCKS: Tencent Hy3's)."""
+        return self._first(
+            self._block(text, markers, lambda text, i, form=form: self._tagged_call(text, i, form))
+            for markers, form in TAGGED_BLOCKS
+        )
+
+    def _tagged_call(self, text: str, i: int, form: _Tagged):
+        """(the call, where it ends) of `form` at `i`, its closing tag optional; None, or MORE."""
+        after = _after_marker(text[i:], form.call[0], self.ended)
+        if not isinstance(after, int):
+            return after
+        found = self._closed(text, self._glm_call(text, i + after, form.call[1], form), form.call[1])
+        return (found.calls[0], found.end) if isinstance(found, _Match) else found
 
     def _tagged(self, text: str, i: int, tags: tuple[str, str]):
         """(the text between the two tags at `i`, where the closing one ends); None if the text
@@ -357,11 +477,14 @@ class ToolCallParser:
         return text[i + after : close], close + len(closing)
 
     def _invokes(self, text: str):
-        """A block of invokes (INVOKE_FORMS: MiniMax M2's, DeepSeek V3.2's)."""
-        return self._first(
-            self._block(text, form.block, lambda text, i, form=form: self._invoke(text, i, form))
-            for form in INVOKE_FORMS
-        )
+        """Invokes (INVOKE_FORMS: MiniMax M2's, DeepSeek V3.2's, ...), in a block or one by one."""
+        return self._first(self._invokes_of(text, form) for form in INVOKE_FORMS)
+
+    def _invokes_of(self, text: str, form: _Invokes):
+        if form.block is not None:
+            return self._block(text, form.block, lambda text, i: self._invoke(text, i, form))
+        found = self._invoke(text, 0, form)
+        return _Match(found[1], [found[0]]) if isinstance(found, tuple) else found
 
     def _block(self, text: str, markers: tuple[str, str], read_call: Callable):
         """The opening marker, then calls (`read_call`: (the call, where it ends), None or MORE),
@@ -386,12 +509,12 @@ class ToolCallParser:
             calls.append(call)
 
     def _invoke(self, text: str, i: int, form: _Invokes):
-        """(the call, where it ends) of the <invoke name="..."> at `i`, with a <parameter
-        name="key">value</parameter> per argument; None, or MORE."""
-        head = self._named_tag(text, i, form.invoke[0])
+        """(the call, where it ends) of the invoke tag at `i`, with a parameter tag per argument;
+        None, or MORE."""
+        head = self._named_tag(text, i, form.invoke[0], form.tag_end)
         if not isinstance(head, tuple):
             return head
-        name, i = head
+        name, _, i = head
         if name not in self.names:
             return None
         arguments: dict[str, object] = {}
@@ -401,28 +524,51 @@ class ToolCallParser:
             if isinstance(end, int):
                 given = _arguments(arguments)
                 return (ToolCall(name, given), i + end) if given is not None else None
-            parameter = self._named_tag(text, i, form.parameter[0])
+            parameter = self._named_tag(text, i, form.parameter[0], form.tag_end, form.bare_keys)
             if not isinstance(parameter, tuple):
                 return MORE if parameter is MORE or end is MORE else None
-            key, i = parameter
-            close = text.find(form.parameter[1], i)
-            if close < 0:
-                return None if self.ended else MORE
-            key, _, string = key.partition(STRING_ATTRIBUTE)  # DSML's: key" string="true
-            written = text[i:close]
-            arguments[key] = written if string == "true" else self._value(name, key, written)
-            i = close + len(form.parameter[1])
+            key, attributes, i = parameter
+            value = self._parameter_value(text, i, form.parameter[1].replace("{key}", key), form.cdata)
+            if not isinstance(value, tuple):
+                return value
+            written, cdata, i = value
+            as_text = cdata or any(attributes.get(attribute) == says for attribute, says in TEXT_ATTRIBUTES)
+            arguments[key] = written if as_text else self._value(name, key, written)
 
-    def _named_tag(self, text: str, i: int, opening: str):
-        """(the name, where the tag ends) of `opening`NAME"> at `i`; None, or MORE."""
+    def _parameter_value(self, text: str, i: int, closing: str, cdata: bool):
+        """(the value written from `i`, whether it was a CDATA section, where its closing tag
+        ends); None, or MORE. A CDATA section's text is the value as written, whatever it holds."""
+        section = _after_marker(text[i:], CDATA, self.ended) if cdata else None
+        if section is MORE:
+            return MORE
+        if isinstance(section, int):
+            end = text.find(CDATA_END, i + section)
+            if end < 0:
+                return None if self.ended else MORE
+            close = _after_marker(text[end + len(CDATA_END) :], closing, self.ended)
+            if not isinstance(close, int):
+                return close
+            return text[i + section : end], True, end + len(CDATA_END) + close
+        close = text.find(closing, i)
+        if close < 0:
+            return None if self.ended else MORE
+        return text[i:close], False, close + len(closing)
+
+    def _named_tag(self, text: str, i: int, opening: str, tag_end: str, bare: bool = False):
+        """(the name, the attributes, where the tag ends) of `opening`NAME" key="value"...`tag_end`
+        at `i` (`bare`: `opening`NAME`tag_end`); None, or MORE."""
         after = _after_marker(text[i:], opening, self.ended)
         if not isinstance(after, int):
             return after
-        end = text.find('">', i + after)
+        end = text.find(tag_end, i + after)
         if end < 0:
             return None if self.ended or "\n" in text[i + after :] else MORE
-        name = text[i + after : end]
-        return (name, end + 2) if name and "\n" not in name else None
+        tag = (BARE_TAG_NAME if bare else TAG_NAME).fullmatch(text, i + after, end)
+        if tag is None:
+            return None
+        if bare:
+            return tag.group(), {}, end + len(tag_end)
+        return tag.group(1), dict(TAG_ATTRIBUTE.findall(tag.group(2))), end + len(tag_end)
 
     def _value(self, name: str, key: str, written: str):
         """An argument of the forms that write values bare (XML, GLM's, MiniMax's): as written
@@ -472,10 +618,9 @@ class ToolCallParser:
         if call_id is MORE:
             return MORE
         if isinstance(call_id, int):
-            given = MISTRAL_NAME.match(text, j + call_id)
-            j = given.end() if given else j + call_id
-            if j == len(text):
-                return None if self.ended else MORE
+            j = self._past_id(text, j + call_id)
+            if not isinstance(j, int):
+                return j
         args = _after_marker(text[j:], MISTRAL_ARGS, self.ended)
         if not isinstance(args, int):
             return args
@@ -485,6 +630,14 @@ class ToolCallParser:
         end, arguments = value
         call = self._call({"name": name, "arguments": arguments})
         return _Match(end, [call]) if call else None
+
+    def _past_id(self, text: str, i: int):
+        """Where the call id at `i` ends (it may be empty); MORE or None where the text ends there."""
+        given = MISTRAL_NAME.match(text, i)
+        end = given.end() if given else i
+        if end == len(text):
+            return None if self.ended else MORE
+        return end
 
     def _name_after(self, text: str, marker: str):
         """(the tool name after `marker` at the start of `text`, where it ends); None where the
@@ -544,13 +697,24 @@ class ToolCallParser:
 
     def _named_call(self, text: str, i: int, form: _Named):
         """(the call, where it ends) of `form` at `i`; None, or MORE."""
-        found = self._name_after(text[i:], form.head)
+        start = _after_marker(text[i:], form.head, self.ended)
+        if not isinstance(start, int):
+            return start
+        start += i
+        if form.call_id:  # the call's id, then its marker, then the name
+            past = self._past_id(text, start)
+            if not isinstance(past, int):
+                return past
+            marker = _after_marker(text[past:], form.call_id, self.ended)
+            if not isinstance(marker, int):
+                return marker
+            start = past + marker
+        found = self._name_at(text, start)
         if not isinstance(found, tuple):
             return found
         name, head = found
         if name not in self.names:
             return None
-        head += i
         if form.index:
             index = KIMI_INDEX.match(text, head)
             if index is None or (index.end() < len(text) and index.group() == ":"):
@@ -887,8 +1051,8 @@ def _not_json(constant: str):
 
 def _next_candidate(text: str, i: int) -> int:
     """The first position from i where a call region could start."""
-    found = [j for j in (text.find(c, i) for c in "<[`{") if j >= 0]
-    return min(found, default=len(text))
+    found = CANDIDATE.search(text, i)
+    return found.start() if found else len(text)
 
 
 def _after_marker(text: str, marker: str, ended: bool) -> "int | _More | None":

@@ -40,6 +40,18 @@ KA, KE = "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 DB, DBE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"  # DeepSeek's
 DC, DS, DE = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
 DP, DPE = '<｜DSML｜parameter name="', "</｜DSML｜parameter>"
+M3 = "]<]minimax[>["  # MiniMax M3's namespace before each tag
+K3T, K3C = "<|open|>tools<|sep|>", '<|open|>call tool="'  # Kimi K3's
+K3A, K3AE, K3CE, K3TE = (
+    '<|open|>argument key="',
+    "<|close|>argument<|sep|>",
+    "<|close|>call<|sep|>",
+    "<|close|>tools<|sep|>",
+)
+HB, HC, HS = "<tool_calls:opensource>", "<tool_call:opensource>", "<tool_sep:opensource>"  # Tencent Hy3's
+HK, HV, HE = "<arg_key:opensource>", "</arg_key:opensource><arg_value:opensource>", "</arg_value:opensource>"
+SB, SN, SA, SE = "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>"  # Solar Open's
+FN, FP = '<function name="', '<param name="'  # MiniCPM5's
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -291,6 +303,82 @@ CASES = [
         None,
         [UTC],
     ),
+    # MiniMax M1: calls one per line in one <tool_calls>
+    (f"<tool_calls>\n{W}\n{L}\n</tool_calls>", None, [PARIS, LONDON]),
+    (f"Checking.<tool_calls>\n{W}\n{L}", "Checking.", [PARIS, LONDON]),  # cut before the closing tag
+    (f'<tool_calls>\n{W}\n{{"name": "nope", "arguments": {{}}}}\n</tool_calls>', None, None),
+    (f"<tool_call>{W}\n{{x}} is a set", "{x} is a set", [PARIS]),  # prose after a call: no JSON value of it
+    # GigaChat 3: the call as a message of its own
+    (f"Sure.<|message_sep|>\n\nfunction call<|role_sep|>\n{W}", "Sure.", [PARIS]),
+    # functionary v3.1: JSON arguments in <function=NAME>
+    (
+        '<function=get_weather>{"city": "Paris"}</function><function=get_time>{"timezone": "UTC"}</function>',
+        None,
+        [PARIS, UTC],
+    ),
+    ('<function=get_weather>{"city": "Paris"}', None, None),  # no end: cut short
+    ('<function=nope>{"city": "Paris"}</function>', None, None),
+    # Solar Open: the call's id before the name
+    (
+        f'<|tool_calls|>{SB}call00001{SN}get_weather{SA}{{"city": "Paris"}}{SE}{SB}x_2{SN}get_time{SA}'
+        f'{{"timezone": "UTC"}}{SE}<|calls|>',
+        None,
+        [PARIS, UTC],
+    ),
+    (f'Sure.<|tool_calls|>{SB}{SN}get_weather{SA}{{"city": "Paris"}}{SE}', "Sure.", [PARIS]),  # no id
+    (f'<|tool_calls|>{SB}call00001{SA}{{"city": "Paris"}}{SE}', None, None),  # no name
+    (f'<|tool_calls|>{SB}call00001{SN}nope{SA}{{"city": "Paris"}}{SE}', None, None),
+    # MiniCPM5: MiniMax M2's invokes as <function name=...>, one by one; a CDATA section is text as written
+    (
+        f'{FN}get_weather">{FP}city">Paris</param></function>\n{FN}get_time">{FP}timezone">UTC</param></function>',
+        None,
+        [PARIS, UTC],
+    ),
+    (f'{FN}get_time"></function>', None, [ToolCall("get_time", "{}")]),
+    (
+        f'{FN}get_weather">{FP}city"><![CDATA[<a href="/x">hi</a> </param>]]></param>{FP}days">3</param>'
+        f'{FP}note"><![CDATA[3]]></param></function>',
+        None,
+        [ToolCall("get_weather", '{"city": "<a href=\\"/x\\">hi</a> </param>", "days": 3, "note": "3"}')],
+    ),
+    (f'{FN}get_weather">{FP}city">Paris</param>', None, None),  # no </function>: cut short
+    (f'{FN}get_weather">{FP}city"><![CDATA[Paris</param></function>', None, None),  # a CDATA never closed
+    (f'{FN}nope">{FP}city">Paris</param></function>', None, None),
+    # muse-glimmer: MiniMax M2's invokes behind atem: tags
+    (
+        '<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris'
+        "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>",
+        None,
+        [PARIS],
+    ),
+    # MiniMax M3: its namespace before each tag, a parameter's tag its key
+    (
+        f'{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<city>Paris{M3}</city>{M3}<days>3{M3}</days>'
+        f'{M3}</invoke>\n{M3}<invoke name="get_time">{M3}</invoke>\n{M3}</tool_call>',
+        None,
+        [ToolCall("get_weather", '{"city": "Paris", "days": 3}'), ToolCall("get_time", "{}")],
+    ),
+    (f'Sure.{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<city>Paris{M3}</city>{M3}</invoke>', "Sure.", [PARIS]),
+    (f'{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<city>Paris{M3}</town>{M3}</invoke>', None, None),
+    (f'{M3}<tool_call>\n{M3}<invoke name="nope">{M3}</invoke>\n{M3}</tool_call>', None, None),
+    # Kimi K3: tags of <|open|>, <|close|> and <|sep|>; an argument typed "string" is text as written
+    (
+        f'{K3T}{K3C}get_weather" index="1"<|sep|>{K3A}city" type="string"<|sep|>10001{K3AE}{K3A}days" '
+        f'type="number"<|sep|>3{K3AE}{K3CE}{K3C}get_time" index="2"<|sep|>{K3CE}{K3TE}',
+        None,
+        [ToolCall("get_weather", '{"city": "10001", "days": 3}'), ToolCall("get_time", "{}")],
+    ),
+    (f'{K3T}{K3C}nope" index="1"<|sep|>{K3CE}{K3TE}', None, None),
+    # Tencent Hy3: GLM's calls behind :opensource tags, a separator after the name
+    (
+        f"{HB}\n{HC}get_weather{HS}\n{HK}city{HV}Paris{HE}\n</tool_call:opensource>\n{HC}get_time{HS}\n"
+        "</tool_call:opensource>\n</tool_calls:opensource>",
+        None,
+        [PARIS, ToolCall("get_time", "{}")],
+    ),
+    (f"Sure.{HB}{HC}get_weather{HS}{HK}city{HV}Paris{HE}", "Sure.", [PARIS]),  # cut short
+    (f"{HB}{HC}get_weather{HK}city{HV}Paris{HE}</tool_call:opensource></tool_calls:opensource>", None, None),
+    (f"{HB}{HC}nope{HS}{HK}city{HV}Paris{HE}</tool_call:opensource></tool_calls:opensource>", None, None),
 ]
 CASES = [(text, text if calls is None else content, calls or []) for text, content, calls in CASES]
 
