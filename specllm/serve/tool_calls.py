@@ -1154,7 +1154,10 @@ class ToolTemplate:
     def prefill(self, name: str | None) -> str:
         """The start of a call, to begin a reply with: up to the tool name (None: the model
         chooses it) or, given the name, up to its arguments."""
-        return self.call_start if name is None else self.call_start + name + self.name_to_arguments
+        if name is None:
+            return self.call_start
+        # A template may write the name twice (muse-glimmer's recipient, then its invoke tag)
+        return self.call_start + name + self.name_to_arguments.replace(PROBE_TOOL, name)
 
 
 Render = Callable[[list[dict], "list[dict] | None", bool], str]  # (messages, tools, add_generation_prompt)

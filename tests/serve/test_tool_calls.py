@@ -562,6 +562,27 @@ def test_what_a_template_does_with_tools():
     )
     apertus = inspect_template(renderer(tool_templates.APERTUS))
     assert apertus == ToolTemplate(True, True, '<|tools_prefix|>[{"', '": ')
+    assert inspect_template(renderer(tool_templates.MINICPM5)) == ToolTemplate(True, True, '<function name="', '">')
+    hy3 = inspect_template(renderer(tool_templates.HY3))
+    assert (
+        hy3.prefill("get_weather")
+        == "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+    )
+    solar = inspect_template(renderer(tool_templates.SOLAR_OPEN))
+    assert solar.prefill("get_weather") == f"<|tool_calls|>{SB}call00001{SN}get_weather{SA}"
+    m3 = inspect_template(renderer(tool_templates.MINIMAX_M3))
+    assert m3.prefill("get_weather") == f'</mm:think>{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}'
+    k3 = inspect_template(renderer(tool_templates.KIMI_K3))
+    assert k3.prefill("get_weather").endswith(f'{K3T}{K3C}get_weather" index="1"<|sep|>')
+    # muse-glimmer writes the name twice, as the recipient and in its invoke: both are the tool's
+    muse = inspect_template(renderer(tool_templates.MUSE_GLIMMER))
+    assert muse.prefill("get_weather") == (
+        ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+    )
+    assert inspect_template(renderer(tool_templates.FUNCTIONARY_V31)).prefill("get_weather") == "<function=get_weather>"
+    assert inspect_template(renderer(tool_templates.MINIMAX_M1)).prefill(None) == '<tool_calls>\n{"name": "'
+    gigachat3 = inspect_template(renderer(tool_templates.GIGACHAT3))
+    assert gigachat3.prefill(None) == '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "'
     # Granite 3.3's renders the tools but not the calls: the generic start
     assert inspect_template(renderer(tool_templates.GRANITE33)) == ToolTemplate(True, False)
     assert inspect_template(renderer(tool_templates.RAW_ARGUMENTS)).object_arguments is False
@@ -587,6 +608,15 @@ def test_what_a_template_does_with_tools():
         tool_templates.SEED_OSS,
         tool_templates.COMMAND_R7B,
         tool_templates.APERTUS,
+        tool_templates.MINIMAX_M1,
+        tool_templates.GIGACHAT3,
+        tool_templates.FUNCTIONARY_V31,
+        tool_templates.SOLAR_OPEN,
+        tool_templates.MINICPM5,
+        tool_templates.MUSE_GLIMMER,
+        tool_templates.MINIMAX_M3,
+        tool_templates.KIMI_K3,
+        tool_templates.HY3,
     ],
     ids=[
         "qwen25",
@@ -604,6 +634,15 @@ def test_what_a_template_does_with_tools():
         "seed_oss",
         "command_r7b",
         "apertus",
+        "minimax_m1",
+        "gigachat3",
+        "functionary_v31",
+        "solar_open",
+        "minicpm5",
+        "muse_glimmer",
+        "minimax_m3",
+        "kimi_k3",
+        "hy3",
     ],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
@@ -626,6 +665,16 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.SEED_OSS: "<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>",
         tool_templates.COMMAND_R7B: '{"city": "Paris"}}\n]<|END_ACTION|>',
         tool_templates.APERTUS: '{"city": "Paris"}}]<|tools_suffix|>',
+        tool_templates.MINIMAX_M1: '{"city": "Paris"}}\n</tool_calls>',
+        tool_templates.GIGACHAT3: '{"city": "Paris"}}',
+        tool_templates.FUNCTIONARY_V31: '{"city": "Paris"}</function>',
+        tool_templates.SOLAR_OPEN: f'{{"city": "Paris"}}{SE}',
+        tool_templates.MINICPM5: f'{FP}city">Paris</param></function>',
+        tool_templates.MUSE_GLIMMER: '<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n'
+        "</atem:function_calls>",
+        tool_templates.MINIMAX_M3: f"<city>Paris{M3}</city>{M3}</invoke>\n{M3}</tool_call>",
+        tool_templates.KIMI_K3: f'{K3A}city" type="string"<|sep|>Paris{K3AE}{K3CE}{K3TE}',
+        tool_templates.HY3: f"{HK}city{HV}Paris{HE}\n</tool_call:opensource>\n</tool_calls:opensource>",
     }[source]
     # Some prefills hold a think block's end: read alone, that is text.
     content = {
@@ -633,6 +682,10 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.NEMOTRON3: "<think></think>",
         tool_templates.GLM47: "</think>",
         tool_templates.DEEPSEEK_V32: "</think>",
+        tool_templates.MINIMAX_M3: "</mm:think>",
+        # muse-glimmer's message headers and Kimi K3's sections are not read: text
+        tool_templates.MUSE_GLIMMER: "to=get_weather<|message|>",
+        tool_templates.KIMI_K3: "<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>",
     }.get(source)
     assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
 
@@ -651,7 +704,8 @@ WEATHER_TOOL = {
     "name",
     [
         "QWEN25", "LLAMA31", "MISTRAL_V3", "QWEN35", "NEMOTRON3", "GEMMA4", "GLM47", "MINIMAX_M2", "GPT_OSS",
-        "LFM25", "NEMOTRON_NANO_V2", "KIMI_K2", "DEEPSEEK_V32", "SEED_OSS", "COMMAND_R7B", "APERTUS",
+        "LFM25", "NEMOTRON_NANO_V2", "KIMI_K2", "DEEPSEEK_V32", "SEED_OSS", "COMMAND_R7B", "APERTUS", "MINIMAX_M1",
+        "GIGACHAT3", "FUNCTIONARY_V31", "SOLAR_OPEN", "MINICPM5", "MUSE_GLIMMER", "MINIMAX_M3", "KIMI_K3", "HY3",
     ],
 )  # fmt: skip
 def test_an_earlier_call_as_the_template_writes_it_is_read_back_as_that_call(name):
@@ -729,3 +783,15 @@ def test_a_gemma_value_read_in_steps_is_the_value_read_whole():
         except tool_calls._Cut:
             pass
         assert reader.goes_on(text, 0) and reader.read(text) == whole, cut
+
+
+def test_a_lt_sign_of_prose_is_tried_by_no_form(monkeypatch):
+    """Every form is tried only where one of their openings begins (one check for all): a `<` of
+    prose (a comparison, an HTML tag) costs no more as forms are added. Text that may still grow
+    into an opening waits (the partial marker at the end)."""
+    tried = []
+    match = ToolCallParser._match
+    monkeypatch.setattr(ToolCallParser, "_match", lambda self, text: tried.append(text) or match(self, text))
+    prose = "If a < b and <em>c</em> <= d, see <https://example.org> and <tool>s. " * 20
+    assert parse_tool_calls(prose + "<tool_c", NAMES) == Parsed((prose + "<tool_c").strip(), [])
+    assert tried == ["<tool_c"]  # only where the text may still become <tool_call>, before the reply ended
