@@ -1,6 +1,8 @@
 """Chat templates that render tools, for tests: Qwen2.5's, gpt-oss's, Gemma 4's, GLM 4.7 Flash's,
 MiniMax M2's, LFM2.5 8B A1B's, Nemotron Nano v2's, Granite 3.3's, Kimi K2's, DeepSeek V3.2's, Seed-OSS's,
-Command R7B's (tool_use) and Apertus's as their GGUF files carry them (llama.cpp's copies), and the
+Command R7B's (tool_use), Apertus's, MiniMax M1's and M3's, GigaChat 3's, functionary medium v3.1's,
+Solar Open's, MiniCPM5's, muse-glimmer's, Kimi K3's and Tencent Hy3's as their GGUF files carry them
+(llama.cpp's copies), and the
 tool parts of Llama 3.1's, Mistral 7B Instruct v0.3's, Qwen3.5's and Nemotron 3 Nano's (abridged:
 their system prompts, date lines and image parts left out, their tool markup and think blocks as
 they write them)."""

@@ -24,10 +24,22 @@ their template's own form, so every form is tried):
         {...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>                  name, then the JSON in a ```json block)
     <｜DSML｜function_calls><｜DSML｜invoke name="name">...          DeepSeek V3.2, V4 (MiniMax M2's form;
                                                                  string="true" keeps a value text)
+    <function name="name"><param name="key">value</param>       MiniCPM5 (MiniMax M2's form, call by
+        </function>                                               call; <![CDATA[...]]> keeps a value text)
+    <atem:function_calls>, ]<]minimax[>[<tool_call>,            MiniMax M2's form behind muse-glimmer's,
+        <|open|>tools<|sep|><|open|>call tool="name"...           MiniMax M3's (<key>value</key>) and Kimi
+                                                                 K3's markers (type="string": text)
+    <tool_calls:opensource><tool_call:opensource>name           Tencent Hy3 (GLM's form behind its tags)
+        <tool_sep:opensource><arg_key:opensource>...
+    <|tool_calls|><|tool_call:begin|>id<|tool_call:name|>name   Solar Open (a call id before the name)
+        <|tool_call:args|>{...}<|tool_call:end|><|calls|>
+    <function=name>{...}</function>                             functionary v3.1
     <TOOLCALL>, <|tool_call|>, <tool_calls>, <seed:tool_call>,  the Hermes forms behind Nemotron Nano
-        <|START_ACTION|>, <|tools_prefix|>, <|function_call|>     v2's, Granite 3.3's, Apriel's,
-                                                                 Seed-OSS's, Command R7B's, Apertus's,
-                                                                 GigaChat 3.1's markers
+        <|START_ACTION|>, <|tools_prefix|>, <|function_call|>,    v2's, Granite 3.3's, Apriel's and
+        <|message_sep|>\n\nfunction call<|role_sep|>              MiniMax M1's, Seed-OSS's, Command
+                                                                 R7B's, Apertus's, GigaChat 3.1's and
+                                                                 3's markers (JSON values one after
+                                                                 another: MiniMax M1's calls)
     ```json {"name": ..., "arguments": {...}} ```               a fenced block (object or list)
     {"name": ..., "arguments": {...}}  or  [{...}, ...]          bare JSON, as llama-server's generic
                                                                  handling accepts
@@ -42,7 +54,9 @@ all qualify (malformed JSON, an unknown tool) stays text.
 `ToolCallParser` reads text as it is generated: it hands out text only once no continuation could
 make it part of a call, and each call once it is complete, so that any split of the text into
 chunks gives what parsing it whole (`parse_tool_calls`) gives. Text around calls is trimmed of
-whitespace at its two ends.
+whitespace at its two ends. The forms are tried only where one of their opening markers begins
+(OPENINGS: one check for all of them), so that a `<` of prose costs the same however many forms
+there are.
 """
 
 import ast
