@@ -28,7 +28,9 @@ their template's own form, so every form is tried):
         </function>                                               call; <![CDATA[...]]> keeps a value text)
     <atem:function_calls>, ]<]minimax[>[<tool_call>,            MiniMax M2's form behind muse-glimmer's,
         <|open|>tools<|sep|><|open|>call tool="name"...           MiniMax M3's (<key>value</key>) and Kimi
-                                                                 K3's markers (type="string": text)
+                                                                 K3's markers (type="string": text);
+                                                                 muse-glimmer's in the message to the
+                                                                 tool engine/harmony.py gives
     <tool_calls:opensource><tool_call:opensource>name           Tencent Hy3 (GLM's form behind its tags)
         <tool_sep:opensource><arg_key:opensource>...
     <|tool_calls|><|tool_call:begin|>id<|tool_call:name|>name   Solar Open (a call id before the name)
@@ -179,6 +181,10 @@ class _Invokes:
     cdata: bool = False  # a value may be a CDATA section (MiniCPM5's)
 
 
+MUSE_INVOKES = _Invokes(
+    ("<atem:function_calls>", "</atem:function_calls>"), ('<atem:invoke name="', "</atem:invoke>"),
+    ('<atem:parameter name="', "</atem:parameter>"),
+)  # fmt: skip
 M3 = "]<]minimax[>["  # MiniMax M3's namespace before each of its tags
 K3_OPEN, K3_CLOSE, K3_SEP = "<|open|>", "<|close|>", "<|sep|>"
 INVOKE_FORMS = (
@@ -195,10 +201,7 @@ INVOKE_FORMS = (
         (DSML + 'parameter name="', "</｜DSML｜parameter>"),
     ),  # DeepSeek V4
     _Invokes(None, ('<function name="', "</function>"), ('<param name="', "</param>"), cdata=True),  # MiniCPM5
-    _Invokes(
-        ("<atem:function_calls>", "</atem:function_calls>"), ('<atem:invoke name="', "</atem:invoke>"),
-        ('<atem:parameter name="', "</atem:parameter>"),
-    ),  # muse-glimmer
+    MUSE_INVOKES,  # muse-glimmer
     _Invokes(
         (M3 + "<tool_call>", M3 + "</tool_call>"), (M3 + '<invoke name="', M3 + "</invoke>"),
         (M3 + "<", M3 + "</{key}>"), bare_keys=True,
@@ -242,6 +245,7 @@ OPENINGS = {
     "_named_blocks": [opening for opening, _ in NAMED_BLOCKS],
     "_tagged_blocks": [opening for (opening, _), _ in TAGGED_BLOCKS],
     "_named": [form.head for form in NAMED_FORMS],
+    "_harmony_invokes": [CALL_OPEN],
     "_pythonic": [LFM2_OPEN],
     "_fenced": [FENCE],
     "_bare": ["{", "["],
@@ -701,6 +705,27 @@ class ToolCallParser:
             if found is not None:
                 return _Match(found[1], [found[0]]) if isinstance(found, tuple) else found
         return None
+
+    def _harmony_invokes(self, text: str):
+        """muse-glimmer's call as engine/harmony.py gives it: a message to the tool (its name the
+        recipient) whose body is muse-glimmer's invokes of that tool."""
+        found = self._name_after(text, CALL_OPEN)
+        if not isinstance(found, tuple):
+            return found
+        name, head = found
+        header = _after_marker(text[head:], CALL_HEADER, self.ended)
+        if not isinstance(header, int):
+            return header
+        body = head + header
+        block = self._invokes_of(text[body:], MUSE_INVOKES)
+        if not isinstance(block, _Match):
+            return block
+        close = _skip_spaces(text, body + block.end)
+        end = _after_marker(text[close:], CALL_CLOSE, self.ended)
+        if not isinstance(end, int):
+            return end
+        # A message to one tool that invokes another is no call: text, all of it
+        return _Match(close + end, block.calls if all(call.name == name for call in block.calls) else [])
 
     def _named_blocks(self, text: str):
         """Calls of NAMED_FORMS in a block (Kimi K2's section, DeepSeek's)."""

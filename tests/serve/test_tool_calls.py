@@ -8,6 +8,7 @@ import pytest
 import tiny_models
 import tool_templates
 
+from specllm.engine.reasoning import split_reasoning
 from specllm.llama.templates import compile_chat_template, render_bounded
 from specllm.serve import tool_calls
 from specllm.serve.openai_api import ToolReply
@@ -52,6 +53,10 @@ HB, HC, HS = "<tool_calls:opensource>", "<tool_call:opensource>", "<tool_sep:ope
 HK, HV, HE = "<arg_key:opensource>", "</arg_key:opensource><arg_value:opensource>", "</arg_value:opensource>"
 SB, SN, SA, SE = "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>"  # Solar Open's
 FN, FP = '<function name="', '<param name="'  # MiniCPM5's
+ATEM = (
+    '<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n'
+    "</atem:invoke>\n</atem:function_calls>"
+)  # muse-glimmer's call to get_weather
 
 # (model output, the content expected, the calls expected)
 CASES = [
@@ -345,12 +350,16 @@ CASES = [
     (f'{FN}get_weather">{FP}city"><![CDATA[Paris</param></function>', None, None),  # a CDATA never closed
     (f'{FN}nope">{FP}city">Paris</param></function>', None, None),
     # muse-glimmer: MiniMax M2's invokes behind atem: tags
+    (ATEM, None, [PARIS]),
+    # muse-glimmer's call as engine/harmony.py gives it: a message to the tool, its body the invokes
     (
-        '<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris'
-        "</atem:parameter>\n</atem:invoke>\n</atem:function_calls>",
-        None,
+        f"Checking.\n\n<|start|>assistant to=get_weather{HH}{ATEM}<|call|>",
+        "Checking.",
         [PARIS],
     ),
+    (f"<|start|>assistant to=get_time{HH}{ATEM}<|call|>", None, None),  # a recipient that is not the invoked tool
+    # no end (engine/harmony.py gives every message one): the invokes are read on their own
+    (f"<|start|>assistant to=get_weather{HH}{ATEM}", f"<|start|>assistant to=get_weather{HH}", [PARIS]),
     # MiniMax M3: its namespace before each tag, a parameter's tag its key
     (
         f'{M3}<tool_call>\n{M3}<invoke name="get_weather">{M3}<city>Paris{M3}</city>{M3}<days>3{M3}</days>'
@@ -683,11 +692,12 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.GLM47: "</think>",
         tool_templates.DEEPSEEK_V32: "</think>",
         tool_templates.MINIMAX_M3: "</mm:think>",
-        # muse-glimmer's message headers and Kimi K3's sections are not read: text
-        tool_templates.MUSE_GLIMMER: "to=get_weather<|message|>",
         tool_templates.KIMI_K3: "<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>",
     }.get(source)
-    assert parse_tool_calls(form.prefill("get_weather") + rest, NAMES) == Parsed(content, [PARIS])
+    reply = form.prefill("get_weather") + rest
+    if source == tool_templates.MUSE_GLIMMER:  # its replies are messages: engine/harmony.py reads them first
+        reply = split_reasoning(reply).answer
+    assert parse_tool_calls(reply, NAMES) == Parsed(content, [PARIS])
 
 
 WEATHER_TOOL = {
