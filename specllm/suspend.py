@@ -24,11 +24,13 @@ def suspending_cleanly(pause: Callable[[], None], resume: Callable[[], None]) ->
         return
 
     def on_stop(signum, _frame) -> None:
-        pause()
+        with contextlib.suppress(OSError):  # a terminal gone meanwhile: stop all the same
+            pause()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the process stops here, until it is continued
         signal.signal(signum, on_stop)
-        resume()
+        with contextlib.suppress(OSError):
+            resume()
 
     signal.signal(stop, on_stop)
     try:
