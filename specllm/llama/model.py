@@ -164,6 +164,7 @@ class Model:
         self.n_nextn = _nextn_layers(self._model)  # MTP layers: the model can draft for itself
         self._hidden: np.ndarray | None = None  # per position, the hidden state its MTP layers read
         self._pieces: dict[int, bytes] = {}
+        self._special_pieces: dict[int, bytes] = {}  # piece(special=True)'s
         self.llama_seconds = 0.0  # inside llama.cpp's evaluating calls: the loop's own time is the rest
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         if not vocab_only:
@@ -349,18 +350,20 @@ class Model:
         found = (self.tokenize(text, add_special=False) for text in SHOWN_CONTROL_TOKENS)
         return frozenset(t[0] for t in found if len(t) == 1 and L.llama_vocab_is_control(self._vocab, t[0]))
 
-    def piece(self, token: int) -> bytes:
+    def piece(self, token: int, *, special: bool = False) -> bytes:
         """The bytes one token stands for (control tokens render as nothing, but those of
-        SHOWN_CONTROL_TOKENS)."""
-        cached = self._pieces.get(token)
+        SHOWN_CONTROL_TOKENS; with `special` every one as its text, as llama-server's /tokenize
+        and /detokenize write them)."""
+        cache = self._special_pieces if special else self._pieces
+        cached = cache.get(token)
         if cached is None:
             if not 0 <= token < self.n_vocab:  # llama.cpp would throw through ctypes: terminate
                 raise SpecllmError(f"token id {token} is outside {self.path.name}'s vocabulary (0..{self.n_vocab - 1})")
-            cached = self._pieces[token] = _token_to_piece(self._vocab, token, token in self.shown_controls)
+            cached = cache[token] = _token_to_piece(self._vocab, token, special or token in self.shown_controls)
         return cached
 
-    def detokenize(self, tokens: list[int]) -> bytes:
-        return b"".join(self.piece(t) for t in tokens)
+    def detokenize(self, tokens: list[int], *, special: bool = False) -> bytes:
+        return b"".join(self.piece(t, special=special) for t in tokens)
 
     def chat_template(self, name: str | None = None) -> str | None:
         """The GGUF's chat template, or the one of that name (tokenizer.chat_template.NAME)."""
