@@ -18,6 +18,7 @@ import openai
 import tiny_models as tm
 
 import specllm
+from specllm.engine.loop import Generation
 from specllm.serve.openai_api import ChatReply, ToolReply
 from specllm.serve.server import ServeSettings, address, create_app, listen, server
 
@@ -112,6 +113,30 @@ def serve_log() -> Iterator[list[str]]:
         yield handler.lines
     finally:
         logger.removeHandler(handler)
+
+
+def hold(engine, monkeypatch, max_tokens) -> threading.Event:
+    """Make the engine's generations of `max_tokens` tokens wait after their first step until the
+    event returned is set: a generation stays under way while a test acts on it, whatever the
+    model's speed (the tiny models write CTX tokens in well under a second)."""
+    release, start = threading.Event(), engine.start
+
+    def held(generation):
+        with generation:
+            for i, step in enumerate(generation):
+                yield step
+                if i == 0:
+                    release.wait(60)
+            return generation.result
+
+    def gated(prompt, config=None, **kwargs):
+        generation = start(prompt, config, **kwargs)
+        if config is not None and config.max_tokens == max_tokens:
+            return Generation(held(generation))
+        return generation
+
+    monkeypatch.setattr(engine, "start", gated)
+    return release
 
 
 def wait_for_line(log, fragment, count):

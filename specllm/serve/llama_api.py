@@ -1,7 +1,8 @@
 """llama-server's own endpoints for `specllm serve`, for clients made for llama.cpp: /infill (fill
 in the middle, as editor plugins ask for it: llama.vscode, llama.vim) and /completion (a prompt
-completed, as Continue's llama.cpp provider asks for it). The responses are llama.cpp's completion
-objects, not OpenAI's. Plain data, as openai_api.py: no HTTP, no engine.
+completed, as Continue's llama.cpp provider asks for it), whose responses are llama.cpp's
+completion objects, not OpenAI's; and its utilities /tokenize, /detokenize and /props (and
+/apply-template, which takes a chat request). Plain data, as openai_api.py: no HTTP, no engine.
 
 The sampler is specllm's (temperature, top-k, top-p, min-p) whatever `samplers` lists. The limits
 an editor puts on a completion, `n_indent` and `t_max_predict_ms`, end it as llama-server does.
@@ -152,3 +153,58 @@ def _only(paths: tuple[str, ...], body: dict) -> dict:
         else:
             picked[path] = value
     return picked
+
+
+# --- the utilities: tokens, and what the server is ----------------------------------------------
+
+
+class TokenizeRequest(BaseModel):
+    """/tokenize: `content` is text, or text and token ids mixed (ids kept as they are, and only a
+    first text gets the BOS `add_special` asks for), as llama-server reads it."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    content: str | list[str | int] = ""  # none: no tokens, as llama-server answers
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+    def parts(self) -> list[str | int]:
+        return [self.content] if isinstance(self.content, str) else self.content
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    tokens: list[int] = []
+
+
+def check_ids(tokens: list[int], n_vocab: int, field: str) -> None:
+    """Token ids a request gives, each in the vocabulary (0..n_vocab-1)."""
+    for i, token in enumerate(tokens):
+        if not 0 <= token < n_vocab:
+            raise ApiError(400, f"{field}: token id {token} (at {i}) is not in 0..{n_vocab - 1}", field)
+
+
+def with_pieces(tokens: list[int], pieces: list[bytes]) -> list[dict]:
+    """/tokenize's `with_pieces`: each token's id and piece, as text, or as its bytes where they
+    are not UTF-8 (a token that holds part of a character), as llama-server gives them."""
+    return [{"id": token, "piece": _text_or_bytes(piece)} for token, piece in zip(tokens, pieces)]
+
+
+def _text_or_bytes(piece: bytes) -> str | list[int]:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)
+
+
+def props(model: str, n_ctx: int, chat_template: str, tool_use_template: str | None) -> dict:
+    """/props: what clients made for llama-server read of it (the context: llama.vscode's agent;
+    the chat templates the server renders with), and never where the model's file is
+    (llama-server's model_path)."""
+    answer = {
+        "default_generation_settings": {"n_ctx": n_ctx},
+        "total_slots": 1,  # one generation at a time
+        "model_alias": model,
+        "chat_template": chat_template,
+    }
+    return answer | ({"chat_template_tool_use": tool_use_template} if tool_use_template else {})

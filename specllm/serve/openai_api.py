@@ -15,7 +15,7 @@ import string
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -394,11 +394,24 @@ class CompletionRequest(BaseRequest):
             raise ApiError(400, "a suffix needs the prompt as text: the code before the gap", "suffix")
 
 
+Body = TypeVar("Body", bound=BaseModel)
+
+
 def parse(kind: type[BaseRequest], body: bytes, drafters: tuple[str, ...] = DRAFTERS) -> BaseRequest:
     """Validate a request body (JSON bytes) as `kind`; every problem is an ApiError 400. An
     unknown drafter is offered the `drafters` this server has."""
+    request = validated(kind, body)
+    request.check()
+    if request.drafter is not None and request.drafter not in DRAFTERS:
+        raise ApiError(400, f"unknown drafter {request.drafter!r}: ask for drafter {_one_of(drafters)}", "drafter")
+    return request
+
+
+def validated(kind: type[Body], body: bytes) -> Body:
+    """A request body (JSON bytes) read as `kind`, its types checked; every problem is an
+    ApiError 400 naming the field."""
     try:
-        request = kind.model_validate_json(body)
+        return kind.model_validate_json(body)
     except ValidationError as e:
         errors = e.errors(include_url=False)
         if errors[0]["type"] == "json_invalid":
@@ -411,10 +424,6 @@ def parse(kind: type[BaseRequest], body: bytes, drafters: tuple[str, ...] = DRAF
         deepest = max(range(len(errors)), key=lambda i: len(paths[i]))  # the first of the deepest
         what = ".".join(paths[deepest]) or "body"
         raise ApiError(400, f"{what}: {errors[deepest]['msg']}", where or None) from None
-    request.check()
-    if request.drafter is not None and request.drafter not in DRAFTERS:
-        raise ApiError(400, f"unknown drafter {request.drafter!r}: ask for drafter {_one_of(drafters)}", "drafter")
-    return request
 
 
 def _not_json(body: bytes, message: str) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -43,8 +43,17 @@ from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, SpecllmError
+from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
-from specllm.serve.llama_api import InfillRequest, NativeCompletionRequest
+from specllm.serve.llama_api import (
+    DetokenizeRequest,
+    InfillRequest,
+    NativeCompletionRequest,
+    TokenizeRequest,
+    check_ids,
+    props,
+    with_pieces,
+)
 from specllm.serve.openai_api import (
     ApiError,
     BaseRequest,
@@ -55,10 +64,12 @@ from specllm.serve.openai_api import (
     ToolReply,
     parse,
     specllm_step,
+    validated,
 )
 from specllm.serve.tool_calls import ToolTemplate, inspect_template, text_arguments
 
 log = logging.getLogger("specllm.serve")
+T = TypeVar("T")
 
 CLIENT_CLOSED = 499  # the status nginx logs for a client that closed its connection first
 MIN_BODY_BYTES = 2**20
@@ -241,6 +252,9 @@ class EngineWorker:
     def __init__(self, engine: Engine, settings: ServeSettings):
         self.engine, self.settings = engine, settings
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-engine")
+        # Tokenizing and rendering the chat template, for the utilities (beside)
+        self.vocab_thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-vocab")
+        self.vocab_waiting = 0
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
@@ -274,9 +288,7 @@ class EngineWorker:
             plan = await loop.run_in_executor(self.thread, self.prepare, request)
         except SpecllmError as e:
             self.lock.release()
-            error = ApiError.of(e, self.drafters)
-            error.message = self.without_paths(error.message)
-            raise error from None
+            raise self.refusal(e) from None
         except BaseException:
             self.lock.release()
             raise
@@ -314,6 +326,61 @@ class EngineWorker:
             self.lock.release()
         else:
             turn.cancel()  # an acquire cancelled before it takes the lock leaves it to the next waiter
+
+    async def beside(self, work: Callable[[], T]) -> T:
+        """Run `work` on the vocabulary's thread, beside the generation under way rather than after
+        it: tokenizing and rendering the chat template read the target's vocabulary and template,
+        never its context or KV cache. llama.cpp's vocabulary is read-only once loaded (llama-server
+        tokenizes on its HTTP threads while its main loop decodes), Model.tokenize and piece use
+        only it, and the models are freed only once this thread has ended (serve). One at a time,
+        so a large body takes one core at most; as many may wait as for the engine."""
+        if self.stopping:
+            raise shutting_down()
+        if self.vocab_waiting >= self.settings.max_waiting:
+            raise too_many_waiting(self.settings.max_waiting)
+        self.vocab_waiting += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.vocab_thread, work)
+        except SpecllmError as e:
+            raise self.refusal(e) from None
+        finally:
+            self.vocab_waiting -= 1
+
+    def tokenize(self, request: TokenizeRequest) -> dict:
+        """/tokenize: the content's tokens as llama-server gives them (a first text gets the BOS
+        that add_special asks for; ids stay as they are), maybe with their pieces."""
+        target, tokens = self.engine.target, []
+        for i, part in enumerate(request.parts()):
+            if isinstance(part, int):
+                check_ids([part], target.n_vocab, "content")
+                tokens.append(part)
+            else:
+                add_special = request.add_special and i == 0
+                tokens += target.tokenize(part, add_special=add_special, parse_special=request.parse_special)
+        if not request.with_pieces:
+            return {"tokens": tokens}
+        return {"tokens": with_pieces(tokens, [target.piece(t, special=True) for t in tokens])}
+
+    def detokenize(self, request: DetokenizeRequest) -> dict:
+        """/detokenize: the tokens' text, control tokens written out, as llama-server gives it."""
+        target = self.engine.target
+        check_ids(request.tokens, target.n_vocab, "tokens")
+        return {"content": target.detokenize(request.tokens, special=True).decode("utf-8", errors="replace")}
+
+    def apply_template(self, request: ChatRequest) -> dict:
+        """/apply-template: the prompt the chat endpoint would generate from for this request."""
+        return {"prompt": self.render_chat(request)[0]}
+
+    def props(self) -> dict:
+        target = self.engine.target
+        templates = (target.chat_template() or CHATML_TEMPLATE, target.chat_template("tool_use"))
+        return props(self.settings.model, target.n_ctx, *templates)
+
+    def refusal(self, error: SpecllmError) -> ApiError:
+        """The 4xx (or 500) for a library error, without the server's paths."""
+        refused = ApiError.of(error, self.drafters)
+        refused.message = self.without_paths(refused.message)
+        return refused
 
     def without_paths(self, message: str) -> str:
         """An error for a client: the server's model files named by their file names only."""
@@ -532,6 +599,35 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     # OpenAI's endpoints, and llama-server's own (llama_api.py)
     for path, kind in GENERATING.items():
         app.add_api_route(path, generating(kind), methods=["POST"])
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = validated(TokenizeRequest, await read_body(request, limit, settings.body_seconds))
+        answer = await worker.beside(partial(worker.tokenize, body))
+        access(request, 200, f"{len(answer['tokens'])} tokens")
+        return answer
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = validated(DetokenizeRequest, await read_body(request, limit, settings.body_seconds))
+        answer = await worker.beside(partial(worker.detokenize, body))
+        access(request, 200, f"{len(body.tokens)} tokens")
+        return answer
+
+    @app.post("/apply-template")
+    async def apply_template(request: Request):
+        body = parse(ChatRequest, await read_body(request, limit, settings.body_seconds), worker.drafters)
+        assert isinstance(body, ChatRequest)
+        answer = await worker.beside(partial(worker.apply_template, body))
+        access(request, 200, "")
+        return answer
+
+    @app.api_route("/props", methods=["GET", "HEAD"])
+    async def get_props(request: Request):
+        answer = await worker.beside(worker.props)
+        access(request, 200, "")
+        return answer
+
     return app
 
 
@@ -893,5 +989,7 @@ def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:
     try:
         server(app).run(sockets=[sock])
     finally:
+        # Then the caller may close the engine: nothing of these threads is still using its models.
         app.state.worker.thread.shutdown(wait=True)
+        app.state.worker.vocab_thread.shutdown(wait=True)
         sock.close()

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import llama_cpp
 import openai
 import pytest
-from serving import CTX, Server, serve_log, serving, wait_for_line
+from serving import CTX, Server, hold, serve_log, serving, wait_for_line
 
 import specllm
 from specllm.engine.loop import Generation
@@ -222,30 +222,6 @@ def test_concurrent_clients_both_get_complete_answers(srv):
     for t in threads:
         t.join(60)
     assert got == expected
-
-
-def hold(engine, monkeypatch, max_tokens) -> threading.Event:
-    """Make the engine's generations of `max_tokens` tokens wait after their first step until the
-    event returned is set: a generation stays under way while a test acts on it, whatever the
-    model's speed (the tiny models write CTX tokens in well under a second)."""
-    release, start = threading.Event(), engine.start
-
-    def held(generation):
-        with generation:
-            for i, step in enumerate(generation):
-                yield step
-                if i == 0:
-                    release.wait(60)
-            return generation.result
-
-    def gated(prompt, config=None, **kwargs):
-        generation = start(prompt, config, **kwargs)
-        if config is not None and config.max_tokens == max_tokens:
-            return Generation(held(generation))
-        return generation
-
-    monkeypatch.setattr(engine, "start", gated)
-    return release
 
 
 def test_waiting_requests_are_served_in_arrival_order(srv, log, engine, monkeypatch):
