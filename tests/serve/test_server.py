@@ -231,25 +231,19 @@ def test_waiting_requests_are_served_in_arrival_order(srv, log, engine, monkeypa
     def ask(max_tokens):
         client.completions.create(model="x", prompt=PROMPT, max_tokens=max_tokens, temperature=0)
 
-    def wait_for(**status):
-        deadline = time.time() + 10
-        while not status.items() <= srv.get("/health").items() and time.time() < deadline:
-            time.sleep(0.005)
-        assert status.items() <= srv.get("/health").items()
-
     threads = [threading.Thread(target=ask, args=(CTX - 16,))]  # held under way while the others queue up
     threads[0].start()
-    wait_for(busy=True)
+    wait_for_health(srv, busy=True)
     for waiting, max_tokens in ((1, 8), (2, 9)):
         threads.append(threading.Thread(target=ask, args=(max_tokens,)))
         threads[-1].start()
-        wait_for(waiting=waiting)
+        wait_for_health(srv, waiting=waiting)
     release.set()
     for t in threads:
         t.join(60)
     served = [re.search(r"· (\d+) tokens \(", line)[1] for line in log[before:] if "/v1/completions" in line]
     assert served == [str(CTX - 16), "8", "9"]
-    wait_for(busy=False)  # the engine thread frees the engine just after the last answer went out
+    wait_for_health(srv, busy=False)  # the engine thread frees the engine just after the last answer went out
     drafters = ["auto", "model", "ngram", "none"]  # a llama target has no MTP layers
     assert srv.get("/health") == {"status": "ok", "busy": False, "waiting": 0, "drafters": drafters}
 
