@@ -6,20 +6,23 @@ private attributes, not from memory or time: `"x" * 10**10` or `10 ** (10**9)` w
 gigabytes, and two nested loops over a long string run for hours without a single range() call.
 Here each operation that can make something larger than what it was given (the operators `*`, `**`,
 `+`, `%` and `~`, the filters and str methods that pad, repeat, format or join, a container written
-in the template, a block of output gathered before it is joined) works out the size of its result
-first and refuses one past the bound. Time: each loop step, call, intercepted operator and filter
-checks the clock against the rendering's deadline. That is far cheaper than a trace function,
-which runs at each line: with one, Gemma 4's template rendered a 200-turn conversation in 1.4 s
-instead of 0.4 s; with all these checks, in 0.48 s (and the simpler templates' few milliseconds
-grow by one to three). It is as thorough: between two checks a template runs only straight-line
-code, whose operations are each bounded in size, and so in time.
+in the template, what a namespace is given, a block of output gathered before it is joined) works
+out the size of its result first and refuses one past the bound. Python compares containers in C,
+where no deadline reaches: `==`, `in`, `<` and the tests that compare measure the containers they
+are given first (but for a constant of the template's own). Time: each loop step, call,
+intercepted operator and filter checks the clock against the rendering's deadline. That is far
+cheaper than a trace function, which runs at each line: with one, Gemma 4's template rendered a
+200-turn conversation in 1.4 s instead of 0.4 s; with all these checks, in 0.48 s (and the simpler
+templates' few milliseconds grow by one to three). It is as thorough: between two checks a
+template runs only straight-line code, whose operations are each bounded in size, and so in time.
 
 Lists: as llama.cpp's engine, a template may append to a list and pop from it, but only to and
 from a list it wrote itself ([...], a TemplateList): never the caller's messages or tools, nor a
 list a filter made. Each item appended is measured and counted in its list's size, which stays
 within the bound. A list already put in another container (written in a list, tuple or dict,
 appended, passed to a macro's varargs or to cycler) is sealed: a size measured once stays true,
-and two lists that share another many times over cannot grow past their measure after it."""
+and two lists that share another many times over cannot grow past their measure after it. A
+namespace's attributes are the template's variables: a list one holds itself is not sealed."""
 
 import contextlib
 import functools
@@ -34,7 +37,7 @@ from typing import Any
 import jinja2.filters
 import jinja2.utils
 from jinja2 import nodes
-from jinja2.compiler import CodeGenerator, Frame, optimizeconst
+from jinja2.compiler import CodeGenerator, Frame, operators, optimizeconst
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import BlockReference, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -45,7 +48,10 @@ _SPEC_NUMBER = re.compile(r"\d+")
 
 
 ITEM_SIZE = 32  # what an item of a list or dict counts for in a size: about its memory, in bytes
-CONTAINERS = (list, tuple, set, frozenset, Mapping, MappingView, jinja2.utils.Namespace)
+CONTAINERS = (list, tuple, jinja2.utils.Namespace, set, frozenset, Mapping, MappingView)  # the ABCs last: slower
+COMPARING_TESTS = frozenset(
+    {"==", "eq", "equalto", "!=", "ne", "<", "lt", "lessthan", "<=", "le", ">", "gt", "greaterthan", ">=", "ge", "in"}
+)
 
 
 class TemplateList(list):
@@ -165,6 +171,20 @@ class OutputBuffer(list):
             raise TemplateTooBig(f"a block of its output grows past {self.limit} characters")
 
 
+class NamespaceAttributes:
+    """What a template's `{% set ns.attr = value %}` assigns through (`[ns, "attr"] = value`): a
+    namespace is a container too, and what it holds is measured as it comes."""
+
+    def __init__(self, sandbox: "BoundedSandbox"):
+        self.sandbox = sandbox
+
+    def __setitem__(self, key: tuple[jinja2.utils.Namespace, str], value) -> None:
+        namespace, name = key
+        if not isinstance(value, (str, int, float)) and value is not None:  # their size is bounded as made
+            self.sandbox.held_size(value)
+        namespace[name] = value
+
+
 class BoundedCodeGenerator(CodeGenerator):
     """Jinja's code generator, with output buffers that count, loops that check the clock, and
     `~` and containers written in the template ([...], (...), {...}) that check their size."""
@@ -227,6 +247,27 @@ class BoundedCodeGenerator(CodeGenerator):
         else:
             self._checked("container", super().visit_Tuple, node, frame)
 
+    def visit_NSRef(self, node: nodes.NSRef, frame: Frame) -> None:
+        """`ns.attr` assigned to (by {% set %}, alone or in a tuple): through the environment's
+        NamespaceAttributes, which measure the value first."""
+        self.writeline(f"environment.namespace_attributes[{frame.symbols.ref(node.name)}, {node.attr!r}]")
+
+    # Python compares two containers in C, item by item, where no deadline reaches: unless one
+    # side is a constant of the template's own (the common `message.role == 'user'`), each
+    # operand that is a container is measured first.
+
+    @optimizeconst
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+        if len(node.ops) == 1 and nodes.Const in (type(node.expr), type(node.ops[0].expr)):
+            super().visit_Compare(node, frame)
+            return
+        self.write("(")
+        self._checked("comparable", self.visit, node.expr, frame)
+        for operand in node.ops:
+            self.write(f" {operators[operand.op]} ")
+            self._checked("comparable", self.visit, operand.expr, frame)
+        self.write(")")
+
     def _checked(self, check: str, visit: Callable[[Any, Frame], None], node: nodes.Node, frame: Frame) -> None:
         self.write(f"environment.{check}(")
         visit(node, frame)
@@ -254,6 +295,10 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             self.filters[name] = _checked_filter(function, checks.get(name, _ignore_arguments))
         self.globals["dict"] = _returning_checked(dict, self.container)
         self.globals["cycler"] = _returning_checked(jinja2.utils.Cycler, self._sealed_cycler)
+        self.globals["namespace"] = _returning_checked(jinja2.utils.Namespace, self._measured_namespace)
+        self.namespace_attributes = NamespaceAttributes(self)
+        for name in COMPARING_TESTS:  # `a is eq(b)`, select('equalto', b): compared as `==` is
+            self.tests[name] = _checked_filter(self.tests[name], self._check_comparison)  # type: ignore[arg-type]
         self.filters["tojson"] = _listing_iterators(self.filters["tojson"])
         self.globals["lipsum"] = _checked_filter(jinja2.utils.generate_lorem_ipsum, self._check_lipsum)
 
@@ -329,6 +374,27 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.refuse_past(size)
         return size
 
+    def held_size(self, *values) -> int:
+        """The size of values a namespace holds, together within the bound, with what is in them
+        sealed. A list it holds itself is not sealed: as a variable's, the template may still
+        append to it (Kimi K2's templates queue their tool call ids in `namespace(ids=[])`)."""
+        return self._sealed_size([value[:] if isinstance(value, TemplateList) else value for value in values])
+
+    def _measured_namespace(self, namespace: jinja2.utils.Namespace) -> jinja2.utils.Namespace:
+        """What namespace(...) made, if what it holds (its names and values) is within the bound."""
+        self.held_size(*_children(namespace))
+        return namespace
+
+    def comparable(self, value):
+        """An operand of a comparison: a container, if its size is within the bound."""
+        if isinstance(value, CONTAINERS):
+            self.refuse_past(measure(value, self.max_chars)[0])
+        return value
+
+    def _check_comparison(self, value, other=None) -> None:
+        self.comparable(value)
+        self.comparable(other)
+
     def is_safe_attribute(self, obj, attr: str, value) -> bool:
         """As the immutable sandbox's, but a TemplateList's append and pop are allowed (and
         checked in call)."""
@@ -391,7 +457,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def _seal_gathered(self, macro: Macro, args: tuple, kwargs: dict) -> None:
         """The arguments a macro gathers in its varargs tuple or kwargs dict are in a container."""
         gathered = [*args[len(macro.arguments) :], *(v for k, v in kwargs.items() if k not in macro.arguments)]
-        measure(gathered, self.max_chars, seal=True)
+        self._sealed_size(gathered)
 
     def wrap_str_format(self, value):
         formats = super().wrap_str_format(value)

@@ -152,6 +152,16 @@ def test_append_and_pop_as_pythons():
     assert render(source) == "[1, 2, 'x'] x 1 [2] [3]"
 
 
+def test_a_list_a_namespace_holds_itself_is_appended_to_as_a_variables():
+    """A namespace's attributes are its template's variables: what it holds is measured, but a
+    list it holds itself stays the template's to change."""
+    source = (
+        "{% set l = [] %}{% set ns = namespace(a=l) %}{% set ns.b = l %}{% set ns.c = [] %}"
+        "{% set _ = ns.a.append(1) %}{% set _ = ns.b.append(2) %}{% set _ = ns.c.append(3) %}{{ l }} {{ ns.c }}"
+    )
+    assert render(source) == "[1, 2] [3]"
+
+
 def test_a_list_appended_to_in_a_loop_is_stopped_at_the_bound():
     """A loop over a list that appends to it never ends, and the list would take all memory
     before the deadline: it is refused once its size passes the bound, in a second or so."""
@@ -181,6 +191,10 @@ SEALED = {
     "dict()": "{% set a = [] %}{% set b = dict(k=a) %}{{ a.append(1) }}",
     "append": "{% set a = [] %}{% set b = [] %}{% set _ = b.append(a) %}{{ a.append(1) }}",
     "through a namespace": "{% set a = [] %}{% set b = [namespace(k=a)] %}{{ a.append(1) }}",
+    "a namespace in a namespace": "{% set a = [] %}{% set b = namespace(k=namespace(k=a)) %}{{ a.append(1) }}",
+    "a namespace's attribute": (
+        "{% set a = [] %}{% set b = namespace() %}{% set b.k = namespace(k=a) %}{{ a.append(1) }}"
+    ),
     "a macro's varargs": "{% macro m() %}{{ varargs }}{% endmacro %}{% set a = [] %}{% set _ = m(a) %}{{ a.append(1) }}",
     "a macro's kwargs": "{% macro m() %}{{ kwargs }}{% endmacro %}{% set a = [] %}{% set _ = m(k=a) %}{{ a.append(1) }}",
     "cycler": "{% set a = [] %}{% set c = cycler(a, a) %}{{ a.append(1) }}",

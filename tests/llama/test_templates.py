@@ -69,6 +69,34 @@ TOO_BIG = {
         "{% set ns.a = dict(x=ns.a, y=ns.a) %}{% set ns.b = dict(x=ns.b, y=ns.b) %}{% endfor %}{{ ns.a == ns.b }}",
         "a comparison of 2**24 items, in C (2**60 with 60 steps)",
     ),
+    "a namespace's attribute": (
+        "{% set a = namespace(x=1) %}{% set b = namespace(x=1) %}{% set la = [a, a] %}{% set lb = [b, b] %}"
+        "{% set both = [a, b] %}{% for i in range(24) %}{% set a.x = la|map(attribute='x')|list %}"
+        "{% set b.x = lb|map(attribute='x')|list %}{% endfor %}{{ both|map(attribute='x')|max|length }}",
+        "a comparison of 2**24 items, in C (2**40 with 40 steps: hours)",
+    ),
+    "namespace()": (
+        "{% set ns = namespace(p=none) %}{% for i in range(100) %}"
+        '{% set ns.p = namespace(p=ns.p, s="x" * 2000000 ~ i) %}{% endfor %}{{ ns.p.s|length }}',
+        "200 M characters kept through a chain of namespaces (tens of GB with 20 M each)",
+    ),
+    "a macro's varargs": (
+        "{% macro f(k) %}{% if k %}{{ f(k - 1, varargs, varargs) }}{% else %}{{ varargs|unique|list|length }}"
+        "{% endif %}{% endmacro %}{{ f(24, 1) }}",
+        "a hash of 2**24 tuples, in C (2**31 in 40 s, past the deadline)",
+    ),
+    "==": (
+        "{% set a = namespace(x=1) %}{% set b = namespace(x=1) %}{% set la = [a] * 300 %}{% set lb = [b] * 300 %}"
+        "{% set a.x = range(100000)|list %}{% set b.x = range(100000)|list %}"
+        "{{ la|map(attribute='x')|list == lb|map(attribute='x')|list }}",
+        "a comparison of 300 lists of 100000 items, in C",
+    ),
+    "a comparing test": (
+        "{% set a = namespace(x=1) %}{% set b = namespace(x=1) %}{% set la = [a] * 300 %}{% set lb = [b] * 300 %}"
+        "{% set a.x = range(100000)|list %}{% set b.x = range(100000)|list %}"
+        "{{ la|map(attribute='x')|list is eq(lb|map(attribute='x')|list) }}",
+        "a comparison of 300 lists of 100000 items, in C",
+    ),
     "output": (
         "{% set ns = namespace(a=1) %}{% for i in range(21) %}{% set ns.a = namespace(x=ns.a, y=ns.a) %}"
         "{% endfor %}{{ ns.a }}",
