@@ -16,6 +16,7 @@ import asyncio
 import copy
 import dataclasses
 import enum
+import errno
 import hmac
 import ipaddress
 import json
@@ -895,6 +896,10 @@ def server(app: FastAPI):
             app.state.worker.stop()  # streams end now, so uvicorn need not cut them
             super().handle_exit(sig, frame)
 
+        async def serve(self, sockets=None) -> None:
+            asyncio.get_running_loop().set_exception_handler(_AcceptFailures().handle)
+            await super().serve(sockets)
+
     # uvicorn's own access log says nothing of tokens: `access` writes one line per request instead.
     config = uvicorn.Config(
         app,
@@ -905,6 +910,43 @@ def server(app: FastAPI):
         http=_protocol(app.state.worker.settings.header_seconds, app.state.worker.settings.read_seconds),
     )
     return Server(config)
+
+
+ACCEPT_NOTE_SECONDS = 60.0
+
+
+class _AcceptFailures:
+    """serve's event loop's exception handler. A connection that cannot be accepted (out of file
+    descriptors, more clients than `ulimit -n` allows) waits in the listen queue until others
+    close, and asyncio tries again each second, up to the queue's length at a time: its default
+    handler wrote a traceback for every try, thousands a second (megabytes of log, and a server
+    stalled on a log pipe nobody read fast enough). Here it is one line a minute at most; anything
+    else goes to the default handler."""
+
+    def __init__(self):
+        self._told_at: float | None = None
+        self._open_files = _open_files_limit()  # now: with no descriptor left, not even `resource` imports
+
+    def handle(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and context.get("message", "").startswith("socket.accept()")):
+            loop.default_exception_handler(context)
+            return
+        now = time.monotonic()
+        if self._told_at is None or now - self._told_at >= ACCEPT_NOTE_SECONDS:
+            self._told_at = now
+            why = error.strerror or str(error)
+            if error.errno == errno.EMFILE and self._open_files is not None:
+                why += f" (the limit is {self._open_files}: `ulimit -n` raises it)"
+            log.warning(f"cannot accept a connection: {why}; new ones wait until others close")
+
+
+def _open_files_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _protocol(header_seconds: float, read_seconds: float):
