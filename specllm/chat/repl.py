@@ -5,6 +5,7 @@ conversation itself is a ChatSession (chat/session.py), which never prints.
 
 import contextlib
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,13 +184,32 @@ def repl(session: ChatSession, console, live: bool) -> None:
 def _save_before_exit(session: ChatSession) -> None:
     """When the process ends under the chat (llama.cpp aborts it, an RPC server gone; SIGTERM;
     its terminal closed), the conversation is written where --resume can take it up, as /save
-    would, with the message whose reply it cut short: nothing else can keep them."""
+    would, with the message whose reply it cut short: nothing else can keep them. Where the state
+    folder cannot take it (a full disk, a read-only home), the system's temporary folder is tried;
+    where neither can, the user is told it is lost (it was lost without a word)."""
     if not session.turns and not session.generating:
         return
-    path = state_dir() / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    session.save(path, unfinished=True)
-    print(f"specllm: the conversation is saved: specllm chat --resume {path}", file=sys.stderr, flush=True)
+    name = f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    failures = []
+    for folder in (state_dir, _temporary_folder):
+        try:
+            path = folder() / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            session.save(path, unfinished=True)
+        except SpecllmError as e:  # save's OSError, in its words
+            failures.append(str(e))
+        except OSError as e:
+            failures.append(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""))
+        else:
+            print(f"specllm: the conversation is saved: specllm chat --resume {path}", file=sys.stderr, flush=True)
+            return
+    print(f"specllm: the conversation is lost: {'; '.join(failures)}", file=sys.stderr, flush=True)
+
+
+def _temporary_folder() -> Path:
+    """The system's temporary folder (where none can be written, tempfile's OSError names every
+    folder it tried)."""
+    return Path(tempfile.gettempdir())
 
 
 def _converse(session: ChatSession, reader, console, live: bool) -> None:

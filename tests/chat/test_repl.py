@@ -535,3 +535,56 @@ def test_a_message_far_longer_than_the_context_is_refused_as_such_and_the_chat_g
     out = flat(proc.stdout + proc.stderr)
     assert f"error: the message is 2050 tokens in its first 4096 of {len(huge)} characters" in out, out[-500:]
     assert "shorten it or raise --ctx-size" in out and out.count("[max_tokens]") == 1  # "Hello" got its reply
+
+
+def _chat_ended_by_sigterm(tiny_models, env: dict, preexec_fn=None) -> str:
+    """A piped chat, ended by SIGTERM after its first reply: its stderr."""
+    import signal
+
+    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "-n", "4"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specllm", *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        preexec_fn=preexec_fn,
+    )
+    proc.stdin.write("Hello\n")
+    proc.stdin.flush()
+    lines = []
+    while not lines or not lines[-1].startswith("[max_tokens]"):  # the reply's summary
+        lines.append(proc.stderr.readline())
+        assert lines[-1], "".join(lines)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 143
+    return proc.stderr.read()
+
+
+def test_a_chat_ended_where_its_state_folder_cannot_be_written_is_saved_elsewhere_or_said_lost(tiny_models, tmp_path):
+    """SIGTERM saves the conversation for --resume: in the temporary folder when the state folder
+    cannot take it (here under a file; a full disk, a read-only home alike), and where neither
+    can, the user is told it is lost (it was lost without a word)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    spare = tmp_path / "tmp"
+    spare.mkdir()
+    rest = _chat_ended_by_sigterm(tiny_models, {"XDG_STATE_HOME": str(blocker / "state"), "TMPDIR": str(spare)})
+    [saved] = spare.glob("chat-*.json")
+    assert rest.splitlines() == [f"specllm: the conversation is saved: specllm chat --resume {saved}", "terminated"]
+    assert [turn["user"] for turn in json.loads(saved.read_text())["turns"]] == ["Hello"]
+
+    def no_file_can_grow():  # a full disk everywhere (Python ignores SIGXFSZ: a write fails with EFBIG)
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    state = tmp_path / "state"
+    rest = _chat_ended_by_sigterm(tiny_models, {"XDG_STATE_HOME": str(state), "TMPDIR": str(spare)}, no_file_can_grow)
+    lost, ended = rest.splitlines()
+    in_state = re.escape(str(state / "specllm")) + r"/chat-[0-9-]+\.json: File too large"
+    in_temporary = r"No usable temporary directory found in \[" + re.escape(repr(str(spare)))
+    assert re.match(f"specllm: the conversation is lost: cannot save to {in_state}; {in_temporary}", lost), lost
+    assert ended == "terminated"
+    assert list(spare.glob("*")) == [saved] and list((state / "specllm").glob("*")) == []  # nothing half-written
