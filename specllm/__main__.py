@@ -17,7 +17,11 @@ def main() -> None:
     traceback from the middle of an import."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_while_starting)
-    from specllm.cli.main import main as run_command
+    try:
+        from specllm.cli.main import main as run_command
+    except MemoryError:  # too little memory (`ulimit -v`) to import it: the command's own line, no traceback
+        sys.stderr.write("error: out of memory\n")
+        sys.exit(1)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is KeyboardInterrupt again
     run_command()  # which handles SIGTERM its own way

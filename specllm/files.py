@@ -14,6 +14,11 @@ from pathlib import Path
 
 from specllm.errors import SpecllmError
 
+try:
+    import resource  # imported now: a process out of file descriptors cannot import it then
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
 NAME_MAX = 255  # bytes in a file name, on the usual file systems
 PID_DIGITS = 7  # process ids stay below 2**22 on Linux
 
@@ -290,6 +295,23 @@ def state_dir() -> Path:
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Application Support" / "specllm"
     return Path.home() / ".local" / "state" / "specllm"
+
+
+def open_files_hint(error: OSError) -> str:
+    """For an error of a process out of file descriptors (EMFILE: more open files and connections
+    than `ulimit -n` allows), what the limit is and how to raise it; else nothing."""
+    if error.errno != errno.EMFILE or resource is None:
+        return ""
+    return f" (the limit is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files: `ulimit -n` raises it)"
+
+
+def memory_limit_hint() -> str:
+    """Where the process runs under a limit on its memory (`ulimit -v`, RLIMIT_AS), what it is and
+    how to raise it; else nothing."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
+    if limit is None or limit == resource.RLIM_INFINITY:
+        return ""
+    return f" (the process may use {human_size(limit)} of memory: `ulimit -v` raises it)"
 
 
 def human_size(n: float) -> str:

@@ -62,7 +62,7 @@ from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
 from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError, Terminated
-from specllm.files import check_writable
+from specllm.files import check_writable, memory_limit_hint, open_files_hint
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
 from specllm.serve import MAX_WAITING
@@ -860,8 +860,12 @@ def main() -> None:
         print(f"error: {shown(_llama_cpp_unloadable(e))}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:  # the system's, not the user's: the output's disk is full, an I/O error
-        print(shown(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
+        where = f": {e.filename}" if e.filename else ""
+        print(shown(f"error: {e.strerror or e}{where}{open_files_hint(e)}"), file=sys.stderr)
         _quiet_exit(1)
+    except MemoryError:  # Python's own allocation (llama.cpp's are its errors, or it aborts)
+        print(f"error: out of memory{memory_limit_hint()}", file=sys.stderr)
+        sys.exit(1)
     if code == INTERRUPTED:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:
@@ -907,7 +911,13 @@ def _quiet_exit(code: int = 0) -> None:
     """The reader of stdout went away (exit 0), or stdout cannot be written: exit, having pointed
     stdout and stderr at /dev/null so that flushing their buffers at interpreter exit cannot fail
     again ("Exception ignored ... BrokenPipeError", exit code 120)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # out of file descriptors: flushed as far as they go, then exit without another try
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             os.dup2(devnull, stream.fileno())

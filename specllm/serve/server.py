@@ -16,7 +16,6 @@ import asyncio
 import copy
 import dataclasses
 import enum
-import errno
 import hmac
 import ipaddress
 import json
@@ -44,6 +43,7 @@ from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, SpecllmError
+from specllm.files import open_files_hint
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
 from specllm.serve.llama_api import (
@@ -925,7 +925,6 @@ class _AcceptFailures:
 
     def __init__(self):
         self._told_at: float | None = None
-        self._open_files = _open_files_limit()  # now: with no descriptor left, not even `resource` imports
 
     def handle(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
         error = context.get("exception")
@@ -935,18 +934,8 @@ class _AcceptFailures:
         now = time.monotonic()
         if self._told_at is None or now - self._told_at >= ACCEPT_NOTE_SECONDS:
             self._told_at = now
-            why = error.strerror or str(error)
-            if error.errno == errno.EMFILE and self._open_files is not None:
-                why += f" (the limit is {self._open_files}: `ulimit -n` raises it)"
+            why = f"{error.strerror or error}{open_files_hint(error)}"
             log.warning(f"cannot accept a connection: {why}; new ones wait until others close")
-
-
-def _open_files_limit() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _protocol(header_seconds: float, read_seconds: float):

@@ -831,3 +831,61 @@ def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(
         standalone_mode=False,
     )
     assert got["settings"].gamma == 3
+
+
+# The command the checks below run in place of a real one: it fails as a machine out of memory or
+# out of file descriptors makes any command fail, at whichever step that happens to be.
+RUN_FAILING = """
+import sys
+import specllm.cli.main as cli
+
+def failing(app):
+    def command(**_):
+{body}
+    return command
+
+cli.build_command = failing
+sys.argv = ["specllm"]
+cli.main()
+"""
+
+
+def _failing_command(body: str, preexec_fn=None) -> subprocess.CompletedProcess:
+    code = RUN_FAILING.format(body="\n".join("        " + line for line in body.splitlines()))
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn
+    )
+
+
+def test_out_of_memory_is_one_line_not_a_traceback():
+    """Python's MemoryError (under `ulimit -v`, importing a module or building a list) is one
+    line, with the limit where there is one."""
+    proc = _failing_command("raise MemoryError")
+    assert_one_line_error(proc, exit_code=1)
+    assert proc.stderr.strip() == "error: out of memory"
+    if sys.platform != "win32":
+        import resource
+
+        def limited_memory():
+            resource.setrlimit(resource.RLIMIT_AS, (8 * 10**9, resource.RLIM_INFINITY))  # room for it all
+
+        limited = _failing_command("raise MemoryError", limited_memory)
+        assert (
+            limited.stderr.strip()
+            == "error: out of memory (the process may use 8.0 GB of memory: `ulimit -v` raises it)"
+        )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX's")
+def test_out_of_file_descriptors_is_one_line_with_the_limit():
+    """A command that runs out of file descriptors ends with one line naming the limit; exiting
+    needs none (it opened /dev/null for the streams' last flush, and failed with a traceback)."""
+    import resource
+
+    def few_open_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = _failing_command("held = []\nwhile True:\n    held.append(open('/dev/null'))", few_open_files)
+    assert_one_line_error(proc, exit_code=1)
+    expected = "error: Too many open files: /dev/null (the limit is 64 open files: `ulimit -n` raises it)"
+    assert proc.stderr.strip() == expected

@@ -59,4 +59,4 @@ def test_more_clients_than_open_files_get_one_line_and_the_server_serves_again(t
     assert "Traceback" not in text
     warnings = [line for line in text.splitlines() if "cannot accept a connection" in line]
     assert len(warnings) == 1, text[-2000:]
-    assert f"Too many open files (the limit is {OPEN_FILES}: `ulimit -n` raises it)" in warnings[0]
+    assert f"Too many open files (the limit is {OPEN_FILES} open files: `ulimit -n` raises it)" in warnings[0]
