@@ -199,11 +199,20 @@ def _tell_unwritable(path: Path, error: OSError) -> None:
         _told_unwritable.add(folder)
         from specllm import report
 
-        why = "it is a file" if folder.is_file() else error.strerror or str(error)
+        why = _file_in_the_way(folder) or error.strerror or str(error)
         # (os.path.islink answers False, where Path.is_symlink raises, in a folder it cannot read)
         the_file = error.filename == os.path.realpath(path) or os.path.islink(path)
         where = f"file {path}" if the_file else f"in {folder}"
         report.say(f"note: cannot write specllm's cache {where} ({why}): {NOT_KEPT}")
+
+
+def _file_in_the_way(folder: Path) -> str | None:
+    """Where a file stands in the place of `folder` or of a folder above it (XDG_CACHE_HOME naming
+    a file: "Not a directory" left the user to find which), which."""
+    existing = next((above for above in (folder, *folder.parents) if os.path.lexists(above)), None)
+    if existing is None or not existing.is_file():
+        return None
+    return "it is a file" if existing == folder else f"{existing} is a file"
 
 
 def file_identity(path: str | Path) -> str | None:

@@ -97,6 +97,19 @@ def test_a_cache_folder_that_is_a_file_is_said_once_and_costs_nothing_else(tmp_p
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_a_file_above_the_cache_folder_is_named(tmp_path, monkeypatch, capsys):
+    """XDG_CACHE_HOME naming a file (the cache is a folder under it): the note names the file,
+    where it said "Not a directory" of a folder that does not exist."""
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.delenv("SPECLLM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "afile"))
+    calibration.save_costs({"key": CostTable(0.01, {2: 1.5})})
+    assert capsys.readouterr().err.splitlines() == [
+        f"specllm: note: cannot write specllm's cache in {tmp_path / 'afile' / 'specllm'} "
+        f"({tmp_path / 'afile'} is a file): what it measures is not kept, so later runs measure it again"
+    ]
+
+
 @pytest.mark.parametrize("damage", ["a folder", "a symlink to nowhere"])
 def test_a_cache_file_in_the_way_is_named_in_the_note(tmp_path, monkeypatch, capsys, damage):
     """The note named the folder ("cannot write specllm's cache in FOLDER (it is a folder, not a
