@@ -541,7 +541,7 @@ def _chat_ended_by_sigterm(tiny_models, env: dict, preexec_fn=None) -> str:
     """A piped chat, ended by SIGTERM after its first reply: its stderr."""
     import signal
 
-    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "-n", "4"]
+    args = ["chat", "-m", tiny_models.target, "--drafter", "none", "--threads", "1", "-n", "4", "--temperature", "0"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "specllm", *map(str, args)],
         stdin=subprocess.PIPE,
