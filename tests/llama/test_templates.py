@@ -21,6 +21,12 @@ import tool_templates  # noqa: E402
 
 BIG = '{% set s = "x" * 30000000 %}'  # 30 M characters: within the bound, as one value
 LONG = '{% set s = "x" * 10000 %}'  # a separator that makes a long join
+# 300 namespaces (a cycler each, in c) whose lists grow after they were put in a list: each list is
+# within the bound, all those compared together are not
+GROWN = (
+    "{% set a = namespace(x=1) %}{% set b = namespace(x=1) %}{% set l = [a, b] * 150 %}"
+    "{% set c = [cycler(a), cycler(b)] * 150 %}{% set a.x = range(100000)|list %}{% set b.x = range(100000)|list %}"
+)
 
 # (template, what it would make without its check)
 TOO_BIG = {
@@ -96,6 +102,16 @@ TOO_BIG = {
         "{% set a.x = range(100000)|list %}{% set b.x = range(100000)|list %}"
         "{{ la|map(attribute='x')|list is eq(lb|map(attribute='x')|list) }}",
         "a comparison of 300 lists of 100000 items, in C",
+    ),
+    "sort filter": (GROWN + "{{ l|map(attribute='x')|sort|length }}", "a sort of 300 lists of 100000 items, in C"),
+    "min filter": (GROWN + "{{ l|map(attribute='x')|min|length }}", "300 lists of 100000 items compared, in C"),
+    "sort by an attribute": (  # a cycler measures small: what is compared is its current item's x
+        GROWN + "{{ c|sort(attribute='current.x')|length }}",
+        "a sort of 300 lists of 100000 items, in C",
+    ),
+    "groupby's default": (
+        GROWN + "{{ l|groupby('y', default=a.x)|length }}",
+        "a sort and groupby of 300 keys of 100000 items, in C",
     ),
     "output": (
         "{% set ns = namespace(a=1) %}{% for i in range(21) %}{% set ns.a = namespace(x=ns.a, y=ns.a) %}"
@@ -225,6 +241,20 @@ def test_real_templates_render_as_llama_cpp_pythons(source):
     for tools in (None, TOOLS):
         expected = Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages, tools=tools).prompt
         assert render_bounded(compile_chat_template(source), tools=tools, **variables) == expected
+
+
+def test_the_filters_that_sort_and_compare_give_what_jinjas_give():
+    """They measure what they compare first (a map's generator taken as a list), then sort as Jinja's."""
+    source = (
+        "{% set ns = namespace(x=[2, 1]) %}{{ messages|map(attribute='content')|sort|join(',') }} "
+        "{{ messages|sort(attribute='role,content', reverse=true)|map(attribute='content')|join(',') }} "
+        "{{ messages|map(attribute='role')|unique|list }} {{ messages|min(attribute='content') }} "
+        "{{ messages|map(attribute='content')|max }} {{ messages|groupby('name', default='x')|list }} "
+        "{{ messages[0]|dictsort(by='value') }} {{ [ns, ns]|map(attribute='x')|map('sort')|list }}"
+    )
+    messages = [{"role": role, "content": text} for role, text in (("user", "b"), ("assistant", "a"), ("user", "C"))]
+    expected = Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages).prompt
+    assert render_bounded(compile_chat_template(source), messages=messages) == expected
 
 
 def test_reasoning_effort_is_also_the_templates_reasoning_strength(tmp_path):
