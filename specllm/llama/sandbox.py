@@ -8,14 +8,15 @@ Here each operation that can make something larger than what it was given (the o
 `+`, `%` and `~`, the filters and str methods that pad, repeat, format or join, a container written
 in the template, what a namespace is given, a block of output gathered before it is joined) works
 out the size of its result first and refuses one past the bound. Python compares containers in C,
-where no deadline reaches: `==`, `in`, `<` and the tests that compare measure the containers they
-are given first (but for a constant of the template's own), and the filters that sort or compare
-(sort, min, max, unique, groupby, dictsort) measure what they compare, together. Time: each loop
-step, call, intercepted operator and filter checks the clock against the rendering's deadline. That
-is far cheaper than a trace function, which runs at each line: with one, Gemma 4's template rendered
-a 200-turn conversation in 1.4 s instead of 0.4 s; with all these checks, in 0.48 s (and the simpler
-templates' few milliseconds grow by one to three). It is as thorough: between two checks a template
-runs only straight-line code, whose operations are each bounded in size, and so in time.
+where no deadline reaches: `==`, `in`, `<`, the tests that compare and a list's count() and index()
+measure the containers they are given first (but for a constant of the template's own), and the
+filters that sort or compare (sort, min, max, unique, groupby, dictsort) measure what they compare,
+together. Time: each loop step, call, intercepted operator and filter checks the clock against the
+rendering's deadline. That is far cheaper than a trace function, which runs at each line: with one,
+Gemma 4's template rendered a 200-turn conversation in 1.4 s instead of 0.4 s; with all these
+checks, in 0.48 s (and the simpler templates' few milliseconds grow by one to three). It is as
+thorough: between two checks a template runs only straight-line code, whose operations are each
+bounded in size, and so in time.
 
 Lists: as llama.cpp's engine, a template may append to a list and pop from it, but only to and
 from a list it wrote itself ([...], a TemplateList): never the caller's messages or tools, nor a
@@ -425,6 +426,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             return __self._change_list(__context, __obj, owner, args, kwargs)
         if isinstance(__obj, Macro) and (__obj.catch_varargs or __obj.catch_kwargs):
             __self._seal_gathered(__obj, args, kwargs)
+        if isinstance(owner, (list, tuple)) and name in ("count", "index") and args:  # compare each item in C
+            __self._check_comparison(owner, args[0])
         if isinstance(owner, str) and name == "join" and args:
             args = (list(args[0]), *args[1:])  # measured, then joined: once, as it may be a generator
         if isinstance(owner, (str, int)) and not isinstance(owner, bool):

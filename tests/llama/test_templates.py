@@ -113,6 +113,10 @@ TOO_BIG = {
         GROWN + "{{ l|groupby('y', default=a.x)|length }}",
         "a sort and groupby of 300 keys of 100000 items, in C",
     ),
+    "list.count": (
+        GROWN + "{{ (l|map(attribute='x')|list).count(a.x) }}",
+        "300 lists of 100000 items compared, in C",
+    ),
     "output": (
         "{% set ns = namespace(a=1) %}{% for i in range(21) %}{% set ns.a = namespace(x=ns.a, y=ns.a) %}"
         "{% endfor %}{{ ns.a }}",
