@@ -169,40 +169,9 @@ MINISTRAL3 = r"""{{- bos_token }}
 LFM25 = tool_templates.LFM25
 
 # Muse Glimmer: harmony's messages without channels (engine/harmony.py), the reasoning effort read
-# as reasoning_strength; an earlier turn's reasoning is a message to "self".
-MUSE_GLIMMER = r"""{%- macro render_reasoning() -%}
-    {%- set rs = reasoning_strength if reasoning_strength is defined and reasoning_strength else 'high' -%}
-    {{- 'Reasoning strength: ' + rs + '.' -}}
-{%- endmacro -%}
-{{- bos_token -}}
-{%- set ns = namespace(has_system=false) -%}
-{%- for m in messages -%}
-    {%- if m['role'] == 'system' -%}
-        {%- set ns.has_system = true -%}
-    {%- endif -%}
-{%- endfor -%}
-{%- if not ns.has_system -%}
-    {{- '<|start|>system<|message|>You are a helpful AI assistant.' -}}
-    {{- '\n\n' -}}
-    {{- render_reasoning() -}}
-    {{- '<|eot|>' -}}
-{%- endif -%}
-{%- for message in messages -%}
-    {%- set role = message['role'] -%}
-    {%- if role == 'system' -%}
-        {{- '<|start|>system<|message|>' + message['content'] + '\n\n' + render_reasoning() + '<|eot|>' -}}
-    {%- elif role == 'user' -%}
-        {{- '<|start|>user<|message|>' + message['content'] + '<|eot|>' -}}
-    {%- elif role == 'assistant' -%}
-        {%- if message.get('reasoning_content') -%}
-            {{- '<|start|>assistant to=self<|message|>' + message['reasoning_content'] + '<|eom|>' -}}
-        {%- endif -%}
-        {{- '<|start|>assistant to=user<|message|>' + message['content'] + '<|eot|>' -}}
-    {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- '<|start|>assistant' -}}
-{%- endif -%}"""
+# as reasoning_strength; an earlier turn's reasoning is a message to "self" (its whole template,
+# which the tool-call tests use too).
+MUSE_GLIMMER = tool_templates.MUSE_GLIMMER
 
 # Kimi K3: sections of a message; the generation prompt opens the think section (thinking, its
 # default) or the response section, which the model closes; every earlier turn writes its
