@@ -120,6 +120,24 @@ def page(browser, server):
         yield tab
 
 
+# A reply that a test stops: minutes at a tiny model's speed, so that it is still coming when the
+# test reaches Stop however fast or busy the machine (2,000 tokens could end first)
+LONG_REPLY = 60000
+
+
+@pytest.fixture(scope="module")
+def long_server(tiny_models, tmp_path_factory):
+    """A server with the key, and a context with room for LONG_REPLY."""
+    with serving(tiny_models, tmp_path_factory.mktemp("long") / "serve.log", KEY, ctx_size=65536) as (url, _):
+        yield url
+
+
+@pytest.fixture
+def long_page(browser, long_server):
+    with opened(browser, long_server) as tab:
+        yield tab
+
+
 def settings(page, **fields):
     if not page.locator("#settings").evaluate("details => details.open"):
         page.click("#settings summary")
@@ -239,14 +257,15 @@ def test_a_conversation_that_outgrows_the_context_says_new_chat_goes_on(page):
     send(page, page.input_value("#input"))  # the message taken back goes alone
 
 
-def test_a_double_click_on_send_sends_rather_than_stopping_at_once(page):
+def test_a_double_click_on_send_sends_rather_than_stopping_at_once(long_page):
     """Stop appears where Send was: the double click's second click lands on it, and must not stop
     the reply that its first click sent. A single click on Stop still stops."""
+    page = long_page
     settings(page, api_key=KEY, temperature=0, max_tokens=8)
     page.fill("#input", "hello")
     page.dblclick("#send")
     expect(page.locator(".msg.assistant .stats")).to_have_text(re.compile(r"^\[max_tokens\] "))
-    settings(page, max_tokens=2000)
+    settings(page, max_tokens=LONG_REPLY)
     page.fill("#input", "a long one")
     page.click("#send")
     expect(page.locator(".msg.assistant").nth(1).locator(".text > *").nth(3)).to_be_attached()
@@ -254,11 +273,12 @@ def test_a_double_click_on_send_sends_rather_than_stopping_at_once(page):
     expect(page.locator(".msg.assistant .stats").nth(1)).to_have_text(re.compile(r" · stopped$"))
 
 
-def test_send_and_stop_from_the_keyboard_leave_the_focus_on_the_message_field(page):
+def test_send_and_stop_from_the_keyboard_leave_the_focus_on_the_message_field(long_page):
     """Send is hidden while a reply comes, and Stop once it ends: the focus a hidden button had
     goes to the message field, where the next message is typed, rather than to nothing (keys
     then went nowhere)."""
-    settings(page, api_key=KEY, temperature=0, max_tokens=2000)
+    page = long_page
+    settings(page, api_key=KEY, temperature=0, max_tokens=LONG_REPLY)
     page.focus("#input")
     page.keyboard.type("a long one")
     page.keyboard.press("Tab")
