@@ -3,7 +3,7 @@ reasoning back, differ from Qwen's: for the chat, run and reasoning tests. Each 
 the model's own template (as llama.cpp's models/templates holds it) to what those tests read, its
 markup and its logic for them kept as they are: how the generation prompt opens the reasoning, and
 how an assistant turn writes its reasoning and its answer. tool_templates.py holds templates for
-tool calls, whole: LFM2.5's and Muse Glimmer's are taken from there."""
+tool calls, whole: LFM2.5's, Hunyuan 3's, Kimi K3's and Muse Glimmer's are taken from there."""
 
 import tool_templates
 
@@ -46,52 +46,7 @@ APRIEL16 = r"""{%- set add_generation_prompt = add_generation_prompt or false -%
 
 # Hunyuan 3 (Hy3): its own think block's markers; reasoning_effort high or low opens it in the
 # generation prompt, no_think (its default) writes it empty.
-HY3 = r"""{%- set HYTK = ':opensource' %}
-{%- set eos_token = '<｜hy_eos{}｜>'.format(HYTK) %}
-{%- set user_token = '<｜hy_User{}｜>'.format(HYTK) %}
-{%- set assistant_token = '<｜hy_Assistant{}｜>'.format(HYTK) %}
-{%- set think_begin_token = '<think{}>'.format(HYTK) %}
-{%- set think_end_token = '</think{}>'.format(HYTK) %}
-{%- if not reasoning_effort is defined %}
-    {%- set reasoning_effort = 'no_think' %}
-{%- elif reasoning_effort not in ['high', 'low', 'no_think'] %}
-    {{- raise_exception('reasoning_effort error : ' + reasoning_effort + ', should be no_think/low/high') }}
-{%- endif %}
-{%- set ns = namespace(last_user_index=-1) %}
-{%- for message in messages %}
-    {%- if message['role'] == 'user' %}
-        {%- set ns.last_user_index = loop.index0 %}
-    {%- endif %}
-{%- endfor %}
-{%- set last_ns = namespace(last_is_assistant=false) %}
-{%- for message in messages %}
-    {%- if message['role'] == 'user' %}
-        {{- user_token + message['content'] }}
-    {%- endif %}
-    {%- if message['role'] == 'assistant' %}
-        {%- if loop.index0 > ns.last_user_index and message['reasoning_content'] is string %}
-            {%- set content = think_begin_token + message['reasoning_content'] + think_end_token + message['content'] %}
-        {%- else %}
-            {%- set content = think_begin_token + think_end_token + message['content'] %}
-        {%- endif %}
-        {{- assistant_token }}
-        {%- if not loop.last %}
-            {{- content + eos_token }}
-        {%- else %}
-            {{- content }}
-        {%- endif %}
-    {%- endif %}
-    {%- if loop.last and message['role'] == 'assistant' %}
-        {%- set last_ns.last_is_assistant = true %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt and not last_ns.last_is_assistant %}
-    {%- if reasoning_effort in ['low', 'high'] %}
-        {{- assistant_token + think_begin_token }}
-    {%- elif reasoning_effort == 'no_think' %}
-        {{- assistant_token + think_begin_token + think_end_token }}
-    {%- endif %}
-{%- endif %}"""
+HY3 = tool_templates.HY3
 
 # MiniMax M3: its own think block's markers; thinking_mode "enabled" opens it in the generation
 # prompt, and every earlier turn writes its reasoning back.
@@ -176,43 +131,4 @@ MUSE_GLIMMER = tool_templates.MUSE_GLIMMER
 # Kimi K3: sections of a message; the generation prompt opens the think section (thinking, its
 # default) or the response section, which the model closes; every earlier turn writes its
 # reasoning back in its think section.
-KIMI_K3 = r"""{%- macro open_tag(tag, attrs=[]) -%}
-{{- '<|open|>' + tag -}}
-{%- for attr in attrs -%}
-{{- ' ' + attr[0] + '="' -}}{{- attr[1]|string -}}{{- '"' -}}
-{%- endfor -%}
-{{- '<|sep|>' -}}
-{%- endmacro -%}
-{%- macro close_tag(tag) -%}
-{{- '<|close|>' + tag + '<|sep|>' -}}
-{%- endmacro -%}
-{%- macro render_assistant(message) -%}
-{%- if thinking -%}
-    {%- set reasoning_content = message.get('reasoning_content') or message.get('reasoning') -%}
-    {{- open_tag('think') -}}
-    {%- if reasoning_content is not none and reasoning_content|string|trim -%}
-        {{- reasoning_content -}}
-    {%- endif -%}
-    {{- close_tag('think') -}}
-{%- endif -%}
-{{- open_tag('response') -}}
-{{- message.get('content') -}}
-{{- close_tag('response') -}}
-{%- endmacro -%}
-{%- if thinking is undefined -%}
-    {%- set thinking = true -%}
-{%- endif -%}
-{%- for message in messages -%}
-    {{- open_tag('message', [('role', message.role)]) -}}
-    {%- if message.role == 'assistant' -%}
-        {{- render_assistant(message) -}}
-    {%- else -%}
-        {{- message.get('content') -}}
-    {%- endif -%}
-    {{- close_tag('message') -}}
-    {{- '<|end_of_msg|>' -}}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- open_tag('message', [('role', 'assistant')]) -}}
-    {{- open_tag('think' if thinking else 'response') -}}
-{%- endif -%}"""
+KIMI_K3 = tool_templates.KIMI_K3
