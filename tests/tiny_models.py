@@ -535,6 +535,7 @@ def write_model(
     tokenizer_model: str = "llama",
     tokenizer_pre: str | None = None,
     weight_type: str = "F32",
+    pooling_type: int | None = None,
 ) -> Path:
     """Write a tiny GGUF model (F32, unless weight_type says otherwise) to `path`, return the path.
 
@@ -571,6 +572,8 @@ def write_model(
                  writes none, as GGUFs converted before llama.cpp had the key)
     weight_type  "F32", or a type gguf.quants quantizes ("Q8_0"): the matrices are stored in it,
                  the norms stay F32 (rows must be a multiple of the type's block: n_embd, n_ff)
+    pooling_type <arch>.pooling_type, how an embeddings context pools a text's tokens (llama.cpp's
+                 LLAMA_POOLING_TYPE_*: 0 none, 1 mean, 2 cls, 3 last, 4 rank); None writes none
     """
     path = Path(path)
     if arch not in ARCHS:
@@ -670,6 +673,8 @@ def write_model(
         w.add_uint32(f"{arch}.ssm.time_step_rank", mamba["dt_rank"])
         w.add_bool(f"{arch}.ssm.dt_b_c_rms", False)
     w.add_layer_norm_rms_eps(1e-5 if arch != "qwen35" else 1e-6)
+    if pooling_type is not None:
+        w.add_uint32(f"{arch}.pooling_type", pooling_type)
     w.add_vocab_size(n_vocab)
 
     w.add_tokenizer_model(tokenizer_model)

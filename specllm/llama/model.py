@@ -550,6 +550,36 @@ class Model:
             self.truncate(keep)
         return self.eval(tokens[keep:], n_logits)
 
+    # --- embeddings (a context opened with ModelOptions.embeddings) --------------------------
+
+    @property
+    def pooling(self) -> int:
+        """How the context pools a text's token embeddings into one (llama.cpp's
+        LLAMA_POOLING_TYPE_*): the GGUF's <arch>.pooling_type, none where it has none."""
+        check_context(self)
+        return L.llama_pooling_type(self._ctx)
+
+    @property
+    def n_embd_out(self) -> int:
+        """The length of an embedding."""
+        self._check_open()
+        return L.llama_model_n_embd_out(self._model)
+
+    def embed(self, tokens: list[int]) -> np.ndarray:
+        """The pooled embedding of `tokens` alone: the cache is emptied first, and the tokens go to
+        llama.cpp in one call of at most n_batch tokens, which must be one micro-batch (n_ubatch =
+        n_batch: open_embedding_model), as llama.cpp pools each micro-batch on its own (a mean
+        over only the last one's tokens otherwise)."""
+        check_context(self)
+        if not 0 < len(tokens) <= self.n_batch:
+            raise ValueError(f"an embedding takes 1 to n_batch={self.n_batch} tokens, got {len(tokens)}")
+        self._clear_state()
+        self._decode(tokens, 0)  # every token is an output in an embeddings context
+        pooled = timed(self, L.llama_get_embeddings_seq, self._ctx, 0)
+        if not pooled:  # pooling none: an embedding per token, none for the text
+            raise SpecllmError(f"{self.path.name}: llama.cpp pooled no embedding for the text")
+        return np.ctypeslib.as_array(pooled, shape=(self.n_embd_out,)).copy()
+
     # --- recurrent state ----------------------------------------------------------------------
 
     def checkpoint(self, slot: str = "step") -> None:
@@ -936,6 +966,7 @@ def _new_context(model, options: ModelOptions, path: Path, recurrent: bool, mtp_
     params.n_ctx = options.n_ctx
     params.n_batch = params.n_ubatch = options.n_batch
     params.n_seq_max = 1
+    params.embeddings = options.embeddings  # pooled as the GGUF's <arch>.pooling_type says
     if SNAPSHOT_API:
         params.n_rs_seq = options.snapshots if recurrent else 0
     params.n_threads = params.n_threads_batch = options.n_threads or physical_cores()

@@ -81,6 +81,7 @@ class ModelOptions:
     # "host:port", kept parsed as a tuple of "host:port" (see __post_init__)
     rpc: str | Sequence[str] = ()
     snapshots: int = DEFAULT_SNAPSHOTS  # hybrid and recurrent models only (see DEFAULT_SNAPSHOTS)
+    embeddings: bool = False  # a context that pools each text into one embedding (Model.embed), no logits
 
     def __post_init__(self):
         for name, what in (("n_ctx", "context size"), ("n_batch", "batch size"), ("snapshots", "snapshots")):

@@ -1,0 +1,107 @@
+"""An embedding model on tiny GGUFs that set <arch>.pooling_type: its embeddings against llama.cpp's
+own, computed here through llama_cpp directly; its context; the models it refuses."""
+
+import ctypes
+
+import llama_cpp
+import numpy as np
+import pytest
+import tiny_models as tm
+
+from specllm.errors import SpecllmError
+from specllm.llama.embeddings import describe_embeddings, open_embedding_model
+from specllm.llama.options import ModelOptions
+
+MEAN, CLS, LAST, RANK = (
+    llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+    llama_cpp.LLAMA_POOLING_TYPE_CLS,
+    llama_cpp.LLAMA_POOLING_TYPE_LAST,
+    llama_cpp.LLAMA_POOLING_TYPE_RANK,
+)
+OPTIONS = ModelOptions(n_ctx=1024, n_threads=1)
+LONG = 600  # tokens: more than llama.cpp's default micro-batch of 512
+
+
+def reference(path, tokens: list[int], n_ctx: int) -> np.ndarray:
+    """llama.cpp's pooled embedding of `tokens`, from a context of its default parameters but an
+    embeddings one whose micro-batch holds the whole context (what llama-server needs for a
+    text it pools: -ub)."""
+    params = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    assert model
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = n_ctx
+    cparams.n_threads = cparams.n_threads_batch = 1
+    cparams.embeddings = True
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    ids = (llama_cpp.llama_token * len(tokens))(*tokens)  # held: the batch only points to it
+    batch = llama_cpp.llama_batch_get_one(ids, len(tokens))
+    try:
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+        pooled = llama_cpp.llama_get_embeddings_seq(ctx, 0)
+        n_embd = llama_cpp.llama_model_n_embd_out(model)
+        return np.array(ctypes.cast(pooled, ctypes.POINTER(ctypes.c_float))[:n_embd], dtype=np.float32)
+    finally:
+        llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory):
+    """A tiny model for each pooling type that gives one embedding per text."""
+    d = tmp_path_factory.mktemp("embedding_models")
+    return {p: tm.write_model(d / f"pooling{p}.gguf", seed=5, pooling_type=p) for p in (MEAN, CLS, LAST)}
+
+
+@pytest.mark.parametrize("pooling", [MEAN, CLS, LAST])
+def test_an_embedding_is_llama_cpps_own_for_short_and_long_texts(pooled, pooling):
+    """Bit for bit. A text longer than llama.cpp's default micro-batch (512) is pooled whole: a
+    mean over only its last micro-batch's tokens was what llama.cpp gave with the default."""
+    model = open_embedding_model(pooled[pooling], OPTIONS)
+    try:
+        short = model.tokenize("def total(values): return sum(values)")
+        long = (short * LONG)[:LONG]
+        for tokens in (short, long, short):  # the cache emptied between texts
+            np.testing.assert_array_equal(model.embed(tokens), reference(pooled[pooling], tokens, model.n_ctx))
+        assert model.embed(short).shape == (64,)
+    finally:
+        model.close()
+
+
+def test_the_context_is_at_most_the_models_training_context(tmp_path):
+    """A BERT has position embeddings for its training context only; llama.cpp's context size is a
+    multiple of 256 (XLM-RoBERTa's 514 is 512)."""
+    path = tm.write_model(tmp_path / "short.gguf", seed=5, pooling_type=MEAN, n_ctx_train=514)
+    model = open_embedding_model(path, OPTIONS)
+    try:
+        assert (model.n_ctx, model.n_batch) == (512, 512)
+        assert describe_embeddings(model) == "embeddings short.gguf (mean pooling, 512 tokens)"
+    finally:
+        model.close()
+    model = open_embedding_model(tm.write_model(tmp_path / "long.gguf", seed=5, pooling_type=LAST), OPTIONS)
+    try:
+        assert (model.n_ctx, model.n_batch) == (1024, 1024)  # the options' (the model's: 4096)
+    finally:
+        model.close()
+
+
+def test_a_model_that_pools_nothing_is_refused_in_one_line(tmp_path):
+    """A model made to generate has no pooling type (none): it embeds each token, not the text,
+    as llama-server says when it refuses one on its OpenAI endpoint."""
+    plain = tm.write_model(tmp_path / "plain.gguf", seed=0)
+    with pytest.raises(SpecllmError, match=r"^plain\.gguf is not an embedding model: its pooling type is none"):
+        open_embedding_model(plain, OPTIONS)
+    stated = tm.write_model(tmp_path / "none.gguf", seed=0, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE)
+    with pytest.raises(SpecllmError, match=r"^none\.gguf is not an embedding model"):
+        open_embedding_model(stated, OPTIONS)
+
+
+def test_an_embedding_takes_what_fits_its_context(pooled):
+    model = open_embedding_model(pooled[MEAN], ModelOptions(n_ctx=256, n_threads=1))
+    try:
+        model.embed([5] * 256)
+        for tokens in ([], [5] * 257):
+            with pytest.raises(ValueError, match="an embedding takes 1 to n_batch=256 tokens"):
+                model.embed(tokens)
+    finally:
+        model.close()
