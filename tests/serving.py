@@ -49,10 +49,10 @@ CTX = 2048
 class Server:
     """create_app on uvicorn in a thread, on a free loopback port; its log lines are kept."""
 
-    def __init__(self, engine, **settings):
+    def __init__(self, engine, embedder=None, **settings):
         self.sock = listen("127.0.0.1", 0)
         self.url = address(self.sock)
-        app = create_app(engine, ServeSettings(model="tiny", **settings))
+        app = create_app(engine, ServeSettings(model="tiny", **settings), embedder)
         self.worker = app.state.worker
         self.uvicorn = server(app)
         self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True)

@@ -763,6 +763,15 @@ def serve(
         int,
         typer.Option(min=1, help="Requests that may wait while the model answers another; more get a 503 (try later)."),
     ] = MAX_WAITING,
+    embedding_model: Annotated[
+        str | None,
+        typer.Option(
+            "--embedding-model",
+            parser=a_value,
+            help="Also serve /v1/embeddings with this embedding model (nomic-embed-text, bge, Qwen3-Embedding, ...): "
+            "a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME.",
+        ),
+    ] = None,
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
     with a chat page at / that colours each reply by where its tokens came from."""
@@ -777,27 +786,48 @@ def serve(
     options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once
     show_llama_log(verbose)
-    engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
-    check_draft_length(engine, drafter, gamma)
+    # first: a model that cannot embed is refused before the pair loads
+    embedder = load_embedding_model(embedding_model, options) if embedding_model else None
+    with contextlib.ExitStack() as loaded:
+        if embedder is not None:
+            loaded.callback(embedder.close)
+        engine, drafter = load_engine(options, drafter, gamma=gamma, keep_draft=True)
+        loaded.callback(engine.close)
+        check_draft_length(engine, drafter, gamma)
+        # --gamma alone: a request's fixed drafter without one drafts the pair's length, auto its own
+        settings = ServeSettings(
+            model=model_name(target, engine.target.path),
+            drafter=drafter,
+            gamma=gamma,
+            api_key=api_key,
+            template_variables=variables,
+            max_waiting=max_waiting,
+            embedding_model=model_name(embedding_model, embedder.path) if embedder else None,
+        )
+        if warning := exposure_warning(sock, settings):
+            print(warning, file=sys.stderr, flush=True)
+        print(describe_server(sock, engine, settings, embedder), file=sys.stderr, flush=True)
+        serve_forever(engine, settings, sock, embedder)
+
+
+def model_name(spec: str | None, path: Path) -> str:
+    """A served model's id: the name another tool's store knows it by, else its file name (not an
+    Ollama blob's hash)."""
     from specllm.models.stores import store_name
 
-    name = target if target and store_name(target) else engine.target.path.name  # not an Ollama blob's hash
-    # --gamma alone: a request's fixed drafter without one drafts the pair's length, auto its own
-    settings = ServeSettings(
-        model=name,
-        drafter=drafter,
-        gamma=gamma,
-        api_key=api_key,
-        template_variables=variables,
-        max_waiting=max_waiting,
-    )
-    if warning := exposure_warning(sock, settings):
-        print(warning, file=sys.stderr, flush=True)
-    print(describe_server(sock, engine, settings), file=sys.stderr, flush=True)
-    try:
-        serve_forever(engine, settings, sock)
-    finally:
-        engine.close()
+    return spec if spec and store_name(spec) else path.name
+
+
+def load_embedding_model(spec: str, options: LoadOptions):
+    """The embedding model --embedding-model names (any reference --target takes), found or
+    downloaded as a target is, and loaded to pool texts with the target's threads, GPU layers and
+    context (at most its own)."""
+    from specllm.llama.embeddings import open_embedding_model
+    from specllm.models.hub import resolve_models
+
+    o = options
+    path, _, _ = resolve_models(target=spec, source=o.source, offline=o.offline, models_file=o.models_file, check=False)
+    return open_embedding_model(path, ModelOptions(n_ctx=o.ctx_size, n_threads=o.threads, n_gpu_layers=o.gpu_layers))
 
 
 def _terminate(signum, _frame):

@@ -44,8 +44,11 @@ from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, SpecllmError
 from specllm.files import open_files_hint
+from specllm.llama.embeddings import describe_embeddings
+from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
+from specllm.serve.embeddings import EmbeddingRequest, embeddings_response, normalized
 from specllm.serve.llama_api import (
     DetokenizeRequest,
     InfillRequest,
@@ -98,6 +101,7 @@ class ServeSettings:
     read_seconds: float = 30.0  # a response its client reads nothing of for this long is cut (_protocol)
     body_seconds: float = 60.0  # and its body within this after them (read_body)
     template_variables: dict | None = None  # every chat request's, under its own (serve --no-think, ...)
+    embedding_model: str | None = None  # the embedding model's id in /v1/models (default: its file name)
     # Requests that may wait for the engine; each holds its body meanwhile, so more get a 503.
     max_waiting: int = MAX_WAITING
 
@@ -247,15 +251,27 @@ class Job:
             yield item
 
 
-class EngineWorker:
-    """The engine, its thread, and the queue of requests waiting for it."""
+class Lane:
+    """A thread for work beside the generation (EngineWorker.beside), one job at a time, and how
+    many wait for it."""
 
-    def __init__(self, engine: Engine, settings: ServeSettings):
-        self.engine, self.settings = engine, settings
+    def __init__(self, name: str):
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self.waiting = 0
+
+
+class EngineWorker:
+    """The engine, its thread, and the queue of requests waiting for it; the embedding model,
+    where there is one."""
+
+    def __init__(self, engine: Engine, settings: ServeSettings, embedder: Model | None = None):
+        self.engine, self.settings, self.embedder = engine, settings, embedder
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-engine")
         # Tokenizing and rendering the chat template, for the utilities (beside)
-        self.vocab_thread = ThreadPoolExecutor(1, thread_name_prefix="specllm-vocab")
-        self.vocab_waiting = 0
+        self.vocab = Lane("specllm-vocab")
+        # The embedding model's own: a batch of texts to embed waits for no generation, and the
+        # utilities wait for no batch
+        self.embedding = Lane("specllm-embed")
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
@@ -328,24 +344,26 @@ class EngineWorker:
         else:
             turn.cancel()  # an acquire cancelled before it takes the lock leaves it to the next waiter
 
-    async def beside(self, work: Callable[[], T]) -> T:
-        """Run `work` on the vocabulary's thread, beside the generation under way rather than after
-        it: tokenizing and rendering the chat template read the target's vocabulary and template,
-        never its context or KV cache. llama.cpp's vocabulary is read-only once loaded (llama-server
-        tokenizes on its HTTP threads while its main loop decodes), Model.tokenize and piece use
-        only it, and the models are freed only once this thread has ended (serve). One at a time,
-        so a large body takes one core at most; as many may wait as for the engine."""
+    async def beside(self, work: Callable[[], T], lane: Lane | None = None) -> T:
+        """Run `work` on a lane's thread (the vocabulary's by default), beside the generation under
+        way rather than after it: tokenizing and rendering the chat template read the target's
+        vocabulary and template, never its context or KV cache; embedding uses a model and a
+        context of its own. llama.cpp's vocabulary is read-only once loaded (llama-server tokenizes
+        on its HTTP threads while its main loop decodes), Model.tokenize and piece use only it, and
+        the models are freed only once these threads have ended (serve). One at a time a lane, so
+        a large body takes one core at most; as many may wait as for the engine."""
+        lane = lane or self.vocab
         if self.stopping:
             raise shutting_down()
-        if self.vocab_waiting >= self.settings.max_waiting:
+        if lane.waiting >= self.settings.max_waiting:
             raise too_many_waiting(self.settings.max_waiting)
-        self.vocab_waiting += 1
+        lane.waiting += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.vocab_thread, work)
+            return await asyncio.get_running_loop().run_in_executor(lane.thread, work)
         except SpecllmError as e:
             raise self.refusal(e) from None
         finally:
-            self.vocab_waiting -= 1
+            lane.waiting -= 1
 
     def tokenize(self, request: TokenizeRequest) -> dict:
         """/tokenize: the content's tokens as llama-server gives them (a first text gets the BOS
@@ -372,6 +390,49 @@ class EngineWorker:
         """/apply-template: the prompt the chat endpoint would generate from for this request."""
         return {"prompt": self.render_chat(request)[0]}
 
+    def embed(self, request: EmbeddingRequest, left: threading.Event) -> tuple[dict, int] | None:
+        """/v1/embeddings, on the embedding lane: each input's embedding, normalised as the request
+        asks, and the tokens read. Every input is checked before any is embedded; a client that
+        has `left` (or a server stopping) ends the batch at the next input (None)."""
+        embedder = self.embedder
+        assert embedder is not None
+        request.check_dimensions(embedder.n_embd_out)
+        inputs = [self.embedding_tokens(item, i) for i, item in enumerate(request.inputs())]
+        embeddings = []
+        for tokens in inputs:
+            if left.is_set() or self.stopping:
+                return None
+            try:
+                embeddings.append(normalized(embedder.embed(tokens), request.embd_normalize))
+            except SpecllmError as e:  # the server's model failed, not the request
+                raise generation_failed(e, self.without_paths, "embedding") from None
+        n_tokens = sum(map(len, inputs))
+        return embeddings_response(self.embedding_name, embeddings, n_tokens, request.encoding_format), n_tokens
+
+    @property
+    def embedding_name(self) -> str:
+        """The embedding model's id: /v1/models lists it, its responses carry it."""
+        return self.settings.embedding_model or (self.embedder.path.name if self.embedder else "")
+
+    def embedding_tokens(self, item: str | list[int], index: int) -> list[int]:
+        """An input's tokens, as llama-server reads them: a text with the model's BOS (and EOS or
+        SEP where it adds one) and its control tokens read as such, ids as they are; within
+        the embedding model's context."""
+        embedder = self.embedder
+        assert embedder is not None
+        field = f"input[{index}]"
+        if isinstance(item, str):
+            tokens = embedder.tokenize(item, add_special=True, parse_special=True)
+        else:
+            check_ids(item, embedder.n_vocab, field)
+            tokens = item
+        if not tokens:
+            raise ApiError(400, f"{field} is empty: it has no tokens to embed", "input")
+        if len(tokens) > embedder.n_ctx:
+            message = f"{field} is {len(tokens)} tokens but the embedding model's context holds {embedder.n_ctx}"
+            raise ApiError(400, message, "input", "context_length_exceeded")
+        return tokens
+
     def props(self) -> dict:
         target = self.engine.target
         templates = (target.chat_template() or CHATML_TEMPLATE, target.chat_template("tool_use"))
@@ -387,6 +448,8 @@ class EngineWorker:
         """An error for a client: the server's model files named by their file names only."""
         engine = self.engine
         paths: list[str | Path] = [engine.target.path]
+        if self.embedder is not None:
+            paths.append(self.embedder.path)
         if engine.draft:
             paths.append(engine.draft.path)
         if engine.draft_file:  # a draft not loaded yet
@@ -541,10 +604,12 @@ def sse(data) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
-    """The FastAPI app serving `engine`; run it with uvicorn (see `serve`)."""
-    worker = EngineWorker(engine, settings)
+def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None = None) -> FastAPI:
+    """The FastAPI app serving `engine`, and `embedder` on /v1/embeddings (an embedding model:
+    llama/embeddings.py); run it with uvicorn (see `serve`)."""
+    worker = EngineWorker(engine, settings, embedder)
     limit = settings.max_body_bytes or body_limit(engine.target.n_ctx)
+    embeddings_limit = settings.max_body_bytes or max(limit, EMBEDDINGS_BODY_BYTES)
 
     # async: FastAPI runs a plain function on a thread pool's thread, one per request at a time
     # (a burst left 40 threads behind)
@@ -583,7 +648,10 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models(request: Request):
         access(request, 200, "")
-        return {"object": "list", "data": [model_entry(settings.model, engine.target.n_ctx)]}
+        listed = [model_entry(settings.model, engine.target.n_ctx)]
+        if embedder is not None:
+            listed.append(model_entry(worker.embedding_name, embedder.n_ctx))
+        return {"object": "list", "data": listed}
 
     @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)
     async def page(request: Request):
@@ -623,6 +691,28 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         access(request, 200, "")
         return answer
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        body = await read_body(request, embeddings_limit, settings.body_seconds)
+        if embedder is None:
+            raise no_embedding_model()
+        wanted, left = validated(EmbeddingRequest, body), threading.Event()
+        watch = asyncio.create_task(client_left(request))
+        watch.add_done_callback(lambda _: left.set())
+        try:
+            answer = await worker.beside(partial(worker.embed, wanted, left), worker.embedding)
+        finally:
+            watch.cancel()
+        if answer is None and worker.stopping:
+            raise shutting_down()
+        if answer is None:
+            access(request, CLIENT_CLOSED, "the client went away before its embeddings were made")
+            return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+        response, n_tokens = answer
+        count = len(response["data"])
+        access(request, 200, f"{count} embedding{'s' if count > 1 else ''} · {n_tokens} tokens")
+        return JSONResponse(response)
+
     @app.api_route("/props", methods=["GET", "HEAD"])
     async def get_props(request: Request):
         answer = await worker.beside(worker.props)
@@ -630,6 +720,20 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         return answer
 
     return app
+
+
+# A batch of texts to embed may be larger than a prompt (LangChain sends 1,000 at once; OpenAI
+# takes up to 300,000 tokens a request, about 1.2 MB of English).
+EMBEDDINGS_BODY_BYTES = 8 * 2**20
+
+
+def no_embedding_model() -> ApiError:
+    return ApiError(
+        404,
+        "this server has no embedding model: start specllm serve with --embedding-model MODEL "
+        "(a GGUF of one, such as nomic-embed-text, bge or Qwen3-Embedding)",
+        code="model_not_found",
+    )
 
 
 GENERATING: dict[str, type[BaseRequest]] = {
@@ -740,11 +844,12 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.read))
 
 
-def generation_failed(error: Exception, without_paths: Callable[[str], str]) -> ApiError:
-    """The 500 for a generation that failed once under way: the server's fault, not the request's
-    (a model whose computation broke down says so in its own words; anything else by its type)."""
+def generation_failed(error: Exception, without_paths: Callable[[str], str], what: str = "generation") -> ApiError:
+    """The 500 for a generation (or an embedding) that failed once under way: the server's fault,
+    not the request's (a model whose computation broke down says so in its own words; anything
+    else by its type)."""
     told = str(error) if isinstance(error, SpecllmError) else f"{type(error).__name__}: {error}"
-    return ApiError(500, without_paths(f"generation failed: {told}"))
+    return ApiError(500, without_paths(f"{what} failed: {told}"))
 
 
 async def client_left(request: Request) -> None:
@@ -864,14 +969,15 @@ def address(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings) -> str:
+def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings, embedder: Model | None = None) -> str:
     """The startup line: where, what, how."""
     s, url = settings, address(sock)
     gamma = s.gamma or (engine.fixed_draft_length if s.drafter != Drafter.AUTO else "auto")
     variables = "".join(f"{name} {json.dumps(value)} · " for name, value in (s.template_variables or {}).items())
+    embeddings = f"{describe_embeddings(embedder)} · " if embedder is not None else ""
     return (
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
-        f"drafter {s.drafter} · gamma {gamma} · {variables}context {engine.target.n_ctx} tokens · "
+        f"drafter {s.drafter} · gamma {gamma} · {variables}context {engine.target.n_ctx} tokens · {embeddings}"
         f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
     )
 
@@ -1006,21 +1112,23 @@ def _protocol(header_seconds: float, read_seconds: float):
     return Protocol
 
 
-def serve(engine: Engine, settings: ServeSettings, sock: socket.socket) -> None:
+def serve(engine: Engine, settings: ServeSettings, sock: socket.socket, embedder: Model | None = None) -> None:
     """Serve until Ctrl-C (or SIGTERM); uvicorn stops accepting, gives streams under way 5 s, then
     cancels them, which stops their generations. Those end at once (EngineWorker.stop), and a
-    stream whose client has stopped reading is cut (_protocol)."""
+    stream whose client has stopped reading is cut (_protocol); a batch of embeddings ends at its
+    next input."""
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    app = create_app(engine, settings)
+    app = create_app(engine, settings, embedder)
     try:
         server(app).run(sockets=[sock])
     finally:
         # Then the caller may close the engine: nothing of these threads is still using its models.
         app.state.worker.thread.shutdown(wait=True)
-        app.state.worker.vocab_thread.shutdown(wait=True)
+        app.state.worker.vocab.thread.shutdown(wait=True)
+        app.state.worker.embedding.thread.shutdown(wait=True)
         sock.close()

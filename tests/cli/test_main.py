@@ -351,6 +351,38 @@ def test_serve_refuses_at_startup_what_would_fail_every_request(tiny_models, arg
     assert [line for line in lines if line.startswith("error: ")] == [lines[-1]] and fragment in lines[-1]
 
 
+def test_serve_embedding_model_answers_v1_embeddings(tiny_models, tmp_path):
+    """--embedding-model: the startup line names it, its pooling and its context (the serve's, at
+    most the model's), and /v1/embeddings answers with it."""
+    import urllib.request
+
+    import tiny_models as tm
+
+    embedding = tm.write_model(tmp_path / "embed.gguf", seed=5, pooling_type=1, n_ctx_train=300)
+    models = ["--target", tiny_models.target, "--draft", "none", "--threads", 1, "--ctx-size", 512, "--port", 0]
+    with serving(["serve", *models, "--embedding-model", embedding]) as (_, lines, url):
+        assert " · context 512 tokens · embeddings embed.gguf (mean pooling, 256 tokens) · " in lines[-1]
+        sent = urllib.request.Request(url + "/v1/embeddings", json.dumps({"input": ["a", "b"]}).encode())
+        with urllib.request.urlopen(sent, timeout=60) as response:
+            data = json.loads(response.read())
+    assert data["model"] == "embed.gguf" and len(data["data"]) == 2 and len(data["data"][0]["embedding"]) == 64
+
+
+def test_serve_refuses_an_embedding_model_that_cannot_embed_in_one_line(tiny_models):
+    models = ["--target", tiny_models.target, "--draft", "none", "--threads", 1, "--ctx-size", 256, "--port", 0]
+    for embedding, fragment in [
+        (tiny_models.target, "target.gguf is not an embedding model: its pooling type is none"),
+        (tiny_models.target.parent / "missing.gguf", "model file not found"),
+        ("", "--embedding-model"),
+    ]:
+        args = ["serve", *map(str, models), "--embedding-model", str(embedding)]
+        proc = subprocess.run(SPECLLM + args, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.strip().splitlines()  # after the line saying which backend serve loads with
+        assert [line for line in lines if line.startswith("error: ")] == [lines[-1]] and fragment in lines[-1]
+        assert "specllm serve:" not in proc.stderr
+
+
 def test_an_unknown_option_is_one_clear_line(models):
     assert_one_line_error(specllm_run("hi", *models, "--bogus"), "--bogus")
 
@@ -794,7 +826,7 @@ def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_m
     from specllm.cli.main import app
 
     got = {}
-    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, sock: got.update(settings=settings))
+    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, *_: got.update(settings=settings))
     models = ["--target", str(tiny_models.target), "--draft", "none", "--threads", "1", "--ctx-size", "512"]
     app(["serve", "--no-think", "--reasoning-effort", "low", "--port", "0", *models], standalone_mode=False)
     assert got["settings"].template_variables == {"enable_thinking": False, "reasoning_effort": "low"}
@@ -813,7 +845,7 @@ def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(
     from specllm.engine.policy import NGRAM_MAX
 
     got = {}
-    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, sock: got.update(settings=settings))
+    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, *_: got.update(settings=settings))
     monkeypatch.setattr(specllm.chat.repl, "repl", lambda session, console, live: got.update(session=session))
     models = ["--target", str(tiny_models.target), "--draft", str(tiny_models.draft), "--threads", "1"]
     app(["serve", "--drafter", "model", "--port", "0", "--ctx-size", "512", *models], standalone_mode=False)

@@ -1,12 +1,11 @@
 """An embedding model on tiny GGUFs that set <arch>.pooling_type: its embeddings against llama.cpp's
 own, computed here through llama_cpp directly; its context; the models it refuses."""
 
-import ctypes
-
 import llama_cpp
 import numpy as np
 import pytest
 import tiny_models as tm
+from embedding import reference
 
 from specllm.errors import SpecllmError
 from specllm.llama.embeddings import describe_embeddings, open_embedding_model
@@ -20,30 +19,6 @@ MEAN, CLS, LAST, RANK = (
 )
 OPTIONS = ModelOptions(n_ctx=1024, n_threads=1)
 LONG = 600  # tokens: more than llama.cpp's default micro-batch of 512
-
-
-def reference(path, tokens: list[int], n_ctx: int) -> np.ndarray:
-    """llama.cpp's pooled embedding of `tokens`, from a context of its default parameters but an
-    embeddings one whose micro-batch holds the whole context (what llama-server needs for a
-    text it pools: -ub)."""
-    params = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    assert model
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = n_ctx
-    cparams.n_threads = cparams.n_threads_batch = 1
-    cparams.embeddings = True
-    ctx = llama_cpp.llama_init_from_model(model, cparams)
-    ids = (llama_cpp.llama_token * len(tokens))(*tokens)  # held: the batch only points to it
-    batch = llama_cpp.llama_batch_get_one(ids, len(tokens))
-    try:
-        assert llama_cpp.llama_decode(ctx, batch) == 0
-        pooled = llama_cpp.llama_get_embeddings_seq(ctx, 0)
-        n_embd = llama_cpp.llama_model_n_embd_out(model)
-        return np.array(ctypes.cast(pooled, ctypes.POINTER(ctypes.c_float))[:n_embd], dtype=np.float32)
-    finally:
-        llama_cpp.llama_free(ctx)
-        llama_cpp.llama_model_free(model)
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +60,18 @@ def test_the_context_is_at_most_the_models_training_context(tmp_path):
         model.close()
 
 
-def test_a_model_that_pools_nothing_is_refused_in_one_line(tmp_path):
+def test_a_model_that_pools_nothing_or_ranks_is_refused_in_one_line(tmp_path):
     """A model made to generate has no pooling type (none): it embeds each token, not the text,
-    as llama-server says when it refuses one on its OpenAI endpoint."""
+    as llama-server says when it refuses one on its OpenAI endpoint. A reranker scores texts."""
     plain = tm.write_model(tmp_path / "plain.gguf", seed=0)
     with pytest.raises(SpecllmError, match=r"^plain\.gguf is not an embedding model: its pooling type is none"):
         open_embedding_model(plain, OPTIONS)
     stated = tm.write_model(tmp_path / "none.gguf", seed=0, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE)
     with pytest.raises(SpecllmError, match=r"^none\.gguf is not an embedding model"):
         open_embedding_model(stated, OPTIONS)
+    reranker = tm.write_model(tmp_path / "rank.gguf", seed=0, pooling_type=RANK)
+    with pytest.raises(SpecllmError, match=r"^rank\.gguf is a reranker \(pooling type rank\): it scores texts"):
+        open_embedding_model(reranker, OPTIONS)
 
 
 def test_an_embedding_takes_what_fits_its_context(pooled):

@@ -1,0 +1,214 @@
+"""/v1/embeddings on a tiny embedding model (mean pooling) beside a tiny target: embeddings against
+llama.cpp's own, normalised as llama-server does; every shape of `input`; base64; the errors; the
+API key, the body limit and the waiting limit; no wait behind a generation under way."""
+
+import base64
+import json
+import threading
+import time
+
+import llama_cpp
+import numpy as np
+import pytest
+import tiny_models as tm
+from embedding import reference
+from serving import CTX, Server, hold
+
+import specllm
+from specllm.llama.embeddings import open_embedding_model
+from specllm.llama.options import ModelOptions
+
+EMBEDDING_CTX = 512
+TEXTS = ["def total(values): return sum(values)", "KV caches, explained", "é"]
+PROMPT = "def fib(n):"
+TOO_LONG = " ".join(["x"] * EMBEDDING_CTX)  # BOS and 512 tokens
+FITS = " ".join(["x"] * (EMBEDDING_CTX - 1))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("embeddings")
+    engine = specllm.load(str(tm.write_model(d / "target.gguf", seed=0)), n_ctx=CTX, n_threads=1)
+    path = tm.write_model(d / "embed.gguf", seed=5, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN)
+    embedder = open_embedding_model(path, ModelOptions(n_ctx=EMBEDDING_CTX, n_threads=1))
+    yield engine, embedder
+    embedder.close()
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(models):
+    s = Server(*models)
+    yield s
+    s.stop()
+
+
+def embed(srv, body: dict, headers=None) -> tuple[int, dict]:
+    return srv.post("/v1/embeddings", json.dumps(body).encode(), headers)
+
+
+def vectors(data: dict) -> list[np.ndarray]:
+    assert [e["index"] for e in data["data"]] == list(range(len(data["data"])))
+    return [np.array(e["embedding"], dtype=np.float32) for e in data["data"]]
+
+
+def test_an_embedding_is_llama_cpps_own_normalised(srv, models):
+    """As llama-server: the pooled embedding scaled to length 1 (embd_normalize 2, its default),
+    or as llama.cpp gives it with embd_normalize -1, bit for bit."""
+    embedder = models[1]
+    tokens = embedder.tokenize(TEXTS[0])
+    raw = reference(embedder.path, tokens, EMBEDDING_CTX)
+    status, data = embed(srv, {"input": TEXTS[0], "model": "anything"})
+    assert status == 200, data
+    assert data["object"] == "list" and data["model"] == "embed.gguf"
+    assert data["data"][0]["object"] == "embedding"
+    assert data["usage"] == {"prompt_tokens": len(tokens), "total_tokens": len(tokens)}
+    [got] = vectors(data)
+    assert abs(np.linalg.norm(got.astype(np.float64)) - 1) < 1e-6
+    np.testing.assert_allclose(got, raw / np.linalg.norm(raw.astype(np.float64)), rtol=0, atol=1e-7)
+    status, data = embed(srv, {"input": TEXTS[0], "embd_normalize": -1})
+    np.testing.assert_array_equal(vectors(data)[0], raw)
+    status, data = embed(srv, {"input": TEXTS[0], "embd_normalize": 1})
+    assert abs(np.abs(vectors(data)[0].astype(np.float64)).sum() - 1) < 1e-6
+
+
+def test_a_batch_is_each_input_alone_and_ids_are_their_text(srv, models):
+    """Each input is embedded alone: a batch gives what each one gives, and token ids (a list of
+    them, or lists) what the text they read as gives."""
+    embedder = models[1]
+    alone = [vectors(embed(srv, {"input": text})[1])[0] for text in TEXTS]
+    status, data = embed(srv, {"input": TEXTS})
+    assert status == 200 and len(data["data"]) == len(TEXTS)
+    for got, one in zip(vectors(data), alone):
+        np.testing.assert_array_equal(got, one)
+    ids = [embedder.tokenize(text) for text in TEXTS]
+    assert data["usage"]["prompt_tokens"] == sum(map(len, ids))
+    np.testing.assert_array_equal(vectors(embed(srv, {"input": ids[0]})[1])[0], alone[0])
+    for got, one in zip(vectors(embed(srv, {"input": ids})[1]), alone):
+        np.testing.assert_array_equal(got, one)
+
+
+def test_base64_is_the_same_floats(srv):
+    """The openai client asks for base64 unless told otherwise, and decodes it."""
+    floats = vectors(embed(srv, {"input": TEXTS})[1])
+    status, data = embed(srv, {"input": TEXTS, "encoding_format": "base64"})
+    assert status == 200 and data["data"][0]["encoding_format"] == "base64"
+    for entry, expected in zip(data["data"], floats):
+        np.testing.assert_array_equal(np.frombuffer(base64.b64decode(entry["embedding"]), dtype="<f4"), expected)
+    answer = srv.client().embeddings.create(model="x", input=TEXTS)
+    for entry, expected in zip(answer.data, floats):
+        np.testing.assert_array_equal(np.array(entry.embedding, dtype=np.float32), expected)
+    assert answer.usage.prompt_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "body, param, fragment",
+    [
+        ({}, "input", "input: Field required"),
+        ({"input": []}, "input", "input must not be empty"),
+        ({"input": ["a", []]}, "input", "Input should be a valid string"),
+        ({"input": [[1, 2], []]}, "input", "input[1] is empty: it has no tokens to embed"),
+        ({"input": [1, 100000]}, "input[0]", "input[0]: token id 100000 (at 1) is not in 0..568"),
+        ({"input": [-1]}, "input[0]", "token id -1 (at 0)"),
+        ({"input": 5}, "input", "input"),
+        ({"input": [True]}, "input", "input"),
+        ({"input": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
+        ({"input": "x", "dimensions": 32}, "dimensions", "embeddings have 64, not 32"),
+        ({"input": "x", "embd_normalize": -2}, "embd_normalize", "greater than or equal to -1"),
+        (
+            {"input": TOO_LONG},
+            "input",
+            "input[0] is 513 tokens but the embedding model's context holds 512",
+        ),
+    ],
+)
+def test_bad_input_is_a_400_naming_its_field(srv, body, param, fragment):
+    status, data = embed(srv, body)
+    assert status == 400, data
+    assert data["error"]["param"] == param and fragment in data["error"]["message"], data
+    assert data["error"]["type"] == "invalid_request_error"
+
+
+def test_too_long_an_input_says_so_as_a_prompt_does(srv):
+    status, data = embed(srv, {"input": ["x", TOO_LONG]})
+    assert (status, data["error"]["code"]) == (400, "context_length_exceeded")
+    assert "input[1] is 513 tokens" in data["error"]["message"]
+    assert embed(srv, {"input": FITS})[0] == 200
+
+
+def test_the_models_own_dimensions_are_asked_for_nothing(srv):
+    assert embed(srv, {"input": "x", "dimensions": 64})[0] == 200
+
+
+def test_models_lists_the_embedding_model_too(srv):
+    listed = srv.get("/v1/models")["data"]
+    assert [(m["id"], m["context_length"]) for m in listed] == [("tiny", CTX), ("embed.gguf", EMBEDDING_CTX)]
+
+
+def test_a_server_without_an_embedding_model_says_how_to_start_one(models):
+    plain = Server(models[0])
+    try:
+        status, data = embed(plain, {"input": "x"})
+        assert [m["id"] for m in plain.get("/v1/models")["data"]] == ["tiny"]
+    finally:
+        plain.stop()
+    assert (status, data["error"]["code"]) == (404, "model_not_found")
+    assert "start specllm serve with --embedding-model MODEL" in data["error"]["message"]
+
+
+def test_the_api_key_and_the_body_limit_hold(models):
+    small = Server(*models, api_key="s3cret", max_body_bytes=1000)
+    key = {"Authorization": "Bearer s3cret"}
+    try:
+        assert embed(small, {"input": "x"})[0] == 401
+        assert embed(small, {"input": "x"}, key)[0] == 200
+        status, data = embed(small, {"input": "x" * 2000}, key)
+        assert (status, data["error"]["code"]) == (413, "request_too_large")
+    finally:
+        small.stop()
+
+
+def test_more_waiting_than_the_limit_get_a_503(models):
+    """The embedding model's thread busy (a batch under way), one request may wait, the next is
+    told at once."""
+    busy = Server(*models, max_waiting=1)
+    gate = threading.Event()
+    busy.worker.embedding.thread.submit(gate.wait, 60)
+    waiting = threading.Thread(target=embed, args=(busy, {"input": "x"}))
+    try:
+        waiting.start()
+        while busy.worker.embedding.waiting < 1:
+            time.sleep(0.01)
+        status, data = embed(busy, {"input": "x"})
+        assert (status, data["error"]["code"]) == (503, "server_busy")
+    finally:
+        gate.set()
+        waiting.join(60)
+        busy.stop()
+
+
+def test_no_wait_behind_a_streamed_generation_nor_harm_to_it(srv, models, monkeypatch):
+    """A streamed generation under way holds the engine's thread (here after its first step, as a
+    long one would): embeddings are answered meanwhile, and the generation goes on to the text it
+    gives alone."""
+    engine = models[0]
+    request = {"model": "x", "prompt": PROMPT, "max_tokens": 40, "temperature": 0, "drafter": "none"}
+    alone = srv.post("/v1/completions", json.dumps(request).encode())[1]["choices"][0]["text"]
+    release = hold(engine, monkeypatch, 40)
+    events: list = []
+    streaming = threading.Thread(
+        target=lambda: events.extend(srv.post_events("/v1/completions", request | {"stream": True}))
+    )
+    streaming.start()
+    try:
+        while not srv.worker.lock.locked():
+            time.sleep(0.01)
+        started = time.monotonic()
+        assert embed(srv, {"input": TEXTS * 4})[0] == 200
+        assert time.monotonic() - started < 10
+        assert srv.worker.lock.locked() and not events  # the generation was under way all along
+    finally:
+        release.set()
+        streaming.join(60)
+    assert events[-1] == "[DONE]"
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == alone
