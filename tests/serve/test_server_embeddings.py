@@ -4,15 +4,17 @@ API key, the body limit and the waiting limit; no wait behind a generation under
 
 import base64
 import json
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import llama_cpp
 import numpy as np
 import pytest
 import tiny_models as tm
 from embedding import reference
-from serving import CTX, Server, hold
+from serving import CTX, Server, hold, serve_log, wait_for_line
 
 import specllm
 from specllm.llama.embeddings import open_embedding_model
@@ -185,6 +187,30 @@ def test_more_waiting_than_the_limit_get_a_503(models):
         gate.set()
         waiting.join(60)
         busy.stop()
+
+
+def test_a_client_that_leaves_before_its_turn_gets_nothing_embedded(models):
+    """A batch whose client has gone (its timeout, say) is not made: the log says 499."""
+    srv = Server(*models)
+    gate = threading.Event()
+    srv.worker.embedding.thread.submit(gate.wait, 60)
+    body = json.dumps({"input": TEXTS}).encode()
+    try:
+        with serve_log() as log:
+            url = urlsplit(srv.url)
+            client = socket.create_connection((url.hostname, url.port))
+            client.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            client.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            while srv.worker.embedding.waiting < 1:
+                time.sleep(0.01)
+            client.close()
+            time.sleep(0.2)  # the server hears of it
+            gate.set()
+            [line] = wait_for_line(log, "POST /v1/embeddings", 1)
+    finally:
+        gate.set()
+        srv.stop()
+    assert " 499 · the client went away before its embeddings were made" in line
 
 
 def test_no_wait_behind_a_streamed_generation_nor_harm_to_it(srv, models, monkeypatch):
