@@ -578,7 +578,10 @@ class Model:
         pooled = timed(self, L.llama_get_embeddings_seq, self._ctx, 0)
         if not pooled:  # pooling none: an embedding per token, none for the text
             raise SpecllmError(f"{self.path.name}: llama.cpp pooled no embedding for the text")
-        return np.ctypeslib.as_array(pooled, shape=(self.n_embd_out,)).copy()
+        embedding = np.ctypeslib.as_array(pooled, shape=(self.n_embd_out,)).copy()
+        if not np.isfinite(embedding).all():  # a broken model's, which no JSON can carry
+            raise SpecllmError(f"{self.path.name} gave an embedding that is not finite numbers (NaN or infinite)")
+        return embedding
 
     # --- recurrent state ----------------------------------------------------------------------
 

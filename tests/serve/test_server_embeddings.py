@@ -238,3 +238,24 @@ def test_no_wait_behind_a_streamed_generation_nor_harm_to_it(srv, models, monkey
         streaming.join(60)
     assert events[-1] == "[DONE]"
     assert "".join(e["choices"][0]["text"] for e in events[:-1]) == alone
+
+
+def test_a_model_whose_embedding_is_nan_is_a_500_in_the_errors_own_words(models, tmp_path):
+    """A broken embedding model is the server's fault: an OpenAI-shaped 500 (its NaN could not be
+    written as JSON: Starlette's plain-text 500 and its traceback), and the server answers on."""
+    source = tm.write_model(tmp_path / "embed.gguf", seed=5, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN)
+    broken = open_embedding_model(
+        tm.with_nan_in(source, tmp_path / "broken.gguf", "output_norm.weight"), ModelOptions(n_ctx=256, n_threads=1)
+    )
+    srv = Server(models[0], broken)
+    try:
+        with serve_log() as log:
+            status, data = embed(srv, {"input": TEXTS})
+            assert embed(srv, {"input": TEXTS[0]})[0] == 500
+        assert status == 500 and data["error"]["type"] == "server_error", data
+        expected = "embedding failed: broken.gguf gave an embedding that is not finite numbers (NaN or infinite)"
+        assert data["error"]["message"] == expected and str(tmp_path) not in str(log)
+        assert "POST /v1/embeddings 500 · embedding failed" in log[0] and len(log) == 2
+    finally:
+        srv.stop()
+        broken.close()
