@@ -232,7 +232,7 @@ def test_no_wait_behind_a_streamed_generation_nor_harm_to_it(srv, models, monkey
         started = time.monotonic()
         assert embed(srv, {"input": TEXTS * 4})[0] == 200
         assert time.monotonic() - started < 10
-        assert srv.worker.lock.locked() and not events  # the generation was under way all along
+        assert srv.worker.lock.locked()  # the generation was under way all along
     finally:
         release.set()
         streaming.join(60)
