@@ -100,7 +100,7 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
 }
 
 
-def _asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
+def asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
     """Whether `value` is one of `harmless`, type and all: in Python 0 == False and 1 == True."""
     return any(type(value) is type(h) and value == h for h in harmless)
 
@@ -147,7 +147,7 @@ class BaseRequest(BaseModel):
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOPS:
             raise ApiError(400, f"at most {MAX_STOPS} stop strings, got {len(self.stop)}", "stop")
         for name, harmless in self.UNSUPPORTED_FIELDS.items():
-            if not _asks_nothing((self.model_extra or {}).get(name), harmless):
+            if not asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
 
     @property
@@ -402,9 +402,14 @@ def parse(kind: type[BaseRequest], body: bytes, drafters: tuple[str, ...] = DRAF
     unknown drafter is offered the `drafters` this server has."""
     request = validated(kind, body)
     request.check()
+    check_drafter(request, drafters)
+    return request
+
+
+def check_drafter(request: BaseRequest, drafters: tuple[str, ...]) -> None:
+    """An unknown drafter is refused, offering the `drafters` this server has."""
     if request.drafter is not None and request.drafter not in DRAFTERS:
         raise ApiError(400, f"unknown drafter {request.drafter!r}: ask for drafter {_one_of(drafters)}", "drafter")
-    return request
 
 
 def validated(kind: type[Body], body: bytes) -> Body:
@@ -582,6 +587,30 @@ class Reply:
         """stream_options.include_usage: a chunk with no choices and the usage, after the last."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return self._object(kind, []) | {"usage": usage(result)}
+
+    # A stream's events, as server.stream sends them: these shapes' chunks; the Responses API's
+    # events (responses_api.py) are several to a delta.
+
+    def opening(self) -> list[dict]:
+        """The events a stream begins with, before its first step."""
+        return [self.chunk(first=True)] if self.chat else []
+
+    def deltas(self, delta: dict) -> list[dict]:
+        """The events of a delta (keyword arguments of `chunk`)."""
+        return [self.chunk(**delta)]
+
+    def closing(self, result: Result, seed: int, read: "ChatReply | None", include_usage: bool) -> list[dict]:
+        """The events that end a stream whose generation has ended."""
+        last = self.last_chunk(result, seed, read)
+        return [last, self.usage_chunk(result)] if include_usage else [last]
+
+    def failure(self, error: ApiError) -> list[dict]:
+        """The events of a stream whose generation failed or was stopped: the error's body."""
+        return [error.body()]
+
+    def sse(self, event: dict | str) -> str:
+        """An event as server-sent events write it."""
+        return f"data: {event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)}\n\n"
 
 
 class ChatReply:

@@ -70,6 +70,7 @@ from specllm.serve.openai_api import (
     specllm_step,
     validated,
 )
+from specllm.serve.responses_api import parse_responses
 from specllm.serve.tool_calls import ToolTemplate, inspect_template, text_arguments
 
 log = logging.getLogger("specllm.serve")
@@ -600,10 +601,6 @@ async def _paced(chunks: AsyncGenerator[str, None]) -> AsyncIterator[str]:
             await asyncio.sleep(0)
 
 
-def sse(data) -> str:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
-
-
 def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None = None) -> FastAPI:
     """The FastAPI app serving `engine`, and `embedder` on /v1/embeddings (an embedding model:
     llama/embeddings.py); run it with uvicorn (see `serve`)."""
@@ -668,6 +665,13 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
     # OpenAI's endpoints, and llama-server's own (llama_api.py)
     for path, kind in GENERATING.items():
         app.add_api_route(path, generating(kind), methods=["POST"])
+
+    async def responses(request: Request):  # translated into a chat request (responses_api.py)
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, parse_responses(body, worker.drafters))
+
+    for path in RESPONSES_PATHS:
+        app.add_api_route(path, responses, methods=["POST"])
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
@@ -736,6 +740,7 @@ def no_embedding_model() -> ApiError:
     )
 
 
+RESPONSES_PATHS = ("/v1/responses", "/responses")  # llama-server's paths for the Responses API
 GENERATING: dict[str, type[BaseRequest]] = {
     "/v1/chat/completions": ChatRequest,
     "/v1/completions": CompletionRequest,
@@ -880,35 +885,37 @@ async def stream(
     With `steps` every step is a chunk, with its draft in a `specllm` object (specllm_step)."""
     generated, outcome = 0, None
     try:
-        if reply.chat:
-            yield sse(reply.chunk(first=True))
+        for event in reply.opening():
+            yield reply.sse(event)
         async for step in job.steps():
             generated = step.stats.generated_tokens
             delta = plan.delta(step)
             if steps:  # even a step that added no text: its rejected draft and stats are news
-                yield sse(reply.chunk(**delta) | {"specllm": specllm_step(step)})
+                yield reply.sse(reply.chunk(**delta) | {"specllm": specllm_step(step)})
             elif delta:
-                yield sse(reply.chunk(**delta))
+                for event in reply.deltas(delta):
+                    yield reply.sse(event)
         result = job.result
         if result is None:  # the job was stopped, and not by this client: the server is stopping
             error = shutting_down()
             outcome = stopped(generated, error.message)
-            yield sse(error.body())
+            for event in reply.failure(error):
+                yield reply.sse(event)
         else:
             outcome = describe(result)
-            if delta := plan.finish():
-                yield sse(reply.chunk(**delta))
-            yield sse(reply.last_chunk(plan.reported(result), plan.seed, plan.read))
-            if include_usage:
-                yield sse(reply.usage_chunk(plan.reported(result)))
+            ended = reply.deltas(delta) if (delta := plan.finish()) else []
+            ended += reply.closing(plan.reported(result), plan.seed, plan.read, include_usage)
+            for event in ended:
+                yield reply.sse(event)
     except Exception as e:
         error = generation_failed(e, without_paths)
         outcome = error.message
-        yield sse(error.body())
+        for event in reply.failure(error):
+            yield reply.sse(event)
     finally:  # not reached above: cancelled, as Starlette does when the client goes away
         access(request, 200, outcome or stopped(generated, "the client went away"))
     if reply.END_OF_STREAM is not None:
-        yield sse(reply.END_OF_STREAM)
+        yield reply.sse(reply.END_OF_STREAM)
 
 
 # --- logging ------------------------------------------------------------------------------------
