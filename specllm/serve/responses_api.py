@@ -45,7 +45,7 @@ REFUSED: dict[str, tuple[object, ...]] = {
 # The chat request's fields of the same name and meaning, and serve's extensions, passed on as sent
 PASSED = (
     "temperature", "top_p", "parallel_tool_calls", "stream",
-    "seed", "top_k", "min_p", "drafter", "gamma", "chat_template_kwargs",
+    "seed", "top_k", "min_p", "drafter", "gamma", "chat_template_kwargs", "stop",
 )  # fmt: skip
 TEXT_PARTS = ("input_text", "output_text")
 
