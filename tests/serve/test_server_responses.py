@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import tool_templates
-from serving import ASK, CALL, GET_WEATHER, PARAMETERS, templated_server
+from serving import ASK, CALL, GET_WEATHER, PARAMETERS, Server, hold, serve_log, templated_server, wait_for_line
 
 from specllm.serve.openai_api import ApiError, ChatReply, ToolReply
 from specllm.serve.responses_api import ResponseReply
@@ -395,3 +395,30 @@ def test_the_responses_path_without_v1_is_llama_servers_too(qwen25):
     _, srv = qwen25
     status, data = srv.post("/responses", json.dumps({"input": "Hi", "max_output_tokens": 2}).encode())
     assert status == 200 and data["object"] == "response" and data["usage"]["output_tokens"] == 2
+
+
+def test_a_client_that_leaves_a_stream_stops_its_generation(qwen25, monkeypatch):
+    """The chat endpoint's machinery serves the Responses API's streams: a client that goes away
+    stops the generation (held after its first step here, so it cannot end first)."""
+    engine, srv = qwen25
+    release = hold(engine, monkeypatch, 1000)
+    with serve_log() as log:
+        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
+        body = {"input": "Hi", "max_output_tokens": 1000, "stream": True, **GREEDY}
+        conn.request("POST", "/v1/responses", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.readline().startswith(b"event: response.created")
+        conn.close()
+        release.set()
+        (line,) = wait_for_line(log, "POST /v1/responses", 1)
+    assert "the client went away" in line and "stopped after" in line and srv.worker.job.cancelled.is_set()
+
+
+def test_the_api_key_is_asked_for(qwen25):
+    engine, _ = qwen25
+    keyed = Server(engine, api_key="secret")
+    try:
+        status, data = keyed.post("/v1/responses", json.dumps({"input": "Hi"}).encode())
+        assert status == 401 and data["error"]["code"] == "invalid_api_key"
+    finally:
+        keyed.stop()
