@@ -589,7 +589,7 @@ def test_the_api_schema_pages_are_not_served(engine):
 def test_an_unknown_path_or_method_gets_an_openai_error(srv):
     """A known path with a slash added was a bare 307 redirect, to the host the client named."""
     conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-    unknown = [("GET", "/v1/responses", 404), ("POST", "/v1/chat/completions/", 404), ("GET", "/health/", 404)]
+    unknown = [("GET", "/v1/files", 404), ("POST", "/v1/chat/completions/", 404), ("GET", "/health/", 404)]
     for method, path, status in [*unknown, ("GET", "/v1/chat/completions", 405)]:
         conn.request(method, path)
         response = conn.getresponse()
