@@ -15,11 +15,12 @@ harmony message (its channel or its recipient) is read by engine/harmony.py.
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
 (`split_reasoning`) gives. A block ends at its pair's closing marker (at the first of any pair's
-where a prompt opened it and which is not known). The reasoning is
-trimmed of whitespace at its two ends, and the answer of the whitespace that follows the closing
-marker; a reply without a think block is all answer, exactly as generated; a block the reply
-leaves open (it reached max_tokens) is all reasoning. Only text is split: the tokens generated do
-not change.
+where a prompt opened it and which is not known); a reply that begins
+with a closing marker alone, where the prompt opened no block, has an empty one (MiniMax M3's
+turn without reasoning). The reasoning is trimmed of whitespace at its two ends, and the answer
+of the whitespace that follows the closing marker; a reply without a think block is all answer,
+exactly as generated; a block the reply leaves open (it reached max_tokens) is all reasoning.
+Only text is split: the tokens generated do not change.
 """
 
 import enum
@@ -45,6 +46,7 @@ THINK_MARKERS = (
 THINK_OPEN, THINK_CLOSE = THINK_MARKERS[0]
 OPENINGS = tuple(opening for opening, _ in THINK_MARKERS)
 CLOSINGS = tuple(closing for _, closing in THINK_MARKERS)
+BLOCK_MARKERS = OPENINGS + CLOSINGS  # what a reply's think block may begin with (a bare closing marker: an empty block)
 # Kimi K3 writes its answer in a response section of its message (which its prompt opens where
 # thinking is off): the section's markup and the message's end are left out of the answer.
 ANSWER_MARKUP = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
@@ -173,13 +175,15 @@ class ReasoningSplitter:
         while self.pending or self.ended:
             if self.where is _Where.START:
                 body = self.pending.lstrip()
-                opening = next((o for o in OPENINGS if body.startswith(o)), None)
-                if opening is not None:
-                    self.where, self.pending = _Where.REASONING, body[len(opening) :]
-                    self.closings = (CLOSINGS[OPENINGS.index(opening)],)
+                marker = next((m for m in BLOCK_MARKERS if body.startswith(m)), None)
+                if marker in OPENINGS:
+                    self.where, self.pending = _Where.REASONING, body[len(marker) :]
+                    self.closings = (CLOSINGS[OPENINGS.index(marker)],)
+                elif marker is not None:  # an empty block the prompt did not open (MiniMax M3's turn without reasoning)
+                    self.where, self.pending = _Where.AFTER, body[len(marker) :]
                 elif begins_harmony(body):
                     self.where = _Where.HARMONY
-                elif (any(o.startswith(body) for o in OPENINGS) or may_begin_harmony(body)) and not self.ended:
+                elif (any(m.startswith(body) for m in BLOCK_MARKERS) or may_begin_harmony(body)) and not self.ended:
                     break  # whitespace, or a part of a marker
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from specllm.engine.reasoning import (
+    THINK_MARKERS,
     ReasoningSplitter,
     Split,
     after_think_block,
@@ -39,6 +40,12 @@ CASES = [
     ("  Paris.\n", False, "", "  Paris.\n"),
     ("\n", False, "", "\n"),
     ("<thin", False, "", "<thin"),
+    # a turn without reasoning that begins with a bare closing marker, where the prompt opened no
+    # block: an empty one (MiniMax M3's, llama.cpp's tests' reply)
+    ("</mm:think>Hello, world!\nWhat's up?", False, "", "Hello, world!\nWhat's up?"),
+    ("\n</think>\n\nParis.", False, "", "Paris."),
+    ("</mm:thin", False, "", "</mm:thin"),  # cut short: answer as written
+    ("Paris.</think>", False, "", "Paris.</think>"),  # not at the start: answer
     ("Paris. <think>x</think>", False, "", "Paris. <think>x</think>"),  # a block later on is answer
     ("a</think>b</think>c", True, "a", "b</think>c"),  # one block: the first closing tag ends it
     # other models' markers: Magistral's, Gemma 4's, Command A's, Seed-OSS's; a block ends at its own
@@ -142,6 +149,14 @@ def test_any_split_into_chunks_gives_the_same(reply, opened, reasoning, answer):
     for _ in range(20):
         cuts = sorted(rng.sample(range(len(reply) + 1), min(4, len(reply) + 1)))
         assert streamed([reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)])], opened) == whole
+
+
+@pytest.mark.parametrize("opening,closing", THINK_MARKERS, ids=range(len(THINK_MARKERS)))
+def test_a_reply_that_begins_with_any_pairs_bare_closing_marker_has_an_empty_block(opening, closing):
+    """Whichever pair's: the marker is no part of the answer, however the reply comes."""
+    reply = f"{closing}\n\nParis."
+    for cut in range(len(reply) + 1):
+        assert streamed([reply[:cut], reply[cut:]], False) == Split("", "Paris."), cut
 
 
 def test_text_is_handed_out_as_soon_as_it_is_decided():
