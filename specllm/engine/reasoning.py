@@ -15,7 +15,8 @@ harmony message (its channel or its recipient) is read by engine/harmony.py.
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
 (`split_reasoning`) gives. A block ends at its pair's closing marker (at the first of any pair's
-where a prompt opened it and which is not known); a reply that begins
+where a prompt opened it and which is not known), or where a call begins for the models whose
+calls end it (`call_openings`: llama.cpp reads Ling 3.0's and Qwen3.5's so); a reply that begins
 with a closing marker alone, where the prompt opened no block, has an empty one (MiniMax M3's
 turn without reasoning). The reasoning is trimmed of whitespace at its two ends, and the answer
 of the whitespace that follows the closing marker; a reply without a think block is all answer,
@@ -123,10 +124,10 @@ class Split:
     answer: str
 
 
-def split_reasoning(reply: str, opened: bool | str = False) -> Split:
+def split_reasoning(reply: str, opened: bool | str = False, call_openings: tuple[str, ...] = ()) -> Split:
     """A whole reply's reasoning and answer; `opened`: the prompt opened the think block (the
-    marker that ends it, or True: ReasoningSplitter)."""
-    splitter = ReasoningSplitter(opened)
+    marker that ends it, or True), `call_openings`: as ReasoningSplitter takes them."""
+    splitter = ReasoningSplitter(opened, call_openings)
     first, last = splitter.feed(reply), splitter.finish()
     return Split(first.reasoning + last.reasoning, first.answer + last.answer)
 
@@ -144,9 +145,11 @@ class ReasoningSplitter:
     reasoning and the answer decided by then. Text that may be the start of a marker is held
     back until it is decided, and so is the reasoning's trailing whitespace."""
 
-    def __init__(self, opened: bool | str):
+    def __init__(self, opened: bool | str, call_openings: tuple[str, ...] = ()):
         """`opened`: the prompt opened the think block; the marker that ends it (closing_marker)
-        where known, else True."""
+        where known, else True. `call_openings`: the markers that begin a call, where a call ends
+        the think block as its closing marker does (the call is the answer's: Ling 3.0's and
+        Qwen3.5's, as llama.cpp reads them)."""
         self.where = _Where.REASONING if opened else _Where.START
         self.pending = ""  # text not handed out yet
         self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
@@ -156,6 +159,7 @@ class ReasoningSplitter:
         # The markers that end the block: its own pair's, so that a Qwen3 reasoning about
         # Magistral's "[/THINK]" goes on reasoning; any pair's where the prompt opened one unnamed
         self.closings = (opened,) if isinstance(opened, str) else CLOSINGS
+        self.call_openings = call_openings
 
     @property
     def thinking(self) -> bool:
@@ -188,12 +192,17 @@ class ReasoningSplitter:
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
             elif self.where is _Where.REASONING:
-                before, close, after = _first_closing(self.pending, self.closings)
+                ends = self.closings + self.call_openings
+                before, close, after = _first_closing(self.pending, ends)
+                if close in self.call_openings:  # a call ends the block: it is the answer's
+                    reasoning += before
+                    self.where, self.pending, closed = _Where.ANSWER, close + after, True
+                    continue
                 if close:
                     reasoning += before
                     self.where, self.pending, closed = _Where.AFTER, after, True
                     continue
-                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in self.closings)
+                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in ends)
                 reasoning += self.pending[: len(self.pending) - keep]
                 self.pending = self.pending[len(self.pending) - keep :]
                 break

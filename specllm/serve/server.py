@@ -547,7 +547,7 @@ class EngineWorker:
         prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
         names = [t.function.name for t in offered]
         reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
-        return text + prefill, ChatReply(opened, reply, prefill)
+        return text + prefill, ChatReply(opened, reply, prefill, form.call_openings)
 
     @staticmethod
     def blame_arguments(request: ChatRequest, form: ToolTemplate, error: ChatTemplateFailed) -> ApiError | None:

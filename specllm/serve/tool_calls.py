@@ -1179,6 +1179,15 @@ def _balanced_end(text: str, start: int, scans: dict | None = None) -> int | Non
 PROBE_TOOL, PROBE_ARG, PROBE_VALUE = "specllm_probe_tool", "specllm_probe_arg", "specllm_probe_value"
 PROBE_CALL_ID = "call00001"  # 9 alphanumeric characters: Mistral's templates refuse other ids
 GENERIC_START, GENERIC_NAME_TO_ARGUMENTS = '{"name": "', '", "arguments": '
+# Calls that end a think block the reply left open, as llama.cpp's parsers for these templates
+# read them (the model calls before it closes its reasoning): what the probe conversation holds,
+# and the call's opening. Other templates' reasoning may write a call's markup and reason on.
+CALLS_END_THINKING = (
+    ((HERMES_OPEN + "\n" + XML_FUNCTION, XML_PARAMETER), HERMES_OPEN),  # Qwen3-Coder's parser: Qwen3.5, Nemotron 3
+    (("<role>ASSISTANT</role>", HERMES_OPEN, GLM_KEY[0]), HERMES_OPEN),  # Ling 3.0
+    ((DSML + "function_calls>",), DSML + "function_calls>"),  # DeepSeek V3.2
+    ((DSML + "tool_calls>",), DSML + "tool_calls>"),  # DeepSeek V4
+)
 
 
 @dataclass(frozen=True)
@@ -1189,6 +1198,7 @@ class ToolTemplate:
     object_arguments: bool = True  # it writes a call's arguments from an object (tojson), not a string
     call_start: str = GENERIC_START  # what it writes before a call's tool name
     name_to_arguments: str = GENERIC_NAME_TO_ARGUMENTS  # between the name and the arguments
+    call_openings: tuple[str, ...] = ()  # a call's openings that end an open think block (CALLS_END_THINKING)
 
     def prefill(self, name: str | None) -> str:
         """The start of a call, to begin a reply with: up to the tool name (None: the model
@@ -1251,7 +1261,8 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
     argument = max(reply.find(PROBE_ARG, after), after)
     opening = max(reply.rfind(c, after, argument) for c in "{<(")
     between = reply[after:opening] if opening >= 0 else GENERIC_NAME_TO_ARGUMENTS
-    return ToolTemplate(True, object_arguments, start, between)
+    openings = tuple(opening for held, opening in CALLS_END_THINKING if all(part in whole for part in held))
+    return ToolTemplate(True, object_arguments, start, between, openings)
 
 
 def probe_tool() -> dict:

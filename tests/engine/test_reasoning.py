@@ -125,8 +125,8 @@ CASES = [
 ]
 
 
-def streamed(pieces: list[str], opened: bool | str) -> Split:
-    splitter = ReasoningSplitter(opened)
+def streamed(pieces: list[str], opened: bool | str, call_openings: tuple[str, ...] = ()) -> Split:
+    splitter = ReasoningSplitter(opened, call_openings)
     reasoning, answer = "", ""
     for piece in [*pieces, None]:
         split = splitter.feed(piece) if piece is not None else splitter.finish()
@@ -157,6 +157,28 @@ def test_a_reply_that_begins_with_any_pairs_bare_closing_marker_has_an_empty_blo
     reply = f"{closing}\n\nParis."
     for cut in range(len(reply) + 1):
         assert streamed([reply[:cut], reply[cut:]], False) == Split("", "Paris."), cut
+
+
+# (the reply, `opened`, the call openings that end the think block, the reasoning and the answer
+# expected): Ling 3.0 and Qwen3.5 may call before they close the block, and llama.cpp reads that call
+CALLS_IN_THE_BLOCK = [
+    ("I need it.\n<tool_call>get_time", "</think>", ("<tool_call>",), "I need it.", "<tool_call>get_time"),
+    ("<think>A\n\n<tool_call>B", False, ("<tool_call>",), "A", "<tool_call>B"),  # a block the model opened
+    ("A</think>B<tool_call>C", True, ("<tool_call>",), "A", "B<tool_call>C"),  # after the block: answer
+    ("Wait <tool_ca", "</think>", ("<tool_call>",), "Wait <tool_ca", ""),  # cut short: reasoning
+    ("Hmm <tool_call> x</think>Sunny", "</think>", (), "Hmm <tool_call> x", "Sunny"),  # other models: reasoning
+]
+
+
+@pytest.mark.parametrize(
+    "reply,opened,openings,reasoning,answer", CALLS_IN_THE_BLOCK, ids=range(len(CALLS_IN_THE_BLOCK))
+)
+def test_a_call_ends_the_think_block_where_it_is_one_of_the_call_openings(reply, opened, openings, reasoning, answer):
+    whole = Split(reasoning, answer)
+    assert split_reasoning(reply, opened, openings) == whole
+    for cut in range(len(reply) + 1):
+        assert streamed([reply[:cut], reply[cut:]], opened, openings) == whole, cut
+    assert streamed(list(reply), opened, openings) == whole
 
 
 def test_text_is_handed_out_as_soon_as_it_is_decided():

@@ -533,15 +533,19 @@ def test_what_a_template_does_with_tools():
     assert mistral == ToolTemplate(True, True, '[TOOL_CALLS] [{"name": "', '", "arguments": ')
     # XML calls: a forced call begins with the function's tag, up to its first <parameter=...>
     # (the generic JSON separator after the name would make a call no such template writes).
+    # (Their calls end a think block left open, as llama.cpp reads them: call_openings.)
     qwen35 = inspect_template(renderer(tool_templates.QWEN35))
-    assert qwen35 == ToolTemplate(True, True, "\n</think>\n\n<tool_call>\n<function=", ">\n")
+    assert qwen35 == ToolTemplate(True, True, "\n</think>\n\n<tool_call>\n<function=", ">\n", ("<tool_call>",))
     assert qwen35.prefill("get_weather") == "\n</think>\n\n<tool_call>\n<function=get_weather>\n"
     # Nemotron 3's prompt opens a think block its own turns write as "<think></think>": its calls'
     # form is found all the same (it was the generic JSON one, which no such template writes).
     nemotron = inspect_template(renderer(tool_templates.NEMOTRON3))
-    assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n")
-    # GLM 4.7's prompt opens a think block its turns write as "</think>"; MiniMax M2's, one they do not write
+    assert nemotron == ToolTemplate(True, True, "<think></think>\n<tool_call>\n<function=", ">\n", ("<tool_call>",))
+    # GLM 4.7's prompt opens a think block its turns write as "</think>"; MiniMax M2's, one they do not write.
+    # Ling 3.0 writes GLM's calls, and a call of its ends a think block left open (llama.cpp's Ling parser).
     assert inspect_template(renderer(tool_templates.GLM47)) == ToolTemplate(True, True, "</think><tool_call>", "")
+    ling3 = inspect_template(renderer(tool_templates.LING3))
+    assert ling3 == ToolTemplate(True, True, "</think><tool_call>", "\n", ("<tool_call>",))
     minimax = inspect_template(renderer(tool_templates.MINIMAX_M2))
     assert minimax == ToolTemplate(True, True, '\n<minimax:tool_call>\n<invoke name="', '">\n')
     # Gemma 4's prompt ends with an empty thought channel (thinking off) that its turns do not write
@@ -563,6 +567,7 @@ def test_what_a_template_does_with_tools():
     )
     deepseek = inspect_template(renderer(tool_templates.DEEPSEEK_V32))
     assert deepseek.prefill(None) == '</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="'
+    assert deepseek.call_openings == ("<｜DSML｜function_calls>",)
     seed = inspect_template(renderer(tool_templates.SEED_OSS))
     assert seed == ToolTemplate(True, True, "<seed:tool_call>\n<function=", ">\n")
     command = inspect_template(renderer(tool_templates.COMMAND_R7B))
@@ -626,6 +631,7 @@ def test_what_a_template_does_with_tools():
         tool_templates.MINIMAX_M3,
         tool_templates.KIMI_K3,
         tool_templates.HY3,
+        tool_templates.LING3,
     ],
     ids=[
         "qwen25",
@@ -652,6 +658,7 @@ def test_what_a_template_does_with_tools():
         "minimax_m3",
         "kimi_k3",
         "hy3",
+        "ling3",
     ],
 )
 def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(source):
@@ -684,12 +691,14 @@ def test_a_prefilled_call_completed_as_the_template_writes_it_is_read_back(sourc
         tool_templates.MINIMAX_M3: f"<city>Paris{M3}</city>{M3}</invoke>\n{M3}</tool_call>",
         tool_templates.KIMI_K3: f'{K3A}city" type="string"<|sep|>Paris{K3AE}{K3CE}{K3TE}',
         tool_templates.HY3: f"{HK}city{HV}Paris{HE}\n</tool_call:opensource>\n</tool_calls:opensource>",
+        tool_templates.LING3: f"{GK}city{GV}Paris{GE}\n</tool_call>",
     }[source]
     # Some prefills hold a think block's end: read alone, that is text.
     content = {
         tool_templates.QWEN35: "</think>",
         tool_templates.NEMOTRON3: "<think></think>",
         tool_templates.GLM47: "</think>",
+        tool_templates.LING3: "</think>",
         tool_templates.DEEPSEEK_V32: "</think>",
         tool_templates.MINIMAX_M3: "</mm:think>",
         tool_templates.KIMI_K3: "<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>",
@@ -716,6 +725,7 @@ WEATHER_TOOL = {
         "QWEN25", "LLAMA31", "MISTRAL_V3", "QWEN35", "NEMOTRON3", "GEMMA4", "GLM47", "MINIMAX_M2", "GPT_OSS",
         "LFM25", "NEMOTRON_NANO_V2", "KIMI_K2", "DEEPSEEK_V32", "SEED_OSS", "COMMAND_R7B", "APERTUS", "MINIMAX_M1",
         "GIGACHAT3", "FUNCTIONARY_V31", "SOLAR_OPEN", "MINICPM5", "MUSE_GLIMMER", "MINIMAX_M3", "KIMI_K3", "HY3",
+        "LING3",
     ],
 )  # fmt: skip
 def test_an_earlier_call_as_the_template_writes_it_is_read_back_as_that_call(name):

@@ -1,7 +1,8 @@
 """Replies whose reading depends on how serve's prompt ends, read as llama.cpp reads them
-(tests/test-chat.cpp's replies): MiniMax M3's bare "</mm:think>", where its prompt opened no block.
-Each template is the real one, rendered by serve for a tiny model, and each reply is read by the
-reader serve builds for that prompt, whole and split at every character."""
+(tests/test-chat.cpp's replies): a call made inside the think block the prompt opened (Ling 3.0,
+Qwen3.5, Nemotron 3, DeepSeek V3.2), and MiniMax M3's bare "</mm:think>". Each template is the
+real one, rendered by serve for a tiny model, and each reply is read by the reader serve builds
+for that prompt, whole and split at every character."""
 
 import pytest
 import tool_templates
@@ -48,6 +49,86 @@ def assert_read(srv, reply: str, expected: tuple, **fields):
     message `expected` (reasoning, content, calls), streamed and not."""
     for pieces in ([reply], list(reply), *([reply[:cut], reply[cut:]] for cut in range(len(reply) + 1))):
         assert read(srv, pieces, **fields) == (expected, expected), pieces
+
+
+# --- a call inside the think block the prompt opened --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ling3(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "ling3", tool_templates.LING3)
+
+
+LING_CALL = "<tool_call>get_time\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+LING_REPLIES = [
+    # before the block is closed: the call ends it, the text before it reasoning
+    ("I need to check the time first.\n" + LING_CALL, ("I need to check the time first.", "", [TIME_IN_PARIS])),
+    (
+        "Let me check the time.\n</think>\nChecking it now.\n" + LING_CALL,
+        ("Let me check the time.", "Checking it now.", [TIME_IN_PARIS]),
+    ),
+    ("</think>\n" + LING_CALL + "\n" + LING_CALL, ("", "", [TIME_IN_PARIS, TIME_IN_PARIS])),
+    ("Still thinking about <tool_ca", ("Still thinking about <tool_ca", "", [])),
+]
+
+
+@pytest.mark.parametrize("reply,expected", LING_REPLIES, ids=range(len(LING_REPLIES)))
+def test_ling3s_call_ends_the_think_block_its_prompt_opened(ling3, reply, expected):
+    """Ling 3.0's prompt opens a think block ("<role>ASSISTANT</role>\\n<think>") and the model
+    may call before it closes it: llama.cpp reads the call as one. It was reasoning."""
+    _, srv = ling3
+    prompt, _ = rendered(srv, tools=TOOLS)
+    assert prompt.endswith("<role>ASSISTANT</role>\n<think>")
+    assert_read(srv, reply, expected, tools=TOOLS)
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "qwen35", tool_templates.QWEN35)
+
+
+@pytest.fixture(scope="module")
+def nemotron3(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "nemotron3", tool_templates.NEMOTRON3)
+
+
+@pytest.fixture(scope="module")
+def deepseek_v32(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "deepseek_v32", tool_templates.DEEPSEEK_V32)
+
+
+XML_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+DSML_CALL = (
+    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">'
+    "Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+)
+
+
+@pytest.mark.parametrize(
+    "name,call,variables",
+    [("qwen35", XML_CALL, {}), ("nemotron3", XML_CALL, {}), ("deepseek_v32", DSML_CALL, {"thinking": True})],
+)
+def test_the_neighbours_calls_end_the_think_block_as_llama_cpp_reads_them(request, name, call, variables):
+    """Qwen3.5's and Nemotron 3's calls (llama.cpp's Qwen3-Coder parser) and DeepSeek V3.2's
+    (with thinking) end a think block left open, as Ling 3.0's do; the reasoning stays apart."""
+    _, srv = request.getfixturevalue(name)
+    fields = {"tools": TOOLS, "chat_template_kwargs": variables}
+    assert rendered(srv, **fields)[0].rstrip().endswith("<think>")
+    assert_read(srv, "I should look it up.\n\n" + call, ("I should look it up.", "", [PARIS]), **fields)
+
+
+@pytest.fixture(scope="module")
+def glm47(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "glm47", tool_templates.GLM47)
+
+
+def test_other_models_reasoning_may_write_a_call(glm47):
+    """GLM 4.7's calls are Ling's, but llama.cpp ends its reasoning at "</think>" only: a call its
+    reasoning writes is reasoning."""
+    _, srv = glm47
+    call = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+    reply = f"Maybe {call} would do.</think>Sunny."
+    assert_read(srv, reply, (f"Maybe {call} would do.", "Sunny.", []), tools=TOOLS)
 
 
 # --- MiniMax M3: a bare closing marker ----------------------------------------------------------
