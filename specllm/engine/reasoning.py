@@ -10,7 +10,8 @@ which are text. Where a tokenizer holds them as control tokens, the model's text
 the same (llama/model.py writes them, as llama-server preserves them).
 
 gpt-oss writes its reasoning in harmony's analysis channel instead: a reply that begins as a
-harmony message (its channel or its recipient) is read by engine/harmony.py.
+harmony message (its channel or its recipient) is read by engine/harmony.py. functionary v3.2's
+prompt ends with its first message's ">>>": that reply is read by engine/functionary.py.
 
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
@@ -27,6 +28,7 @@ Only text is split: the tokens generated do not change.
 import enum
 from dataclasses import dataclass
 
+from specllm.engine.functionary import FunctionaryReader
 from specllm.engine.harmony import HarmonyReader, begins_harmony, may_begin_harmony
 from specllm.engine.text import marker_start
 
@@ -137,7 +139,7 @@ class _Where(enum.Enum):
     REASONING = enum.auto()  # inside the think block
     AFTER = enum.auto()  # just after the block's closing marker: its whitespace is dropped
     ANSWER = enum.auto()
-    HARMONY = enum.auto()  # a gpt-oss reply: HarmonyReader reads it
+    READER = enum.auto()  # a gpt-oss reply (HarmonyReader reads it), or functionary v3.2's (FunctionaryReader)
 
 
 class ReasoningSplitter:
@@ -145,17 +147,20 @@ class ReasoningSplitter:
     reasoning and the answer decided by then. Text that may be the start of a marker is held
     back until it is decided, and so is the reasoning's trailing whitespace."""
 
-    def __init__(self, opened: bool | str, call_openings: tuple[str, ...] = ()):
+    def __init__(self, opened: bool | str, call_openings: tuple[str, ...] = (), recipient: bool = False):
         """`opened`: the prompt opened the think block; the marker that ends it (closing_marker)
         where known, else True. `call_openings`: the markers that begin a call, where a call ends
         the think block as its closing marker does (the call is the answer's: Ling 3.0's and
-        Qwen3.5's, as llama.cpp reads them)."""
+        Qwen3.5's, as llama.cpp reads them). `recipient`: the prompt ends where the reply's first
+        recipient goes (functionary v3.2's ">>>": engine/functionary.py reads the reply)."""
         self.where = _Where.REASONING if opened else _Where.START
         self.pending = ""  # text not handed out yet
         self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
         self.spaces = ""  # the reasoning's trailing whitespace, held back
         self.ended = False
-        self.harmony = HarmonyReader()
+        self.reader: HarmonyReader | FunctionaryReader = HarmonyReader()
+        if recipient:
+            self.where, self.reader = _Where.READER, FunctionaryReader()
         # The markers that end the block: its own pair's, so that a Qwen3 reasoning about
         # Magistral's "[/THINK]" goes on reasoning; any pair's where the prompt opened one unnamed
         self.closings = (opened,) if isinstance(opened, str) else CLOSINGS
@@ -164,7 +169,7 @@ class ReasoningSplitter:
     @property
     def thinking(self) -> bool:
         """Whether the reply is (so far) inside its think block."""
-        return self.where is _Where.REASONING or (self.where is _Where.HARMONY and self.harmony.thinking)
+        return self.where is _Where.REASONING or (self.where is _Where.READER and self.reader.thinking)
 
     def feed(self, text: str) -> Split:
         self.pending += text
@@ -186,7 +191,7 @@ class ReasoningSplitter:
                 elif marker is not None:  # an empty block the prompt did not open (MiniMax M3's turn without reasoning)
                     self.where, self.pending = _Where.AFTER, body[len(marker) :]
                 elif begins_harmony(body):
-                    self.where = _Where.HARMONY
+                    self.where = _Where.READER
                 elif (any(m.startswith(body) for m in BLOCK_MARKERS) or may_begin_harmony(body)) and not self.ended:
                     break  # whitespace, or a part of a marker
                 else:
@@ -211,19 +216,19 @@ class ReasoningSplitter:
                 if not self.pending:
                     break
                 self.where = _Where.ANSWER
-            elif self.where is _Where.HARMONY:
-                return self._harmony()
+            elif self.where is _Where.READER:
+                return self._read()
             else:
                 text, self.pending = _without_answer_markup(self.pending, self.ended)
                 answer += text
                 break
         return Split(self._trimmed(reasoning, closed or self.ended), answer)
 
-    def _harmony(self) -> Split:
+    def _read(self) -> Split:
         text, self.pending = self.pending, ""
-        reasoning, answer = self.harmony.feed(text)
+        reasoning, answer = self.reader.feed(text)
         if self.ended:
-            more = self.harmony.finish()
+            more = self.reader.finish()
             reasoning, answer = reasoning + more[0], answer + more[1]
         return Split(reasoning, answer)
 

@@ -616,8 +616,8 @@ class Reply:
 class ChatReply:
     """A chat reply read as it is generated: its reasoning kept apart from its answer
     (engine/reasoning.py), and the answer alone read for tool calls when tools were offered (ToolReply).
-    `opened`: the prompt ends inside a think block (the marker that ends it); `call_openings`: as
-    ReasoningSplitter takes them. The reply may begin with `prefill`, the start of
+    `opened`: the prompt ends inside a think block (the marker that ends it); `call_openings` and
+    `recipient`: as ReasoningSplitter takes them. The reply may begin with `prefill`, the start of
     a call the prompt ends with (tool_choice "required" or a named function): it is read as the
     reply's first text. Streamed or not, the same reading gives the same reply."""
 
@@ -627,8 +627,9 @@ class ChatReply:
         tools: "ToolReply | None" = None,
         prefill: str = "",
         call_openings: tuple[str, ...] = (),
+        recipient: bool = False,
     ):
-        self.splitter = ReasoningSplitter(opened, call_openings)
+        self.splitter = ReasoningSplitter(opened, call_openings, recipient)
         self.tools, self.prefill = tools, prefill
         self.reasoning = ""  # what the deltas so far hold
         self.text = ""

@@ -37,6 +37,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from specllm.engine.functionary import asks_recipient
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
@@ -540,14 +541,14 @@ class EngineWorker:
                 raise
             raise blamed from None
         closing = closing_marker(text)
-        opened = closing or False
+        opened, recipient = closing or False, asks_recipient(text)
         if not offered:
-            return text, ChatReply(opened)
+            return text, ChatReply(opened, recipient=recipient)
         # A call that must be made begins after the think block: not inside one the prompt opened
         prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
         names = [t.function.name for t in offered]
         reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
-        return text + prefill, ChatReply(opened, reply, prefill, form.call_openings)
+        return text + prefill, ChatReply(opened, reply, prefill, form.call_openings, recipient)
 
     @staticmethod
     def blame_arguments(request: ChatRequest, form: ToolTemplate, error: ChatTemplateFailed) -> ApiError | None:

@@ -36,6 +36,9 @@ their template's own form, so every form is tried):
     <|tool_calls|><|tool_call:begin|>id<|tool_call:name|>name   Solar Open (a call id before the name)
         <|tool_call:args|>{...}<|tool_call:end|><|calls|>
     <function=name>{...}</function>                             functionary v3.1
+    name\n{...}>>>name\n{...}                                   functionary v3.2, after its prompt's
+                                                                 ">>>": engine/functionary.py gives
+                                                                 each call in harmony's form
     <TOOLCALL>, <|tool_call|>, <tool_calls>, <seed:tool_call>,  the Hermes forms behind Nemotron Nano
         <|START_ACTION|>, <|tools_prefix|>, <|function_call|>,    v2's, Granite 3.3's, Apriel's and
         <|message_sep|>\n\nfunction call<|role_sep|>              MiniMax M1's, Seed-OSS's, Command
@@ -67,6 +70,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from specllm.engine.functionary import asks_recipient
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
 from specllm.engine.reasoning import opens_thinking, without_empty_block, without_opening
 
@@ -1251,8 +1255,8 @@ def _call_form(prompt: str, whole: str, object_arguments: bool) -> ToolTemplate:
         return generic
     reply = whole[len(prompt) :]
     at = reply.find(PROBE_TOOL)
-    start = reply[:at]  # as the template writes it
-    if at < 0 or not start.strip():
+    start = reply[:at]  # as the template writes it; nothing where the prompt ends with its start (functionary v3.2's)
+    if at < 0 or not (start.strip() or asks_recipient(prompt)):
         return generic
     after = at + len(PROBE_TOOL)
     # The arguments begin with a JSON object's brace, or, in the XML forms (Qwen3.5 and

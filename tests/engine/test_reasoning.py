@@ -181,6 +181,19 @@ def test_a_call_ends_the_think_block_where_it_is_one_of_the_call_openings(reply,
     assert streamed(list(reply), opened, openings) == whole
 
 
+def test_functionarys_reply_is_handed_out_as_soon_as_it_is_decided():
+    """Held back: a recipient line until its end, and what may be the start of ">>>"."""
+    splitter = ReasoningSplitter(False, recipient=True)
+    assert splitter.feed("al") == Split("", "")
+    assert splitter.feed("l\nOne >") == Split("", "One ")
+    assert splitter.feed("> two>>") == Split("", ">> two")
+    assert splitter.feed(">get_weather") == Split("", "")
+    call = "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+    assert splitter.feed('\n{"a": ">') == Split("", call + '{"a": ">')  # in a string: no recipient mark
+    assert splitter.feed('"}>') == Split("", '"}')
+    assert splitter.finish() == Split("", "><|call|>")
+
+
 def test_text_is_handed_out_as_soon_as_it_is_decided():
     """Held back: only what may be the start of a marker, and the reasoning's trailing spaces."""
     splitter = ReasoningSplitter(True)

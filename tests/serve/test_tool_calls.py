@@ -594,6 +594,10 @@ def test_what_a_template_does_with_tools():
         ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
     )
     assert inspect_template(renderer(tool_templates.FUNCTIONARY_V31)).prefill("get_weather") == "<function=get_weather>"
+    # functionary v3.2's prompt ends with the ">>>" before a recipient: a call begins with the name alone
+    functionary = inspect_template(renderer(tool_templates.FUNCTIONARY_V32))
+    assert functionary == ToolTemplate(True, False, "", "\n")
+    assert (functionary.prefill(None), functionary.prefill("get_weather")) == ("", "get_weather\n")
     assert inspect_template(renderer(tool_templates.MINIMAX_M1)).prefill(None) == '<tool_calls>\n{"name": "'
     gigachat3 = inspect_template(renderer(tool_templates.GIGACHAT3))
     assert gigachat3.prefill(None) == '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "'

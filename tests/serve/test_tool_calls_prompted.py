@@ -1,12 +1,13 @@
 """Replies whose reading depends on how serve's prompt ends, read as llama.cpp reads them
-(tests/test-chat.cpp's replies): a call made inside the think block the prompt opened (Ling 3.0,
-Qwen3.5, Nemotron 3, DeepSeek V3.2), and MiniMax M3's bare "</mm:think>". Each template is the
-real one, rendered by serve for a tiny model, and each reply is read by the reader serve builds
-for that prompt, whole and split at every character."""
+(tests/test-chat.cpp's replies): functionary v3.2's, whose prompt writes the first recipient's
+">>>"; a call made inside the think block the prompt opened (Ling 3.0, Qwen3.5, Nemotron 3,
+DeepSeek V3.2), and MiniMax M3's bare "</mm:think>". Each template is the real one, rendered by
+serve for a tiny model, and each reply is read by the reader serve builds for that prompt, whole
+and split at every character."""
 
 import pytest
 import tool_templates
-from serving import ASK, GET_WEATHER, templated_server
+from serving import ASK, GET_WEATHER, NAMED, templated_server
 
 from specllm.serve.openai_api import ChatRequest
 
@@ -49,6 +50,57 @@ def assert_read(srv, reply: str, expected: tuple, **fields):
     message `expected` (reasoning, content, calls), streamed and not."""
     for pieces in ([reply], list(reply), *([reply[:cut], reply[cut:]] for cut in range(len(reply) + 1))):
         assert read(srv, pieces, **fields) == (expected, expected), pieces
+
+
+# --- functionary v3.2 -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def functionary(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "functionary", tool_templates.FUNCTIONARY_V32)
+
+
+def test_functionarys_prompt_writes_the_first_recipients_mark(functionary):
+    """Its prompt ends with ">>>": the reply begins with the recipient alone."""
+    _, srv = functionary
+    prompt, _ = rendered(srv, tools=TOOLS)
+    assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n>>>")
+
+
+FUNCTIONARY_REPLIES = [
+    ("all\nHello, world!\nWhat's up?", ("", "Hello, world!\nWhat's up?", [])),  # text to the user
+    ('get_weather\n{"city": "Paris"}', ("", "", [PARIS])),  # a call, its arguments as JSON
+    (
+        'all\nLet me check.\n>>>get_weather\n{"city": "Paris"}\n>>>get_time\n{"city": "Paris"}',
+        ("", "Let me check.", [PARIS, TIME_IN_PARIS]),
+    ),
+    ('get_weather\n{"city": "a >>> b"}', ("", "", [{"name": "get_weather", "arguments": '{"city": "a >>> b"}'}])),
+    ('get_weather\n{"city": "Paris"}>>>all\nDone.', ("", "Done.", [PARIS])),
+    ('get_weather\n{"city": "Paris"}>>>get_ti', ("", "", [PARIS])),  # a recipient line the end cut short
+    ("Hello, world!", ("", "Hello, world!", [])),  # no recipient: as written
+]
+
+
+@pytest.mark.parametrize("reply,expected", FUNCTIONARY_REPLIES, ids=range(len(FUNCTIONARY_REPLIES)))
+def test_functionarys_replies_are_read_after_its_prompts_recipient_mark(functionary, reply, expected):
+    """ "all" is text to the user, any other recipient a call: they were the content as written,
+    "all\\n" and the calls' names and arguments in it."""
+    _, srv = functionary
+    assert_read(srv, reply, expected, tools=TOOLS)
+
+
+def test_functionarys_text_without_tools_is_read_the_same(functionary):
+    _, srv = functionary
+    assert_read(srv, "all\nHello, world!\nWhat's up?", ("", "Hello, world!\nWhat's up?", []))
+
+
+def test_a_call_to_functionary_that_must_be_made_begins_with_its_recipient(functionary):
+    """A named tool_choice begins the reply with the tool's recipient line (after the prompt's
+    ">>>"), and the model goes on with the arguments: a call. It began with the generic JSON call."""
+    _, srv = functionary
+    prompt, _ = rendered(srv, tools=TOOLS, tool_choice=NAMED)
+    assert prompt.endswith("\n\n>>>get_weather\n")
+    assert_read(srv, '{"city": "Paris"}', ("", "", [PARIS]), tools=TOOLS, tool_choice=NAMED)
 
 
 # --- a call inside the think block the prompt opened --------------------------------------------
