@@ -22,8 +22,22 @@ Architectures (`write_model(..., arch=...)`, see ARCHS):
               depend on n_nextn, so with and without MTP the main model's logits are identical.
     "mamba"   Mamba 1, fully recurrent (llm_arch_is_recurrent): 2 layers, d_inner 128, d_state 16,
               dt_rank 4, conv kernel 4. llama.cpp clamps its n_rs_seq to 0: no partial rollback.
+    "bert"    an embedding model as bge and all-MiniLM convert (llama.cpp `bert`, src/models/bert.cpp):
+              non-causal, 2 layers, 4 heads, learned position embeddings for a training context of
+              512, token type embeddings, Q/K/V with biases, post-norm LayerNorms (with biases),
+              GELU FFN; no output layer. WordPiece vocabulary (BERT_VOCAB, below).
+    "nomic-bert" nomic-embed-text's (llama.cpp `nomic-bert`): the same graph with RoPE (base 1000)
+              instead of position embeddings, a fused QKV and a SwiGLU FFN, no biases; a training
+              context of 2048.
 
-Tokenizer (every arch): SentencePiece style (`tokenizer.ggml.model = "llama"`, llama.cpp's SPM tokenizer):
+Tokenizer (the BERT family): WordPiece (`tokenizer.ggml.model = "bert"`, llama.cpp's WPM tokenizer),
+written as llama.cpp's converter writes one (a piece that begins a word gets "▁", a "##" piece
+loses its "##"): 0 [PAD] 1 [UNK] 2 [CLS] 3 [SEP] 4 [MASK] (CONTROL), then a piece that begins a
+word and one that continues it for every letter and digit, "▁" and each ASCII punctuation mark,
+whole English words and a few suffixes. llama.cpp lowercases the text and, with add_special, writes
+[CLS] before it and [SEP] after it.
+
+Tokenizer (the others): SentencePiece style (`tokenizer.ggml.model = "llama"`, llama.cpp's SPM tokenizer):
 
     0 <unk> (UNKNOWN)   1 <s> (CONTROL, BOS)   2 </s> (CONTROL, EOS by default)
     3 <|im_start|> (CONTROL)   4 <|im_end|> (CONTROL, written as the EOT token)
@@ -75,6 +89,13 @@ __all__ = [
     "DRAFT_NOISE",
     "DRAFT_NOISES",
     "ARCHS",
+    "BERT_ARCHS",
+    "PAD_ID",
+    "BERT_UNK_ID",
+    "CLS_ID",
+    "SEP_ID",
+    "MASK_ID",
+    "BERT_VOCAB",
     "VOCABS",
     "FIM_PIECES",
     "CODELLAMA_FIM_PIECES",
@@ -103,7 +124,8 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 # (agreement falls fast with noise: 0.02 -> ~0.82, 0.05 -> ~0.6, 0.1 -> ~0.4).
 DRAFT_NOISE = 0.02
 
-ARCHS = ("llama", "qwen35", "mamba")
+BERT_ARCHS = ("bert", "nomic-bert")
+ARCHS = ("llama", "qwen35", "mamba", *BERT_ARCHS)
 # Per-arch draft noise (target agreement ~80% for each; see the module docstring).
 DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
@@ -510,6 +532,113 @@ def _mamba_weights(
     return w
 
 
+# --- the BERT family (arch "bert", "nomic-bert") ---
+
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PAD_ID, BERT_UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(BERT_SPECIAL_TOKENS))
+BERT_TOKEN_TYPES = 2  # "sentence A" and "sentence B", as bert-base's type_vocab_size
+_BERT_WORDS = [w.lower() for w in _SPACE_WORDS] + [
+    "embedding", "model", "text", "search", "query", "document", "sentence", "vector", "quick", "brown",
+    "fox", "jumps", "over", "lazy", "dog", "question", "answer", "code", "file",
+]  # fmt: skip
+_BERT_SUFFIXES = ["s", "es", "ed", "ing", "er", "ly", "tion"]
+
+
+def _bert_vocab() -> list[str]:
+    """The WordPiece vocabulary in the converter's form: "▁x" begins a word, "x" continues one."""
+    chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+    marks = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum()]  # each one a word of its own
+    pieces = BERT_SPECIAL_TOKENS + [SPACE + c for c in chars] + list(chars) + [SPACE + m for m in marks]
+    pieces += [SPACE + w for w in _BERT_WORDS] + _BERT_SUFFIXES
+    return list(dict.fromkeys(pieces))  # each once: llama.cpp refuses a piece given twice
+
+
+BERT_VOCAB = _bert_vocab()
+# bge's and nomic-embed-text's LayerNorm epsilon
+_BERT_NORM_EPS = 1e-12
+_BERT_CONTEXTS = {"bert": 512, "nomic-bert": 2048}
+
+
+def _bert_weights(
+    seed: int, arch: str, n_layer: int, n_embd: int, n_ff: int, n_ctx_train: int
+) -> dict[str, np.ndarray]:
+    """Post-norm encoder blocks: attention, add, LayerNorm, FFN, add, LayerNorm. bert: Q, K, V,
+    output and FFN with biases, GELU, learned positions; nomic-bert: fused QKV, SwiGLU, no biases
+    (RoPE positions)."""
+    normal = _rng(seed)
+    w: dict[str, np.ndarray] = {}
+    w["token_embd.weight"] = normal(1, (len(BERT_VOCAB), n_embd), 1.0)
+    w["token_types.weight"] = normal(2, (BERT_TOKEN_TYPES, n_embd), 0.1)
+    if arch == "bert":
+        w["position_embd.weight"] = normal(3, (n_ctx_train, n_embd), 0.5)
+    w["token_embd_norm.weight"] = np.ones(n_embd)
+    w["token_embd_norm.bias"] = normal(4, (n_embd,), 0.1)
+    for il in range(n_layer):
+        k = 100 * (il + 1)
+        p = f"blk.{il}."
+        if arch == "bert":
+            for j, name in enumerate(("attn_q", "attn_k", "attn_v")):
+                w[p + name + ".weight"] = normal(k + 1 + j, (n_embd, n_embd), _QK_GAIN / np.sqrt(n_embd))
+                w[p + name + ".bias"] = normal(k + 11 + j, (n_embd,), 0.1)
+        else:
+            w[p + "attn_qkv.weight"] = normal(k + 1, (3 * n_embd, n_embd), _QK_GAIN / np.sqrt(n_embd))
+        w[p + "attn_output.weight"] = normal(k + 4, (n_embd, n_embd), 1.0 / np.sqrt(n_embd))
+        w[p + "attn_output_norm.weight"] = np.ones(n_embd)
+        w[p + "attn_output_norm.bias"] = normal(k + 14, (n_embd,), 0.1)
+        w[p + "ffn_up.weight"] = normal(k + 6, (n_ff, n_embd), _FFN_GAIN / np.sqrt(n_embd))
+        if arch == "nomic-bert":
+            w[p + "ffn_gate.weight"] = normal(k + 5, (n_ff, n_embd), _FFN_GAIN / np.sqrt(n_embd))
+        w[p + "ffn_down.weight"] = normal(k + 7, (n_embd, n_ff), 1.0 / np.sqrt(n_ff))
+        if arch == "bert":
+            w[p + "attn_output.bias"] = normal(k + 15, (n_embd,), 0.1)
+            w[p + "ffn_up.bias"] = normal(k + 16, (n_ff,), 0.1)
+            w[p + "ffn_down.bias"] = normal(k + 17, (n_embd,), 0.1)
+        w[p + "layer_output_norm.weight"] = np.ones(n_embd)
+        w[p + "layer_output_norm.bias"] = normal(k + 18, (n_embd,), 0.1)
+    return w
+
+
+def _write_bert(
+    path: Path, arch: str, seed: int, n_layer: int, n_embd: int, n_head: int, n_ff: int, n_ctx_train: int,
+    pooling_type: int | None,
+) -> Path:  # fmt: skip
+    """A BERT-family embedding model, with the keys llama.cpp's converter writes for bge (bert) and
+    nomic-embed-text (nomic-bert): not causal, its pooling type, [CLS] as BOS and [SEP] as EOS."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"specllm-tiny-{arch}-seed{seed}")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_layer_norm_eps(_BERT_NORM_EPS)
+    w.add_causal_attention(False)
+    if arch == "nomic-bert":
+        w.add_rope_freq_base(1000.0)
+    if pooling_type is not None:
+        w.add_uint32(f"{arch}.pooling_type", pooling_type)
+    w.add_token_type_count(BERT_TOKEN_TYPES)
+    w.add_tokenizer_model("bert")
+    w.add_token_list(BERT_VOCAB)
+    control, normal = gguf.TokenType.CONTROL, gguf.TokenType.NORMAL
+    w.add_token_types([control if p in BERT_SPECIAL_TOKENS else normal for p in BERT_VOCAB])
+    w.add_bos_token_id(CLS_ID)
+    w.add_eos_token_id(SEP_ID)
+    w.add_unk_token_id(BERT_UNK_ID)
+    w.add_sep_token_id(SEP_ID)
+    w.add_pad_token_id(PAD_ID)
+    w.add_uint32("tokenizer.ggml.cls_token_id", CLS_ID)
+    w.add_mask_token_id(MASK_ID)
+    for name, t in _bert_weights(seed, arch, n_layer, n_embd, n_ff, n_ctx_train).items():
+        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def write_model(
     path: str | Path,
     *,
@@ -530,7 +659,7 @@ def write_model(
     n_nextn: int = 0,
     mtp_mimic: bool = False,
     full_attention_interval: int = 2,
-    n_ctx_train: int = 4096,
+    n_ctx_train: int | None = None,
     split_max_tensors: int = 0,
     tokenizer_model: str = "llama",
     tokenizer_pre: str | None = None,
@@ -539,8 +668,11 @@ def write_model(
 ) -> Path:
     """Write a tiny GGUF model (F32, unless weight_type says otherwise) to `path`, return the path.
 
-    arch         "llama" (default), "qwen35" (hybrid: gated delta net + gated full attention) or
-                 "mamba" (fully recurrent Mamba 1); see the module docstring
+    arch         "llama" (default), "qwen35" (hybrid: gated delta net + gated full attention),
+                 "mamba" (fully recurrent Mamba 1), or an embedding model of the BERT family,
+                 "bert" or "nomic-bert" (WordPiece vocabulary; of the options below only seed,
+                 n_layer, n_embd, n_head, n_ff, n_ctx_train and pooling_type apply); see the
+                 module docstring
     seed         weights (deterministic; the same seed gives the same model)
     noise        > 0: the seed's weights plus N(0, (noise * rms(tensor))^2) noise from noise_seed
     vocab        "standard", "incompatible" (same size, other texts from id 261 on),
@@ -556,7 +688,8 @@ def write_model(
                  so generated text is partial / invalid UTF-8
     extra_scale  output-row scale of the ids appended by the "extended" vocab: > 1 makes the model
                  produce them often (to exercise a pair whose vocabularies differ)
-    n_layer      trunk layers; default 2 (llama, mamba) or 4 (qwen35)
+    n_layer      trunk layers; default 2 (llama, mamba, the BERT family) or 4 (qwen35)
+    n_ctx_train  <arch>.context_length; default 4096, but bert's 512 and nomic-bert's 2048
     n_head_kv    qwen35 only: KV heads of the attention layers (default 2; llama always uses n_head)
     n_nextn      qwen35 only: MTP ("nextn") blocks appended after the trunk (llama.cpp supports 1);
                  the trunk weights do not depend on it
@@ -578,6 +711,12 @@ def write_model(
     path = Path(path)
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+    if arch in BERT_ARCHS:
+        if noise or n_nextn or vocab != "standard" or weight_type != "F32" or split_max_tensors:
+            raise ValueError(f"{arch}: noise, n_nextn, vocab, weight_type and split_max_tensors are not written")
+        n_ctx_train = _BERT_CONTEXTS[arch] if n_ctx_train is None else n_ctx_train
+        return _write_bert(path, arch, seed, n_layer or 2, n_embd, n_head, n_ff, n_ctx_train, pooling_type)
+    n_ctx_train = 4096 if n_ctx_train is None else n_ctx_train
     if n_nextn and arch != "qwen35":
         raise ValueError("n_nextn (MTP blocks) is only supported for arch='qwen35'")
     if not 0 <= n_nextn <= 1:

@@ -1,5 +1,6 @@
-"""An embedding model on tiny GGUFs that set <arch>.pooling_type: its embeddings against llama.cpp's
-own, computed here through llama_cpp directly; its context; the models it refuses."""
+"""An embedding model on tiny GGUFs that set <arch>.pooling_type (llama ones, and BERT-family ones with
+a WordPiece vocabulary): its embeddings against llama.cpp's own, computed here through llama_cpp
+directly; its context; the models it refuses."""
 
 import llama_cpp
 import numpy as np
@@ -81,5 +82,50 @@ def test_an_embedding_takes_what_fits_its_context(pooled):
         for tokens in ([], [5] * 257):
             with pytest.raises(ValueError, match="an embedding takes 1 to n_batch=256 tokens"):
                 model.embed(tokens)
+    finally:
+        model.close()
+
+
+# --- the BERT family: WordPiece, [CLS] ... [SEP], not causal ---
+
+WORDS = "The quick brown fox jumps over the lazy dog."
+# each word and the full stop a piece of the vocabulary, which writes a word's start with "▁"
+WORD_IDS = [tm.BERT_VOCAB.index("\u2581" + w) for w in WORDS.lower().replace(".", " .").split()]
+
+
+@pytest.fixture(scope="module")
+def berts(tmp_path_factory):
+    """bge's shape (bert, CLS pooling), all-MiniLM's (bert, mean) and nomic-embed-text's (nomic-bert, mean)."""
+    d = tmp_path_factory.mktemp("bert_models")
+    kinds = [("bert", CLS), ("bert", MEAN), ("nomic-bert", MEAN)]
+    return {(a, p): tm.write_model(d / f"{a}{p}.gguf", arch=a, seed=5, pooling_type=p) for a, p in kinds}
+
+
+@pytest.mark.parametrize("kind", [("bert", CLS), ("bert", MEAN), ("nomic-bert", MEAN)])
+def test_a_bert_embeds_cls_text_sep_as_llama_cpp_does(berts, kind):
+    """A text reads as llama-server reads it (add_special: [CLS] first, [SEP] last, lowercased
+    WordPiece), and its embedding is llama.cpp's own bit for bit, a long text's too (nomic-bert's
+    over llama.cpp's default micro-batch of 512)."""
+    model = open_embedding_model(berts[kind], ModelOptions(n_ctx=4096, n_threads=1))
+    try:
+        tokens = model.tokenize(WORDS.upper())
+        assert tokens == [tm.CLS_ID, *WORD_IDS, tm.SEP_ID]
+        long = [tm.CLS_ID, *(WORD_IDS * 100)[: model.n_ctx - 2], tm.SEP_ID]
+        for text in (tokens, long, tokens):
+            np.testing.assert_array_equal(model.embed(text), reference(berts[kind], text, model.n_ctx))
+        assert model.embed(tokens).shape == (64,)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("arch, trained", [("bert", 512), ("nomic-bert", 2048)])
+def test_a_berts_context_is_its_training_context(berts, arch, trained):
+    """bert has position embeddings for 512 tokens; nomic-bert's RoPE was trained on 2048."""
+    model = open_embedding_model(berts[(arch, MEAN)], ModelOptions(n_ctx=4096, n_threads=1))
+    try:
+        assert (model.n_ctx, model.n_batch) == (trained, trained)
+        model.embed([tm.CLS_ID] * trained)
+        with pytest.raises(ValueError, match=f"an embedding takes 1 to n_batch={trained} tokens"):
+            model.embed([tm.CLS_ID] * (trained + 1))
     finally:
         model.close()
