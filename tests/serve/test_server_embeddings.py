@@ -1,6 +1,7 @@
 """/v1/embeddings on a tiny embedding model (mean pooling) beside a tiny target: embeddings against
 llama.cpp's own, normalised as llama-server does; every shape of `input`; base64; the errors; the
-API key, the body limit and the waiting limit; no wait behind a generation under way."""
+API key, the body limit and the waiting limit; no wait behind a generation under way. On a tiny BERT
+(bge's shape): texts read [CLS] ... [SEP], batches, and its 512 positions."""
 
 import base64
 import json
@@ -259,3 +260,56 @@ def test_a_model_whose_embedding_is_nan_is_a_500_in_the_errors_own_words(models,
     finally:
         srv.stop()
         broken.close()
+
+
+# --- a BERT (bge's shape: WordPiece, [CLS] ... [SEP], CLS pooling, 512 positions) ---
+
+BERT_TEXTS = ["Hello, World", "the lazy dog", ""]  # "": [CLS] [SEP], which llama-server embeds too
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    path = tm.write_model(
+        tmp_path_factory.mktemp("bert") / "bge.gguf", arch="bert", seed=5, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_CLS
+    )
+    embedder = open_embedding_model(path, ModelOptions(n_ctx=4096, n_threads=1))
+    yield embedder
+    embedder.close()
+
+
+@pytest.fixture(scope="module")
+def bert_srv(models, bert):
+    s = Server(models[0], bert)
+    yield s
+    s.stop()
+
+
+def test_a_bert_reads_cls_text_sep_and_gives_llama_cpps_embedding(bert_srv, bert):
+    """As llama-server reads a text for a BERT (add_special: [CLS] before it, [SEP] after it), the
+    pooled embedding llama.cpp gives those tokens, normalised or not."""
+    words = [tm.BERT_VOCAB.index("\u2581" + w) for w in ("hello", ",", "world")]
+    tokens = [tm.CLS_ID, *words, tm.SEP_ID]
+    raw = reference(bert.path, tokens, bert.n_ctx)
+    status, data = embed(bert_srv, {"input": BERT_TEXTS[0], "embd_normalize": -1})
+    assert status == 200 and data["usage"]["prompt_tokens"] == len(tokens), data
+    np.testing.assert_array_equal(vectors(data)[0], raw)
+    [normalised] = vectors(embed(bert_srv, {"input": BERT_TEXTS[0]})[1])
+    np.testing.assert_allclose(normalised, raw / np.linalg.norm(raw.astype(np.float64)), rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(vectors(embed(bert_srv, {"input": tokens})[1])[0], normalised)
+
+
+def test_a_bert_batch_is_each_input_alone(bert_srv):
+    alone = [vectors(embed(bert_srv, {"input": text})[1])[0] for text in BERT_TEXTS]
+    status, data = embed(bert_srv, {"input": BERT_TEXTS})
+    assert status == 200 and data["usage"]["prompt_tokens"] == 5 + 5 + 2
+    for got, one in zip(vectors(data), alone):
+        np.testing.assert_array_equal(got, one)
+
+
+def test_a_bert_takes_what_its_positions_hold(bert_srv):
+    """512 tokens, [CLS] and [SEP] among them: one more is refused as a prompt too long is."""
+    assert embed(bert_srv, {"input": " ".join(["dog"] * 510)})[0] == 200
+    status, data = embed(bert_srv, {"input": ["dog", " ".join(["dog"] * 511)]})
+    assert (status, data["error"]["code"]) == (400, "context_length_exceeded")
+    assert "input[1] is 513 tokens but the embedding model's context holds 512" in data["error"]["message"]
+    assert [(m["id"], m["context_length"]) for m in bert_srv.get("/v1/models")["data"]][1] == ("bge.gguf", 512)
