@@ -45,7 +45,7 @@ from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, SpecllmError
 from specllm.files import open_files_hint
-from specllm.llama.embeddings import describe_embeddings
+from specllm.llama.embeddings import describe_embeddings, embedding_limit
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
@@ -430,8 +430,8 @@ class EngineWorker:
             tokens = item
         if not tokens:
             raise ApiError(400, f"{field} is empty: it has no tokens to embed", "input")
-        if len(tokens) > embedder.n_ctx:
-            message = f"{field} is {len(tokens)} tokens but the embedding model's context holds {embedder.n_ctx}"
+        if len(tokens) > (limit := embedding_limit(embedder)):
+            message = f"{field} is {len(tokens)} tokens but the embedding model's context holds {limit}"
             raise ApiError(400, message, "input", "context_length_exceeded")
         return tokens
 
@@ -648,7 +648,7 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
         access(request, 200, "")
         listed = [model_entry(settings.model, engine.target.n_ctx)]
         if embedder is not None:
-            listed.append(model_entry(worker.embedding_name, embedder.n_ctx))
+            listed.append(model_entry(worker.embedding_name, embedding_limit(embedder)))
         return {"object": "list", "data": listed}
 
     @app.api_route(PAGE_PATH, methods=["GET", "HEAD"], response_class=HTMLResponse)

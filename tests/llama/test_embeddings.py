@@ -129,3 +129,19 @@ def test_a_berts_context_is_its_training_context(berts, arch, trained):
             model.embed([tm.CLS_ID] * (trained + 1))
     finally:
         model.close()
+
+
+def test_a_bert_of_fewer_positions_than_the_smallest_context_takes_no_more(tmp_path):
+    """llama.cpp's smallest context is 256 tokens: a BERT of 128 positions given a longer text there
+    reads past its position embeddings, and llama.cpp aborts the process."""
+    path = tm.write_model(tmp_path / "short.gguf", arch="bert", seed=5, pooling_type=CLS, n_ctx_train=128)
+    model = open_embedding_model(path, OPTIONS)
+    try:
+        assert (model.n_ctx, model.n_batch) == (256, 128)
+        assert describe_embeddings(model) == "embeddings short.gguf (cls pooling, 128 tokens)"
+        tokens = [tm.CLS_ID, *(WORD_IDS * 13)[:126], tm.SEP_ID]
+        np.testing.assert_array_equal(model.embed(tokens), reference(path, tokens, model.n_ctx))
+        with pytest.raises(ValueError, match="an embedding takes 1 to n_batch=128 tokens"):
+            model.embed([*tokens, tm.SEP_ID])
+    finally:
+        model.close()

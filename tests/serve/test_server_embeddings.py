@@ -313,3 +313,21 @@ def test_a_bert_takes_what_its_positions_hold(bert_srv):
     assert (status, data["error"]["code"]) == (400, "context_length_exceeded")
     assert "input[1] is 513 tokens but the embedding model's context holds 512" in data["error"]["message"]
     assert [(m["id"], m["context_length"]) for m in bert_srv.get("/v1/models")["data"]][1] == ("bge.gguf", 512)
+
+
+def test_a_bert_of_128_positions_refuses_a_longer_text_and_answers_on(models, tmp_path):
+    """Its context is llama.cpp's smallest, 256 tokens, but a text may have 128: a longer one read
+    past its position embeddings, and llama.cpp aborted the server."""
+    mean = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+    path = tm.write_model(tmp_path / "short.gguf", arch="bert", seed=5, pooling_type=mean, n_ctx_train=128)
+    embedder = open_embedding_model(path, ModelOptions(n_ctx=4096, n_threads=1))
+    srv = Server(models[0], embedder)
+    try:
+        assert srv.get("/v1/models")["data"][1]["context_length"] == 128
+        status, data = embed(srv, {"input": " ".join(["dog"] * 127)})
+        assert (status, data["error"]["code"]) == (400, "context_length_exceeded")
+        assert "input[0] is 129 tokens but the embedding model's context holds 128" in data["error"]["message"]
+        assert embed(srv, {"input": " ".join(["dog"] * 126)})[0] == 200
+    finally:
+        srv.stop()
+        embedder.close()
