@@ -1,8 +1,8 @@
 """Tiny, real GGUF models for the test-suite, written with the `gguf` package.
 
 No downloads and no mocks: `write_model` produces a file that llama.cpp loads and runs like any other
-model of its architecture, only with random weights (64-dim, ~570 tokens, 0.6-1.2 MB, all F32). This
-module is pure `gguf` + `numpy`; it never imports llama_cpp.
+model of its architecture, only with random weights (64-dim, ~570 tokens, 0.6-1.2 MB, all F32; the
+BERT family's 183 tokens, 0.4 MB). This module is pure `gguf` + `numpy`; it never imports llama_cpp.
 
 Architectures (`write_model(..., arch=...)`, see ARCHS):
 
