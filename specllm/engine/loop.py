@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import numpy as np
 
 from specllm.engine import calibration
+from specllm.engine.constrained import GrammarRows
 from specllm.engine.drafters import (
     CPU_MIN_MATCH,
     GPU_MIN_MATCH,
@@ -50,6 +51,7 @@ from specllm.errors import (
     whole_number,
 )
 from specllm.files import human_size
+from specllm.llama.grammar import Grammar, schema_grammar, schema_text
 from specllm.llama.model import Model, MtpHead, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
@@ -78,9 +80,19 @@ class GenerationConfig:
     # spaces or tabs than this (0: off), and at a line break once this many seconds have passed.
     min_indent: int = 0
     line_seconds: float | None = None
+    # Structured output: a GBNF grammar the text must follow, or a JSON schema (a dict, or its JSON
+    # text; {} is any JSON object) it must be JSON of. One of them at most.
+    grammar: str | None = None
+    json_schema: dict | str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "stop", stop_strings(self.stop))
+        if self.grammar is not None and self.json_schema is not None:
+            raise SpecllmError("give a grammar or a JSON schema, not both")
+        if self.grammar is not None and not isinstance(self.grammar, str):
+            raise SpecllmError(f"a grammar is GBNF text (a str), not {type(self.grammar).__name__}")
+        if self.json_schema is not None:  # kept as JSON text: the config stays hashable
+            object.__setattr__(self, "json_schema", schema_text(self.json_schema))
         object.__setattr__(self, "min_indent", whole_number("min_indent", self.min_indent))
         if self.min_indent < 0:
             raise SpecllmError(f"min_indent must be >= 0, got {self.min_indent}")
@@ -118,6 +130,8 @@ class GenerationOptions(TypedDict, total=False):
     stop: str | Sequence[str] | None
     min_indent: int
     line_seconds: float | None
+    grammar: str | None
+    json_schema: dict | str | None
     temperature: float
     top_k: int
     top_p: float
@@ -887,6 +901,15 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
+def output_grammar(target: Model, config: GenerationConfig) -> Grammar | None:
+    """The grammar the generation's text must follow, over the target's vocabulary, or None."""
+    if config.json_schema is not None:
+        return Grammar(target, schema_grammar(config.json_schema))
+    if config.grammar is not None:
+        return Grammar(target, config.grammar)
+    return None
+
+
 def check_snapshots(drafter: str, gamma: int | None, target: Model) -> None:
     """A hybrid target takes back rejected draft tokens with its recurrent-state snapshots: a fixed
     drafter's draft must fit in them (auto's gamma is only its longest, and auto keeps within them)."""
@@ -958,6 +981,7 @@ class _Run:
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.longest_draft = longest_draft(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
+        self.grammar = output_grammar(target, config)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
         self.generated: list[int] = []
@@ -1070,7 +1094,9 @@ class _Run:
         t0 = time.perf_counter()
         if draft.tokens and self.target.recurrent and len(draft.tokens) > self.target.snapshots:
             self.target.checkpoint()  # more than its snapshots can take back
-        verdict = self._verify(draft)
+        verdict, rows = self._verify(draft)
+        if isinstance(rows, GrammarRows):
+            self.grammar = rows.advance(verdict.n_accepted, verdict.token)
         verify_seconds = time.perf_counter() - t0
         self.stats.verify_seconds += verify_seconds
         self.stats.draft_seconds += draft.seconds
@@ -1092,11 +1118,20 @@ class _Run:
         logits = self.target.eval([self.context[-1], *draft.tokens[:n]], n + 1)
         try:
             if self.sampler.greedy:
-                return verify_greedy(draft.tokens, _LazyRows(logits, greedy_token))
-            distributions = _LazyRows(logits, lambda row: sparse_distribution(row, self.sampler))
-            return verify_sampled(draft.tokens, draft.q, distributions, self.rng)
+                argmax = self._rows(logits, greedy_token, draft.tokens)
+                return verify_greedy(draft.tokens, argmax), argmax
+            distributions = self._rows(logits, lambda row: sparse_distribution(row, self.sampler), draft.tokens)
+            return verify_sampled(draft.tokens, draft.q, distributions, self.rng), distributions
         except LogitsNotFinite:
             raise LogitsNotFinite(f"the target model ({self.target.path.name})") from None
+
+    def _rows(
+        self, logits: np.ndarray, read: Callable[[np.ndarray], RowT], draft: list[int]
+    ) -> "_LazyRows[RowT] | GrammarRows[RowT]":
+        """The target rows as verification reads them: masked by the grammar, if there is one."""
+        if self.grammar is None:
+            return _LazyRows(logits, read)
+        return GrammarRows(logits, read, self.grammar, draft, self.sampler)
 
     def _emit(self, drafted: list[int], kept: list[int], token: int, source: str) -> tuple[Step, str | None]:
         """Append the accepted tokens and the target's token, honouring EOS, max tokens, stops.

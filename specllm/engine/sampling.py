@@ -14,6 +14,7 @@ not a finite number (the model's computation broke down) raises LogitsNotFinite.
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -194,6 +195,34 @@ def candidates(logits: np.ndarray, s: SamplerSettings) -> tuple[np.ndarray, np.n
     with np.errstate(over="ignore"):
         tempered = (x[:keep] - x[0]) / s.temperature
     return ids[:keep], _softmax_sorted(tempered)
+
+
+# Tokens checked against a grammar first, by decreasing logit (then 8 times as many, and so on)
+_ALLOWED_FIRST = 64
+
+
+def masked(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray], s: SamplerSettings) -> np.ndarray:
+    """The row with every token that `allowed` (a grammar: ids -> which of them it allows) refuses
+    set to -inf, before the chain, as far as the chain can tell them apart. Greedy reads only the
+    best allowed token and top-k only the k best, so the tokens are checked best first, a widening
+    head at a time, until that many are allowed. A head is a prefix of the chain's own order (by
+    decreasing logit, ties by id), so the k best allowed tokens in it are the k best of the row, and
+    the chain keeps the same tokens with the same probabilities as over the whole masked row.
+    Without top-k, top-p and min-p measure the whole allowed mass: every token is checked."""
+    x = _numbers_only(logits)
+    need = 1 if s.greedy else s.top_k if 0 < s.top_k < x.size else x.size
+    head = _ALLOWED_FIRST if need < x.size else x.size
+    while True:
+        ids = np.arange(x.size) if head >= x.size else _top_k(x, head)
+        keep = ids[allowed(ids)]
+        if keep.size >= need or ids.size == x.size:
+            break
+        head *= 8
+    if keep.size == 0:
+        raise SpecllmError("the grammar allows no token of this vocabulary at this point of the text")
+    row = np.full(x.size, -np.inf, dtype=x.dtype)
+    row[keep] = x[keep]
+    return row
 
 
 def greedy_token(logits: np.ndarray) -> int:

@@ -1,0 +1,151 @@
+"""Structured output: llama.cpp's GBNF grammar sampler over a model's vocabulary, and JSON schemas
+turned into GBNF as llama-cpp-python does.
+
+A Grammar is a parse state: `allowed` says which of some token ids may come next (llama.cpp's
+sampler sets the others' logits to -inf: a token whose text the grammar cannot take, an empty or
+control piece, an end-of-generation token before the grammar can end), `accept` advances it over a
+token, `clone` copies it (a speculative step reads each draft position under the state after the
+draft tokens before it).
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import sys
+import tempfile
+
+import llama_cpp as L
+import numpy as np
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from specllm.errors import SpecllmError
+from specllm.llama.log import recent_errors
+from specllm.llama.model import Model
+
+# llama_token_data, as numpy lays it out: a whole-vocabulary array is built without a Python loop
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+_EMPTY_OBJECT_SCHEMA = {"type": "object"}  # what llama-server makes of a schema given as {}
+
+
+class GrammarInvalid(SpecllmError):
+    """A grammar or JSON schema llama.cpp cannot take."""
+
+
+class Grammar:
+    """A grammar's parse state over `model`'s vocabulary (llama.cpp's grammar sampler)."""
+
+    def __init__(self, model: Model, text: str, *, _sampler=None):
+        self.model = model
+        if _sampler is not None:
+            self._sampler = _sampler
+            return
+        if not isinstance(text, str) or not text.strip():
+            raise GrammarInvalid("the grammar is empty")
+        recent_errors.clear()
+        try:
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise GrammarInvalid("the grammar is not valid UTF-8 text") from None
+        with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
+            sampler = L.llama_sampler_init_grammar(model._vocab, encoded, b"root")
+        if not sampler:
+            raise GrammarInvalid(f"the grammar does not parse: {_why(printed)}")
+        self._sampler = sampler
+
+    def clone(self) -> "Grammar":
+        return Grammar(self.model, "", _sampler=L.llama_sampler_clone(self._sampler))
+
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` the grammar allows next, as a boolean array in their order."""
+        data = np.zeros(len(ids), dtype=_TOKEN_DATA)
+        data["id"] = ids
+        array = L.llama_token_data_array(
+            data=data.ctypes.data_as(L.llama_token_data_p), size=len(ids), selected=-1, sorted=False
+        )
+        L.llama_sampler_apply(self._sampler, ctypes.byref(array))
+        return data["logit"] == 0
+
+    def accept(self, token: int) -> None:
+        """Advance over `token`. An end of generation leaves the state as it is (nothing follows
+        it). llama.cpp aborts the process on a token the grammar forbids, so that is refused here."""
+        if self.model.is_eog(token):
+            return
+        if not self.allowed(np.array([token]))[0]:
+            raise SpecllmError(f"token {token} is not allowed by the grammar here")
+        L.llama_sampler_accept(self._sampler, token)
+
+    def close(self) -> None:
+        sampler, self._sampler = getattr(self, "_sampler", None), None
+        if sampler:
+            L.llama_sampler_free(sampler)
+
+    def __del__(self):
+        self.close()
+
+
+def schema_text(schema: object) -> str:
+    """A JSON schema (a dict, or its JSON text) as JSON text, checked to be a JSON object and to
+    turn into a grammar."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
+    try:
+        text = json.dumps(schema)
+    except (TypeError, ValueError) as e:
+        raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
+    schema_grammar(text)
+    return text
+
+
+def schema_grammar(schema: object) -> str:
+    """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it; {} is any
+    JSON object, as in llama-server."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
+    try:
+        return json_schema_to_gbnf(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
+    except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
+        raise GrammarInvalid(f"the JSON schema cannot be turned into a grammar: {_message(e)}") from None
+
+
+@contextlib.contextmanager
+def _stderr_kept():
+    """What the C code prints on file descriptor 2 meanwhile, kept from the terminal: a list that
+    holds the text once the block ends."""
+    printed: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        try:
+            yield printed
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            kept.seek(0)
+            printed.append(kept.read().decode("utf-8", errors="replace"))
+
+
+def _why(printed: list[str]) -> str:
+    """llama.cpp's reason for refusing a grammar: the line it printed, or its error log's."""
+    said = re.search(r"error parsing grammar: (.*)", "".join(printed))
+    if said:
+        return said.group(1).strip()
+    lines = [line.split(": ", 1)[-1] for line in recent_errors if "failed to parse grammar" not in line]
+    return lines[0] if lines else "llama.cpp refused it"
+
+
+def _message(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

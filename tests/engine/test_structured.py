@@ -1,0 +1,248 @@
+"""Structured output (a GBNF grammar, a JSON schema) on real tiny models: the target's distribution
+at each position is the sampler chain over the logits with every token the grammar forbids there
+set to -inf, and speculation gives exactly that distribution."""
+
+import json
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from stats import SAMPLER, chi_square_pvalue
+
+from specllm.engine.loop import Engine, GenerationConfig
+from specllm.engine.sampling import SamplerSettings, distribution, greedy_token, masked
+from specllm.errors import SpecllmError
+from specllm.llama.grammar import Grammar, GrammarInvalid, schema_grammar
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+
+OPTIONS = ModelOptions(n_ctx=256, n_threads=1)
+# A schema whose every value is short, so the tiny models' JSON ends well within max_tokens
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer"},  # llama-cpp-python's converter ignores minimum and maximum
+        "ok": {"type": "boolean"},
+        "tag": {"enum": ["red", "green", "blue"]},
+    },
+    "required": ["name", "age", "ok", "tag"],
+    "additionalProperties": False,
+}
+WORDS = 'root ::= [a-z ]+ "."'  # lower-case words: most of a tiny model's likely tokens fit
+DIGITS = "root ::= [0-9]+"
+PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Targets of two seeds, each with a draft that agrees with it about 80% of the time."""
+    d = tmp_path_factory.mktemp("structured")
+    pairs = []
+    for seed in (0, 3):
+        target = tm.write_model(d / f"target{seed}.gguf", seed=seed)
+        draft = tm.write_model(d / f"draft{seed}.gguf", seed=seed, noise=tm.DRAFT_NOISE, noise_seed=1)
+        pairs.append((target, draft))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def engines(models):
+    loaded = [Engine(Model(t, OPTIONS), Model(d, OPTIONS)) for t, d in models]
+    yield loaded
+    for e in loaded:
+        e.close()
+
+
+def brute_force_mask(grammar: Grammar, n_vocab: int) -> np.ndarray:
+    """Which tokens the grammar allows, asked one token at a time."""
+    return np.array([grammar.allowed(np.array([t]))[0] for t in range(n_vocab)])
+
+
+def reference_greedy(target_path, prompt_ids, grammar_text, max_tokens):
+    """Target-only greedy decoding under the definition: argmax over the tokens the grammar allows,
+    found by trying each token, one model call per token."""
+    model = Model(target_path, OPTIONS)
+    grammar, out = Grammar(model, grammar_text), []
+    while len(out) < max_tokens:
+        row = model.sync(prompt_ids + out, n_logits=1)[0].copy()
+        row[~brute_force_mask(grammar, model.n_vocab)] = -np.inf
+        token = int(np.argmax(row))
+        if model.is_eog(token):
+            break
+        grammar.accept(token)
+        out.append(token)
+    model.close()
+    return out
+
+
+def check_schema(text: str) -> None:
+    value = json.loads(text)
+    assert set(value) == {"name", "age", "ok", "tag"}
+    assert isinstance(value["name"], str)  # at most 6 characters to llama.cpp, which takes stray bytes as some
+    assert isinstance(value["age"], int) and not isinstance(value["age"], bool)
+    assert isinstance(value["ok"], bool) and value["tag"] in ("red", "green", "blue")
+
+
+def greedy(engine, prompt, drafter, gamma=4, **kwargs):
+    return engine.generate(prompt, max_tokens=80, temperature=0, drafter=drafter, gamma=gamma, **kwargs)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_greedy_json_schema_is_the_same_with_every_drafter(engines, gamma):
+    for engine in engines:
+        for prompt in PROMPTS:
+            expected = greedy(engine, prompt, "none", json_schema=SCHEMA)
+            assert expected.stop_reason == "eos"  # the grammar ended it: the tiny models never do
+            check_schema(expected.text)
+            for drafter in ("model", "ngram", "auto"):
+                result = greedy(engine, prompt, drafter, gamma, json_schema=SCHEMA)
+                assert result.tokens == expected.tokens, (prompt, drafter)
+
+
+def test_greedy_speculation_under_a_grammar_really_drafts_and_rejects(engines):
+    """Guard against a vacuous equality: draft tokens were accepted, and some were rejected."""
+    stats = [greedy(e, p, "model", 4, grammar=WORDS).stats for e in engines for p in PROMPTS]
+    assert sum(s.n_accepted for s in stats) > 20
+    assert sum(s.n_drafted - s.n_accepted for s in stats) > 5
+
+
+def test_greedy_under_a_grammar_is_the_argmax_over_the_allowed_tokens(models, engines):
+    for (target, _), engine in zip(models, engines):
+        for prompt in PROMPTS[:2]:
+            ids = engine.prompt_tokens(prompt)
+            for grammar in (WORDS, schema_grammar(SCHEMA)):
+                expected = reference_greedy(target, ids, grammar, 40)
+                for drafter in ("none", "model"):
+                    result = engine.generate(ids, max_tokens=40, temperature=0, drafter=drafter, grammar=grammar)
+                    assert result.tokens == expected, (prompt, drafter)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        SamplerSettings(temperature=0),
+        SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+        SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0),
+        SamplerSettings(temperature=0.7, top_k=0, top_p=0.9, min_p=0.02),
+        SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+    ],
+)
+def test_masked_row_matches_a_brute_force_mask(models, sampler):
+    """One row's masked distribution, checked against the mask found by trying each token: the
+    cheap path (the best tokens checked first) keeps the same tokens with the same probabilities.
+    Digits are few and far down a row: the head checked first has to widen. A row rounded to
+    whole numbers has ties at every head's edge."""
+    model = Model(models[0][0], OPTIONS)
+    cases = [("Hello", WORDS, 0), ("x", schema_grammar(SCHEMA), 2), ("Hello", DIGITS, 0), ("Hello", DIGITS, 1)]
+    for prompt, grammar_text, advance in cases:
+        ids = model.tokenize(prompt)
+        grammar = Grammar(model, grammar_text)
+        for _ in range(advance):  # into the middle of the text: another state
+            row = model.sync(ids, n_logits=1)[0]
+            token = greedy_token(masked(row, grammar.allowed, SamplerSettings(temperature=0)))
+            grammar.accept(token)
+            ids = ids + [token]
+        row = model.sync(ids, n_logits=1)[0]
+        allowed = brute_force_mask(grammar, model.n_vocab)
+        for logits in (row, np.round(row * 2).astype(np.float32)):
+            reference = logits.copy()
+            reference[~allowed] = -np.inf
+            got = masked(logits, grammar.allowed, sampler)
+            assert np.array_equal(distribution(got, sampler), distribution(reference, sampler))
+    model.close()
+
+
+def test_end_of_generation_only_where_the_grammar_can_end(models):
+    model = Model(models[0][0], OPTIONS)
+    eog = [t for t in range(model.n_vocab) if model.is_eog(t)]
+    grammar = Grammar(model, 'root ::= "ab" "c"?')
+    everything = np.arange(model.n_vocab)
+    assert not grammar.allowed(np.array(eog)).any()
+    for piece in "ab":
+        grammar.accept(piece_token(model, piece))
+    assert grammar.allowed(np.array(eog)).all()  # "ab" is a whole match, "abc" one too
+    grammar.accept(piece_token(model, "c"))
+    allowed = everything[grammar.allowed(everything)]
+    assert sorted(allowed) == eog  # complete: nothing but the end
+    model.close()
+
+
+def piece_token(model: Model, text: str) -> int:
+    return next(t for t in range(model.n_vocab) if model.piece(t) == text.encode())
+
+
+def test_the_grammar_ends_the_generation(engines):
+    for drafter in ("none", "model", "ngram"):
+        r = engines[0].generate("Hello", max_tokens=50, temperature=0, drafter=drafter, grammar='root ::= "no" "."')
+        assert (r.text, r.stop_reason) == ("no.", "eos")
+
+
+@pytest.mark.parametrize(
+    "drafter, prompt",
+    [("model", "the cat is in the house and the cat is in the"), ("ngram", " ".join("abc" * 5))],
+)
+def test_sampled_first_tokens_follow_the_masked_target_distribution(models, engines, drafter, prompt):
+    """The joint distribution of the first three tokens under a grammar, sampled with three-token
+    drafts (the draft model's, n-gram copies), against target-only's exact one (brute-force masks)."""
+    engine = engines[0]
+    ids = engine.prompt_tokens(prompt)
+    joint = masked_joint_distribution(models[0][0], ids, WORDS)
+    cells = sorted(joint)
+    counts, drafted, accepted, n = dict.fromkeys(cells, 0), 0, 0, 3000
+    for seed in range(n):
+        kwargs = SAMPLER.__dict__ | {"seed": seed}
+        r = engine.generate(ids, max_tokens=4, gamma=3, drafter=drafter, grammar=WORDS, **kwargs)
+        counts[tuple(r.tokens[:3])] += 1  # a KeyError: a sequence the masked target cannot produce
+        drafted += r.stats.n_drafted
+        accepted += r.stats.n_accepted
+    assert drafted > n  # drafts were made, and the draft model's often accepted (n-gram copies are not)
+    assert accepted > n / 20 or drafter == "ngram"
+    observed = np.array([counts[c] for c in cells])
+    assert chi_square_pvalue(observed, np.array([joint[c] for c in cells])) > 1e-3
+
+
+def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
+    """P(t_1..t_depth) of target-only sampling with SAMPLER under the grammar, exactly."""
+    model = Model(target_path, OPTIONS)
+    joint = {(): (1.0, Grammar(model, grammar_text))}
+    for _ in range(depth):
+        grown = {}
+        for prefix, (prob, grammar) in joint.items():
+            row = model.sync(prompt_ids + list(prefix), n_logits=1)[0].copy()
+            row[~brute_force_mask(grammar, model.n_vocab)] = -np.inf
+            p = distribution(row, SAMPLER)
+            for t in np.flatnonzero(p):
+                after = grammar.clone()
+                after.accept(int(t))
+                grown[prefix + (int(t),)] = (prob * p[t], after)
+        joint = grown
+    model.close()
+    return {prefix: prob for prefix, (prob, _) in joint.items()}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"grammar": "root ::= foo"}, "the grammar does not parse: Undefined rule identifier 'foo'"),
+        ({"grammar": 'root ::= "x'}, "the grammar does not parse: unexpected end of input"),
+        ({"grammar": 'start ::= "x"'}, "the grammar does not parse: grammar does not contain a 'root' symbol"),
+        ({"grammar": "  "}, "the grammar is empty"),
+        ({"json_schema": "{"}, "the JSON schema is not JSON: "),
+        ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
+        ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
+        ({"json_schema": {}, "grammar": 'root ::= "x"'}, "give a grammar or a JSON schema, not both"),
+    ],
+)
+def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
+    with pytest.raises(SpecllmError) as error:
+        engines[0].generate("Hello", max_tokens=4, **options)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert capfd.readouterr().err == ""  # llama.cpp's own print of the error is kept off the terminal
+
+
+def test_an_empty_schema_is_any_json_object(engines):
+    r = engines[0].generate("Hello", max_tokens=60, temperature=0, json_schema={})
+    assert r.text.lstrip().startswith("{")
+    assert GenerationConfig(json_schema={}).json_schema == "{}"
+    assert issubclass(GrammarInvalid, SpecllmError)
