@@ -21,8 +21,6 @@ from specllm.serve.openai_api import UNSUPPORTED, ApiError, BaseRequest, Gap, Re
 # llama.cpp's fields that ask for what specllm does not do, and their values that ask nothing.
 LLAMA_UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "n_probs": (None, 0),
-    "grammar": (None, ""),
-    "json_schema": (None, {}),
     "repeat_penalty": (None, 1, 1.0),
     "mirostat": (None, 0, 0.0),  # 1 and 2 are samplers of their own (Continue's llama.cpp provider sends it)
     "lora": (None, []),

@@ -33,6 +33,7 @@ from specllm.errors import (
     NoMtpLayers,
     SpecllmError,
 )
+from specllm.llama.grammar import GrammarInvalid, schema_text
 from specllm.llama.templates import TEMPLATE_VARIABLES
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
@@ -70,6 +71,8 @@ class ApiError(Exception):
             return cls(400, str(error), "gamma")
         if isinstance(error, ContextFull):
             return cls(400, f"{error}: shorten the prompt", code="context_length_exceeded")
+        if isinstance(error, GrammarInvalid):  # a schema's is found by the request's check
+            return cls(400, str(error), "grammar")
         if isinstance(error, DraftNotLoaded):  # the server's file, not the request
             return cls(500, f"the draft model could not be loaded: {error}")
         return cls(400, str(error))
@@ -90,7 +93,7 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
     "logit_bias": (None, {}),
-    "response_format": (None, {"type": "text"}),
+    "response_format": (None, {"type": "text"}),  # chat requests take it (ChatRequest.response_format)
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "echo": (None, False),
@@ -103,6 +106,14 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
 def asks_nothing(value: object, harmless: tuple[object, ...]) -> bool:
     """Whether `value` is one of `harmless`, type and all: in Python 0 == False and 1 == True."""
     return any(type(value) is type(h) and value == h for h in harmless)
+
+
+def check_schema(schema: dict, param: str) -> None:
+    """A JSON schema that cannot be turned into a grammar is the request's fault: a 400 naming it."""
+    try:
+        schema_text(schema)
+    except GrammarInvalid as e:
+        raise ApiError(400, f"{param}: {e}", param) from None
 
 
 class StreamOptions(BaseModel):
@@ -135,6 +146,10 @@ class BaseRequest(BaseModel):
     drafter: str | None = None  # extension: auto | model | mtp | ngram | none
     gamma: int | None = Field(None, ge=1)  # extension: draft length
     specllm_steps: bool = False  # extension: streamed chunks carry each step's draft (specllm_step)
+    # llama-server's structured output, which its OpenAI endpoints take too: a GBNF grammar, or a
+    # JSON schema ({}: any JSON object)
+    grammar: str | None = None
+    json_schema: dict | None = None
 
     def check(self) -> None:
         """What the types alone do not say."""
@@ -149,6 +164,17 @@ class BaseRequest(BaseModel):
         for name, harmless in self.UNSUPPORTED_FIELDS.items():
             if not asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
+        if self.grammar and self.json_schema is not None:  # as llama-server refuses them
+            raise ApiError(400, "give a grammar or a json_schema, not both", "grammar")
+        if self.json_schema is not None:
+            check_schema(self.json_schema, "json_schema")
+
+    @property
+    def structure(self) -> dict:
+        """GenerationConfig's grammar or json_schema, where the request asks for structured output."""
+        if self.json_schema is not None:
+            return {"json_schema": self.json_schema}
+        return {"grammar": self.grammar} if self.grammar else {}
 
     @property
     def requested_tokens(self) -> int | None:
@@ -290,8 +316,36 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str | None = None  # OpenAI's requires it; llama-server reads only the schema
+    schema_: dict | None = Field(None, alias="schema")  # none given: any JSON object, as llama-server reads it
+    strict: bool | None = None  # the output always follows the schema: strict or not
+    description: str | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format, as llama-server reads it: JSON mode (any JSON object, or the
+    `schema` llama-server also takes there) or a JSON schema."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict | None = Field(None, alias="schema")
+
+    @property
+    def output_schema(self) -> dict | None:
+        """The schema the output must follow, or None for plain text."""
+        if self.type == "json_object":
+            return self.schema_ or {}
+        if self.type == "json_schema":
+            return (self.json_schema.schema_ if self.json_schema else None) or {}
+        return None
+
+
 class ChatRequest(BaseRequest):
     messages: list[Message] = Field(min_length=1)
+    response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -321,6 +375,12 @@ class ChatRequest(BaseRequest):
             raise ApiError(400, message, "chat_template_kwargs")
         if self.reasoning_effort is not None and not self.reasoning_effort.strip():
             raise ApiError(400, "reasoning_effort: give a level (low, medium, high) or none", "reasoning_effort")
+        if self.response_format is not None and self.response_format.output_schema is not None and super().structure:
+            raise ApiError(400, "give response_format or a grammar or json_schema, not two of them", "response_format")
+        if self.response_format is not None and self.response_format.output_schema is not None:
+            check_schema(self.response_format.output_schema, "response_format")
+        if self.offered_tools and self.structure:  # as llama-server refuses them
+            raise ApiError(400, "tools cannot be offered with a grammar or response_format", "tools")
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) < len(names):
             raise ApiError(400, "tools: two tools have the same name", "tools")
@@ -341,6 +401,11 @@ class ChatRequest(BaseRequest):
         elif self.reasoning_effort is not None:
             variables["reasoning_effort"] = self.reasoning_effort
         return variables or None
+
+    @property
+    def structure(self) -> dict:
+        schema = self.response_format.output_schema if self.response_format is not None else None
+        return {"json_schema": schema} if schema is not None else super().structure
 
     @property
     def offered_tools(self) -> list[Tool]:

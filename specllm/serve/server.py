@@ -509,6 +509,7 @@ class EngineWorker:
             seed=seed,
             **request.sampler,
             **request.limits,
+            **request.structure,
         )
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the

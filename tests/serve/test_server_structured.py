@@ -1,0 +1,112 @@
+"""Structured output over HTTP: OpenAI's response_format on chat, llama-server's grammar and
+json_schema on every generating endpoint, and one-line 400s for what cannot be done."""
+
+import json
+
+import pytest
+from serving import CTX, Server, serve_log
+
+import specllm
+
+MESSAGES = [{"role": "user", "content": "Hello"}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["red", "green"]}},
+    "required": ["ok", "tag"],
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=CTX, n_threads=1, defer_draft=True)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(engine):
+    with serve_log():
+        s = Server(engine)
+        yield s
+        s.stop()
+
+
+def post(srv, path, **body):
+    return srv.post(path, json.dumps(body).encode())
+
+
+def chat(srv, **body):
+    status, data = post(srv, "/v1/chat/completions", messages=MESSAGES, temperature=0, max_tokens=100, **body)
+    assert status == 200, data
+    return data["choices"][0]["message"]["content"], data["choices"][0]["finish_reason"]
+
+
+def check_schema(text):
+    value = json.loads(text)
+    assert set(value) == {"ok", "tag"} and isinstance(value["ok"], bool) and value["tag"] in ("red", "green")
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}},
+        {"type": "json_object", "schema": SCHEMA},  # llama-server's json_object with a schema
+    ],
+)
+def test_chat_response_format_json_schema(srv, response_format):
+    text, finish = chat(srv, response_format=response_format, drafter="model", gamma=3)
+    check_schema(text)
+    assert finish == "stop"  # the grammar ended it
+
+
+def test_chat_response_format_json_object_is_any_object(srv, engine):
+    text, finish = chat(srv, response_format={"type": "json_object"})
+    assert json.loads(text) == {} and finish == "stop"  # this model's greedy object: "{ }"
+    prompt = engine.chat_prompt("Hello")
+    assert text == engine.generate(prompt, max_tokens=100, temperature=0, json_schema={}).text
+    assert chat(srv, response_format={"type": "json_schema", "json_schema": {"name": "any"}})[0] == text
+
+
+def test_chat_response_format_text_is_plain_text(srv):
+    assert chat(srv, response_format={"type": "text"}) == chat(srv)
+
+
+def test_chat_takes_llama_servers_fields(srv):
+    check_schema(chat(srv, json_schema=SCHEMA)[0])
+    assert chat(srv, grammar='root ::= "yes" | "no"')[0] in ("yes", "no")
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/completion"])
+def test_completions_take_grammar_and_json_schema(srv, path):
+    for body, check in [
+        ({"json_schema": SCHEMA}, check_schema),
+        ({"grammar": 'root ::= [0-9] [0-9]? "."'}, lambda text: text[:-1].isdigit() and text.endswith(".")),
+    ]:
+        status, data = post(srv, path, prompt="x", temperature=0, max_tokens=60, **body)
+        assert status == 200, data
+        text = data["choices"][0]["text"] if path == "/v1/completions" else data["content"]
+        assert check(text) is not False, text
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "message"),
+    [
+        ("/v1/chat/completions", {"grammar": "root ::= foo"}, "grammar", "the grammar does not parse: Undefined rule identifier 'foo'"),  # noqa: E501
+        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}, "response_format", "response_format: the JSON schema cannot be turned into a grammar"),  # noqa: E501
+        ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "Input should be"),
+        ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "json_schema": {}}, "response_format", "not two of them"),  # noqa: E501
+        ("/v1/chat/completions", {"grammar": 'root ::= "x"', "json_schema": {}}, "grammar", "not both"),
+        ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "cannot be offered with a grammar"),  # noqa: E501
+        ("/v1/completions", {"prompt": "x", "json_schema": {"$ref": "#/nowhere"}}, "json_schema", "json_schema: the JSON schema cannot be turned into a grammar"),  # noqa: E501
+        ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "not supported"),  # noqa: E501
+        ("/completion", {"prompt": "x", "grammar": 'root ::= "x'}, "grammar", "unexpected end of input"),
+    ],
+)  # fmt: skip
+def test_a_bad_grammar_or_schema_is_a_400(srv, path, body, param, message):
+    if path == "/v1/chat/completions":
+        body = {"messages": MESSAGES, **body}
+    status, data = post(srv, path, **body)
+    assert status == 400, data
+    error = data["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert message in error["message"] and "\n" not in error["message"]
