@@ -33,6 +33,8 @@ from specllm.cli.options import (
     DraftRpc,
     Gamma,
     GpuLayers,
+    GrammarOption,
+    JsonSchemaOption,
     LoadOptions,
     MaxTokens,
     MinP,
@@ -62,7 +64,7 @@ from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
 from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError, Terminated
-from specllm.files import check_writable, memory_limit_hint, open_files_hint
+from specllm.files import check_writable, memory_limit_hint, open_files_hint, read_text_file
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
 from specllm.serve import MAX_WAITING
@@ -223,6 +225,34 @@ def describe_models(engine) -> list[str]:
     return lines
 
 
+def output_structure(grammar: Path | None, json_schema: str | None) -> dict:
+    """--grammar's file and --json-schema's JSON (given, or in a file) as GenerationConfig's fields."""
+    if grammar is not None and json_schema is not None:
+        raise SpecllmError("give --grammar or --json-schema, not both")
+    if grammar is not None:
+        return {"grammar": read_option_file(grammar, "--grammar")}
+    if json_schema is None:
+        return {}
+    if json_schema.lstrip().startswith("{"):  # the schema itself: a file's name never starts so
+        return {"json_schema": json_schema}
+    from specllm.llama.grammar import GrammarInvalid, schema_text
+
+    text = read_option_file(Path(json_schema), "--json-schema")
+    try:
+        return {"json_schema": schema_text(text)}
+    except GrammarInvalid as e:
+        raise SpecllmError(f"--json-schema {json_schema}: {e}") from None
+
+
+def read_option_file(path: Path, option: str) -> str:
+    try:
+        return read_text_file(path, "utf-8-sig")  # a BOM, as some editors write, is no error
+    except OSError as e:
+        raise SpecllmError(f"cannot read {option} {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecllmError(f"cannot read {option} {path}: it is not UTF-8 text ({e.reason})") from None
+
+
 def check_options(max_tokens, drafter, gamma, sampler: dict, stop=(), ctx_size=None, system=None) -> None:
     """Refuse bad option values before any model is downloaded or loaded."""
     from specllm.engine.loop import check_gamma, make_config
@@ -315,6 +345,8 @@ def run(
     think: Think = None,
     reasoning_effort: ReasoningEffort = None,
     stop: Annotated[list[str] | None, typer.Option(help="Stop at this string (repeatable).")] = None,
+    grammar: GrammarOption = None,
+    json_schema: JsonSchemaOption = None,
     suffix: Annotated[
         str | None,
         typer.Option(
@@ -334,7 +366,10 @@ def run(
 
     seed = default_seed(seed)
     sampler = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    check_options(max_tokens, drafter, gamma, sampler, stop=tuple(stop or ()), ctx_size=ctx_size, system=system)
+    structure = output_structure(grammar, json_schema)
+    check_options(
+        max_tokens, drafter, gamma, sampler | structure, stop=tuple(stop or ()), ctx_size=ctx_size, system=system
+    )
     options = LoadOptions.pick(locals())
     options.check()
     show_llama_log(verbose)
@@ -352,7 +387,9 @@ def run(
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
-    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler)
+    config = make_config(
+        max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler, **structure
+    )
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
         check_fits(engine.target, text)  # else a huge prompt fails in the template, which takes the blame

@@ -130,6 +130,26 @@ Seed = Annotated[
     ),
 ]
 
+# --- structured output -------------------------------------------------------------------------
+GrammarOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--grammar",
+        parser=a_file,
+        metavar="<file>",
+        help="A GBNF grammar file (llama.cpp's grammars): the output follows it.",
+    ),
+]
+JsonSchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--json-schema",
+        parser=a_value,
+        metavar="<file|JSON>",
+        help="A JSON schema, in a file or given as JSON: the output is JSON that follows it ('{}': any object).",
+    ),
+]
+
 # --- loading -----------------------------------------------------------------------------------
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens, for each model.")]
 Threads = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: one per physical core).")]

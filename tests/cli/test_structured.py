@@ -1,0 +1,65 @@
+"""`specllm run --grammar FILE` and `--json-schema FILE|JSON`: the output follows them, and a bad
+file, grammar or schema is one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from one_line import assert_one_line_error
+
+SPECLLM = [sys.executable, "-m", "specllm"]
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def specllm_run(*args):
+    return subprocess.run(
+        SPECLLM + ["run", *map(str, args)], capture_output=True, text=True, env=dict(os.environ), timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def models(tiny_models):
+    return ["--target", tiny_models.target, "--draft", tiny_models.draft, "--threads", 1, "--ctx-size", 256]
+
+
+def run_json(models, *args):
+    proc = specllm_run("Hello", *models, "--temperature", 0, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_grammar_file(models, tmp_path):
+    grammar = tmp_path / "answer.gbnf"
+    grammar.write_text('root ::= ("yes" | "no") "."\n')
+    out = run_json(models, "--grammar", grammar)
+    assert out["text"] in ("yes.", "no.") and out["stop_reason"] == "eos"
+
+
+def test_json_schema_given_and_in_a_file(models, tmp_path):
+    given = run_json(models, "--json-schema", json.dumps(SCHEMA), "--drafter", "model", "--gamma", 3)
+    assert set(json.loads(given["text"])) == {"ok"} and given["stop_reason"] == "eos"
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA), encoding="utf-8-sig")  # a BOM is no error
+    assert run_json(models, "--json-schema", path)["text"] == given["text"]
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--grammar", "{dir}/missing.gbnf"], ["cannot read --grammar", "missing.gbnf: No such file"]),
+        (["--grammar", "{dir}"], ["cannot read --grammar", "it is a folder"]),
+        (["--grammar", "{dir}/bad.gbnf"], ["the grammar does not parse: Undefined rule identifier 'foo'"]),
+        (["--json-schema", "{dir}/missing.json"], ["cannot read --json-schema", "No such file"]),
+        (["--json-schema", "{dir}/bad.gbnf"], ["--json-schema", "bad.gbnf: the JSON schema is not JSON"]),
+        (["--json-schema", '{"type": 3}'], ["the JSON schema cannot be turned into a grammar"]),
+        (["--json-schema", "{bad"], ["the JSON schema is not JSON"]),
+        (["--json-schema", "{}", "--grammar", "{dir}/bad.gbnf"], ["give --grammar or --json-schema, not both"]),
+        (["--grammar", ""], ["the value is empty"]),
+    ],
+)
+def test_a_bad_grammar_or_schema_is_one_line(models, tmp_path, args, fragments):
+    (tmp_path / "bad.gbnf").write_text("root ::= foo\n")
+    proc = specllm_run("Hello", *models, *(a.replace("{dir}", str(tmp_path)) for a in args))
+    assert_one_line_error(proc, *fragments)
