@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
-from specllm.engine.sampling import SamplerSettings, Sparse, candidates, greedy_token, sample, top_probability
+from specllm.engine.sampling import (
+    SamplerSettings,
+    Sparse,
+    candidates,
+    greedy_token,
+    masked,
+    sample,
+    top_probability,
+)
 from specllm.errors import LogitsNotFinite
+from specllm.llama.grammar import Grammar
 from specllm.llama.model import Decoder
 
 
@@ -70,10 +79,21 @@ class ModelDrafter(NoDrafter):
 
     name = "model"
 
-    def __init__(self, model: Decoder, sampler: SamplerSettings, rng: np.random.Generator, name: str = "model"):
+    def __init__(
+        self,
+        model: Decoder,
+        sampler: SamplerSettings,
+        rng: np.random.Generator,
+        name: str = "model",
+        grammar: Callable[[], Grammar | None] = lambda: None,
+    ):
         self.model, self.name = model, name  # or the target's MTP head (llama.model.MtpHead): name "mtp"
         self.sampler = sampler
         self.rng = rng
+        # The generation's grammar now (structured output): the draft masks its rows as the target
+        # does, so that it proposes only what the target can accept. Its q is the masked
+        # distribution it draws from, which the p/q rule needs.
+        self.grammar = grammar
         self._checked = 0  # context tokens already checked against the draft's vocabulary
         self._blind = False  # the context holds a token outside the draft's vocabulary
 
@@ -123,7 +143,11 @@ class ModelDrafter(NoDrafter):
         confidences: list[float] = []
         calls = 1
         greedy = self.sampler.greedy
+        grammar = self.grammar()
+        state = grammar.clone() if grammar is not None else None  # advanced over the draft's own tokens
         while True:
+            if state is not None:
+                logits = masked(logits, _within(state), self.sampler)
             if greedy:  # q is one-hot
                 token = greedy_token(logits)
             else:
@@ -137,12 +161,36 @@ class ModelDrafter(NoDrafter):
                 token = int(ids[sample(p, self.rng)])
                 rows.append(Sparse.of(ids, p, logits.size))
             tokens.append(token)
-            if len(tokens) == gamma:
+            if len(tokens) == gamma or (state is not None and self._ends(state, token)):
                 break
             logits = self.model.eval([tokens[-1]], 1)[0]
             calls += 1
+        if state is not None:
+            state.close()
         seconds = time.perf_counter() - start
         return Draft(tokens, rows or None, calls, seconds, self.name, confidences, first_call)
+
+    def _ends(self, state: Grammar, token: int) -> bool:
+        """Advance the draft's grammar over its token; True at an end of generation, after which
+        there is nothing to draft."""
+        if state.model.is_eog(token):
+            return True
+        state.accept(token)
+        return False
+
+
+def _within(state: Grammar) -> Callable[[np.ndarray], np.ndarray]:
+    """The grammar's check of a draft row's ids: an id past the target's vocabulary (a larger draft
+    vocabulary) has no text in the grammar's, and is refused."""
+
+    n_vocab = state.model.n_vocab
+
+    def allowed(ids: np.ndarray) -> np.ndarray:
+        inside = ids < n_vocab
+        inside[inside] = state.allowed(ids[inside])
+        return inside
+
+    return allowed
 
 
 class StoppingRule:

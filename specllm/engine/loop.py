@@ -990,17 +990,21 @@ class _Run:
         self.calibrated = False  # this generation obtained auto's costs (see _auto_drafter)
         self.cancelled = threading.Event()  # Generation.cancel
 
+    def current_grammar(self) -> Grammar | None:
+        """The grammar after the text so far (a drafter's view of it)."""
+        return self.grammar
+
     def _make_drafter(self, engine: Engine):
         name = self.config.drafter
         if name == Drafter.MODEL:
             draft = engine.load_draft()
             if draft is None:
                 raise NeedsDraftModel()
-            return ModelDrafter(draft, self.sampler, self.rng)
+            return ModelDrafter(draft, self.sampler, self.rng, grammar=self.current_grammar)
         if name == Drafter.MTP:
             if engine.mtp is None:
                 raise NoMtpLayers(self.target.path.name)
-            return ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
+            return ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp", grammar=self.current_grammar)
         if name == Drafter.AUTO:
             return NoDrafter()  # until _prefill: the policy's calibration needs the prompt in the KV cache
         if name == Drafter.NGRAM:
@@ -1083,9 +1087,9 @@ class _Run:
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None
         if policy.model_could_pay() and (draft := engine.load_draft()) is not None:
-            model = ModelDrafter(draft, self.sampler, self.rng)
+            model = ModelDrafter(draft, self.sampler, self.rng, grammar=self.current_grammar)
         if policy.model_could_pay("mtp") and engine.mtp is not None:
-            mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp")
+            mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp", grammar=self.current_grammar)
         return AutoDrafter(policy, model, self.target.markup_tokens, mtp)
 
     def _step(self, gamma: int) -> tuple[Step, str | None]:

@@ -205,24 +205,40 @@ def masked(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray], s: S
     """The row with every token that `allowed` (a grammar: ids -> which of them it allows) refuses
     set to -inf, before the chain, as far as the chain can tell them apart. Greedy reads only the
     best allowed token and top-k only the k best, so the tokens are checked best first, a widening
-    head at a time, until that many are allowed. A head is a prefix of the chain's own order (by
-    decreasing logit, ties by id), so the k best allowed tokens in it are the k best of the row, and
-    the chain keeps the same tokens with the same probabilities as over the whole masked row.
-    Without top-k, top-p and min-p measure the whole allowed mass: every token is checked."""
+    head at a time (greedy's first head is the argmax alone), until that many are allowed. Each
+    head is a prefix of the chain's own order (by decreasing logit, ties by id) and of the next
+    head, so only its new tokens are checked, and the k best allowed tokens in it are the k best of
+    the row: the chain keeps the same tokens with the same probabilities as over the whole masked
+    row. Without top-k, top-p and min-p measure the whole allowed mass: every token is checked.
+    A grammar's check costs about a microsecond a token (60-120 ms for a 152k vocabulary)."""
     x = _numbers_only(logits)
     need = 1 if s.greedy else s.top_k if 0 < s.top_k < x.size else x.size
-    head = _ALLOWED_FIRST if need < x.size else x.size
+    head = 1 if need == 1 else _ALLOWED_FIRST if need < x.size else x.size
+    checked, kept = np.zeros(0, np.intp), []
     while True:
-        ids = np.arange(x.size) if head >= x.size else _top_k(x, head)
-        keep = ids[allowed(ids)]
-        if keep.size >= need or ids.size == x.size:
+        new = _head(x, head)[checked.size :] if head < x.size else _unchecked(x.size, checked)
+        kept.append(new[allowed(new)])
+        checked = np.concatenate([checked, new])
+        if sum(k.size for k in kept) >= need or checked.size == x.size:
             break
-        head *= 8
+        head = max(head * 8, _ALLOWED_FIRST)
+    keep = np.concatenate(kept)
     if keep.size == 0:
         raise SpecllmError("the grammar allows no token of this vocabulary at this point of the text")
     row = np.full(x.size, -np.inf, dtype=x.dtype)
     row[keep] = x[keep]
     return row
+
+
+def _head(x: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the n best values in the chain's order (the argmax alone: numpy's lowest id)."""
+    return np.array([int(x.argmax())]) if n == 1 else _top_k(x, n)
+
+
+def _unchecked(size: int, checked: np.ndarray) -> np.ndarray:
+    left = np.ones(size, dtype=bool)
+    left[checked] = False
+    return np.flatnonzero(left)
 
 
 def greedy_token(logits: np.ndarray) -> int:

@@ -246,3 +246,28 @@ def test_an_empty_schema_is_any_json_object(engines):
     assert r.text.lstrip().startswith("{")
     assert GenerationConfig(json_schema={}).json_schema == "{}"
     assert issubclass(GrammarInvalid, SpecllmError)
+
+
+def test_the_draft_model_drafts_within_the_grammar(engines):
+    """The draft masks its rows too: under a JSON schema, where unmasked drafts are all but always
+    refused (acceptance ~0.01), most draft tokens are accepted."""
+    for engine in engines:
+        for prompt in PROMPTS:
+            for sampler in (dict(temperature=0), dict(temperature=0.8, seed=1)):
+                r = engine.generate(prompt, max_tokens=80, drafter="model", gamma=4, json_schema=SCHEMA, **sampler)
+                assert r.stats.acceptance_rate > 0.5, (prompt, sampler, r.stats.acceptance_rate)
+
+
+@pytest.mark.parametrize("target, draft", [("target", "extra_heavy"), ("extra_heavy", "draft")])
+def test_vocabularies_of_different_sizes_under_a_grammar(tiny_models, target, draft):
+    """A draft vocabulary larger than the target's: its ids past the target's have no text in the
+    grammar's vocabulary and are never drafted. A larger target's: the grammar covers all of it."""
+    e = Engine(Model(getattr(tiny_models, target), OPTIONS), Model(getattr(tiny_models, draft), OPTIONS))
+    for prompt in PROMPTS[:2]:
+        for grammar in (WORDS, schema_grammar(SCHEMA)):
+            expected = e.generate(prompt, max_tokens=40, temperature=0, drafter="none", grammar=grammar)
+            result = e.generate(prompt, max_tokens=40, temperature=0, drafter="model", gamma=4, grammar=grammar)
+            assert result.tokens == expected.tokens
+            # (a larger target writes ids the draft cannot read, after which it drafts nothing)
+            assert result.stats.n_accepted > 0 or target == "extra_heavy"
+    e.close()
