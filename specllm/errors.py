@@ -124,6 +124,10 @@ class ChatTemplateFailed(SpecllmError):
     error, an error it raised, a rendering past its bounds)."""
 
 
+class GrammarInvalid(SpecllmError):
+    """A grammar (GBNF) that llama.cpp cannot parse, or a JSON schema that cannot be turned into one."""
+
+
 class LogitsNotFinite(SpecllmError):
     """A model's logit row holds no finite number, or +inf: llama.cpp's computation broke down
     (damaged weights, or an overflow in its backend's kernels), and nothing chosen from it would

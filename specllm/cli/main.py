@@ -235,7 +235,8 @@ def output_structure(grammar: Path | None, json_schema: str | None) -> dict:
         return {}
     if json_schema.lstrip().startswith("{"):  # the schema itself: a file's name never starts so
         return {"json_schema": json_schema}
-    from specllm.llama.grammar import GrammarInvalid, schema_text
+    from specllm.errors import GrammarInvalid
+    from specllm.llama.grammar import schema_text
 
     text = read_option_file(Path(json_schema), "--json-schema")
     try:

@@ -20,17 +20,13 @@ import llama_cpp as L
 import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from specllm.errors import SpecllmError
+from specllm.errors import GrammarInvalid, SpecllmError
 from specllm.llama.log import recent_errors
 from specllm.llama.model import Model
 
 # llama_token_data, as numpy lays it out: a whole-vocabulary array is built without a Python loop
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 _EMPTY_OBJECT_SCHEMA = {"type": "object"}  # what llama-server makes of a schema given as {}
-
-
-class GrammarInvalid(SpecllmError):
-    """A grammar or JSON schema llama.cpp cannot take."""
 
 
 class Grammar:

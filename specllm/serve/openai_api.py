@@ -29,11 +29,12 @@ from specllm.errors import (
     DraftNotLoaded,
     DraftTooLong,
     GammaTooLong,
+    GrammarInvalid,
     NeedsDraftModel,
     NoMtpLayers,
     SpecllmError,
 )
-from specllm.llama.grammar import GrammarInvalid, schema_text
+from specllm.llama.grammar import schema_text
 from specllm.llama.templates import TEMPLATE_VARIABLES
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 

@@ -11,8 +11,8 @@ from stats import SAMPLER, chi_square_pvalue
 
 from specllm.engine.loop import Engine, GenerationConfig
 from specllm.engine.sampling import SamplerSettings, distribution, greedy_token, masked
-from specllm.errors import SpecllmError
-from specllm.llama.grammar import Grammar, GrammarInvalid, schema_grammar
+from specllm.errors import GrammarInvalid, SpecllmError
+from specllm.llama.grammar import Grammar, schema_grammar
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
 
