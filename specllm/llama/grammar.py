@@ -39,15 +39,19 @@ class Grammar:
             return
         if not isinstance(text, str) or not text.strip():
             raise GrammarInvalid("the grammar is empty")
-        recent_errors.clear()
+        if "\0" in text:  # C would read the grammar only up to it
+            raise GrammarInvalid("the grammar holds a NUL character")
         try:
             encoded = text.encode("utf-8")
         except UnicodeEncodeError:
             raise GrammarInvalid("the grammar is not valid UTF-8 text") from None
+        recent_errors.clear()  # what it logs now says why it refused the grammar
         with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
             sampler = L.llama_sampler_init_grammar(model._vocab, encoded, b"root")
         if not sampler:
             raise GrammarInvalid(f"the grammar does not parse: {_why(printed)}")
+        if printed[0]:  # not the parser's: another thread's, written meanwhile
+            os.write(2, printed[0].encode())
         self._sampler = sampler
 
     def clone(self) -> "Grammar":
@@ -117,8 +121,8 @@ def schema_grammar(schema: object) -> str:
 
 @contextlib.contextmanager
 def _stderr_kept():
-    """What the C code prints on file descriptor 2 meanwhile, kept from the terminal: a list that
-    holds the text once the block ends."""
+    """What is printed on file descriptor 2 meanwhile (llama.cpp's C code writes there directly),
+    kept from the terminal: a list that holds the text once the block ends."""
     printed: list[str] = []
     sys.stderr.flush()
     saved = os.dup(2)

@@ -228,6 +228,8 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"grammar": 'root ::= "x'}, "the grammar does not parse: unexpected end of input"),
         ({"grammar": 'start ::= "x"'}, "the grammar does not parse: grammar does not contain a 'root' symbol"),
         ({"grammar": "  "}, "the grammar is empty"),
+        ({"grammar": 'root ::= root "a" | "a"'}, "the grammar does not parse: unsupported grammar, left recursion"),
+        ({"grammar": 'root ::= "a"\0 junk'}, "the grammar holds a NUL character"),
         ({"json_schema": "{"}, "the JSON schema is not JSON: "),
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
         ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
