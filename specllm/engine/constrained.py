@@ -59,3 +59,20 @@ class GrammarRows(Generic[RowT]):
             if state is not grammar:
                 state.close()
         return grammar
+
+
+def allowed_prefix(grammar: Grammar, tokens: list[int]) -> list[int]:
+    """A copied draft (one-hot q: an n-gram copy) up to its first token the grammar forbids. That
+    token would be rejected for certain (p = 0) and its residual, p less a one-hot q where p is 0,
+    is p itself: verifying the prefix alone and drawing the target's own token after it gives the
+    same distribution, without the target evaluating tokens it cannot keep."""
+    state, kept = grammar.clone(), []
+    for token in tokens:
+        if token >= grammar.model.n_vocab or not state.allowed(np.array([token]))[0]:
+            break
+        kept.append(token)
+        if grammar.model.is_eog(token):  # nothing follows an end
+            break
+        state.accept(token)
+    state.close()
+    return kept

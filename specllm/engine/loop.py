@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import numpy as np
 
 from specllm.engine import calibration
-from specllm.engine.constrained import GrammarRows
+from specllm.engine.constrained import GrammarRows, allowed_prefix
 from specllm.engine.drafters import (
     CPU_MIN_MATCH,
     GPU_MIN_MATCH,
@@ -1095,6 +1095,8 @@ class _Run:
     def _step(self, gamma: int) -> tuple[Step, str | None]:
         draft = self.drafter.propose(self.context, gamma) if gamma > 0 else Draft()
         draft.tokens = draft.tokens[:gamma]
+        if self.grammar is not None and draft.source == "ngram":
+            draft.tokens = allowed_prefix(self.grammar, draft.tokens)
         t0 = time.perf_counter()
         if draft.tokens and self.target.recurrent and len(draft.tokens) > self.target.snapshots:
             self.target.checkpoint()  # more than its snapshots can take back

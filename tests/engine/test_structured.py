@@ -9,6 +9,7 @@ import pytest
 import tiny_models as tm
 from stats import SAMPLER, chi_square_pvalue
 
+from specllm.engine.drafters import Draft, NoDrafter
 from specllm.engine.loop import Engine, GenerationConfig
 from specllm.engine.sampling import SamplerSettings, distribution, greedy_token, masked
 from specllm.errors import GrammarInvalid, SpecllmError
@@ -273,3 +274,35 @@ def test_vocabularies_of_different_sizes_under_a_grammar(tiny_models, target, dr
             # (a larger target writes ids the draft cannot read, after which it drafts nothing)
             assert result.stats.n_accepted > 0 or target == "extra_heavy"
     e.close()
+
+
+class CopyWithAForbiddenToken(NoDrafter):
+    """An n-gram-like drafter (one-hot q) whose copy is the target's own greedy text with a token
+    the grammar forbids put in as its third token."""
+
+    def __init__(self, prompt_length: int, script: list[int], forbidden: int):
+        self.prompt_length, self.script, self.forbidden = prompt_length, script, forbidden
+
+    def propose(self, context: list[int], gamma: int) -> Draft:
+        at = len(context) - self.prompt_length
+        copy = self.script[at : at + 2] + [self.forbidden] + self.script[at + 2 : at + gamma - 1]
+        return Draft(copy[:gamma], source="ngram")
+
+
+def test_a_copy_is_cut_before_its_first_forbidden_token(engines, monkeypatch):
+    """A copied draft (one-hot q) goes to the target only up to its first token the grammar
+    forbids: that token would be rejected for certain, and the target's own token after the prefix
+    has the same distribution as the rejection's residual."""
+    import specllm.engine.loop
+
+    engine = engines[0]
+    ids = engine.prompt_tokens("Hello")
+    expected = engine.generate(ids, max_tokens=30, temperature=0, drafter="none", grammar=DIGITS).tokens
+    forbidden = piece_token(engine.target, "a")
+    drafter = CopyWithAForbiddenToken(len(ids), expected, forbidden)
+    monkeypatch.setattr(specllm.engine.loop._Run, "_make_drafter", lambda run, engine: drafter)
+    events = list(engine.stream(ids, max_tokens=30, temperature=0, drafter="ngram", gamma=4, grammar=DIGITS))
+    steps, result = events[:-1], events[-1].result
+    assert result.tokens == expected
+    assert all(forbidden not in step.drafted for step in steps)
+    assert sum(len(step.drafted) for step in steps) > 10 and result.stats.acceptance_rate == 1.0
