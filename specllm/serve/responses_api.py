@@ -8,7 +8,8 @@ message, the input's items are messages, an assistant's items in a row (its text
 calls) one assistant message, `function_call_output` a tool message. Tools other than functions
 (web search, file search, Codex's custom and local shell tools) are left out, as llama-server
 leaves them: the model is shown the functions only. What cannot be honoured is refused: a stored
-response or conversation to go on from, structured output (`text.format`), logprobs.
+response or conversation to go on from, logprobs. Structured output (`text.format`) is chat's
+response_format.
 """
 
 import json
@@ -176,8 +177,21 @@ class ReasoningOptions(BaseModel):
 
 
 class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    type: str
+    """The Responses API's structured output (the Agents SDK's `output_type`): chat's
+    response_format in a flatter shape, the schema beside its type."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+    def response_format(self) -> dict:
+        """As chat's response_format says it."""
+        if self.type != "json_schema":
+            return {"type": self.type}
+        wrapped = {"name": self.name, "schema": self.schema_, "strict": self.strict}
+        return {"type": "json_schema", "json_schema": {k: v for k, v in wrapped.items() if v is not None}}
 
 
 class TextOptions(BaseModel):
@@ -227,8 +241,6 @@ class ResponsesRequest(BaseModel):
         for name, harmless in REFUSED.items():
             if not asks_nothing((self.model_extra or {}).get(name), harmless):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
-        if self.text is not None and self.text.format is not None and self.text.format.type != "text":
-            raise ApiError(400, "text.format is not supported by specllm serve", "text.format")
         if "message.output_text.logprobs" in (self.include or ()):
             raise ApiError(400, "include: message.output_text.logprobs is not supported by specllm serve", "include")
         if self.input == [] and self.instructions is None:
@@ -250,6 +262,8 @@ class ResponsesRequest(BaseModel):
             body["max_tokens"] = self.max_output_tokens
         if self.reasoning is not None and self.reasoning.effort is not None:
             body["reasoning_effort"] = self.reasoning.effort
+        if self.text is not None and self.text.format is not None:
+            body["response_format"] = self.text.format.response_format()
         return body
 
     def messages(self) -> list[dict]:
@@ -266,6 +280,12 @@ class ResponsesRequest(BaseModel):
                 _add_to_assistant_turn(messages, item)
         return messages
 
+    def _format(self) -> dict:
+        """text.format as a response repeats it."""
+        if self.text is None or self.text.format is None:
+            return {"type": "text"}
+        return self.text.format.model_dump(by_alias=True, exclude_none=True)
+
     def echo(self) -> dict:
         """The request's settings, as a response object repeats them."""
         extra, choice = self.model_extra or {}, self.tool_choice or "auto"
@@ -277,7 +297,7 @@ class ResponsesRequest(BaseModel):
             "reasoning": {"effort": self.reasoning.effort if self.reasoning else None, "summary": None},
             "store": False,  # nothing is kept
             "temperature": extra.get("temperature"),
-            "text": {"format": {"type": "text"}},
+            "text": {"format": self._format()},
             "tool_choice": choice.model_dump() if isinstance(choice, BaseModel) else choice,
             "tools": [tool.model_dump() for tool in self.tools or ()],
             "top_p": extra.get("top_p"),

@@ -92,6 +92,44 @@ def test_a_text_reply_is_the_chat_endpoints_streamed_or_not(qwen25):
     assert added["item"]["id"] == done["item"]["id"] and added["output_index"] == done["output_index"] == 0
 
 
+OUTPUT_TYPE = {  # the Agents SDK's output_type, a pydantic model, as its schema reaches text.format
+    "type": "json_schema",
+    "name": "final_output",
+    "schema": {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Oslo"]}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@pytest.mark.parametrize("text_format", [OUTPUT_TYPE, {"type": "json_object"}])
+def test_text_format_is_chats_response_format(qwen25, text_format):
+    """Structured output: text.format is the chat endpoint's response_format, the same reply token
+    for token; the response repeats the format it was given."""
+    _, srv = qwen25
+    client = srv.client()
+    response_format = (
+        {"type": "json_schema", "json_schema": {k: text_format[k] for k in ("name", "schema", "strict")}}
+        if text_format["type"] == "json_schema"
+        else text_format
+    )
+    chat = client.chat.completions.create(messages=ASK, max_tokens=80, response_format=response_format, **GREEDY)
+    request = dict(input=ASK[0]["content"], text={"format": text_format}, **GREEDY)
+    whole = client.responses.create(max_output_tokens=80, **request)
+    assert whole.status == "completed" and whole.output_text == chat.choices[0].message.content
+    value = json.loads(whole.output_text)
+    assert isinstance(value, dict)
+    if text_format is OUTPUT_TYPE:
+        assert set(value) == {"city", "sunny"} and value["city"] in ("Paris", "Oslo")
+        assert isinstance(value["sunny"], bool)
+    assert whole.text.format.type == text_format["type"]
+    streamed = list(client.responses.create(max_output_tokens=80, stream=True, **request))
+    assert streamed[-1].response.output_text == whole.output_text
+
+
 def test_a_reply_ended_by_a_stop_string_is_completed(qwen25):
     """A reply that ends before its limit (here at a stop string, which the chat endpoint takes
     and the translation passes on) is completed, its items too."""
@@ -244,9 +282,14 @@ def test_a_call_is_a_function_call_item_streamed_or_not(qwen25):
         ({"input": "x", "background": True}, "background", "background is not supported by specllm serve"),
         ({"input": "x", "truncation": "auto"}, "truncation", "truncation is not supported by specllm serve"),
         (
-            {"input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": {}}}},
-            "text.format",
-            "text.format is not supported by specllm serve",
+            {"input": "x", "text": {"format": {"type": "grammar"}}},
+            "text.format.type",
+            "text.format.type: Input should be 'text', 'json_object' or 'json_schema'",
+        ),
+        (
+            {"input": "x", "tools": [WEATHER], "text": {"format": {"type": "json_object"}}},
+            "tools",
+            "tools cannot be offered with a grammar or response_format",
         ),
         (
             {"input": "x", "include": ["message.output_text.logprobs"]},
