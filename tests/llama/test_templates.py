@@ -3,6 +3,8 @@ template here makes a value past the bound, or runs past the deadline, without i
 would take gigabytes, or minutes), and is refused at once; real templates render as
 llama-cpp-python's Jinja2ChatFormatter renders them."""
 
+import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -240,11 +242,33 @@ REAL_TEMPLATES = {name: getattr(tool_templates, name) for name in dir(tool_templ
 
 @pytest.mark.parametrize("source", [*REAL_TEMPLATES.values(), CHATML_TEMPLATE], ids=[*REAL_TEMPLATES, "CHATML"])
 def test_real_templates_render_as_llama_cpp_pythons(source):
+    """Calls' arguments as objects, or as JSON text for a template that joins them to its text
+    (functionary v3.2's), which fails on objects in both renderers alike."""
     messages = long_conversation(40)
     variables = {"messages": messages, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}
+    try:
+        Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages)
+    except TypeError as refused:
+        with pytest.raises(TypeError, match=re.escape(str(refused))):
+            render_bounded(compile_chat_template(source), **variables)
+        variables["messages"] = with_text_arguments(messages)
     for tools in (None, TOOLS):
-        expected = Formatter(source, eos_token="</s>", bos_token="<s>")(messages=messages, tools=tools).prompt
+        expected = Formatter(source, eos_token="</s>", bos_token="<s>")(
+            messages=variables["messages"], tools=tools
+        ).prompt
         assert render_bounded(compile_chat_template(source), tools=tools, **variables) == expected
+
+
+def with_text_arguments(messages: list[dict]) -> list[dict]:
+    """The conversation with each call's arguments as JSON text, as OpenAI's API sends them."""
+
+    def call_as_text(call: dict) -> dict:
+        function = call["function"] | {"arguments": json.dumps(call["function"]["arguments"])}
+        return call | {"function": function}
+
+    return [
+        m | {"tool_calls": [call_as_text(c) for c in m["tool_calls"]]} if "tool_calls" in m else m for m in messages
+    ]
 
 
 def test_the_filters_that_sort_and_compare_give_what_jinjas_give():
