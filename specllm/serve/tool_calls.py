@@ -1035,15 +1035,19 @@ def text_arguments(tools: Iterable[dict]) -> dict[str, frozenset[str]]:
     found = {}
     for tool in tools:
         function = tool.get("function") or {}
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        strings = [key for key, schema in properties.items() if isinstance(schema, dict) and _is_string(schema)]
+        properties = (function.get("parameters") or {}).get("properties")
+        # A schema is the client's JSON, unchecked: properties that are no object type nothing
+        typed = properties.items() if isinstance(properties, dict) else ()
+        strings = [key for key, schema in typed if isinstance(schema, dict) and _is_string(schema)]
         found[function.get("name", "")] = frozenset(strings)
     return found
 
 
 def _is_string(schema: dict) -> bool:
     kind = schema.get("type")
-    return kind == "string" or (isinstance(kind, list) and set(kind) <= {"string", "null"} and "string" in kind)
+    if isinstance(kind, list):  # a union of types: a string, maybe null
+        return "string" in kind and all(k in ("string", "null") for k in kind)
+    return kind == "string"
 
 
 def _xml_value(written: str):

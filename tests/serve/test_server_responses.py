@@ -323,6 +323,29 @@ def test_bad_requests_get_one_line_400s(qwen25, body, param, message):
     assert (data["error"]["param"], data["error"]["message"]) == (param, message)
 
 
+# Schemas are the client's JSON, which serve passes to the template unchecked: these are odd, not
+# wrong enough for a 400 (the chat endpoint took them too), and no reason for a 500.
+ODD_PARAMETERS = [
+    {"type": "object", "properties": ["city"]},
+    {"type": "object", "properties": "city"},
+    {"type": "object", "properties": {"city": {"type": ["string", {"format": "x"}]}}},
+    {"type": "object", "properties": {"city": {"type": [["string"]]}}},
+]
+
+
+@pytest.mark.parametrize("parameters", ODD_PARAMETERS)
+def test_a_tool_of_an_odd_schema_is_offered_as_the_chat_endpoint_offers_it(qwen25, parameters):
+    _, srv = qwen25
+    tool = {"type": "function", "name": "get_weather", "parameters": parameters}
+    chat_tool = {"type": "function", "function": {"name": "get_weather", "parameters": parameters}}
+    chat = {"messages": ASK, "tools": [chat_tool], "max_tokens": 2, **GREEDY}
+    status, chatted = srv.post("/v1/chat/completions", json.dumps(chat).encode())
+    body = {"input": ASK[0]["content"], "tools": [tool], "max_output_tokens": 2, **GREEDY}
+    status_r, responded = srv.post("/v1/responses", json.dumps(body).encode())
+    assert (status, status_r) == (200, 200)
+    assert responded["output_text"] == chatted["choices"][0]["message"]["content"]
+
+
 def test_a_failure_under_way_ends_the_stream_with_response_failed():
     """A generation that fails once under way ends the stream with response.failed, its error
     the message, the item under way closed as incomplete."""
