@@ -484,11 +484,12 @@ class ResponseReply(Reply):
     def complete(self, result: Result, seed: int, read: ChatReply | None = None) -> dict:
         status, details = ended(result, read)
         message: dict = read.message() if read is not None else {"content": result.text}
+        reasoning, text = message.get("reasoning_content"), message.get("content")
         output = []
-        if message.get("reasoning_content"):
-            output.append(reasoning_item(_item_id("rs"), message["reasoning_content"], "completed"))
-        if message.get("content"):
-            output.append(message_item(_item_id("msg"), message["content"], status))
+        if reasoning:  # cut in its reasoning, a reply has no text: the reasoning is what was cut
+            output.append(reasoning_item(_item_id("rs"), reasoning, "completed" if text else status))
+        if text:
+            output.append(message_item(_item_id("msg"), text, status))
         output += [function_call_item(call, "completed") for call in message.get("tool_calls") or ()]
         return self._response(status, output, result, seed) | {"incomplete_details": details}
 

@@ -155,8 +155,10 @@ def test_reasoning_is_a_reasoning_item_streamed_or_not(qwen35):
     (item,) = whole.output
     assert item.type == "reasoning" and item.id.startswith("rs_") and item.summary == []
     assert item.content[0].text == chat.choices[0].message.to_dict()["reasoning_content"]
-    assert whole.output_text == ""
+    assert whole.output_text == "" and item.status == "incomplete"  # cut in its reasoning
     raw = events(srv, request)
+    (streamed,) = raw[-1]["response"]["output"]
+    assert streamed == dict(whole.to_dict()["output"][0], id=streamed["id"])
     assert kinds(raw) == [
         "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
         "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
