@@ -51,8 +51,9 @@ def normalized(embedding: np.ndarray, norm: int = EUCLIDEAN) -> np.ndarray:
         total = float(np.max(np.abs(values), initial=0.0)) / 32760.0
     elif norm == EUCLIDEAN:
         total = float(np.sqrt(np.sum((embedding * embedding).astype(np.float64))))
-    else:
-        total = float(np.sum(np.abs(values) ** norm) ** (1.0 / norm))
+    else:  # a p-norm past float64's range is infinite, as in llama.cpp, and scales to 0: no warning
+        with np.errstate(over="ignore"):
+            total = float(np.sum(np.abs(values) ** norm) ** (1.0 / norm))
     scale = np.float32(1.0 / total if total > 0.0 else 0.0)
     return embedding * scale
 

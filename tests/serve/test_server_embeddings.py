@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+import warnings
 from urllib.parse import urlsplit
 
 import llama_cpp
@@ -20,6 +21,7 @@ from serving import CTX, Server, hold, serve_log, wait_for_line
 import specllm
 from specllm.llama.embeddings import open_embedding_model
 from specllm.llama.options import ModelOptions
+from specllm.serve.embeddings import normalized
 
 EMBEDDING_CTX = 512
 TEXTS = ["def total(values): return sum(values)", "KV caches, explained", "é"]
@@ -73,6 +75,18 @@ def test_an_embedding_is_llama_cpps_own_normalised(srv, models):
     np.testing.assert_array_equal(vectors(data)[0], raw)
     status, data = embed(srv, {"input": TEXTS[0], "embd_normalize": 1})
     assert abs(np.abs(vectors(data)[0].astype(np.float64)).sum() - 1) < 1e-6
+
+
+def test_a_p_norm_past_floats_range_scales_to_zero_without_a_warning(srv):
+    """llama.cpp's sum of |x|^p in double is infinite for a large p and a value above 1, and its
+    scale 0; numpy's overflow warning was two lines of the server's log."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(normalized(np.array([3.0, -0.5], dtype=np.float32), 1000), [0.0, 0.0])
+    status, data = embed(srv, {"input": TEXTS[0], "embd_normalize": 1000})  # its values are under 1: no overflow
+    assert (
+        status == 200 and abs(np.abs(vectors(data)[0]).max() - 1) < 0.01
+    )  # a large p-norm is nearly the largest value
 
 
 def test_a_batch_is_each_input_alone_and_ids_are_their_text(srv, models):
