@@ -309,7 +309,8 @@ class ResponsesRequest(BaseModel):
 
 def _add_to_assistant_turn(messages: list[dict], item: MessageItem | FunctionCallItem | ReasoningItem) -> None:
     """An assistant's message, call or reasoning, added to the assistant message the conversation
-    ends with, or to a new one."""
+    ends with, or to a new one: its texts and its reasonings each joined by lines, as the chat
+    endpoint joins a message's text parts."""
     if not messages or messages[-1]["role"] != "assistant":
         messages.append({"role": "assistant", "content": ""})
     turn = messages[-1]
@@ -319,7 +320,7 @@ def _add_to_assistant_turn(messages: list[dict], item: MessageItem | FunctionCal
         call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
         turn.setdefault("tool_calls", []).append(call)
     elif item.text:
-        turn["reasoning_content"] = item.text
+        turn["reasoning_content"] = "\n".join(filter(None, (turn.get("reasoning_content"), item.text)))
 
 
 class ResponsesChat(ChatRequest):

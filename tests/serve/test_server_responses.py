@@ -16,7 +16,7 @@ import tool_templates
 from serving import ASK, CALL, GET_WEATHER, PARAMETERS, Server, hold, serve_log, templated_server, wait_for_line
 
 from specllm.serve.openai_api import ApiError, ChatReply, ToolReply
-from specllm.serve.responses_api import ResponseReply
+from specllm.serve.responses_api import ResponseReply, parse_responses
 
 GREEDY = dict(model="x", temperature=0)
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city", "parameters": PARAMETERS}
@@ -196,6 +196,17 @@ def test_a_call_its_reasoning_and_its_output_go_back_to_the_template(qwen35):
     prompt = engine.target.render_chat([ASK[0], rendered, messages[2]], tools=[GET_WEATHER])
     assert "<think>\nParis: ask the tool.\n</think>" in prompt
     assert whole.usage.input_tokens == len(engine.prompt_tokens(prompt))
+
+
+def test_an_assistants_reasoning_items_in_a_row_are_all_its_reasoning():
+    """A turn that reasoned, answered and reasoned again before its call (a stream gives a new
+    reasoning item after text) is one assistant message: no reasoning item is lost."""
+    reasoning = [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": text}]} for text in ("A", "B")]
+    turn = [reasoning[0], {"role": "assistant", "content": "Let me check."}, reasoning[1], CALL_ITEM]
+    chat = parse_responses(json.dumps({"input": [ASK[0], *turn]}).encode())
+    assistant = chat.model_dump(exclude_none=True)["messages"][1]
+    assert (assistant["reasoning_content"], assistant["content"]) == ("A\nB", "Let me check.")
+    assert [call["id"] for call in assistant["tool_calls"]] == ["abc123XYZ"]
 
 
 def test_a_named_call_begins_the_reply_as_the_chat_endpoints_does(qwen25):
