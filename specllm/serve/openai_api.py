@@ -357,14 +357,22 @@ class ChatRequest(BaseRequest):
         """The field (`messages.I.tool_calls.J.function.arguments`) of the first earlier call whose
         arguments are not a JSON object, or None: a template that writes them from an object
         fails on it, with an error that would not say which field is at fault."""
-        for i, message in enumerate(self.messages):
-            for j, call in enumerate(message.tool_calls or ()):
-                try:
-                    arguments = json.loads(call.function.arguments)
-                except ValueError:
-                    arguments = None
-                if not isinstance(arguments, dict):
-                    return f"messages.{i}.tool_calls.{j}.function.arguments"
+        at = self.call_not_an_object()
+        return None if at is None else f"messages.{at[0]}.tool_calls.{at[1]}.function.arguments"
+
+    def call_not_an_object(self) -> tuple[int, int, int] | None:
+        """Where the first earlier call whose arguments are not a JSON object is: its message,
+        its place among the message's calls and among the conversation's; None when none is."""
+        calls = (
+            (i, j, call) for i, message in enumerate(self.messages) for j, call in enumerate(message.tool_calls or ())
+        )
+        for k, (i, j, call) in enumerate(calls):
+            try:
+                arguments = json.loads(call.function.arguments)
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                return i, j, k
         return None
 
     def check(self) -> None:

@@ -328,9 +328,15 @@ class ResponsesChat(ChatRequest):
     answered in the Responses API's shapes."""
 
     _echo: dict = PrivateAttr(default_factory=dict)
+    _call_items: list[int] = PrivateAttr(default_factory=list)  # each call's input item, in order
 
     def reply(self, model: str, left_out: int = 0) -> "ResponseReply":
         return ResponseReply(True, model, echo=self._echo)
+
+    def arguments_not_an_object(self) -> str | None:
+        """The field as the client sent it (`input.N.arguments`), not as the chat request has it."""
+        at = self.call_not_an_object()
+        return None if at is None else f"input.{self._call_items[at[2]]}.arguments"
 
 
 def parse_responses(body: bytes, drafters: tuple[str, ...] = DRAFTERS) -> ResponsesChat:
@@ -341,6 +347,7 @@ def parse_responses(body: bytes, drafters: tuple[str, ...] = DRAFTERS) -> Respon
     chat.check()
     check_drafter(chat, drafters)
     chat._echo = request.echo()
+    chat._call_items = [i for i, item in enumerate(request.input) if isinstance(item, FunctionCallItem)]
     return chat
 
 

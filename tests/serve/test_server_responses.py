@@ -209,6 +209,18 @@ def test_an_assistants_reasoning_items_in_a_row_are_all_its_reasoning():
     assert [call["id"] for call in assistant["tool_calls"]] == ["abc123XYZ"]
 
 
+@pytest.mark.parametrize("arguments", ["not json", "[1]"])
+def test_a_call_whose_arguments_its_template_cannot_read_is_named_as_sent(qwen35, arguments):
+    """Qwen3.5's template reads a call's arguments as an object: the 400 names the input item,
+    not the chat request's field it was translated into (messages.1.tool_calls.0...)."""
+    _, srv = qwen35
+    bad = dict(CALL_ITEM, call_id="second", arguments=arguments)
+    body = {"input": [*ANSWERED, bad, {"type": "function_call_output", "call_id": "second", "output": "?"}]}
+    status, data = srv.post("/v1/responses", json.dumps(body | {"tools": [WEATHER]}).encode())
+    assert status == 400 and data["error"]["param"] == "input.4.arguments"
+    assert data["error"]["message"].startswith("input.4.arguments must be a JSON object for this model's chat template")
+
+
 def test_a_named_call_begins_the_reply_as_the_chat_endpoints_does(qwen25):
     """tool_choice naming a function begins the call in the prompt; the tiny model leaves it
     unfinished, so it comes back as the text it is, as from the chat endpoint. Tools the model
