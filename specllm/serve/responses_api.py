@@ -49,6 +49,8 @@ PASSED = (
     "seed", "top_k", "min_p", "drafter", "gamma", "chat_template_kwargs", "stop",
 )  # fmt: skip
 TEXT_PARTS = ("input_text", "output_text")
+# The chat request's fields that a Responses request names otherwise: a refusal names them as sent
+RENAMED = {"reasoning_effort": "reasoning.effort"}
 
 
 def _text_parts_only(content):
@@ -344,7 +346,12 @@ def parse_responses(body: bytes, drafters: tuple[str, ...] = DRAFTERS) -> Respon
     request = validated(ResponsesRequest, body)
     request.check()
     chat = validated(ResponsesChat, json.dumps(request.chat_body()).encode())
-    chat.check()
+    try:
+        chat.check()
+    except ApiError as e:
+        if e.param in RENAMED:
+            e.message, e.param = e.message.replace(e.param, RENAMED[e.param], 1), RENAMED[e.param]
+        raise
     check_drafter(chat, drafters)
     chat._echo = request.echo()
     chat._call_items = [i for i, item in enumerate(request.input) if isinstance(item, FunctionCallItem)]

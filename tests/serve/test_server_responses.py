@@ -327,6 +327,11 @@ def test_a_call_is_a_function_call_item_streamed_or_not(qwen25):
             "max_output_tokens: Input should be greater than or equal to 1",
         ),  # fmt: skip
         ({"input": "x", "temperature": "hot"}, "temperature", "temperature: Input should be a valid number"),
+        (
+            {"input": "x", "reasoning": {"effort": " "}},
+            "reasoning.effort",
+            "reasoning.effort: give a level (low, medium, high) or none",
+        ),  # fmt: skip
         ({"input": "x", "tools": [WEATHER, WEATHER]}, "tools", "tools: two tools have the same name"),
         (
             {"input": "x", "tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]},
