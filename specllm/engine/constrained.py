@@ -1,22 +1,238 @@
-"""Structured output under speculation: the target's rows of one verify call, each masked by the
-grammar state after the accepted text and the draft tokens before it.
+"""Structured output: where a generation's grammar applies, and a verify call's target rows under
+it, each masked by the grammar state after the accepted text and the draft tokens before it.
+
+A thinking model reasons before it answers, and only its answer is to follow the grammar (as
+llama-server's grammar for a response format lets the reasoning be). Where the prompt opened a
+think block (reasoning.closing_marker), the text is free up to the block's closing marker, but
+for an end of generation (the answer is still to come), and the grammar applies after it, to the
+answer and the whitespace before it that reasoning.py drops; a token whose text runs from the
+marker into the answer is allowed where the grammar takes that answer text. Where the model may
+open a block itself (its vocabulary holds a pair's opening marker as one token, as Qwen3's and
+DeepSeek-R1's do, and the prompt did not close one), that token is allowed at the start beside
+the grammar's own, and the reply goes on as if the prompt had opened it. While the text is free a
+row's mask is a handful of ids: the ends of generation and the few tokens that would complete the
+marker into text the grammar refuses; no token's text goes through the grammar.
 
 Row i of a call on [last, d_1..d_k] predicts the token after d_1..d_i, so its mask is the one of
 the grammar advanced over those tokens: a clone of the generation's grammar per row, each one the
-clone before it advanced over one draft token. A row is read (and its clone made) only once every
-draft token before it was accepted, so a clone only ever advances over tokens its grammar allows.
-The grammar of the generation then advances over the accepted tokens and the target's own token.
+clone before it advanced over one draft token (llama.cpp's clone copies its whole parse state). A
+row is read (and its clone made) only once every draft token before it was accepted, so a clone
+only ever advances over tokens its grammar allows. The grammar of the generation then advances
+over the accepted tokens and the target's own token.
 """
 
+import enum
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
 
+from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
-from specllm.llama.grammar import Grammar
+from specllm.errors import SpecllmError
+from specllm.llama.grammar import Grammar, after_whitespace
+from specllm.llama.model import Model
 
 RowT = TypeVar("RowT")
+
+
+class Phase(enum.Enum):
+    OPTIONAL = enum.auto()  # the reply may open a think block first, or begin its answer
+    REASONING = enum.auto()  # inside the think block: free up to its closing marker
+    ANSWER = enum.auto()  # the grammar's
+
+
+@dataclass(frozen=True)
+class _MarkerTokens:
+    """What a vocabulary holds of a closing marker: the tokens whose text holds all of it, those
+    whose text begins with each of its tails (they complete it after its head), the ends of
+    generation, and a token for each byte (an answer's text after the marker goes to the grammar
+    byte by byte)."""
+
+    whole: tuple[int, ...]
+    tails: dict[int, tuple[int, ...]]  # the marker's head length -> tokens beginning with the rest
+    eog: np.ndarray
+    byte_tokens: dict[int, int]
+
+    def completing(self, marker: bytes, tail: bytes) -> list[int]:
+        """The tokens that would complete the marker after reasoning text ending with `tail`."""
+        found = list(self.whole)
+        for head, tokens in self.tails.items():
+            if tail.endswith(marker[:head]):
+                found += tokens
+        return found
+
+
+_MARKER_TOKENS: "weakref.WeakKeyDictionary[Model, dict[bytes, _MarkerTokens]]" = weakref.WeakKeyDictionary()
+
+
+def _marker_tokens(model: Model, marker: bytes) -> _MarkerTokens:
+    """A vocabulary's _MarkerTokens, found once per model and marker (a pass over every token's
+    text: about 0.3 s for 150k tokens)."""
+    known = _MARKER_TOKENS.setdefault(model, {})
+    if marker not in known:
+        pieces = [model.piece(t) for t in range(model.n_vocab)]
+        tails = {
+            head: tuple(t for t, piece in enumerate(pieces) if piece.startswith(marker[head:]))
+            for head in range(1, len(marker))
+        }
+        byte_tokens: dict[int, int] = {}
+        for t, piece in enumerate(pieces):
+            if len(piece) == 1 and not model.is_eog(t):
+                byte_tokens.setdefault(piece[0], t)
+        eog = np.array(sorted(t for t in model.markup_tokens if model.is_eog(t)), dtype=np.intp)
+        whole = tuple(t for t, piece in enumerate(pieces) if marker in piece)
+        known[marker] = _MarkerTokens(whole, tails, eog, byte_tokens)
+    return known[marker]
+
+
+class OutputGrammar:
+    """A generation's grammar and where it applies (see the module's docstring): `allowed`,
+    `masked`, `accept` and `clone` as llama/grammar.py's Grammar, over the target's vocabulary
+    (an id past it, from a larger draft vocabulary, is refused)."""
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        phase: Phase = Phase.ANSWER,
+        closing: bytes = b"",
+        after: Grammar | None = None,
+        opening: int | None = None,
+        tail: bytes = b"",
+    ):
+        self.model = grammar.model
+        self.grammar = grammar  # the answer's (in REASONING, after whitespace)
+        self.phase, self.closing, self.tail = phase, closing, tail  # tail: the reasoning's last bytes
+        self.after, self.opening = after, opening  # OPTIONAL: the grammar after a block, the block's opening
+
+    @property
+    def free(self) -> bool:
+        """Whether the text is free (but for its end): inside the reasoning."""
+        return self.phase is Phase.REASONING
+
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        inside = ids < self.model.n_vocab
+        if self.phase is Phase.REASONING:
+            return inside & ~np.isin(ids, self._refused())
+        allowed = self.grammar.allowed(ids[inside])
+        if self.phase is Phase.OPTIONAL:
+            allowed |= ids[inside] == self.opening
+        inside[inside] = allowed
+        return inside
+
+    def masked(self, logits: np.ndarray, sampler: SamplerSettings) -> np.ndarray:
+        """The row with every token the grammar refuses here set to -inf (sampling.masked)."""
+        if self.phase is not Phase.REASONING:
+            return masked(logits, self.allowed, sampler)
+        row = np.array(logits, copy=True)
+        row[self._refused()] = -np.inf
+        row[self.model.n_vocab :] = -np.inf
+        return row
+
+    def accept(self, token: int) -> None:
+        """Advance over `token` (an end of generation leaves the state as it is)."""
+        if self.model.is_eog(token):
+            return
+        if not self.allowed(np.array([token]))[0]:
+            raise SpecllmError(f"token {token} is not allowed by the grammar here")
+        if self.phase is Phase.ANSWER:
+            self.grammar.accept(token)
+        elif self.phase is Phase.OPTIONAL:
+            self._begin(token)
+        else:
+            self._reason(token)
+
+    def clone(self) -> "OutputGrammar":
+        after = self.after.clone() if self.after is not None else None
+        return OutputGrammar(self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail)
+
+    def close(self) -> None:
+        self.grammar.close()
+        if self.after is not None:
+            self.after.close()
+
+    def _begin(self, token: int) -> None:
+        """The reply's first token: the block's opening, or the answer's."""
+        assert self.after is not None
+        if token == self.opening:
+            self.grammar.close()
+            self.grammar, self.phase = self.after, Phase.REASONING
+        else:
+            self.after.close()
+            self.grammar.accept(token)
+            self.phase = Phase.ANSWER
+        self.after = None
+
+    def _reason(self, token: int) -> None:
+        text = self.tail + self.model.piece(token)
+        at = text.find(self.closing)
+        if at < 0:
+            self.tail = text[max(0, len(text) - (len(self.closing) - 1)) :]
+            return
+        self.phase, self.tail = Phase.ANSWER, b""
+        _fed(self.grammar, text[at + len(self.closing) :], _marker_tokens(self.model, self.closing).byte_tokens)
+
+    def _refused(self) -> np.ndarray:
+        """The tokens refused in the reasoning: the ends of generation, and those that complete
+        its closing marker into answer text the grammar refuses."""
+        tokens = _marker_tokens(self.model, self.closing)
+        refused = [t for t in tokens.completing(self.closing, self.tail) if not self._answer_taken(t, tokens)]
+        return np.concatenate([tokens.eog, np.array(refused, dtype=np.intp)])
+
+    def _answer_taken(self, token: int, tokens: _MarkerTokens) -> bool:
+        """Whether the grammar takes what `token`'s text has after the closing marker it completes."""
+        text = self.tail + self.model.piece(token)
+        rest = text[text.find(self.closing) + len(self.closing) :]
+        if not rest:
+            return True
+        state = self.grammar.clone()
+        taken = _fed(state, rest, tokens.byte_tokens)
+        state.close()
+        return taken
+
+
+def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
+    """Advance the grammar over `text` a byte at a time (its byte tokens: llama.cpp's grammar reads
+    a character's bytes across tokens); False, part-way, where it refuses one or the vocabulary
+    has no token for one."""
+    for byte in text:
+        token = byte_tokens.get(byte)
+        if token is None or not grammar.allowed(np.array([token]))[0]:
+            return False
+        grammar.accept(token)
+    return True
+
+
+def where_it_applies(model: Model, text: str, prompt_end: str) -> OutputGrammar:
+    """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: after
+    the reasoning where the prompt opened a think block; after an optional one where the model
+    opens its own and the prompt closed none; else from the first token."""
+    closing = closing_marker(prompt_end)
+    if closing is not None:
+        return OutputGrammar(_after_whitespace(model, text), Phase.REASONING, closing.encode())
+    opening = None if prompt_end.rstrip().endswith(CLOSINGS) else own_opening(model)
+    if opening is None:
+        return OutputGrammar(Grammar(model, text))
+    token, closing = opening
+    after = _after_whitespace(model, text)
+    return OutputGrammar(Grammar(model, text), Phase.OPTIONAL, closing.encode(), after, token)
+
+
+def _after_whitespace(model: Model, text: str) -> Grammar:
+    grammar, root = after_whitespace(text)
+    return Grammar(model, grammar, root=root)
+
+
+def own_opening(model: Model) -> tuple[int, str] | None:
+    """The token of a think block's opening marker that the vocabulary holds as one token, and the
+    block's closing marker: a model that opens its block itself writes it so."""
+    for opening, closing in THINK_MARKERS:
+        ids = model.tokenize(opening, add_special=False)
+        if len(ids) == 1 and model.piece(ids[0]) == opening.encode():
+            return ids[0], closing
+    return None
 
 
 class GrammarRows(Generic[RowT]):
@@ -26,7 +242,7 @@ class GrammarRows(Generic[RowT]):
         self,
         logits: np.ndarray,
         read: Callable[[np.ndarray], RowT],
-        grammar: Grammar,
+        grammar: OutputGrammar,
         draft: list[int],
         sampler: SamplerSettings,
     ):
@@ -40,17 +256,17 @@ class GrammarRows(Generic[RowT]):
     def __getitem__(self, i: int) -> RowT:
         if i not in self._rows:
             state = self._state(i)
-            self._rows[i] = self._read(masked(self._logits[i], state.allowed, self._sampler))
+            self._rows[i] = self._read(state.masked(self._logits[i], self._sampler))
         return self._rows[i]
 
-    def _state(self, i: int) -> Grammar:
+    def _state(self, i: int) -> OutputGrammar:
         while len(self._states) <= i:
             state = self._states[-1].clone()
             state.accept(self._draft[len(self._states) - 1])
             self._states.append(state)
         return self._states[i]
 
-    def advance(self, n_accepted: int, token: int) -> Grammar:
+    def advance(self, n_accepted: int, token: int) -> OutputGrammar:
         """The grammar after the n accepted draft tokens and the target's `token`; the other
         rows' clones are freed."""
         grammar = self._state(n_accepted)
@@ -61,14 +277,14 @@ class GrammarRows(Generic[RowT]):
         return grammar
 
 
-def allowed_prefix(grammar: Grammar, tokens: list[int]) -> list[int]:
+def allowed_prefix(grammar: OutputGrammar, tokens: list[int]) -> list[int]:
     """A copied draft (one-hot q: an n-gram copy) up to its first token the grammar forbids. That
     token would be rejected for certain (p = 0) and its residual, p less a one-hot q where p is 0,
     is p itself: verifying the prefix alone and drawing the target's own token after it gives the
     same distribution, without the target evaluating tokens it cannot keep."""
     state, kept = grammar.clone(), []
     for token in tokens:
-        if token >= grammar.model.n_vocab or not state.allowed(np.array([token]))[0]:
+        if not state.allowed(np.array([token]))[0]:
             break
         kept.append(token)
         if grammar.model.is_eog(token):  # nothing follows an end

@@ -12,18 +12,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specllm.engine.constrained import OutputGrammar
 from specllm.engine.policy import CONFIDENCE_EDGES, MATCH_EDGES, MODEL_MAX, MODEL_SOURCES, NGRAM_MAX, AutoPolicy, bucket
 from specllm.engine.sampling import (
     SamplerSettings,
     Sparse,
     candidates,
     greedy_token,
-    masked,
     sample,
     top_probability,
 )
 from specllm.errors import LogitsNotFinite
-from specllm.llama.grammar import Grammar
 from specllm.llama.model import Decoder
 
 
@@ -85,7 +84,7 @@ class ModelDrafter(NoDrafter):
         sampler: SamplerSettings,
         rng: np.random.Generator,
         name: str = "model",
-        grammar: Callable[[], Grammar | None] = lambda: None,
+        grammar: Callable[[], OutputGrammar | None] = lambda: None,
     ):
         self.model, self.name = model, name  # or the target's MTP head (llama.model.MtpHead): name "mtp"
         self.sampler = sampler
@@ -147,7 +146,7 @@ class ModelDrafter(NoDrafter):
         state = grammar.clone() if grammar is not None else None  # advanced over the draft's own tokens
         while True:
             if state is not None:
-                logits = masked(logits, _within(state), self.sampler)
+                logits = state.masked(logits, self.sampler)
             if greedy:  # q is one-hot
                 token = greedy_token(logits)
             else:
@@ -170,27 +169,13 @@ class ModelDrafter(NoDrafter):
         seconds = time.perf_counter() - start
         return Draft(tokens, rows or None, calls, seconds, self.name, confidences, first_call)
 
-    def _ends(self, state: Grammar, token: int) -> bool:
+    def _ends(self, state: OutputGrammar, token: int) -> bool:
         """Advance the draft's grammar over its token; True at an end of generation, after which
         there is nothing to draft."""
         if state.model.is_eog(token):
             return True
         state.accept(token)
         return False
-
-
-def _within(state: Grammar) -> Callable[[np.ndarray], np.ndarray]:
-    """The grammar's check of a draft row's ids: an id past the target's vocabulary (a larger draft
-    vocabulary) has no text in the grammar's, and is refused."""
-
-    n_vocab = state.model.n_vocab
-
-    def allowed(ids: np.ndarray) -> np.ndarray:
-        inside = ids < n_vocab
-        inside[inside] = state.allowed(ids[inside])
-        return inside
-
-    return allowed
 
 
 class StoppingRule:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import numpy as np
 
 from specllm.engine import calibration
-from specllm.engine.constrained import GrammarRows, allowed_prefix
+from specllm.engine.constrained import GrammarRows, OutputGrammar, allowed_prefix, where_it_applies
 from specllm.engine.drafters import (
     CPU_MIN_MATCH,
     GPU_MIN_MATCH,
@@ -51,7 +51,7 @@ from specllm.errors import (
     whole_number,
 )
 from specllm.files import human_size
-from specllm.llama.grammar import Grammar, schema_grammar, schema_text
+from specllm.llama.grammar import schema_grammar, schema_text
 from specllm.llama.model import Model, MtpHead, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # typing's own from Python 3.11; typing_extensions is pydanti
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 SAVE_COSTS_EVERY = 60.0  # seconds: how often costs that were only refined are written back
 RowT = TypeVar("RowT")  # what verification reads of a target row
+PROMPT_END_TOKENS = 64  # a prompt's last tokens, where a think block it opens is read from
 
 
 @dataclass(frozen=True)
@@ -901,13 +902,17 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
-def output_grammar(target: Model, config: GenerationConfig) -> Grammar | None:
-    """The grammar the generation's text must follow, over the target's vocabulary, or None."""
+def output_grammar(target: Model, config: GenerationConfig, prompt: list[int]) -> OutputGrammar | None:
+    """The grammar the generation's text must follow, over the target's vocabulary, or None: after
+    the reasoning where the prompt opened a think block (constrained.where_it_applies)."""
     if config.json_schema is not None:
-        return Grammar(target, schema_grammar(config.json_schema))
-    if config.grammar is not None:
-        return Grammar(target, config.grammar)
-    return None
+        text = schema_grammar(config.json_schema)
+    elif config.grammar is not None:
+        text = config.grammar
+    else:
+        return None
+    prompt_end = target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
+    return where_it_applies(target, text, prompt_end)
 
 
 def check_snapshots(drafter: str, gamma: int | None, target: Model) -> None:
@@ -981,7 +986,7 @@ class _Run:
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.longest_draft = longest_draft(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
-        self.grammar = output_grammar(target, config)
+        self.grammar = output_grammar(target, config, prompt)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
         self.generated: list[int] = []
@@ -990,7 +995,7 @@ class _Run:
         self.calibrated = False  # this generation obtained auto's costs (see _auto_drafter)
         self.cancelled = threading.Event()  # Generation.cancel
 
-    def current_grammar(self) -> Grammar | None:
+    def current_grammar(self) -> OutputGrammar | None:
         """The grammar after the text so far (a drafter's view of it)."""
         return self.grammar
 

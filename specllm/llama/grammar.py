@@ -32,7 +32,7 @@ _EMPTY_OBJECT_SCHEMA = {"type": "object"}  # what llama-server makes of a schema
 class Grammar:
     """A grammar's parse state over `model`'s vocabulary (llama.cpp's grammar sampler)."""
 
-    def __init__(self, model: Model, text: str, *, _sampler=None):
+    def __init__(self, model: Model, text: str, *, root: str = "root", _sampler=None):
         self.model = model
         if _sampler is not None:
             self._sampler = _sampler
@@ -47,7 +47,7 @@ class Grammar:
             raise GrammarInvalid("the grammar is not valid UTF-8 text") from None
         recent_errors.clear()  # what it logs now says why it refused the grammar
         with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
-            sampler = L.llama_sampler_init_grammar(model._vocab, encoded, b"root")
+            sampler = L.llama_sampler_init_grammar(model._vocab, encoded, root.encode())
         if not sampler:
             raise GrammarInvalid(f"the grammar does not parse: {_why(printed)}")
         if printed[0]:  # not the parser's: another thread's, written meanwhile
@@ -83,6 +83,15 @@ class Grammar:
 
     def __del__(self):
         self.close()
+
+
+def after_whitespace(text: str) -> tuple[str, str]:
+    """A grammar (GBNF text) and the name of its start symbol that take whitespace first, then what
+    `text`'s root takes: an answer after a think block, which may begin on a new line."""
+    name = "answer-after-whitespace"
+    while name in text:  # a rule of the grammar's own, perhaps
+        name += "x"
+    return f"{text}\n{name} ::= [ \\t\\n\\r]* root\n", name
 
 
 def schema_text(schema: object) -> str:
