@@ -82,7 +82,8 @@ def brute_force_mask(grammar, n_vocab: int) -> np.ndarray:
 
 def test_the_grammar_applies_after_the_closing_marker_the_prompt_opened(qwen35):
     """Qwen3.5's prompt ends with "<think>\\n": anything but an end may be reasoning ("{" and
-    "}" too), then "</think>", whitespace, and nothing but the schema's JSON, then the end."""
+    "}" too), then "</think>", whitespace, and nothing but the schema's JSON, then the end; each
+    character read by a clone of the state before it."""
     prompt = qwen35.render_chat(ASK)
     assert prompt.endswith("<think>\n")
     grammar = where_it_applies(qwen35, schema_grammar(SCHEMA), prompt)
@@ -94,6 +95,7 @@ def test_the_grammar_applies_after_the_closing_marker_the_prompt_opened(qwen35):
         assert not grammar.allowed(np.array(eog)).any()  # the answer is still to come
         assert grammar.allowed(everything).sum() == qwen35.n_vocab - len(eog)
         grammar.accept(chars[char])
+        grammar = grammar.clone()  # a verify row's clone goes on where its grammar was, mid-marker too
     assert grammar.phase is Phase.ANSWER
     assert not grammar.allowed(np.array([chars["a"], chars["}"]])).any()
     for char in answer:
