@@ -166,6 +166,25 @@ def test_greedy_json_after_reasoning_is_the_same_with_every_drafter(thinker):
                 assert result.tokens == expected.tokens, (question, drafter, gamma)
 
 
+def test_mtp_drafting_of_json_after_reasoning_on_a_hybrid(tmp_path):
+    """The MTP layers' drafts cross the closing marker too (a hybrid's rejections taken back)."""
+    both = dict(arch="qwen35", n_nextn=1, mtp_mimic=True, chat_template=THINK_CONTROL_TEMPLATE)
+    path = tm.write_model(tmp_path / "mtp-thinker.gguf", **(MARKUP | both | {"seed": 3}))
+    engine = specllm.load(str(path), n_ctx=512, n_threads=1, snapshots=16)
+    accepted = 0
+    for question in QUESTIONS[:2]:
+        prompt = engine.target.render_chat([{"role": "user", "content": question}])
+        expected = greedy(engine, prompt)
+        assert expected.stop_reason == "eos"
+        check_answer(expected.text, "[/THINK]")
+        for gamma in (1, 3, 5):
+            result = greedy(engine, prompt, "mtp", gamma)
+            assert result.tokens == expected.tokens, (question, gamma)
+            accepted += result.stats.n_accepted
+    assert accepted > 20
+    engine.close()
+
+
 def test_greedy_after_reasoning_is_the_argmax_over_a_brute_force_mask(thinker):
     """Target-only greedy decoding by the definition: each row masked by trying every token."""
     target = thinker.target

@@ -4,7 +4,8 @@ json_schema on every generating endpoint, and one-line 400s for what cannot be d
 import json
 
 import pytest
-from serving import CTX, Server, serve_log
+import tool_templates
+from serving import CTX, Server, serve_log, templated_server
 
 import specllm
 
@@ -110,3 +111,73 @@ def test_a_bad_grammar_or_schema_is_a_400(srv, path, body, param, message):
     error = data["error"]
     assert (error["type"], error["param"]) == ("invalid_request_error", param)
     assert message in error["message"] and "\n" not in error["message"]
+
+
+# Thinking models: the reasoning is free and the answer follows the schema. A template that opens
+# the think block with Magistral's [THINK], on a tiny model that writes [/THINK] (a control token
+# of its vocabulary) and then JSON; Qwen3.5's, whose "<think>\n" the tiny model never closes.
+THINK_CONTROL_TEMPLATE = (
+    "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}{% if add_generation_prompt %}[THINK]{% endif %}"
+)
+JSON_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}}
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory):
+    yield from templated_server(
+        tmp_path_factory, "thinker", THINK_CONTROL_TEMPLATE, vocab="markup", extra_scale=1.5, seed=2
+    )
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "qwen35", tool_templates.QWEN35)
+
+
+def streamed(chunks) -> dict:
+    reasoning, content = "", ""
+    for chunk in chunks:
+        delta = chunk.choices[0].delta.to_dict() if chunk.choices else {}
+        reasoning += delta.get("reasoning_content") or ""
+        content += delta.get("content") or ""
+    return {"reasoning_content": reasoning, "content": content}
+
+
+def test_a_thinking_model_reasons_first_and_answers_json(thinker):
+    """The prompt opens a think block: the reasoning is reasoning_content, the JSON the content,
+    streamed or not; the reply is the text the engine generates under the schema."""
+    engine, srv = thinker
+    request = dict(messages=MESSAGES, model="x", temperature=0, max_tokens=100, response_format=JSON_SCHEMA_FORMAT)
+    reply = srv.client().chat.completions.create(**request)
+    message = reply.choices[0].message.to_dict()
+    check_schema(message["content"])
+    assert reply.choices[0].finish_reason == "stop"  # the end came after the JSON
+    text = engine.generate(engine.target.render_chat(MESSAGES), max_tokens=100, temperature=0, json_schema=SCHEMA).text
+    reasoning, _, answer = text.partition("[/THINK]")
+    assert message["reasoning_content"] == reasoning.strip() and reasoning.strip()
+    assert message["content"] == answer.lstrip()
+    chunks = srv.client().chat.completions.create(stream=True, **request)
+    assert streamed(chunks) == {k: message[k] for k in ("reasoning_content", "content")}
+
+
+def test_a_reply_cut_in_its_reasoning_is_reasoning_alone(qwen35):
+    """Qwen3.5's prompt opens "<think>\\n" and the tiny model never closes it: max_tokens cuts the
+    reasoning, the same as without a schema (it was the JSON, in reasoning_content)."""
+    _, srv = qwen35
+    request = dict(messages=MESSAGES, model="x", temperature=0, max_tokens=12)
+    free = srv.client().chat.completions.create(**request).choices[0]
+    reply = srv.client().chat.completions.create(response_format=JSON_SCHEMA_FORMAT, **request).choices[0]
+    assert reply.message.to_dict() == free.message.to_dict() and reply.message.content == ""
+    assert reply.finish_reason == "length"
+
+
+def test_with_thinking_off_the_answer_is_json_from_the_first_token(qwen35):
+    engine, srv = qwen35
+    off = {"enable_thinking": False}
+    request = dict(messages=MESSAGES, model="x", temperature=0, max_tokens=100, response_format=JSON_SCHEMA_FORMAT)
+    reply = srv.client().chat.completions.create(**request, extra_body={"chat_template_kwargs": off})
+    message = reply.choices[0].message.to_dict()
+    check_schema(message["content"])
+    assert "reasoning_content" not in message
+    prompt = engine.target.render_chat(MESSAGES, variables=off)
+    assert message["content"] == engine.generate(prompt, max_tokens=100, temperature=0, json_schema=SCHEMA).text
