@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import tiny_models as tm
 from one_line import assert_one_line_error
 
 SPECLLM = [sys.executable, "-m", "specllm"]
@@ -63,3 +64,18 @@ def test_a_bad_grammar_or_schema_is_one_line(models, tmp_path, args, fragments):
     (tmp_path / "bad.gbnf").write_text("root ::= foo\n")
     proc = specllm_run("Hello", *models, *(a.replace("{dir}", str(tmp_path)) for a in args))
     assert_one_line_error(proc, *fragments)
+
+
+def test_a_thinking_model_reasons_before_its_json(tmp_path):
+    """The chat template opens a think block ([THINK], Magistral's): the reasoning is free and the
+    text after [/THINK] follows the schema or the grammar."""
+    template = "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}[THINK]"
+    target = tm.write_model(tmp_path / "thinker.gguf", vocab="markup", extra_scale=1.5, seed=2, chat_template=template)
+    models = ["--target", target, "--drafter", "none", "--threads", 1, "--ctx-size", 256]
+    (tmp_path / "answer.gbnf").write_text('root ::= ("yes" | "no") "."\n')
+    for option, check in [
+        (["--json-schema", json.dumps(SCHEMA)], lambda text: set(json.loads(text)) == {"ok"}),
+        (["--grammar", tmp_path / "answer.gbnf"], lambda text: text in ("yes.", "no.")),
+    ]:
+        out = run_json(models, *option, "--max-tokens", 80)
+        assert check(out["text"]) and out["reasoning"] and out["stop_reason"] == "eos", out
