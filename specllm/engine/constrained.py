@@ -70,20 +70,21 @@ _MARKER_TOKENS: "weakref.WeakKeyDictionary[Model, dict[bytes, _MarkerTokens]]" =
 
 def _marker_tokens(model: Model, marker: bytes) -> _MarkerTokens:
     """A vocabulary's _MarkerTokens, found once per model and marker (a pass over every token's
-    text: about 0.3 s for 150k tokens)."""
+    text: 0.6 s for Qwen2.5's 152k tokens on 2 cores)."""
     known = _MARKER_TOKENS.setdefault(model, {})
     if marker not in known:
         pieces = [model.piece(t) for t in range(model.n_vocab)]
+        # a token that completes the marker holds its last byte
+        ending = [(t, piece) for t, piece in enumerate(pieces) if marker[-1:] in piece]
         tails = {
-            head: tuple(t for t, piece in enumerate(pieces) if piece.startswith(marker[head:]))
-            for head in range(1, len(marker))
+            head: tuple(t for t, piece in ending if piece.startswith(marker[head:])) for head in range(1, len(marker))
         }
         byte_tokens: dict[int, int] = {}
         for t, piece in enumerate(pieces):
             if len(piece) == 1 and not model.is_eog(t):
                 byte_tokens.setdefault(piece[0], t)
         eog = np.array(sorted(t for t in model.markup_tokens if model.is_eog(t)), dtype=np.intp)
-        whole = tuple(t for t, piece in enumerate(pieces) if marker in piece)
+        whole = tuple(t for t, piece in ending if marker in piece)
         known[marker] = _MarkerTokens(whole, tails, eog, byte_tokens)
     return known[marker]
 
