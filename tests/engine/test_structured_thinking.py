@@ -8,6 +8,7 @@ tokens it writes often (vocab "markup"), its prompt opening the block. Qwen3.5's
 standard vocabulary opens "<think>\\n", whose closing marker the tiny models' noise never writes:
 its grammar is checked token by token on a fixed text."""
 
+import itertools
 import json
 import time
 
@@ -117,17 +118,21 @@ def test_with_the_block_closed_in_the_prompt_the_grammar_applies_from_the_first_
 
 def test_a_token_running_from_the_marker_into_the_answer_is_the_grammars_to_allow(qwen35):
     """A token whose text completes the closing marker and goes on is allowed where the grammar
-    takes the rest, fed to it byte by byte (here the marker is "self", and "self." a token)."""
+    takes the rest, fed to it byte by byte (here the marker is "self", and "self." a token; or
+    "aself", its "a" already written)."""
     [self_dot] = [t for t in range(qwen35.n_vocab) if qwen35.piece(t) == b"self."]
-    for answer, allowed in (('"." [a-z]+', True), ("[a-z]+", False)):
-        grammar = OutputGrammar(Grammar(qwen35, f"root ::= [ ]* {answer}"), Phase.REASONING, b"self")
+    chars = byte_tokens(qwen35)
+    for (answer, allowed), marker in itertools.product((('"." [a-z]+', True), ("[a-z]+", False)), (b"self", b"aself")):
+        grammar = OutputGrammar(Grammar(qwen35, f"root ::= [ ]* {answer}"), Phase.REASONING, marker)
+        if marker == b"aself":
+            assert grammar.allowed(np.array([self_dot]))[0]  # "self." alone does not end the block
+            grammar.accept(chars["a"])
         assert grammar.allowed(np.array([self_dot]))[0] == allowed
         row = np.zeros(qwen35.n_vocab, dtype=np.float32)
         assert (grammar.masked(row, SamplerSettings(temperature=0))[self_dot] == 0) == allowed
         if allowed:
             grammar.accept(self_dot)
             assert grammar.phase is Phase.ANSWER
-            chars = byte_tokens(qwen35)
             assert grammar.allowed(np.array([chars["a"], chars["."]])).tolist() == [True, False]
 
 
