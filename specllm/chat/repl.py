@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specllm.chat.session import SYSTEM_PROMPT, ChatSession, read_transcript
 from specllm.chat.view import source_mix
+from specllm.engine.functionary import asks_recipient
 from specllm.engine.loop import DRAFTERS, describe_models
 from specllm.engine.names import Drafter
 from specllm.engine.reasoning import closing_marker
@@ -262,10 +263,11 @@ def _reply(session: ChatSession, message: str, console, live: bool) -> None:
     drafter = session.config.drafter
     view: LiveView | PlainView
     opened = closing_marker(prepared.text) or False  # the template began the reply's reasoning
+    recipient = asks_recipient(prepared.text)  # or its first recipient line (functionary v3.2)
     if live:
-        view = LiveView(console, drafter, show_legend=False, describe=chat_summary, opened=opened)
+        view = LiveView(console, drafter, show_legend=False, describe=chat_summary, opened=opened, recipient=recipient)
     else:
-        view = PlainView(drafter, describe=chat_summary, opened=opened)
+        view = PlainView(drafter, describe=chat_summary, opened=opened, recipient=recipient)
     reply = session.stream(prepared)
     try:
         with view:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specllm.engine.functionary import asks_recipient
 from specllm.engine.loop import (
     DRAFTERS,
     Engine,
@@ -379,7 +380,7 @@ class ChatSession:
         if not spelled.startswith(prompt_spelled):
             return
         reply = spelled[len(prompt_spelled) :]
-        if split_reasoning(reply, closing_marker(prompt) or False) == Split(live[-1].reasoning, live[-1].reply):
+        if _split(prompt, reply) == Split(live[-1].reasoning, live[-1].reply):
             self.cache.restore(prompt + reply, tokens)
 
     # --- reporting --------------------------------------------------------------------------
@@ -550,11 +551,17 @@ def _same_kind(value, like) -> bool:
 def _ended(turn: Turn, prompt: str, text: str, result: Result | None, stats: Stats | None) -> Turn:
     """`turn`, given its reply (result None: cut short, `text` is what was generated). A thinking
     model's reasoning is kept apart: the template gets it as reasoning_content."""
-    split = split_reasoning(text, closing_marker(prompt) or False)
+    split = _split(prompt, text)
     turn.reply, turn.reasoning = split.answer, split.reasoning
     turn.stop_reason = result.stop_reason if result else "interrupted"
     turn.stats = stats
     return turn
+
+
+def _split(prompt: str, reply: str) -> Split:
+    """The reasoning and answer of a reply to a rendered prompt, read as its end says (inside a
+    think block, or before functionary v3.2's first recipient)."""
+    return split_reasoning(reply, closing_marker(prompt) or False, recipient=asks_recipient(prompt))
 
 
 def _spelled(target, tokens: list[int]) -> str:

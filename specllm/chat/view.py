@@ -81,10 +81,11 @@ class ReplyParts:
     `target` for steps that are all answer, as before; else the `reasoning` and `answer` the
     think block's split gives (its tags left out). Steps whose text is held back (it may open a
     think block) wait, and are shown by their kinds once they turn out to be answer.
-    `opened`: the prompt ends inside a think block (the marker that ends it)."""
+    `opened`: the prompt ends inside a think block (the marker that ends it); `recipient`: it
+    ends where the reply's first recipient goes (functionary v3.2's)."""
 
-    def __init__(self, opened: bool | str = False):
-        self.splitter = ReasoningSplitter(opened)
+    def __init__(self, opened: bool | str = False, recipient: bool = False):
+        self.splitter = ReasoningSplitter(opened, recipient=recipient)
         self.waiting: list[Step] = []  # steps whose text is not handed out yet
 
     def step(self, step: Step) -> list[tuple[str, str]]:
@@ -116,13 +117,20 @@ class PlainView:
     """Bare text on stdout as it comes; the summary on stderr, so stdout can be piped. Piped, the
     text is the model's exactly; on a terminal its control characters show as symbols."""
 
-    def __init__(self, drafter: str, show_summary: bool = True, describe=summary, opened: bool | str = False):
+    def __init__(
+        self,
+        drafter: str,
+        show_summary: bool = True,
+        describe=summary,
+        opened: bool | str = False,
+        recipient: bool = False,
+    ):
         self.drafter = drafter
         self.show_summary = show_summary
         self.describe = describe
         self._show = shown if sys.stdout.isatty() else str
         self._show_reasoning = shown if sys.stderr.isatty() else str
-        self.parts = ReplyParts(opened)
+        self.parts = ReplyParts(opened, recipient)
         self.reasoning = False  # reasoning written to stderr, its line not ended yet
 
     def __enter__(self):
@@ -163,7 +171,14 @@ class PlainView:
 
 class LiveView:
     def __init__(
-        self, console: Console, drafter: str, *, show_legend: bool = True, describe=summary, opened: bool | str = False
+        self,
+        console: Console,
+        drafter: str,
+        *,
+        show_legend: bool = True,
+        describe=summary,
+        opened: bool | str = False,
+        recipient: bool = False,
     ):
         self.console = console
         self.drafter = drafter
@@ -180,7 +195,7 @@ class LiveView:
         self._ending = contextlib.ExitStack()
         self._drawn_at = 0.0
         self._redraw_gap = REDRAW_SECONDS
-        self.parts = ReplyParts(opened)
+        self.parts = ReplyParts(opened, recipient)
         self._reasoned = self._answered = False  # some reasoning, some answer shown
 
     def _new_live(self) -> Live:

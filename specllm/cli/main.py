@@ -59,6 +59,7 @@ from specllm.cli.options import (
     error_line,
 )
 from specllm.cli.report import RichReporter, names_console
+from specllm.engine.functionary import asks_recipient
 from specllm.engine.names import FIXED_GAMMA, Drafter
 from specllm.engine.reasoning import closing_marker, split_reasoning
 from specllm.engine.sampling import default_seed
@@ -392,10 +393,11 @@ def run(
         max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=tuple(stop or ()), **sampler, **structure
     )
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
+    recipient = False  # the prompt ends where the reply's first recipient goes (functionary v3.2)
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
         check_fits(engine.target, text)  # else a huge prompt fails in the template, which takes the blame
         text = in_chat_template(engine, text, system, variables)
-        opened = closing_marker(text) or False
+        opened, recipient = closing_marker(text) or False, asks_recipient(text)
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
     if gap and gap.left_out:
         print(f"note: {gap.left_out} tokens of the code were cut to leave room for the reply", file=sys.stderr)
@@ -405,9 +407,9 @@ def run(
     if as_json:
         view = PlainView(drafter, show_summary=False)
     elif use_live(no_live, console):
-        view = LiveView(console, drafter, opened=opened)
+        view = LiveView(console, drafter, opened=opened, recipient=recipient)
     else:
-        view = PlainView(drafter, opened=opened)
+        view = PlainView(drafter, opened=opened, recipient=recipient)
     with view:
         for step in generation:
             if not as_json:
@@ -418,7 +420,7 @@ def run(
     if verbose and result.stats.policy:
         print(describe_policy(result.stats.policy), file=sys.stderr)
     if as_json:
-        print(json.dumps(result_json(result, seed, opened)))
+        print(json.dumps(result_json(result, seed, opened, recipient)))
 
 
 def in_chat_template(engine, text: str, system: str | None, variables: dict | None) -> str:
@@ -541,10 +543,11 @@ def describe_policy(policy: dict) -> str:
     return line
 
 
-def result_json(result, seed: int, opened: bool | str = False) -> dict:
+def result_json(result, seed: int, opened: bool | str = False, recipient: bool = False) -> dict:
     """run --json's object. A thinking model's reasoning (`opened`: the prompt opened its think
-    block) is `reasoning`, apart from the answer's `text`."""
-    split = split_reasoning(result.text, opened)
+    block) is `reasoning`, apart from the answer's `text`, read after the prompt's first
+    recipient mark where it ends with one (`recipient`: functionary v3.2's)."""
+    split = split_reasoning(result.text, opened, recipient=recipient)
     return {
         "text": split.answer,
         **({"reasoning": split.reasoning} if split.reasoning else {}),

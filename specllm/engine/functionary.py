@@ -7,13 +7,17 @@ ends with the first message's ">>>", so the reply begins with the recipient alon
     all\\nLet me check.                    the answer (text to the user)
     >>>get_weather\\n{"city": "Paris"}     a call, its arguments as JSON, up to the next ">>>"
 
-`FunctionaryReader` hands out text messages as answer, as written, and each call in the form
-engine/harmony.py gives a gpt-oss call (CALL_OPEN, "functions." and the tool's name, CALL_HEADER,
-the body as written, CALL_CLOSE), which tool_calls.py reads as a call to an offered tool and
-leaves as text otherwise. A call's body ends at the first ">>>" outside its JSON strings (a
-string may hold one: Python's prompt, in code). A reply that leaves the format (a recipient line
-longer than RECIPIENT_LIMIT, or with characters no name has) is answer from there on, as written;
-a later recipient line that the reply's end cuts short is left out.
+`FunctionaryReader` hands out text messages as answer, as written, and, where tools were offered,
+each call in the form engine/harmony.py gives a gpt-oss call (CALL_OPEN, "functions." and the
+tool's name, CALL_HEADER, the body as written, CALL_CLOSE), which tool_calls.py reads as a call to
+an offered tool and leaves as text otherwise. A call's body ends at the first ">>>" outside its
+JSON strings (a string may hold one: Python's prompt, in code). A reply that leaves the format (a
+recipient line longer than RECIPIENT_LIMIT, or with characters no name has) is answer from there
+on, as written; a later recipient line that the reply's end cuts short is left out.
+
+Without tools (`specllm chat` and `run`, a request that offers none), llama.cpp reads all that
+follows the first "all\\n" as text, later calls as written: so does the reader, and a reply that
+begins with a call shows it as functionary writes one, ">>>NAME\\n" and its arguments.
 """
 
 import re
@@ -38,7 +42,10 @@ class FunctionaryReader:
     answer) decided by then, as HarmonyReader's do (functionary writes no reasoning). Text that
     may be the start of ">>>" is held back until it is decided."""
 
-    def __init__(self):
+    def __init__(self, calls: bool = True):
+        """`calls`: tools were offered, and each message is read (else what follows the first
+        recipient line is text as written)."""
+        self.calls = calls
         self.pending = ""  # text not handed out yet
         self.kind: str | None = None  # the message being read: "text", "call"; None in a recipient line
         self.raw = False  # the reply left the format: the rest is answer as written
@@ -97,7 +104,10 @@ class FunctionaryReader:
                 return True
             return False
         self.pending, self.begun, self.scanned = self.pending[end + 1 :], True, 0
-        if line == TO_USER:
+        if not self.calls:  # no tools: the rest is text, a call shown as functionary writes it
+            self.raw = True
+            answer.append("" if line == TO_USER else f"{RECIPIENT_MARK}{line}\n")
+        elif line == TO_USER:
             self.kind = "text"
         else:
             self.kind, self.in_string, self.escaped = "call", False, False

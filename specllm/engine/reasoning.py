@@ -126,10 +126,13 @@ class Split:
     answer: str
 
 
-def split_reasoning(reply: str, opened: bool | str = False, call_openings: tuple[str, ...] = ()) -> Split:
-    """A whole reply's reasoning and answer; `opened`: the prompt opened the think block (the
-    marker that ends it, or True), `call_openings`: as ReasoningSplitter takes them."""
-    splitter = ReasoningSplitter(opened, call_openings)
+def split_reasoning(
+    reply: str, opened: bool | str = False, call_openings: tuple[str, ...] = (), recipient: bool = False
+) -> Split:
+    """A whole reply's reasoning and answer, no tools offered; `opened`: the prompt opened the
+    think block (the marker that ends it, or True), `call_openings` and `recipient`: as
+    ReasoningSplitter takes them."""
+    splitter = ReasoningSplitter(opened, call_openings, recipient)
     first, last = splitter.feed(reply), splitter.finish()
     return Split(first.reasoning + last.reasoning, first.answer + last.answer)
 
@@ -147,12 +150,15 @@ class ReasoningSplitter:
     reasoning and the answer decided by then. Text that may be the start of a marker is held
     back until it is decided, and so is the reasoning's trailing whitespace."""
 
-    def __init__(self, opened: bool | str, call_openings: tuple[str, ...] = (), recipient: bool = False):
+    def __init__(
+        self, opened: bool | str, call_openings: tuple[str, ...] = (), recipient: bool = False, tools: bool = False
+    ):
         """`opened`: the prompt opened the think block; the marker that ends it (closing_marker)
         where known, else True. `call_openings`: the markers that begin a call, where a call ends
         the think block as its closing marker does (the call is the answer's: Ling 3.0's and
         Qwen3.5's, as llama.cpp reads them). `recipient`: the prompt ends where the reply's first
-        recipient goes (functionary v3.2's ">>>": engine/functionary.py reads the reply)."""
+        recipient goes (functionary v3.2's ">>>": engine/functionary.py reads the reply, its calls
+        where `tools` were offered)."""
         self.where = _Where.REASONING if opened else _Where.START
         self.pending = ""  # text not handed out yet
         self.started = False  # some reasoning was handed out (its leading whitespace is dropped)
@@ -160,7 +166,7 @@ class ReasoningSplitter:
         self.ended = False
         self.reader: HarmonyReader | FunctionaryReader = HarmonyReader()
         if recipient:
-            self.where, self.reader = _Where.READER, FunctionaryReader()
+            self.where, self.reader = _Where.READER, FunctionaryReader(calls=tools)
         # The markers that end the block: its own pair's, so that a Qwen3 reasoning about
         # Magistral's "[/THINK]" goes on reasoning; any pair's where the prompt opened one unnamed
         self.closings = (opened,) if isinstance(opened, str) else CLOSINGS

@@ -703,7 +703,7 @@ class ChatReply:
         call_openings: tuple[str, ...] = (),
         recipient: bool = False,
     ):
-        self.splitter = ReasoningSplitter(opened, call_openings, recipient)
+        self.splitter = ReasoningSplitter(opened, call_openings, recipient, tools is not None)
         self.tools, self.prefill = tools, prefill
         self.reasoning = ""  # what the deltas so far hold
         self.text = ""

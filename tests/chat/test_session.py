@@ -813,6 +813,35 @@ def test_an_earlier_turns_reasoning_goes_back_where_its_template_reads_it(tmp_pa
         engine.close()
 
 
+def test_functionarys_reply_is_its_text_and_its_tokens_are_reused(tmp_path):
+    """functionary v3.2's prompt ends with ">>>", so a reply begins with its recipient: "all\\n"
+    was kept in the turn's reply, which the template writes after its own ">>>all\\n", so the next
+    prompt no longer extended the reply as the model wrote it and its tokens were not reused."""
+    import tool_templates
+
+    # its turns end with "<|eot_id|>", a control token in functionary's vocabulary: the tiny one's is "<|im_end|>"
+    template = tool_templates.FUNCTIONARY_V32.replace("<|eot_id|>", "<|im_end|>")
+    path = tm.write_model(tmp_path / "functionary.gguf", seed=0, chat_template=template)
+    engine = load(path, n_ctx=1024)  # its system prompt alone takes 440 tokens
+    config = make_config(max_tokens=6, temperature=0.0, drafter="none")
+    reply = "all\nAn answer."
+    try:
+        prompt = ChatSession(engine, config).prepare("Hello").text
+        assert prompt.endswith(">>>")
+        ended = chat._ended(chat.Turn("Hello"), prompt, reply, None, None)  # as a live turn ends
+        assert (ended.reasoning, ended.reply) == ("", "An answer.")
+        tokens = engine.prompt_tokens(prompt + reply)  # the conversation's tokens, as /save writes them
+        turns = [{"user": "Hello", "reply": "An answer.", "stop_reason": "eos"}]
+        (tmp_path / "chat.json").write_text(json.dumps({"turns": turns, "context_tokens": tokens}))
+        session = ChatSession(engine, config)
+        command(session, f"/load {tmp_path / 'chat.json'}")
+        prepared = session.prepare("Thanks")
+        assert prepared.text.startswith(prompt + reply)
+        assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
+    finally:
+        engine.close()
+
+
 def test_an_answer_that_writes_minimax_m3s_closing_marker_goes_back_whole(tmp_path):
     """As an answer that writes "</think>" to Qwen3.5's: given no reasoning_content, MiniMax M3's
     template takes the answer up to "</mm:think>" for reasoning, and writes only the rest."""

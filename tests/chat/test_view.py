@@ -3,6 +3,7 @@
 import io
 import random
 
+import pytest
 from rich.console import Console
 from rich.text import Text
 
@@ -227,6 +228,29 @@ def test_the_plain_view_writes_the_answer_to_stdout_and_the_reasoning_to_stderr(
     view.finish(None)
     out, err = capsys.readouterr()
     assert (out, err) == ("Paris is big\n", "Hmm, so\n")
+
+
+@pytest.mark.parametrize(
+    "pieces,shown",
+    [
+        (["all", "\nPar", "is is", " big"], "Paris is big"),
+        (["get_weather\n", '{"city": ', '"Paris"}'], '>>>get_weather\n{"city": "Paris"}'),
+    ],
+)
+def test_functionarys_reply_is_shown_after_its_first_recipient(capsys, pieces, shown):
+    """Its prompt ends with ">>>": a text reply is shown without "all\\n" (it was shown), a call
+    as functionary writes one, the prompt's ">>>" before it, in the live view and piped."""
+    from specllm.chat.view import PlainView
+
+    steps = [Step([1], 1, 2, "", piece, "", Stats(), "model") for piece in pieces]
+    console = Console(file=io.StringIO(), force_terminal=True, width=WIDTH, height=HEIGHT)
+    live, plain = LiveView(console, "model", recipient=True), PlainView("model", show_summary=False, recipient=True)
+    for step in steps:
+        live.step(step)
+        plain.step(step)
+    plain.finish(None)
+    assert live.body.plain == shown
+    assert capsys.readouterr() == (shown + "\n", "")
 
 
 def test_a_gpt_oss_reply_is_shown_without_its_markup():

@@ -784,6 +784,18 @@ def test_a_thinking_models_reasoning_is_apart_from_its_answer(tmp_path):
     assert_one_line_error(specllm_run("Hi", *args, "--raw", "--think"), "--think needs the chat template")
 
 
+def test_run_json_reads_functionarys_reply_after_its_first_recipient():
+    """functionary v3.2's prompt ends with ">>>": --json's text is the reply's after "all\\n" (it
+    began with it), a call as functionary writes one."""
+    from specllm.cli.main import result_json
+    from specllm.engine.loop import Result, Stats
+
+    text = result_json(Result("all\nHello.", [1], "eos", Stats()), 0, recipient=True)["text"]
+    call = result_json(Result('f\n{"a": 1}', [1], "eos", Stats()), 0, recipient=True)["text"]
+    assert (text, call) == ("Hello.", '>>>f\n{"a": 1}')
+    assert result_json(Result("all\nHello.", [1], "eos", Stats()), 0)["text"] == "all\nHello."  # another model's
+
+
 def test_reasoning_effort_goes_to_the_template(tmp_path):
     """--reasoning-effort sets gpt-oss's variable: the prompt is the one the template renders with
     it (given with --raw, the same tokens); none is --no-think; a bad use is one line."""

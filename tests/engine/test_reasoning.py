@@ -125,8 +125,8 @@ CASES = [
 ]
 
 
-def streamed(pieces: list[str], opened: bool | str, call_openings: tuple[str, ...] = ()) -> Split:
-    splitter = ReasoningSplitter(opened, call_openings)
+def streamed(pieces: list[str], opened: bool | str, call_openings: tuple[str, ...] = (), recipient=False) -> Split:
+    splitter = ReasoningSplitter(opened, call_openings, recipient)
     reasoning, answer = "", ""
     for piece in [*pieces, None]:
         split = splitter.feed(piece) if piece is not None else splitter.finish()
@@ -183,7 +183,7 @@ def test_a_call_ends_the_think_block_where_it_is_one_of_the_call_openings(reply,
 
 def test_functionarys_reply_is_handed_out_as_soon_as_it_is_decided():
     """Held back: a recipient line until its end, and what may be the start of ">>>"."""
-    splitter = ReasoningSplitter(False, recipient=True)
+    splitter = ReasoningSplitter(False, recipient=True, tools=True)
     assert splitter.feed("al") == Split("", "")
     assert splitter.feed("l\nOne >") == Split("", "One ")
     assert splitter.feed("> two>>") == Split("", ">> two")
@@ -192,6 +192,27 @@ def test_functionarys_reply_is_handed_out_as_soon_as_it_is_decided():
     assert splitter.feed('\n{"a": ">') == Split("", call + '{"a": ">')  # in a string: no recipient mark
     assert splitter.feed('"}>') == Split("", '"}')
     assert splitter.finish() == Split("", "><|call|>")
+
+
+# (functionary v3.2's reply where no tools were offered, what chat, run and serve show of it)
+FUNCTIONARY_WITHOUT_TOOLS = [
+    ("all\nHello, world!", "Hello, world!"),  # the text's recipient line is left out
+    ('all\nLet me check.\n>>>get_weather\n{"city": "Paris"}', 'Let me check.\n>>>get_weather\n{"city": "Paris"}'),
+    ('get_weather\n{"city": "Paris"}', '>>>get_weather\n{"city": "Paris"}'),  # a call: as functionary writes one
+    ('get_weather\n{"city": "Paris"}\n>>>all\nDone.', '>>>get_weather\n{"city": "Paris"}\n>>>all\nDone.'),
+    ("Hello, world!", "Hello, world!"),  # no recipient: as written
+    ("all", "all"),  # cut short before its recipient line ended
+]
+
+
+@pytest.mark.parametrize("reply,answer", FUNCTIONARY_WITHOUT_TOOLS, ids=range(len(FUNCTIONARY_WITHOUT_TOOLS)))
+def test_functionarys_reply_without_tools_is_text_after_its_first_recipient(reply, answer):
+    """As llama.cpp reads it without tools: what follows "all\\n" is text, calls and all; a call
+    that begins the reply is shown with the ">>>" its prompt wrote. "all\\n" was shown."""
+    whole = Split("", answer)
+    assert split_reasoning(reply, recipient=True) == whole
+    for cut in range(len(reply) + 1):
+        assert streamed([reply[:cut], reply[cut:]], False, (), recipient=True) == whole, cut
 
 
 def test_text_is_handed_out_as_soon_as_it_is_decided():

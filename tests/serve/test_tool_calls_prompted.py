@@ -94,6 +94,15 @@ def test_functionarys_text_without_tools_is_read_the_same(functionary):
     assert_read(srv, "all\nHello, world!\nWhat's up?", ("", "Hello, world!\nWhat's up?", []))
 
 
+def test_functionarys_call_without_tools_is_content_as_it_writes_one(functionary):
+    """As llama-server's content has a call after "all\\n": as written, ">>>" before its name (a
+    reply that begins with one was a 500 there); it was the content in gpt-oss's markup."""
+    _, srv = functionary
+    call = '>>>get_weather\n{"city": "Paris"}'
+    assert_read(srv, call.removeprefix(">>>"), ("", call, []))
+    assert_read(srv, "all\nLet me check.\n" + call, ("", "Let me check.\n" + call, []))
+
+
 def test_a_call_to_functionary_that_must_be_made_begins_with_its_recipient(functionary):
     """A named tool_choice begins the reply with the tool's recipient line (after the prompt's
     ">>>"), and the model goes on with the arguments: a call. It began with the generic JSON call."""
