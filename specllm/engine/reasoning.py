@@ -16,13 +16,14 @@ prompt ends with its first message's ">>>": that reply is read by engine/functio
 `ReasoningSplitter` reads a reply as it is generated and hands out its reasoning and its answer
 apart, so that any split of the text into chunks gives what reading it whole
 (`split_reasoning`) gives. A block ends at its pair's closing marker (at the first of any pair's
-where a prompt opened it and which is not known), or where a call begins for the models whose
-calls end it (`call_openings`: llama.cpp reads Ling 3.0's and Qwen3.5's so); a reply that begins
-with a closing marker alone, where the prompt opened no block, has an empty one (MiniMax M3's
-turn without reasoning). The reasoning is trimmed of whitespace at its two ends, and the answer
-of the whitespace that follows the closing marker; a reply without a think block is all answer,
-exactly as generated; a block the reply leaves open (it reached max_tokens) is all reasoning.
-Only text is split: the tokens generated do not change.
+where a prompt opened it and which is not known), where a call begins for the models whose calls
+end it (`call_openings`: llama.cpp reads Ling 3.0's and Qwen3.5's so), or where what follows it
+begins for the models that may leave it open (SUCCESSORS: Kimi K3's response section, Cohere2
+MoE's text and calls); a reply that begins with a closing marker alone, where the prompt opened
+no block, has an empty one (MiniMax M3's turn without reasoning). The reasoning is trimmed of
+whitespace at its two ends, and the answer of the whitespace that follows the closing marker; a
+reply without a think block is all answer, exactly as generated; a block the reply leaves open (it
+reached max_tokens) is all reasoning. Only text is split: the tokens generated do not change.
 """
 
 import enum
@@ -50,6 +51,13 @@ THINK_OPEN, THINK_CLOSE = THINK_MARKERS[0]
 OPENINGS = tuple(opening for opening, _ in THINK_MARKERS)
 CLOSINGS = tuple(closing for _, closing in THINK_MARKERS)
 BLOCK_MARKERS = OPENINGS + CLOSINGS  # what a reply's think block may begin with (a bare closing marker: an empty block)
+# What a model may write after its think block without closing it, which ends the block as its
+# closing marker does and begins the answer (llama.cpp reads them so): Kimi K3's response section,
+# Cohere2 MoE's text and its calls
+SUCCESSORS = {
+    "<|close|>think<|sep|>": ("<|open|>response<|sep|>",),
+    "<|END_THINKING|>": ("<|START_TEXT|>", "<|START_ACTION|>"),
+}
 # Kimi K3 writes its answer in a response section of its message (which its prompt opens where
 # thinking is off): the section's markup and the message's end are left out of the answer.
 ANSWER_MARKUP = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
@@ -167,10 +175,10 @@ class ReasoningSplitter:
         self.reader: HarmonyReader | FunctionaryReader = HarmonyReader()
         if recipient:
             self.where, self.reader = _Where.READER, FunctionaryReader(calls=tools)
+        self.call_openings = call_openings
         # The markers that end the block: its own pair's, so that a Qwen3 reasoning about
         # Magistral's "[/THINK]" goes on reasoning; any pair's where the prompt opened one unnamed
-        self.closings = (opened,) if isinstance(opened, str) else CLOSINGS
-        self.call_openings = call_openings
+        self._ended_by((opened,) if isinstance(opened, str) else CLOSINGS)
 
     @property
     def thinking(self) -> bool:
@@ -193,7 +201,7 @@ class ReasoningSplitter:
                 marker = next((m for m in BLOCK_MARKERS if body.startswith(m)), None)
                 if marker in OPENINGS:
                     self.where, self.pending = _Where.REASONING, body[len(marker) :]
-                    self.closings = (CLOSINGS[OPENINGS.index(marker)],)
+                    self._ended_by((CLOSINGS[OPENINGS.index(marker)],))
                 elif marker is not None:  # an empty block the prompt did not open (MiniMax M3's turn without reasoning)
                     self.where, self.pending = _Where.AFTER, body[len(marker) :]
                 elif begins_harmony(body):
@@ -203,9 +211,8 @@ class ReasoningSplitter:
                 else:
                     self.where = _Where.ANSWER  # the reply is all answer, its whitespace too
             elif self.where is _Where.REASONING:
-                ends = self.closings + self.call_openings
-                before, close, after = _first_closing(self.pending, ends)
-                if close in self.call_openings:  # a call ends the block: it is the answer's
+                before, close, after = _first_closing(self.pending, self.ends)
+                if close in self.answer_openings:  # it ends the block and is the answer's (a call, a response section)
                     reasoning += before
                     self.where, self.pending, closed = _Where.ANSWER, close + after, True
                     continue
@@ -213,7 +220,7 @@ class ReasoningSplitter:
                     reasoning += before
                     self.where, self.pending, closed = _Where.AFTER, after, True
                     continue
-                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in ends)
+                keep = 0 if self.ended else max(marker_start(self.pending, c) for c in self.ends)
                 reasoning += self.pending[: len(self.pending) - keep]
                 self.pending = self.pending[len(self.pending) - keep :]
                 break
@@ -229,6 +236,13 @@ class ReasoningSplitter:
                 answer += text
                 break
         return Split(self._trimmed(reasoning, closed or self.ended), answer)
+
+    def _ended_by(self, closings: tuple[str, ...]) -> None:
+        """The block ends at these closing markers, and at what begins the answer: a call
+        (call_openings) or what follows the block where the model leaves it open (SUCCESSORS)."""
+        successors = tuple(successor for closing in closings for successor in SUCCESSORS.get(closing, ()))
+        self.answer_openings = successors + self.call_openings
+        self.ends = closings + self.answer_openings
 
     def _read(self) -> Split:
         text, self.pending = self.pending, ""

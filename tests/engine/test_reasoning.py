@@ -66,6 +66,20 @@ CASES = [
     ("Use the response tag, then message.<|close|>response<|sep|>", False, "", "Use the response tag, then message."),
     ("Still thinking", "<|close|>think<|sep|>", "Still thinking", ""),
     ("Cut short<|close|>resp", False, "", "Cut short<|close|>resp"),
+    # ... whose think section ends at the response section's opener where the model writes no closer,
+    # as llama.cpp reads it: it was reasoning to the end
+    (f"I'm thinking{K3_ANSWER}", "<|close|>think<|sep|>", "I'm thinking", "Hello!\nUp?"),
+    (f"<|open|>think<|sep|>I'm thinking\n{K3_ANSWER}", False, "I'm thinking", "Hello!\nUp?"),
+    (
+        "Hmm <|open|>response<|sep|> x</think>Paris.",
+        "</think>",
+        "Hmm <|open|>response<|sep|> x",
+        "Paris.",
+    ),  # not Kimi's
+    # Cohere2 MoE's reasoning ends at its text or its calls where it writes no <|END_THINKING|>
+    ("I'm\nthinking<|START_TEXT|>Hello!", "<|END_THINKING|>", "I'm\nthinking", "<|START_TEXT|>Hello!"),
+    ("Hmm.<|START_ACTION|>[", "<|END_THINKING|>", "Hmm.", "<|START_ACTION|>["),
+    ("Hmm.<|START_TE", "<|END_THINKING|>", "Hmm.<|START_TE", ""),  # cut short: reasoning
     ("Hmm.</think:opensource>Paris.", "</think:opensource>", "Hmm.", "Paris."),
     ("<think:opensource>Hmm.</think:opensource>Paris.", False, "Hmm.", "Paris."),
     (
