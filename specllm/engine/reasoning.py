@@ -59,8 +59,21 @@ SUCCESSORS = {
     "<|END_THINKING|>": ("<|START_TEXT|>", "<|START_ACTION|>"),
 }
 # Kimi K3 writes its answer in a response section of its message (which its prompt opens where
-# thinking is off): the section's markup and the message's end are left out of the answer.
-ANSWER_MARKUP = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
+# thinking is off), Command R7B and A between <|START_RESPONSE|> and <|END_RESPONSE|>, Cohere2 MoE
+# between <|START_TEXT|> and <|END_TEXT|>: that markup and the message's end are left out of the
+# answer, as llama.cpp leaves them out of the content.
+ANSWER_MARKUP = (
+    "<|open|>response<|sep|>",
+    "<|close|>response<|sep|>",
+    "<|close|>message<|sep|>",
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_TEXT|>",
+    "<|END_TEXT|>",
+)
+
+
+MARKUP_LONGEST = max(map(len, ANSWER_MARKUP))  # each begins with "<|" (_without_answer_markup looks for that)
 
 
 def closing_marker(prompt: str) -> str | None:
@@ -121,10 +134,13 @@ def _first_closing(text: str, closings: tuple[str, ...] = CLOSINGS) -> tuple[str
 
 
 def _without_answer_markup(text: str, ended: bool) -> tuple[str, str]:
-    """(the answer text without ANSWER_MARKUP, what is held back: a part of it at the end)."""
-    for markup in ANSWER_MARKUP:
-        text = text.replace(markup, "")
-    held = 0 if ended else max(marker_start(text, markup) for markup in ANSWER_MARKUP)
+    """(the answer text without ANSWER_MARKUP, what is held back: a part of it at the end). Each
+    markup begins with "<|": text without one is looked at no further, as it streams."""
+    if "<|" in text:
+        for markup in ANSWER_MARKUP:
+            text = text.replace(markup, "")
+    may_begin = not ended and "<" in text[-MARKUP_LONGEST:]
+    held = max(marker_start(text, markup) for markup in ANSWER_MARKUP) if may_begin else 0
     return text[: len(text) - held], text[len(text) - held :]
 
 

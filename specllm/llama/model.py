@@ -39,9 +39,10 @@ from specllm.llama.templates import (
 
 # Control tokens that a model's text shows, as llama-server preserves them for its parsers: the
 # markers of think blocks (engine/reasoning.py's THINK_MARKERS: Magistral's and Ministral 3's
-# [THINK], Gemma 4's thought channel, Command A's, MiniMax M3's, Hunyuan 3's, Kimi K3's sections)
-# and of tool calls (serve/tool_calls.py: Mistral's [TOOL_CALLS] and [ARGS], Llama 3's
-# <|python_tag|>, Gemma 4's, MiniMax M2's, GLM's), where a tokenizer holds them as control tokens.
+# [THINK], Gemma 4's thought channel, Command A's, MiniMax M3's, Hunyuan 3's, Kimi K3's sections),
+# of an answer (Command R7B's and A's response, Cohere2 MoE's text: its ANSWER_MARKUP) and of tool
+# calls (serve/tool_calls.py: Mistral's [TOOL_CALLS] and [ARGS], Llama 3's <|python_tag|>, Gemma
+# 4's, MiniMax M2's, GLM's, Command R7B's action), where a tokenizer holds them as control tokens.
 # Without them a reply's reasoning or calls could not be read.
 SHOWN_CONTROL_TOKENS = (
     "<think>", "</think>", "[THINK]", "[/THINK]", "<|channel>", "<channel|>",
@@ -50,6 +51,7 @@ SHOWN_CONTROL_TOKENS = (
     "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
     "<|tool_call>", "<tool_call|>", '<|"|>', "<minimax:tool_call>", "</minimax:tool_call>",
     "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>", "<|START_ACTION|>", "<|END_ACTION|>",
 )  # fmt: skip
 
 # What this llama-cpp-python can do with a recurrent state: keep snapshots of it (n_rs_seq), and

@@ -18,6 +18,7 @@ from specllm.engine.reasoning import (
 )
 
 ANALYSIS = "<|channel|>analysis<|message|>"
+HELLO = "Hello, world!\nWhat's up?"
 K3_ANSWER = "<|open|>response<|sep|>Hello!\nUp?<|close|>response<|sep|><|close|>message<|sep|>"
 NEXT = "<|end|><|start|>assistant<|channel|>"
 FINAL = NEXT + "final<|message|>"
@@ -77,9 +78,14 @@ CASES = [
         "Paris.",
     ),  # not Kimi's
     # Cohere2 MoE's reasoning ends at its text or its calls where it writes no <|END_THINKING|>
-    ("I'm\nthinking<|START_TEXT|>Hello!", "<|END_THINKING|>", "I'm\nthinking", "<|START_TEXT|>Hello!"),
+    ("I'm\nthinking<|START_TEXT|>Hello!<|END_TEXT|>", "<|END_THINKING|>", "I'm\nthinking", "Hello!"),
     ("Hmm.<|START_ACTION|>[", "<|END_THINKING|>", "Hmm.", "<|START_ACTION|>["),
     ("Hmm.<|START_TE", "<|END_THINKING|>", "Hmm.<|START_TE", ""),  # cut short: reasoning
+    # its answer, and Command R7B's and A's, inside markup that llama.cpp leaves out of the content
+    (f"I'm\nthinking<|END_THINKING|><|START_TEXT|>{HELLO}<|END_TEXT|>", "<|END_THINKING|>", "I'm\nthinking", HELLO),
+    (f"<|START_THINKING|>Hmm.<|END_THINKING|><|START_RESPONSE|>{HELLO}<|END_RESPONSE|>", False, "Hmm.", HELLO),
+    (f"<|START_RESPONSE|>{HELLO}<|END_RESPONSE|>", False, "", HELLO),
+    ("Cut <|END_RESP", False, "", "Cut <|END_RESP"),
     ("Hmm.</think:opensource>Paris.", "</think:opensource>", "Hmm.", "Paris."),
     ("<think:opensource>Hmm.</think:opensource>Paris.", False, "Hmm.", "Paris."),
     (
@@ -299,10 +305,12 @@ def test_every_think_marker_is_shown_where_a_tokenizer_holds_it_as_a_control_tok
     """Text leaves control tokens out but those of SHOWN_CONTROL_TOKENS: every marker read here
     must be made of them and of plain text (Gemma 4's <|channel>thought, Kimi K3's
     <|open|>think<|sep|>); Apriel's are text."""
-    from specllm.engine.reasoning import ANSWER_MARKUP, TEXT_MARKERS, THINK_MARKERS
+    from specllm.engine.reasoning import ANSWER_MARKUP, SUCCESSORS, TEXT_MARKERS, THINK_MARKERS
     from specllm.llama.model import SHOWN_CONTROL_TOKENS
 
     markers = {*(m for pair in set(THINK_MARKERS) - set(TEXT_MARKERS) for m in pair), *ANSWER_MARKUP}
+    markers |= {successor for successors in SUCCESSORS.values() for successor in successors}
+    assert all(markup.startswith("<|") for markup in ANSWER_MARKUP)  # the answer looks for "<|" before any
     for marker in markers:
         rest = marker
         for token in sorted(SHOWN_CONTROL_TOKENS, key=len, reverse=True):
