@@ -142,3 +142,17 @@ def tiny_code_models(tmp_path_factory: pytest.TempPathFactory) -> TinyCodeModels
         target=tm.write_model(d / "code.gguf", seed=0, vocab="code"),
         draft=tm.write_model(d / "code_draft.gguf", seed=0, vocab="code", noise=tm.DRAFT_NOISE, noise_seed=1),
     )
+
+
+@pytest.fixture
+def ling3_turn_end(monkeypatch):
+    """A function that takes Ling 3.0's end of a turn to be spelled `text` in the stop strings
+    of its replies (templates.TURN_ENDS_SPELLED): a tiny model writes no "<|role_end|>", but it
+    writes its own text, and a reply that spells the turn's end stops there."""
+    import specllm.llama.templates as templates
+
+    def spelled(text: str) -> None:
+        (marks, _), *others = templates.TURN_ENDS_SPELLED
+        monkeypatch.setattr(templates, "TURN_ENDS_SPELLED", ((marks, text), *others))
+
+    return spelled

@@ -175,9 +175,11 @@ class ChatSession:
         prepared.turn.seed = turn_seed(self.config.sampler.seed, self.replies_started)
         self.replies_started += 1
         sampler = dataclasses.replace(self.config.sampler, seed=prepared.turn.seed)
+        stop = (*self.config.stop, *self.engine.target.chat_stops)  # a turn's end the model may spell out
+        config = dataclasses.replace(self.config, sampler=sampler, stop=stop)
         self._unfinished = (prepared, pieces)
         try:
-            with self.engine.start(prepared.tokens, dataclasses.replace(self.config, sampler=sampler)) as generation:
+            with self.engine.start(prepared.tokens, config) as generation:
                 started.append(generation)
                 if cancelled.is_set():  # cancelled before this generation was there to hear it
                     generation.cancel()

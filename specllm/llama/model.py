@@ -35,6 +35,7 @@ from specllm.llama.templates import (
     as_template_takes,
     compile_chat_template,
     render_bounded,
+    turn_stops,
 )
 
 # Control tokens that a model's text shows, as llama-server preserves them for its parsers: the
@@ -417,6 +418,12 @@ class Model:
             raise
         except Exception as e:  # a template can raise anything from inside Jinja
             raise ChatTemplateFailed(f"the chat template of {self.path.name} failed: {e}") from None
+
+    @property
+    def chat_stops(self) -> tuple[str, ...]:
+        """Stop strings of a reply to a prompt rendered with this model's chat template: the end of
+        a turn it may spell out as text (templates.turn_stops), as llama-server adds them."""
+        return turn_stops(self.chat_template() or "")
 
     def describe(self) -> str:
         self._check_open()

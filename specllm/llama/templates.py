@@ -15,6 +15,18 @@ HARMONY_CHANNEL = "<|channel|>"  # in gpt-oss's template, and in no other
 GEMMA4_RESPONSE = "<|tool_response>"  # in Gemma 4's
 READS_THINKING = ("message.thinking", "message['thinking']", 'message["thinking"]')  # gpt-oss's, LFM2.5's
 THINKING_BLOCK = "block['thinking']"  # Ministral 3's and Magistral's: reasoning is a block of the content
+# The end of a turn that a model may spell out in text tokens, where its template writes a control
+# token that ends generation only as that one token: a reply stops at it as a stop string, as
+# llama.cpp adds it to a chat request's (additional_stops): (what the template holds, the string)
+TURN_ENDS_SPELLED = (
+    (("<role>ASSISTANT</role>", "<arg_key>"), "<|role_end|>"),  # Ling 3.0 (Bailing V3)
+    (("laguna_glm_thinking",), "</assistant>"),  # poolside Laguna, after its calls
+)
+
+
+def turn_stops(source: str) -> tuple[str, ...]:
+    """The stop strings a chat reply rendered with this template needs (TURN_ENDS_SPELLED)."""
+    return tuple(stop for marks, stop in TURN_ENDS_SPELLED if all(mark in source for mark in marks))
 
 
 def as_template_takes(source: str, messages: list[dict]) -> list[dict]:

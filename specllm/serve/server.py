@@ -505,7 +505,7 @@ class EngineWorker:
             max_tokens=min(wanted or beyond, beyond),
             drafter=request.drafter or self.settings.drafter,
             gamma=request.gamma if request.gamma is not None else self.settings.gamma,
-            stop=request.stops,
+            stop=request.stops + (engine.target.chat_stops if chat else ()),
             seed=seed,
             **request.sampler,
             **request.limits,

@@ -842,6 +842,24 @@ def test_functionarys_reply_is_its_text_and_its_tokens_are_reused(tmp_path):
         engine.close()
 
 
+def test_ling3s_reply_stops_where_it_spells_its_turns_end(tmp_path, ling3_turn_end):
+    """ "<|role_end|>" in text tokens ends no generation: a stop string of every reply, as
+    llama-server adds it. It ran on to max_tokens."""
+    import tool_templates
+
+    engine = load(tm.write_model(tmp_path / "ling3.gguf", seed=0, chat_template=tool_templates.LING3), n_ctx=1024)
+    config = make_config(max_tokens=12, temperature=0.0, drafter="none")
+    try:
+        raw = ChatSession(engine, config).send("Hello").text
+        at = len(raw) // 2
+        ling3_turn_end(raw[at : at + 3])
+        assert raw.find(raw[at : at + 3]) == at
+        result = ChatSession(engine, config).send("Hello")
+        assert (result.text, result.stop_reason) == (raw[:at], "stop")
+    finally:
+        engine.close()
+
+
 def test_an_answer_that_writes_minimax_m3s_closing_marker_goes_back_whole(tmp_path):
     """As an answer that writes "</think>" to Qwen3.5's: given no reasoning_content, MiniMax M3's
     template takes the answer up to "</mm:think>" for reasoning, and writes only the rest."""

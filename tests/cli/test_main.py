@@ -796,6 +796,31 @@ def test_run_json_reads_functionarys_reply_after_its_first_recipient():
     assert result_json(Result("all\nHello.", [1], "eos", Stats()), 0)["text"] == "all\nHello."  # another model's
 
 
+def test_run_stops_where_ling3_spells_its_turns_end(tmp_path, capsys, ling3_turn_end):
+    """ "<|role_end|>" in text tokens ends no generation: a stop string of a prompt run through the
+    chat template, as llama-server adds it (it ran on to max_tokens); not of a --raw one."""
+    import tiny_models as tm
+    import tool_templates
+
+    from specllm.cli.main import app
+
+    path = tm.write_model(tmp_path / "ling3.gguf", seed=0, chat_template=tool_templates.LING3)
+    args = ["--target", str(path), "--draft", "none", "--threads", "1", "--temperature", "0", "-n", "12", "--json"]
+
+    def run(*more: str) -> dict:
+        app(["run", "Hello", *args, *more], standalone_mode=False)
+        return json.loads(capsys.readouterr().out)
+
+    whole = run()
+    raw = whole.get("reasoning", "") + whole["text"]
+    at = len(raw) // 2
+    ling3_turn_end(raw[at : at + 3])
+    assert raw.find(raw[at : at + 3]) == at
+    stopped = run()
+    assert (stopped.get("reasoning", "") + stopped["text"], stopped["stop_reason"]) == (raw[:at].strip(), "stop")
+    assert run("--raw")["stop_reason"] == "max_tokens"
+
+
 def test_reasoning_effort_goes_to_the_template(tmp_path):
     """--reasoning-effort sets gpt-oss's variable: the prompt is the one the template renders with
     it (given with --raw, the same tokens); none is --no-think; a bad use is one line."""

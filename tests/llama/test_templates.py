@@ -271,6 +271,16 @@ def with_text_arguments(messages: list[dict]) -> list[dict]:
     ]
 
 
+def test_a_turns_end_that_a_model_may_spell_out_is_a_stop_string():
+    """Ling 3.0's "<|role_end|>" and Laguna's "</assistant>", control tokens that a model may write
+    in text tokens, which end no generation: llama.cpp adds them to a chat request's stop strings
+    (additional_stops). No other template needs one."""
+    assert templates.turn_stops(tool_templates.LING3) == ("<|role_end|>",)
+    assert templates.turn_stops(tool_templates.LAGUNA_XS2) == ("</assistant>",)
+    others = {name for name, source in REAL_TEMPLATES.items() if templates.turn_stops(source)}
+    assert others == {"LING3", "LAGUNA_XS2"}
+
+
 def test_the_filters_that_sort_and_compare_give_what_jinjas_give():
     """They measure what they compare first (a map's generator taken as a list), then sort as Jinja's."""
     source = (

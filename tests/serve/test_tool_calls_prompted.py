@@ -7,7 +7,7 @@ and split at every character."""
 
 import pytest
 import tool_templates
-from serving import ASK, GET_WEATHER, NAMED, templated_server
+from serving import ASK, GET_WEATHER, GREEDY, NAMED, templated_server
 
 from specllm.serve.openai_api import ChatRequest
 
@@ -141,6 +141,25 @@ def test_ling3s_call_ends_the_think_block_its_prompt_opened(ling3, reply, expect
     prompt, _ = rendered(srv, tools=TOOLS)
     assert prompt.endswith("<role>ASSISTANT</role>\n<think>")
     assert_read(srv, reply, expected, tools=TOOLS)
+
+
+def test_ling3s_reply_stops_where_it_spells_its_turns_end(ling3, ling3_turn_end):
+    """ "<|role_end|>" in text tokens ends no generation: a stop string of every chat request, as
+    llama-server adds it. It ran on to max_tokens."""
+    engine, srv = ling3
+    client = srv.client()
+    raw = client.completions.create(prompt=engine.target.render_chat(ASK), **GREEDY).choices[0].text
+    at = len(raw) // 2
+    ling3_turn_end(raw[at : at + 3])
+    assert raw.find(raw[at : at + 3]) == at
+    choice = client.chat.completions.create(messages=ASK, **GREEDY).choices[0]
+    message = choice.message.model_dump()
+    assert (message.get("reasoning_content", "") + (message["content"] or ""), choice.finish_reason) == (
+        raw[:at].strip(),
+        "stop",
+    )
+    unended = client.completions.create(prompt=engine.target.render_chat(ASK), **GREEDY).choices[0]
+    assert (unended.text, unended.finish_reason) == (raw, "length")  # a prompt of the caller's own: as llama-server
 
 
 @pytest.fixture(scope="module")
