@@ -803,12 +803,13 @@ def test_run_stops_where_ling3_spells_its_turns_end(tmp_path, capsys, ling3_turn
     import tool_templates
 
     from specllm.cli.main import app
+    from specllm.llama.templates import compile_chat_template, render_bounded
 
     path = tm.write_model(tmp_path / "ling3.gguf", seed=0, chat_template=tool_templates.LING3)
     args = ["--target", str(path), "--draft", "none", "--threads", "1", "--temperature", "0", "-n", "12", "--json"]
 
-    def run(*more: str) -> dict:
-        app(["run", "Hello", *args, *more], standalone_mode=False)
+    def run(prompt: str = "Hello", *more: str) -> dict:
+        app(["run", prompt, *args, *more], standalone_mode=False)
         return json.loads(capsys.readouterr().out)
 
     whole = run()
@@ -818,7 +819,15 @@ def test_run_stops_where_ling3_spells_its_turns_end(tmp_path, capsys, ling3_turn
     assert raw.find(raw[at : at + 3]) == at
     stopped = run()
     assert (stopped.get("reasoning", "") + stopped["text"], stopped["stop_reason"]) == (raw[:at].strip(), "stop")
-    assert run("--raw")["stop_reason"] == "max_tokens"
+    rendered = render_bounded(
+        compile_chat_template(tool_templates.LING3),
+        messages=[{"role": "user", "content": "Hello"}],
+        add_generation_prompt=True,
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    raw_run = run(rendered, "--raw")  # the same prompt, given as text: the same reply, not stopped
+    assert (raw_run["tokens"], raw_run["stop_reason"]) == (whole["tokens"], "max_tokens")
 
 
 def test_reasoning_effort_goes_to_the_template(tmp_path):
