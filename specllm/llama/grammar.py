@@ -97,24 +97,27 @@ def after_whitespace(text: str) -> tuple[str, str]:
 def schema_text(schema: object) -> str:
     """A JSON schema (a dict, or its JSON text) as JSON text, checked to be a JSON object and to
     turn into a grammar."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except ValueError as e:
-            raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
-    if not isinstance(schema, dict):
-        raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
+    schema = _schema_object(schema)
     try:
         text = json.dumps(schema)
     except (TypeError, ValueError) as e:
         raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
-    schema_grammar(text)
+    schema_grammar(schema)
     return text
 
 
 def schema_grammar(schema: object) -> str:
     """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it; {} is any
     JSON object, as in llama-server."""
+    schema = _schema_object(schema)
+    try:
+        return json_schema_to_gbnf(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
+    except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
+        raise GrammarInvalid(f"the JSON schema cannot be turned into a grammar: {_message(e)}") from None
+
+
+def _schema_object(schema: object) -> dict:
+    """A JSON schema given as a dict or as its JSON text, as a dict."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -122,10 +125,7 @@ def schema_grammar(schema: object) -> str:
             raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
     if not isinstance(schema, dict):
         raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
-    try:
-        return json_schema_to_gbnf(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
-    except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
-        raise GrammarInvalid(f"the JSON schema cannot be turned into a grammar: {_message(e)}") from None
+    return schema
 
 
 @contextlib.contextmanager
