@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import tiny_models as tm
+from grammar_reference import brute_force_mask, greedy_by_brute_force
 from stats import SAMPLER, chi_square_pvalue
 
 import specllm
@@ -56,24 +57,10 @@ def engines(models):
         e.close()
 
 
-def brute_force_mask(grammar: Grammar, n_vocab: int) -> np.ndarray:
-    """Which tokens the grammar allows, asked one token at a time."""
-    return np.array([grammar.allowed(np.array([t]))[0] for t in range(n_vocab)])
-
-
 def reference_greedy(target_path, prompt_ids, grammar_text, max_tokens):
-    """Target-only greedy decoding under the definition: argmax over the tokens the grammar allows,
-    found by trying each token, one model call per token."""
+    """Target-only greedy decoding under the definition, on a model of its own."""
     model = Model(target_path, OPTIONS)
-    grammar, out = Grammar(model, grammar_text), []
-    while len(out) < max_tokens:
-        row = model.sync(prompt_ids + out, n_logits=1)[0].copy()
-        row[~brute_force_mask(grammar, model.n_vocab)] = -np.inf
-        token = int(np.argmax(row))
-        if model.is_eog(token):
-            break
-        grammar.accept(token)
-        out.append(token)
+    out = greedy_by_brute_force(model, prompt_ids, Grammar(model, grammar_text), max_tokens)
     model.close()
     return out
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tiny_models as tm
 import tool_templates
+from grammar_reference import brute_force_mask, greedy_by_brute_force
 
 import specllm
 from specllm.engine.constrained import OutputGrammar, Phase, where_it_applies
@@ -75,10 +76,6 @@ def check_answer(text: str, closing: str) -> None:
 
 def byte_tokens(model: Model) -> dict[str, int]:
     return {model.piece(t).decode("latin-1"): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
-
-
-def brute_force_mask(grammar, n_vocab: int) -> np.ndarray:
-    return np.array([grammar.allowed(np.array([t]))[0] for t in range(n_vocab)])
 
 
 def test_the_grammar_applies_after_the_closing_marker_the_prompt_opened(qwen35):
@@ -194,15 +191,8 @@ def test_greedy_after_reasoning_is_the_argmax_over_a_brute_force_mask(thinker):
     """Target-only greedy decoding by the definition: each row masked by trying every token."""
     target = thinker.target
     prompt = thinker.prompt_tokens(target.render_chat(ASK))
-    grammar, out = where_it_applies(target, schema_grammar(SCHEMA), target.render_chat(ASK)), []
-    while len(out) < 80:
-        row = target.sync(prompt + out, n_logits=1)[0].copy()
-        row[~brute_force_mask(grammar, target.n_vocab)] = -np.inf
-        token = int(np.argmax(row))
-        if target.is_eog(token):
-            break
-        grammar.accept(token)
-        out.append(token)
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), target.render_chat(ASK))
+    out = greedy_by_brute_force(target, prompt, grammar, 80)
     target.truncate(0)
     for drafter in ("none", "model"):
         assert greedy(thinker, prompt, drafter, 4).tokens == out
