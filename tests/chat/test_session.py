@@ -780,6 +780,17 @@ def test_a_reply_is_reasoning_where_the_prompt_opens_a_think_block_of_its_own_ki
         engine.close()
 
 
+def assert_loaded_reply_extended(tmp_path, session: ChatSession, prompt: str, reply: str, turn: dict) -> None:
+    """A conversation saved with its tokens (prompt, then the reply as the model wrote it) and
+    /loaded: the next prompt extends that reply, and its tokens are reused."""
+    tokens = session.engine.prompt_tokens(prompt + reply)  # the conversation's tokens, as /save writes them
+    (tmp_path / "chat.json").write_text(json.dumps({"turns": [turn], "context_tokens": tokens}))
+    command(session, f"/load {tmp_path / 'chat.json'}")
+    prepared = session.prepare("Thanks")
+    assert prepared.text.startswith(prompt + reply)
+    assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
+
+
 # (a thinking_templates.py template, its variables, a reply as the model writes it: reasoning,
 # then answer)
 GIVEN_BACK = [
@@ -801,14 +812,10 @@ def test_an_earlier_turns_reasoning_goes_back_where_its_template_reads_it(tmp_pa
     config = make_config(max_tokens=6, temperature=0.0, drafter="none")
     try:
         prompt = ChatSession(engine, config, template_variables=variables).prepare("Hello").text
-        tokens = engine.prompt_tokens(prompt + reply)  # the conversation's tokens, as /save writes them
-        turns = [{"user": "Hello", "reply": "An answer.", "reasoning": "Some thought.", "stop_reason": "eos"}]
-        (tmp_path / "chat.json").write_text(json.dumps({"turns": turns, "context_tokens": tokens}))
-        session = ChatSession(engine, config, template_variables=variables)
-        command(session, f"/load {tmp_path / 'chat.json'}")
-        prepared = session.prepare("Thanks")
-        assert prepared.text.startswith(prompt + reply)
-        assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
+        turn = {"user": "Hello", "reply": "An answer.", "reasoning": "Some thought.", "stop_reason": "eos"}
+        assert_loaded_reply_extended(
+            tmp_path, ChatSession(engine, config, template_variables=variables), prompt, reply, turn
+        )
     finally:
         engine.close()
 
@@ -830,14 +837,8 @@ def test_functionarys_reply_is_its_text_and_its_tokens_are_reused(tmp_path):
         assert prompt.endswith(">>>")
         ended = chat._ended(chat.Turn("Hello"), prompt, reply, None, None)  # as a live turn ends
         assert (ended.reasoning, ended.reply) == ("", "An answer.")
-        tokens = engine.prompt_tokens(prompt + reply)  # the conversation's tokens, as /save writes them
-        turns = [{"user": "Hello", "reply": "An answer.", "stop_reason": "eos"}]
-        (tmp_path / "chat.json").write_text(json.dumps({"turns": turns, "context_tokens": tokens}))
-        session = ChatSession(engine, config)
-        command(session, f"/load {tmp_path / 'chat.json'}")
-        prepared = session.prepare("Thanks")
-        assert prepared.text.startswith(prompt + reply)
-        assert prepared.extended and prepared.tokens[: len(tokens)] == tokens
+        turn = {"user": "Hello", "reply": "An answer.", "stop_reason": "eos"}
+        assert_loaded_reply_extended(tmp_path, ChatSession(engine, config), prompt, reply, turn)
     finally:
         engine.close()
 
