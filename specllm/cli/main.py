@@ -388,15 +388,16 @@ def run(
     chat_template = chat_template and suffix is None
     text = read_prompt(prompt)
     engine, drafter = load_engine(options, drafter, gamma=gamma)
-    stops = tuple(stop or ()) + (engine.target.chat_stops if chat_template else ())  # a turn's end the model may spell
-    # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
-    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=stops, **sampler, **structure)
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
     recipient = False  # the prompt ends where the reply's first recipient goes (functionary v3.2)
     if chat_template:  # rendered here, with the template's variables; then as any text prompt
         check_fits(engine.target, text)  # else a huge prompt fails in the template, which takes the blame
         text = in_chat_template(engine, text, system, variables)
         opened, recipient = closing_marker(text) or False, asks_recipient(text)
+    # once the template has rendered (a damaged one says so with --raw's name)
+    stops = tuple(stop or ()) + (engine.target.chat_stops if chat_template else ())  # a turn's end the model may spell
+    # --gamma alone: a fixed drafter without it drafts the pair's length, within a hybrid's snapshots
+    config = make_config(max_tokens=max_tokens, drafter=drafter, gamma=gamma, stop=stops, **sampler, **structure)
     gap = engine.infill_prompt(text, suffix, max_tokens=max_tokens) if suffix is not None else None
     if gap and gap.left_out:
         print(f"note: {gap.left_out} tokens of the code were cut to leave room for the reply", file=sys.stderr)
