@@ -27,6 +27,14 @@ from specllm.llama.model import Model
 # llama_token_data, as numpy lays it out: a whole-vocabulary array is built without a Python loop
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 _EMPTY_OBJECT_SCHEMA = {"type": "object"}  # what llama-server makes of a schema given as {}
+# llama.cpp's grammar parser refuses a repetition past this (MAX_REPETITION_THRESHOLD), as llama-server
+# then refuses the schema; llama-cpp-python's converter writes each repetition out instead, in memory
+# that grows with the count and in groups nested as deep (which overflow the C parser's stack)
+MAX_REPETITIONS = 2000
+_THE_LIMIT = f"the {MAX_REPETITIONS} repetitions a grammar may have"
+_COUNT_KEYS = ("minItems", "maxItems", "minLength", "maxLength")
+_VALUE_KEYS = ("enum", "const", "default", "examples")  # JSON values, not schemas: not looked into
+_PATTERN_COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 class Grammar:
@@ -110,6 +118,7 @@ def schema_grammar(schema: object) -> str:
     """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it; {} is any
     JSON object, as in llama-server."""
     schema = _schema_object(schema)
+    _check_repetitions(schema)
     try:
         return json_schema_to_gbnf(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
     except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
@@ -126,6 +135,33 @@ def _schema_object(schema: object) -> dict:
     if not isinstance(schema, dict):
         raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
     return schema
+
+
+def _check_repetitions(schema: dict) -> None:
+    """Refuses a schema that repeats something more than MAX_REPETITIONS times: a count of items or
+    characters, or a pattern's {m,n}."""
+    pending: list[object] = [schema]
+    while pending:  # not recursive: a schema given as a dict may nest deeper than Python's stack
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in _COUNT_KEYS and isinstance(value, int) and value > MAX_REPETITIONS:
+                raise GrammarInvalid(
+                    f"the JSON schema's {key} {value} is past the {MAX_REPETITIONS} repetitions a grammar may have"
+                )
+            if key == "pattern" and isinstance(value, str):
+                _check_pattern(value)
+            if key not in _VALUE_KEYS:
+                pending.append(value)
+
+
+def _check_pattern(pattern: str) -> None:
+    for match in _PATTERN_COUNTS.finditer(pattern):
+        if any(count and int(count) > MAX_REPETITIONS for count in match.groups()):
+            raise GrammarInvalid(f"the JSON schema's pattern repeats {match.group(0)}: past {_THE_LIMIT}")
 
 
 @contextlib.contextmanager

@@ -223,6 +223,12 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
         ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
         ({"json_schema": {}, "grammar": 'root ::= "x"'}, "give a grammar or a JSON schema, not both"),
+        # llama-cpp-python's converter writes each repetition out (10**9 characters took all memory,
+        # 10**5 optional items nested that deep overflowed the C parser's stack): past llama.cpp's
+        # own limit they are refused, as llama-server refuses them
+        ({"json_schema": {"type": "array", "minItems": 100000}}, "the JSON schema's minItems 100000 is past the 2000"),
+        ({"json_schema": {"anyOf": [{"type": "string", "maxLength": 3000}]}}, "the JSON schema's maxLength 3000 is"),
+        ({"json_schema": {"type": "string", "pattern": "^x{1,5000}$"}}, "the JSON schema's pattern repeats {1,5000}"),
     ],
 )
 def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
@@ -230,6 +236,12 @@ def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
         engines[0].generate("Hello", max_tokens=4, **options)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
     assert capfd.readouterr().err == ""  # llama.cpp's own print of the error is kept off the terminal
+
+
+def test_repetitions_up_to_llama_cpps_limit_are_taken(engines):
+    schema = {"type": "string", "maxLength": 2000, "pattern": "^x{0,2000}$", "enum": [{"maxLength": 10**6}]}
+    assert schema_grammar(schema)
+    assert schema_grammar({"const": {"minItems": 10**6}})  # a value, not a schema
 
 
 def test_an_empty_schema_is_any_json_object(engines):

@@ -100,6 +100,7 @@ def test_completions_take_grammar_and_json_schema(srv, path):
         ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "cannot be offered with a grammar"),  # noqa: E501
         ("/v1/completions", {"prompt": "x", "json_schema": {"$ref": "#/nowhere"}}, "json_schema", "json_schema: the JSON schema cannot be turned into a grammar"),  # noqa: E501
         ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "not supported"),  # noqa: E501
+        ("/completion", {"prompt": "x", "json_schema": {"type": "array", "maxItems": 100000}}, "json_schema", "maxItems 100000 is past the 2000 repetitions"),  # noqa: E501
         ("/completion", {"prompt": "x", "grammar": 'root ::= "x'}, "grammar", "unexpected end of input"),
     ],
 )  # fmt: skip
