@@ -20,7 +20,7 @@ from types import ModuleType
 
 import numpy as np
 
-from specllm.errors import LogitsNotFinite, SpecllmError, real_number, whole_number
+from specllm.errors import GrammarInvalid, LogitsNotFinite, SpecllmError, real_number, whole_number
 
 _compiled: ModuleType | None
 try:  # the work on each row in C (_sampler.c), built by setup.py where a C compiler is found
@@ -224,7 +224,8 @@ def masked(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray], s: S
         head = max(head * 8, _ALLOWED_FIRST)
     keep = np.concatenate(kept)
     if keep.size == 0:
-        raise SpecllmError("the grammar allows no token of this vocabulary at this point of the text")
+        # the grammar's fault (a token the vocabulary lacks, text no token spells), not the model's
+        raise GrammarInvalid("the grammar allows no token of this vocabulary at this point of the text")
     row = np.full(x.size, -np.inf, dtype=x.dtype)
     row[keep] = x[keep]
     return row

@@ -43,7 +43,7 @@ from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
-from specllm.errors import ChatTemplateFailed, SpecllmError
+from specllm.errors import ChatTemplateFailed, GrammarInvalid, SpecllmError
 from specllm.files import open_files_hint
 from specllm.llama.embeddings import describe_embeddings, embedding_limit
 from specllm.llama.model import Model
@@ -854,7 +854,9 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
 def generation_failed(error: Exception, without_paths: Callable[[str], str], what: str = "generation") -> ApiError:
     """The 500 for a generation (or an embedding) that failed once under way: the server's fault,
     not the request's (a model whose computation broke down says so in its own words; anything
-    else by its type)."""
+    else by its type). A grammar that allows no token at some point is the request's: a 400."""
+    if isinstance(error, GrammarInvalid):
+        return ApiError(400, str(error), "grammar")
     told = str(error) if isinstance(error, SpecllmError) else f"{type(error).__name__}: {error}"
     return ApiError(500, without_paths(f"{what} failed: {told}"))
 

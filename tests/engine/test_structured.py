@@ -238,6 +238,12 @@ def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
     assert capfd.readouterr().err == ""  # llama.cpp's own print of the error is kept off the terminal
 
 
+@pytest.mark.parametrize("drafter", ["none", "model", "ngram"])
+def test_a_grammar_whose_token_the_vocabulary_lacks_is_the_grammars_fault(engines, drafter):
+    with pytest.raises(GrammarInvalid, match="^the grammar allows no token of this vocabulary"):
+        engines[0].generate("Hello", max_tokens=4, drafter=drafter, grammar='root ::= "a" <[999999]>')
+
+
 def test_repetitions_up_to_llama_cpps_limit_are_taken(engines):
     schema = {"type": "string", "maxLength": 2000, "pattern": "^x{0,2000}$", "enum": [{"maxLength": 10**6}]}
     assert schema_grammar(schema)

@@ -102,6 +102,9 @@ def test_completions_take_grammar_and_json_schema(srv, path):
         ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "not supported"),  # noqa: E501
         ("/completion", {"prompt": "x", "json_schema": {"type": "array", "maxItems": 100000}}, "json_schema", "maxItems 100000 is past the 2000 repetitions"),  # noqa: E501
         ("/completion", {"prompt": "x", "grammar": 'root ::= "x'}, "grammar", "unexpected end of input"),
+        # found only while generating: a token the vocabulary lacks is the request's fault, not a 500
+        ("/completion", {"prompt": "x", "grammar": "root ::= <[999999]>"}, "grammar", "the grammar allows no token"),
+        ("/v1/chat/completions", {"grammar": 'root ::= "a" <[999999]>'}, "grammar", "the grammar allows no token"),
     ],
 )  # fmt: skip
 def test_a_bad_grammar_or_schema_is_a_400(srv, path, body, param, message):
