@@ -35,6 +35,13 @@ _THE_LIMIT = f"the {MAX_REPETITIONS} repetitions a grammar may have"
 _COUNT_KEYS = ("minItems", "maxItems", "minLength", "maxLength")
 _VALUE_KEYS = ("enum", "const", "default", "examples")  # JSON values, not schemas: not looked into
 _PATTERN_COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
+# llama.cpp's parser recurses once per group nested in a group, and its first step into a grammar
+# once per rule reached before any text: 30000 groups, or a chain of 100000 rules, overflowed the
+# stack and killed the process (10000 and 20000 did not)
+MAX_NESTING = 5000
+MAX_RULES = 10000
+# what holds parentheses that are not groups: a string, a character class, a token, a comment
+_LITERALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|<[^>\n]*>|#[^\n]*')
 
 
 class Grammar:
@@ -53,6 +60,7 @@ class Grammar:
             encoded = text.encode("utf-8")
         except UnicodeEncodeError:
             raise GrammarInvalid("the grammar is not valid UTF-8 text") from None
+        _check_size(text)
         recent_errors.clear()  # what it logs now says why it refused the grammar
         with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
             sampler = L.llama_sampler_init_grammar(model._vocab, encoded, root.encode())
@@ -135,6 +143,20 @@ def _schema_object(schema: object) -> dict:
     if not isinstance(schema, dict):
         raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
     return schema
+
+
+def _check_size(text: str) -> None:
+    """Refuses a grammar nested deeper, or of more rules, than llama.cpp's C code can take."""
+    structure = _LITERALS.sub("", text)
+    rules = structure.count("::=")
+    if rules > MAX_RULES:
+        raise GrammarInvalid(f"the grammar has {rules} rules, more than the {MAX_RULES} it may have")
+    depth = deepest = 0
+    for paren in re.findall(r"[()]", structure):
+        depth += 1 if paren == "(" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        raise GrammarInvalid(f"the grammar nests groups {deepest} deep, more than the {MAX_NESTING} it may")
 
 
 def _check_repetitions(schema: dict) -> None:

@@ -34,6 +34,7 @@ SCHEMA = {
 }
 WORDS = 'root ::= [a-z ]+ "."'  # lower-case words: most of a tiny model's likely tokens fit
 DIGITS = "root ::= [0-9]+"
+RULE_CHAIN = "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(10000))  # r10000 undefined
 PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
 
 
@@ -219,6 +220,10 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"grammar": "  "}, "the grammar is empty"),
         ({"grammar": 'root ::= root "a" | "a"'}, "the grammar does not parse: unsupported grammar, left recursion"),
         ({"grammar": 'root ::= "a"\0 junk'}, "the grammar holds a NUL character"),
+        # deeper than llama.cpp's recursive C code can go (30000 groups, a chain of 100000 rules
+        # overflowed its stack); these are past the limits, within what it could take
+        ({"grammar": "root ::= " + "(" * 6000 + '"a"' + ")" * 6000}, "the grammar nests groups 6000 deep, more than"),
+        ({"grammar": RULE_CHAIN}, "the grammar has 10001 rules"),
         ({"json_schema": "{"}, "the JSON schema is not JSON: "),
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
         ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
@@ -242,6 +247,11 @@ def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
 def test_a_grammar_whose_token_the_vocabulary_lacks_is_the_grammars_fault(engines, drafter):
     with pytest.raises(GrammarInvalid, match="^the grammar allows no token of this vocabulary"):
         engines[0].generate("Hello", max_tokens=4, drafter=drafter, grammar='root ::= "a" <[999999]>')
+
+
+def test_parentheses_in_strings_classes_and_comments_are_no_groups(engines):
+    text = 'root ::= "' + "(" * 6000 + '" [^()] # ' + "(" * 6000 + "\nx ::= " + "(" * 5000 + '"a"' + ")" * 5000
+    assert engines[0].generate("Hello", max_tokens=1, temperature=0, grammar=text).text == "("
 
 
 def test_repetitions_up_to_llama_cpps_limit_are_taken(engines):
