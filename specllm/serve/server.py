@@ -660,7 +660,8 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
     def generating(kind: type[BaseRequest]):
         async def endpoint(request: Request):
             body = await read_body(request, limit, settings.body_seconds)
-            return await generate(worker, request, parse(kind, body, worker.drafters))
+            # off the event loop: turning a JSON schema into a grammar may take seconds
+            return await generate(worker, request, await asyncio.to_thread(parse, kind, body, worker.drafters))
 
         return endpoint
 
@@ -670,7 +671,7 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
 
     async def responses(request: Request):  # translated into a chat request (responses_api.py)
         body = await read_body(request, limit, settings.body_seconds)
-        return await generate(worker, request, parse_responses(body, worker.drafters))
+        return await generate(worker, request, await asyncio.to_thread(parse_responses, body, worker.drafters))
 
     for path in RESPONSES_PATHS:
         app.add_api_route(path, responses, methods=["POST"])

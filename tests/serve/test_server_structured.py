@@ -2,6 +2,8 @@
 json_schema on every generating endpoint, and one-line 400s for what cannot be done."""
 
 import json
+import threading
+import time
 
 import pytest
 import tool_templates
@@ -115,6 +117,23 @@ def test_a_bad_grammar_or_schema_is_a_400(srv, path, body, param, message):
     error = data["error"]
     assert (error["type"], error["param"]) == ("invalid_request_error", param)
     assert message in error["message"] and "\n" not in error["message"]
+
+
+def test_a_slow_schema_holds_no_other_request(srv):
+    """Converting a schema of many optional properties takes seconds (the converter's grammar for
+    an object grows with their square): meanwhile the server answers others."""
+    many = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(900)}}
+    schema = {"type": "object", "properties": {"a": many, "b": many, "c": many, "z": {"type": "nope"}}}
+    refused = []
+    slow = threading.Thread(target=lambda: refused.append(post(srv, "/completion", prompt="x", json_schema=schema)))
+    started = time.monotonic()
+    slow.start()
+    time.sleep(0.3)
+    assert srv.get("/health")["status"] == "ok"
+    answered = time.monotonic() - started
+    slow.join()
+    took = time.monotonic() - started
+    assert refused[0][0] == 400 and took > 2 * answered, (answered, took)
 
 
 # Thinking models: the reasoning is free and the answer follows the schema. A template that opens
