@@ -10,6 +10,7 @@ draft tokens before it).
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
@@ -127,8 +128,15 @@ def schema_grammar(schema: object) -> str:
     JSON object, as in llama-server."""
     schema = _schema_object(schema)
     _check_repetitions(schema)
+    return _converted(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
+
+
+@functools.lru_cache(maxsize=8)
+def _converted(schema_json: str) -> str:
+    """A schema's grammar, kept: a request's schema is checked, then configured, then used (a schema
+    of many optional properties takes seconds each time)."""
     try:
-        return json_schema_to_gbnf(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
+        return json_schema_to_gbnf(schema_json)
     except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
         raise GrammarInvalid(f"the JSON schema cannot be turned into a grammar: {_message(e)}") from None
 
