@@ -127,7 +127,7 @@ def schema_grammar(schema: object) -> str:
     """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it; {} is any
     JSON object, as in llama-server."""
     schema = _schema_object(schema)
-    _check_repetitions(schema)
+    _check_schema(schema)
     return _converted(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
 
 
@@ -167,9 +167,9 @@ def _check_size(text: str) -> None:
         raise GrammarInvalid(f"the grammar nests groups {deepest} deep, more than the {MAX_NESTING} it may")
 
 
-def _check_repetitions(schema: dict) -> None:
-    """Refuses a schema that repeats something more than MAX_REPETITIONS times: a count of items or
-    characters, or a pattern's {m,n}."""
+def _check_schema(schema: dict) -> None:
+    """Refuses a schema that repeats something more than MAX_REPETITIONS times (a count of items or
+    characters, or a pattern's {m,n}), or that refers to a schema outside it."""
     pending: list[object] = [schema]
     while pending:  # not recursive: a schema given as a dict may nest deeper than Python's stack
         node = pending.pop()
@@ -184,6 +184,9 @@ def _check_repetitions(schema: dict) -> None:
                 )
             if key == "pattern" and isinstance(value, str):
                 _check_pattern(value)
+            if key == "$ref" and isinstance(value, str) and not value.startswith("#"):
+                # the converter would fetch an https one where Python runs without asserts (-O)
+                raise GrammarInvalid(f"the JSON schema's $ref {value} is not within it: no schema is fetched")
             if key not in _VALUE_KEYS:
                 pending.append(value)
 

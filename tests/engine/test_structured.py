@@ -3,6 +3,8 @@ at each position is the sampler chain over the logits with every token the gramm
 set to -inf, and speculation gives exactly that distribution."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -234,6 +236,7 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"json_schema": {"type": "array", "minItems": 100000}}, "the JSON schema's minItems 100000 is past the 2000"),
         ({"json_schema": {"anyOf": [{"type": "string", "maxLength": 3000}]}}, "the JSON schema's maxLength 3000 is"),
         ({"json_schema": {"type": "string", "pattern": "^x{1,5000}$"}}, "the JSON schema's pattern repeats {1,5000}"),
+        ({"json_schema": {"$ref": "https://127.0.0.1:9/s.json"}}, "the JSON schema's $ref https"),
     ],
 )
 def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
@@ -258,6 +261,14 @@ def test_repetitions_up_to_llama_cpps_limit_are_taken(engines):
     schema = {"type": "string", "maxLength": 2000, "pattern": "^x{0,2000}$", "enum": [{"maxLength": 10**6}]}
     assert schema_grammar(schema)
     assert schema_grammar({"const": {"minItems": 10**6}})  # a value, not a schema
+
+
+def test_no_schema_is_fetched_without_asserts_either():
+    """llama-cpp-python's converter refuses to fetch a remote $ref with an assert, which python -O
+    leaves out: it then fetched it (a server's request reaching any address)."""
+    code = "from specllm.llama.grammar import schema_grammar; schema_grammar({'$ref': 'https://127.0.0.1:9/s.json'})"
+    proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip().splitlines()[-1].startswith("specllm.errors.GrammarInvalid: the JSON schema's $ref")
 
 
 def test_a_schema_is_turned_into_a_grammar_once():
