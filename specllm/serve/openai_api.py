@@ -384,10 +384,11 @@ class ChatRequest(BaseRequest):
             raise ApiError(400, message, "chat_template_kwargs")
         if self.reasoning_effort is not None and not self.reasoning_effort.strip():
             raise ApiError(400, "reasoning_effort: give a level (low, medium, high) or none", "reasoning_effort")
-        if self.response_format is not None and self.response_format.output_schema is not None and super().structure:
-            raise ApiError(400, "give response_format or a grammar or json_schema, not two of them", "response_format")
-        if self.response_format is not None and self.response_format.output_schema is not None:
-            check_schema(self.response_format.output_schema, "response_format")
+        if (schema := self.format_schema) is not None:
+            if super().structure:
+                message = "give response_format or a grammar or json_schema, not two of them"
+                raise ApiError(400, message, "response_format")
+            check_schema(schema, "response_format")
         if self.offered_tools and self.structure:  # as llama-server refuses them
             raise ApiError(400, "tools cannot be offered with a grammar or response_format", "tools")
         names = [tool.function.name for tool in self.tools or []]
@@ -412,8 +413,13 @@ class ChatRequest(BaseRequest):
         return variables or None
 
     @property
+    def format_schema(self) -> dict | None:
+        """The schema response_format asks the output to follow, or None (plain text)."""
+        return self.response_format.output_schema if self.response_format is not None else None
+
+    @property
     def structure(self) -> dict:
-        schema = self.response_format.output_schema if self.response_format is not None else None
+        schema = self.format_schema
         return {"json_schema": schema} if schema is not None else super().structure
 
     @property
