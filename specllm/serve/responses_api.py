@@ -434,8 +434,8 @@ class OutputItems:
         """The events of `text` added to the reasoning or to the answer (`kind`)."""
         events = [] if self.open == kind else self.close() + self._begin(kind)
         self.text += text
-        extra: dict = {"logprobs": []} if kind == "message" else {}
-        return [*events, self.event(f"{self.TEXT_EVENTS[kind]}.delta", **self._where(), delta=text, **extra)]
+        delta = self.event(f"{self.TEXT_EVENTS[kind]}.delta", **self._where(), delta=text, **self._logprobs(kind))
+        return [*events, delta]
 
     def call(self, call: dict) -> list[dict]:
         """The events of a call, which the reader gives whole."""
@@ -456,20 +456,18 @@ class OutputItems:
         """The events that end the item being written, if any (`status`: the item's at its end)."""
         if self.open is None:
             return []
-        kind, where, item = self.open, self._where(), self.items[-1]
+        kind, where = self.open, self._where()
         part = self._part(kind, self.text)
-        self.items[-1] = item = (reasoning_item if kind == "reasoning" else message_item)(item["id"], self.text, status)
-        extra: dict = {"logprobs": []} if kind == "message" else {}
+        self.items[-1] = item = self._item(kind, self.items[-1]["id"], self.text, status)
         self.open, self.text = None, ""
         return [
-            self.event(f"{self.TEXT_EVENTS[kind]}.done", **where, text=part["text"], **extra),
+            self.event(f"{self.TEXT_EVENTS[kind]}.done", **where, text=part["text"], **self._logprobs(kind)),
             self.event("response.content_part.done", **where, part=part),
             self.event("response.output_item.done", output_index=where["output_index"], item=item),
         ]
 
     def _begin(self, kind: str) -> list[dict]:
-        item_id = _item_id("rs" if kind == "reasoning" else "msg")
-        item = (reasoning_item if kind == "reasoning" else message_item)(item_id, "", "in_progress")
+        item = self._item(kind, _item_id("rs" if kind == "reasoning" else "msg"), "", "in_progress")
         self.items.append(item)
         self.open = kind
         where = self._where()
@@ -480,6 +478,15 @@ class OutputItems:
 
     def _where(self) -> dict:
         return {"item_id": self.items[-1]["id"], "output_index": len(self.items) - 1, "content_index": 0}
+
+    @staticmethod
+    def _item(kind: str, item_id: str, text: str, status: str) -> dict:
+        return (reasoning_item if kind == "reasoning" else message_item)(item_id, text, status)
+
+    @staticmethod
+    def _logprobs(kind: str) -> dict:
+        """An answer's text events carry (empty) logprobs; reasoning's none."""
+        return {"logprobs": []} if kind == "message" else {}
 
     @staticmethod
     def _part(kind: str, text: str) -> dict:
