@@ -1,44 +1,107 @@
-"""OpenAI's /v1/embeddings for `specllm serve`, answered as llama-server answers it (started with
-`--embeddings`): the request, the normalisation and the response, as plain data as openai_api.py
-(no HTTP, no model)."""
+"""OpenAI's /v1/embeddings and llama-server's /embedding for `specllm serve`, answered as
+llama-server answers them (started with `--embeddings`): the request, the normalisation and the
+responses, as plain data as openai_api.py (no HTTP, no model)."""
 
 import base64
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from specllm.serve.openai_api import ApiError
 
 EUCLIDEAN = 2  # llama-server's default embd_normalize: each embedding's length is 1
 
 
+Prompt = list[str | int]  # one input: its texts and token ids, in order (llama-server's tokenize_mixed)
+MEDIA_PARTS = ("image_url", "input_audio", "input_video", "video_url")
+SHAPES = "a text, a list of token ids, a list of texts and token ids, or an object with content or prompt_string"
+
+
 class EmbeddingRequest(BaseModel):
-    """`input`: a text, texts, token ids (one input) or lists of them, as OpenAI and llama-server
-    take it; `embd_normalize`, llama-server's: -1 none, 0 the largest value 32760 (int16's range),
-    1 taxicab, 2 Euclidean, p > 2 the p-norm."""
+    """`input`, in every shape llama-server's tokenize_input_prompts takes: a text, token ids, texts
+    and ids mixed (one input), or a list of inputs, each of those or an object ({"prompt_string":
+    ...}, or {"content": [parts]} as in a chat message); `content` in its place, llama-server's
+    name, which asks for llama-server's own answer; `embd_normalize`, llama-server's: -1 none, 0
+    the largest value 32760 (int16's range), 1 taxicab, 2 Euclidean, p > 2 the p-norm."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
-    input: str | list[str] | list[int] | list[list[int]]
+    input: JsonValue = None  # read by prompts(): pydantic's errors for a union of shapes say little
+    content: JsonValue = None
     model: str | None = None  # any name is accepted: the server has one embedding model
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None  # the model's own, or refused: llama.cpp cannot shorten an embedding
     embd_normalize: int = Field(EUCLIDEAN, ge=-1)
 
-    def inputs(self) -> list[str | list[int]]:
-        """Each input: a text, or its token ids (a list of ids is one input)."""
-        if isinstance(self.input, str):
-            return [self.input]
-        if self.input and isinstance(self.input[0], int):
-            return [self.input]
-        if not self.input:
-            raise ApiError(400, "input must not be empty", "input")
-        return list(self.input)  # type: ignore[arg-type]
+    @property
+    def openai_shaped(self) -> bool:
+        """Whether OpenAI's answer was asked for: llama-server gives its own for `content`."""
+        return "input" in self.model_fields_set
+
+    def prompts(self) -> list[Prompt]:
+        """Each input's texts and token ids, as llama-server splits `input` into inputs: a list
+        that holds a token id is one input, any other list one input per element."""
+        if self.openai_shaped:
+            given = self.input
+        elif "content" in self.model_fields_set:
+            given = self.content
+        else:
+            raise ApiError(400, "input: Field required", "input")
+        if isinstance(given, list) and not any(map(_is_id, given)):
+            if not given:
+                raise ApiError(400, "input must not be empty", "input")
+            return [_prompt(item, f"input[{i}]") for i, item in enumerate(given)]
+        return [_prompt(given, "input[0]")]
 
     def check_dimensions(self, n_embd: int) -> None:
         if self.dimensions is not None and self.dimensions != n_embd:
             message = f"dimensions: this embedding model's embeddings have {n_embd}, not {self.dimensions}"
             raise ApiError(400, message, "dimensions")
+
+
+def _is_id(value: JsonValue) -> bool:
+    return type(value) is int  # not a bool, which Python counts as an int and JSON does not
+
+
+def _prompt(item: JsonValue, field: str) -> Prompt:
+    """One input, as llama-server's tokenize_input_subprompt reads it; anything else is a 400."""
+    if isinstance(item, str):
+        return [item]
+    if isinstance(item, list) and _ids_or_mixed(item):
+        return list(item)  # type: ignore[arg-type]
+    if isinstance(item, dict) and "content" in item:
+        return [_content_text(item["content"], field)]
+    if isinstance(item, dict) and "prompt_string" in item:
+        if "multimodal_data" in item:
+            raise ApiError(400, f"{field}: multimodal_data: the embedding model reads text only", "input")
+        parts = item["prompt_string"]
+        if isinstance(parts, str):
+            return [parts]
+        if isinstance(parts, list) and all(isinstance(p, str) or _is_id(p) for p in parts):
+            return list(parts)  # type: ignore[arg-type]
+    raise ApiError(400, f"{field} must be {SHAPES}", "input")
+
+
+def _ids_or_mixed(items: list[JsonValue]) -> bool:
+    """Token ids only, or texts and ids both (a list of texts alone is no input, as in llama-server)."""
+    ids = sum(map(_is_id, items))
+    texts = sum(isinstance(item, str) for item in items)
+    return ids + texts == len(items) and (texts == 0 or ids > 0)
+
+
+def _content_text(content: JsonValue, field: str) -> str:
+    """A chat message's content parts as one text: their texts joined, as llama-server joins them
+    for an embedding; an image, audio or video is refused (no multimodal projector here)."""
+    if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
+        raise ApiError(400, f"{field}.content must be a list of content parts", "input")
+    text = ""
+    for part in content:
+        assert isinstance(part, dict)
+        if part.get("type") in MEDIA_PARTS:
+            raise ApiError(400, f"{field}.content: {part['type']}: the embedding model reads text only", "input")
+        piece = part.get("text")
+        text += piece if isinstance(piece, str) else ""
+    return text
 
 
 def normalized(embedding: np.ndarray, norm: int = EUCLIDEAN) -> np.ndarray:
@@ -67,6 +130,12 @@ def embeddings_response(model: str, embeddings: list[np.ndarray], n_tokens: int,
         "model": model,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }
+
+
+def llama_embeddings_response(embeddings: list[np.ndarray]) -> list[dict]:
+    """llama-server's own answer (/embedding, or `content` for `input`): a list of each input's
+    index and its embeddings, one per pooled input, always floats."""
+    return [{"index": i, "embedding": [embedding.tolist()]} for i, embedding in enumerate(embeddings)]
 
 
 def _entry(index: int, embedding: np.ndarray, encoding: str) -> dict:

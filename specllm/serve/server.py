@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final, TypeVar
 
+import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -49,7 +50,13 @@ from specllm.llama.embeddings import describe_embeddings, embedding_limit
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
-from specllm.serve.embeddings import EmbeddingRequest, embeddings_response, normalized
+from specllm.serve.embeddings import (
+    EmbeddingRequest,
+    Prompt,
+    embeddings_response,
+    llama_embeddings_response,
+    normalized,
+)
 from specllm.serve.llama_api import (
     DetokenizeRequest,
     InfillRequest,
@@ -392,14 +399,14 @@ class EngineWorker:
         """/apply-template: the prompt the chat endpoint would generate from for this request."""
         return {"prompt": self.render_chat(request)[0]}
 
-    def embed(self, request: EmbeddingRequest, left: threading.Event) -> tuple[dict, int] | None:
-        """/v1/embeddings, on the embedding lane: each input's embedding, normalised as the request
-        asks, and the tokens read. Every input is checked before any is embedded; a client that
-        has `left` (or a server stopping) ends the batch at the next input (None)."""
+    def embed(self, request: EmbeddingRequest, left: threading.Event) -> tuple[list[np.ndarray], int] | None:
+        """/v1/embeddings and /embedding, on the embedding lane: each input's embedding, normalised
+        as the request asks, and the tokens read. Every input is checked before any is embedded; a
+        client that has `left` (or a server stopping) ends the batch at the next input (None)."""
         embedder = self.embedder
         assert embedder is not None
         request.check_dimensions(embedder.n_embd_out)
-        inputs = [self.embedding_tokens(item, i) for i, item in enumerate(request.inputs())]
+        inputs = [self.embedding_tokens(prompt, f"input[{i}]") for i, prompt in enumerate(request.prompts())]
         embeddings = []
         for tokens in inputs:
             if left.is_set() or self.stopping:
@@ -408,26 +415,29 @@ class EngineWorker:
                 embeddings.append(normalized(embedder.embed(tokens), request.embd_normalize))
             except SpecllmError as e:  # the server's model failed, not the request
                 raise generation_failed(e, self.without_paths, "embedding") from None
-        n_tokens = sum(map(len, inputs))
-        return embeddings_response(self.embedding_name, embeddings, n_tokens, request.encoding_format), n_tokens
+        return embeddings, sum(map(len, inputs))
 
     @property
     def embedding_name(self) -> str:
         """The embedding model's id: /v1/models lists it, its responses carry it."""
         return self.settings.embedding_model or (self.embedder.path.name if self.embedder else "")
 
-    def embedding_tokens(self, item: str | list[int], index: int) -> list[int]:
-        """An input's tokens, as llama-server reads them: a text with the model's BOS (and EOS or
-        SEP where it adds one) and its control tokens read as such, ids as they are; within
-        the embedding model's context."""
+    def embedding_tokens(self, prompt: Prompt, field: str) -> list[int]:
+        """An input's tokens, as llama-server's tokenize_mixed reads its texts and ids: a text
+        first with the model's BOS (and EOS or SEP where it adds one), a text after anything
+        without them, control tokens written in a text read as such, ids as they are; within the
+        embedding model's context."""
         embedder = self.embedder
         assert embedder is not None
-        field = f"input[{index}]"
-        if isinstance(item, str):
-            tokens = embedder.tokenize(item, add_special=True, parse_special=True)
-        else:
-            check_ids(item, embedder.n_vocab, field)
-            tokens = item
+        tokens: list[int] = []
+        for at, part in enumerate(prompt):
+            if isinstance(part, str):
+                tokens += embedder.tokenize(part, add_special=at == 0, parse_special=True)
+            elif 0 <= part < embedder.n_vocab:
+                tokens.append(part)
+            else:  # most often another tokenizer's ids (LangChain's OpenAIEmbeddings sends tiktoken's)
+                message = f"{field}: token id {part} (at {at}) is not in 0..{embedder.n_vocab - 1}: {FOREIGN_IDS}"
+                raise ApiError(400, message, field)
         if not tokens:
             raise ApiError(400, f"{field} is empty: it has no tokens to embed", "input")
         if len(tokens) > (limit := embedding_limit(embedder)):
@@ -698,27 +708,36 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
         access(request, 200, "")
         return answer
 
-    @app.post("/v1/embeddings")
-    async def embeddings(request: Request):
-        body = await read_body(request, embeddings_limit, settings.body_seconds)
-        if embedder is None:
-            raise no_embedding_model()
-        wanted, left = validated(EmbeddingRequest, body), threading.Event()
-        watch = asyncio.create_task(client_left(request))
-        watch.add_done_callback(lambda _: left.set())
-        try:
-            answer = await worker.beside(partial(worker.embed, wanted, left), worker.embedding)
-        finally:
-            watch.cancel()
-        if answer is None and worker.stopping:
-            raise shutting_down()
-        if answer is None:
-            access(request, CLIENT_CLOSED, "the client went away before its embeddings were made")
-            return Response(status_code=CLIENT_CLOSED)  # nobody reads it
-        response, n_tokens = answer
-        count = len(response["data"])
-        access(request, 200, f"{count} embedding{'s' if count > 1 else ''} · {n_tokens} tokens")
-        return JSONResponse(response)
+    def embeddings(openai_path: bool):
+        async def endpoint(request: Request):
+            body = await read_body(request, embeddings_limit, settings.body_seconds)
+            if embedder is None:
+                raise no_embedding_model()
+            wanted, left = validated(EmbeddingRequest, body), threading.Event()
+            watch = asyncio.create_task(client_left(request))
+            watch.add_done_callback(lambda _: left.set())
+            try:
+                answer = await worker.beside(partial(worker.embed, wanted, left), worker.embedding)
+            finally:
+                watch.cancel()
+            if answer is None and worker.stopping:
+                raise shutting_down()
+            if answer is None:
+                access(request, CLIENT_CLOSED, "the client went away before its embeddings were made")
+                return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+            vectors, n_tokens = answer
+            count = len(vectors)
+            access(request, 200, f"{count} embedding{'s' if count > 1 else ''} · {n_tokens} tokens")
+            if openai_path and wanted.openai_shaped:  # llama-server answers `content` in its own shape
+                name, encoding = worker.embedding_name, wanted.encoding_format
+                return JSONResponse(embeddings_response(name, vectors, n_tokens, encoding))
+            return JSONResponse(llama_embeddings_response(vectors))
+
+        return endpoint
+
+    # OpenAI's, and llama-server's own (its answer's shape: llama_embeddings_response)
+    for path, openai_path in EMBEDDINGS_PATHS.items():
+        app.add_api_route(path, embeddings(openai_path), methods=["POST"])
 
     @app.api_route("/props", methods=["GET", "HEAD"])
     async def get_props(request: Request):
@@ -732,6 +751,8 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
 # A batch of texts to embed may be larger than a prompt (LangChain sends 1,000 at once; OpenAI
 # takes up to 300,000 tokens a request, about 1.2 MB of English).
 EMBEDDINGS_BODY_BYTES = 8 * 2**20
+EMBEDDINGS_PATHS = {"/v1/embeddings": True, "/embeddings": False, "/embedding": False}  # path: OpenAI's answer?
+FOREIGN_IDS = "token ids are the embedding model's own; send text, not another tokenizer's ids"
 
 
 def no_embedding_model() -> ApiError:

@@ -21,7 +21,7 @@ from serving import CTX, Server, hold, serve_log, wait_for_line
 import specllm
 from specllm.llama.embeddings import open_embedding_model
 from specllm.llama.options import ModelOptions
-from specllm.serve.embeddings import normalized
+from specllm.serve.embeddings import SHAPES, normalized
 
 EMBEDDING_CTX = 512
 TEXTS = ["def total(values): return sum(values)", "KV caches, explained", "é"]
@@ -123,12 +123,24 @@ def test_base64_is_the_same_floats(srv):
     [
         ({}, "input", "input: Field required"),
         ({"input": []}, "input", "input must not be empty"),
-        ({"input": ["a", []]}, "input", "Input should be a valid string"),
+        ({"input": ["a", []]}, "input", "input[1] is empty: it has no tokens to embed"),
         ({"input": [[1, 2], []]}, "input", "input[1] is empty: it has no tokens to embed"),
-        ({"input": [1, 100000]}, "input[0]", "input[0]: token id 100000 (at 1) is not in 0..568"),
+        ({"input": [1, 100000]}, "input[0]", "input[0]: token id 100000 (at 1) is not in 0..568: token ids are"),
+        ({"input": ["a", [7, "b", 569]]}, "input[1]", "input[1]: token id 569 (at 2) is not in 0..568"),
         ({"input": [-1]}, "input[0]", "token id -1 (at 0)"),
-        ({"input": 5}, "input", "input"),
-        ({"input": [True]}, "input", "input"),
+        ({"input": 5}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": None}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": [True]}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": [1, True]}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": [1, 2.0]}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": [1, [2]]}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": ["a", ["b", "c"]]}, "input", f"input[1] must be {SHAPES}"),  # texts alone: no input
+        ({"input": [{"prompt": "a"}]}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": {"prompt_string": [1, None]}}, "input", f"input[0] must be {SHAPES}"),
+        ({"input": {"prompt_string": "a", "multimodal_data": ["AA=="]}}, "input", "input[0]: multimodal_data: "),
+        ({"input": [{"content": "a"}]}, "input", "input[0].content must be a list of content parts"),
+        ({"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, "input", "image_url: "),
+        ({"content": ["a", []]}, "input", "input[1] is empty"),
         ({"input": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
         ({"input": "x", "dimensions": 32}, "dimensions", "embeddings have 64, not 32"),
         ({"input": "x", "embd_normalize": -2}, "embd_normalize", "greater than or equal to -1"),
@@ -345,3 +357,69 @@ def test_a_bert_of_128_positions_refuses_a_longer_text_and_answers_on(models, tm
     finally:
         srv.stop()
         embedder.close()
+
+
+# --- llama-server's other shapes of input: texts and ids mixed, objects; its own endpoint ---
+
+
+def test_texts_and_ids_mixed_read_as_llama_server_reads_them(bert_srv):
+    """A list holding a token id is one input (llama-server's tokenize_mixed): its first element,
+    if a text, is read with [CLS] and [SEP], any later text without, ids as they are. So [CLS]
+    "hello, world" [SEP] is the text alone, bit for bit; a list without ids is a batch."""
+    alone = vectors(embed(bert_srv, {"input": BERT_TEXTS[0]})[1])[0]
+    words = [tm.BERT_VOCAB.index("\u2581" + w) for w in ("hello", ",", "world")]
+    status, data = embed(bert_srv, {"input": [tm.CLS_ID, "Hello, World", tm.SEP_ID]})
+    assert status == 200 and data["usage"]["prompt_tokens"] == 5, data
+    np.testing.assert_array_equal(vectors(data)[0], alone)
+    # a text first gets [CLS] and [SEP] of its own: [CLS] hello [SEP] , world [SEP]
+    status, data = embed(bert_srv, {"input": ["hello", words[1], "world", tm.SEP_ID]})
+    expected = [tm.CLS_ID, words[0], tm.SEP_ID, words[1], words[2], tm.SEP_ID]
+    np.testing.assert_array_equal(vectors(data)[0], vectors(embed(bert_srv, {"input": expected})[1])[0])
+    assert data["usage"]["prompt_tokens"] == 6
+    # a batch of a text, ids, and the two mixed
+    batch = ["the lazy dog", words, [tm.CLS_ID, "Hello, World", tm.SEP_ID]]
+    status, data = embed(bert_srv, {"input": batch})
+    assert status == 200 and len(data["data"]) == 3, data
+    np.testing.assert_array_equal(vectors(data)[2], alone)
+    np.testing.assert_array_equal(vectors(data)[1], vectors(embed(bert_srv, {"input": words})[1])[0])
+
+
+def test_prompt_string_and_content_parts_are_their_text(bert_srv):
+    """llama-server's {"prompt_string": ...} (a text, or texts and ids) and a chat message's
+    {"content": [parts]} (their texts joined) are the text they hold."""
+    alone = vectors(embed(bert_srv, {"input": BERT_TEXTS[0]})[1])[0]
+    parts = [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "World"}]
+    inputs = [{"prompt_string": "Hello, World"}, {"prompt_string": [tm.CLS_ID, "Hello, World", tm.SEP_ID]}]
+    status, data = embed(bert_srv, {"input": [*inputs, {"content": parts}]})
+    assert status == 200 and data["usage"]["prompt_tokens"] == 15, data
+    for got in vectors(data):
+        np.testing.assert_array_equal(got, alone)
+    np.testing.assert_array_equal(vectors(embed(bert_srv, {"input": {"content": parts}})[1])[0], alone)
+
+
+@pytest.mark.parametrize("path", ["/embedding", "/embeddings"])
+def test_llama_servers_own_endpoint_answers_in_its_own_shape(bert_srv, path):
+    """/embedding and /embeddings answer as llama-server does: a list of each input's index and
+    its pooled embedding in a list, floats whatever encoding_format says; `content` in place of
+    `input` asks /v1/embeddings for that shape too."""
+    floats = vectors(embed(bert_srv, {"input": BERT_TEXTS})[1])
+    for status, data in (
+        bert_srv.post(path, json.dumps({"content": BERT_TEXTS}).encode()),
+        bert_srv.post(path, json.dumps({"input": BERT_TEXTS, "encoding_format": "base64"}).encode()),
+        embed(bert_srv, {"content": BERT_TEXTS}),
+    ):
+        assert status == 200 and [entry["index"] for entry in data] == [0, 1, 2], data
+        for entry, expected in zip(data, floats):
+            [got] = entry["embedding"]
+            np.testing.assert_array_equal(np.array(got, dtype=np.float32), expected)
+    status, data = bert_srv.post(path, json.dumps({"content": []}).encode())
+    assert (status, data["error"]["message"]) == (400, "input must not be empty")
+
+
+def test_llama_servers_endpoint_without_an_embedding_model_says_how_to_start_one(models):
+    plain = Server(models[0])
+    try:
+        status, data = plain.post("/embedding", json.dumps({"content": "x"}).encode())
+    finally:
+        plain.stop()
+    assert (status, data["error"]["code"]) == (404, "model_not_found")
