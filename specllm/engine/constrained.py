@@ -19,9 +19,18 @@ clone before it advanced over one draft token (llama.cpp's clone copies its whol
 row is read (and its clone made) only once every draft token before it was accepted, so a clone
 only ever advances over tokens its grammar allows. The grammar of the generation then advances
 over the accepted tokens and the target's own token.
+
+gpt-oss reasons in harmony's analysis channel (engine/harmony.py), and its answer is the final
+channel's message: under a grammar its reply is analysis messages, then the final message, whose
+body the grammar takes, as llama-server's grammar for gpt-oss with a response format has it
+(common/parsers/gpt-oss.cpp). A message's header is the grammar's (Phase.HEADER: "<|start|>assistant",
+then "<|channel|>analysis<|message|>" or "<|channel|>final", an optional constraint such as
+" <|constrain|>json", and "<|message|>"); an analysis message's body is free up to its "<|end|>",
+as reasoning is up to a closing marker, and the next header's grammar follows it.
 """
 
 import enum
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +51,18 @@ class Phase(enum.Enum):
     OPTIONAL = enum.auto()  # the reply may open a think block first, or begin its answer
     REASONING = enum.auto()  # inside the think block: free up to its closing marker
     ANSWER = enum.auto()  # the grammar's
+    HEADER = enum.auto()  # gpt-oss: a harmony message's header, the grammar's up to its "<|message|>"
+
+
+# gpt-oss's harmony markup (engine/harmony.py): the reply's prompt ends with REPLY_START, and its
+# vocabulary holds CHANNEL as one token
+REPLY_START, CHANNEL, MESSAGE, END = "<|start|>assistant", "<|channel|>", "<|message|>", "<|end|>"
+ANALYSIS = CHANNEL + "analysis" + MESSAGE
+# A final message's header, up to its body: a constraint such as " <|constrain|>json" may come before
+# "<|message|>" (llama.cpp's grammar allows one; here its type comes after whitespace or "<|constrain|>")
+FINAL_HEADER = re.compile(
+    r"<\|channel\|>final(?:(?:\s+(?:<\|constrain\|>)?|<\|constrain\|>)[A-Za-z0-9_-]+)?<\|message\|>$"
+)
 
 
 @dataclass(frozen=True)
@@ -102,11 +123,15 @@ class OutputGrammar:
         after: Grammar | None = None,
         opening: int | None = None,
         tail: bytes = b"",
+        header: Grammar | None = None,
     ):
         self.model = grammar.model
         self.grammar = grammar  # the answer's (in REASONING, after whitespace)
         self.phase, self.closing, self.tail = phase, closing, tail  # tail: the reasoning's last bytes
         self.after, self.opening = after, opening  # OPTIONAL: the grammar after a block, the block's opening
+        # gpt-oss: the grammar of the header after an analysis message, cloned for each one (in
+        # HEADER, tail holds the header's text so far)
+        self.header = header
 
     @property
     def free(self) -> bool:
@@ -140,6 +165,9 @@ class OutputGrammar:
             raise SpecllmError(f"token {token} is not allowed by the grammar here")
         if self.phase is Phase.ANSWER:
             self.grammar.accept(token)
+        elif self.phase is Phase.HEADER:
+            self.grammar.accept(token)
+            self._read_header(self.model.piece(token))
         elif self.phase is Phase.OPTIONAL:
             self._begin(token)
         else:
@@ -147,12 +175,14 @@ class OutputGrammar:
 
     def clone(self) -> "OutputGrammar":
         after = self.after.clone() if self.after is not None else None
-        return OutputGrammar(self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail)
+        header = self.header.clone() if self.header is not None else None
+        return OutputGrammar(self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail, header)
 
     def close(self) -> None:
         self.grammar.close()
-        if self.after is not None:
-            self.after.close()
+        for other in (self.after, self.header):
+            if other is not None:
+                other.close()
 
     def _begin(self, token: int) -> None:
         """The reply's first token: the block's opening, or the answer's."""
@@ -172,8 +202,26 @@ class OutputGrammar:
         if at < 0:
             self.tail = text[max(0, len(text) - (len(self.closing) - 1)) :]
             return
-        self.phase, self.tail = Phase.ANSWER, b""
-        _fed(self.grammar, text[at + len(self.closing) :], _marker_tokens(self.model, self.closing).byte_tokens)
+        rest = text[at + len(self.closing) :]
+        self.phase, self.tail = (Phase.ANSWER if self.header is None else Phase.HEADER), b""
+        _fed(self.grammar, rest, _marker_tokens(self.model, self.closing).byte_tokens)
+        if self.phase is Phase.HEADER:
+            self._read_header(rest)
+
+    def _read_header(self, text: bytes) -> None:
+        """gpt-oss: the header goes on with `text`, which its grammar took. Once it reaches its
+        "<|message|>", an analysis message's body is free up to its end and the next header's
+        grammar follows it; a final message's body is the grammar's answer."""
+        self.tail += text
+        if MESSAGE.encode() not in self.tail:
+            return
+        if ANALYSIS.encode() not in self.tail:
+            self.phase, self.tail = Phase.ANSWER, b""
+            return
+        assert self.header is not None
+        self.grammar.close()
+        self.grammar, self.phase = self.header.clone(), Phase.REASONING
+        self.tail = self.tail[self.tail.find(ANALYSIS.encode()) + len(ANALYSIS) :]
 
     def _refused(self) -> np.ndarray:
         """The tokens refused in the reasoning: the ends of generation, and those that complete
@@ -210,6 +258,9 @@ def where_it_applies(model: Model, text: str, prompt_end: str) -> OutputGrammar:
     """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: after
     the reasoning where the prompt opened a think block; after an optional one where the model
     opens its own and the prompt closed none; else from the first token."""
+    harmony = _harmony(model, text, prompt_end)
+    if harmony is not None:
+        return harmony
     closing = closing_marker(prompt_end)
     if closing is not None:
         return OutputGrammar(_after_whitespace(model, text), Phase.REASONING, closing.encode())
@@ -219,6 +270,46 @@ def where_it_applies(model: Model, text: str, prompt_end: str) -> OutputGrammar:
     token, closing = opening
     after = _after_whitespace(model, text)
     return OutputGrammar(Grammar(model, text), Phase.OPTIONAL, closing.encode(), after, token)
+
+
+def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:
+    """gpt-oss's grammar (see the module's docstring) where the prompt ends where its reply
+    begins (REPLY_START, on a vocabulary holding CHANNEL as one token) or inside a message it
+    began: in the analysis channel's body, or at the final channel's; None for any other prompt."""
+    # A SentencePiece vocabulary's word after a markup token begins with a space ("<|start|> assistant")
+    tail = re.sub(r"(?<=\|>)\s+", "", prompt_end)
+    if FINAL_HEADER.search(tail):
+        return OutputGrammar(Grammar(model, text))  # the answer from the first token
+    opened = tail.endswith(ANALYSIS)
+    if not opened and not (tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
+        return None
+    grammar, first, following = _harmony_rules(text)
+    header = Grammar(model, grammar, root=following)
+    if opened:
+        return OutputGrammar(header.clone(), Phase.REASONING, END.encode(), header=header)
+    return OutputGrammar(Grammar(model, grammar, root=first), Phase.HEADER, END.encode(), header=header)
+
+
+def _harmony_rules(text: str) -> tuple[str, str, str]:
+    """GBNF `text` with rules for gpt-oss's messages added, and the names of two: a message's
+    header (an analysis message's, or a final one's followed by `text`'s root), and the same after
+    the REPLY_START that begins a message after another. Their names are not `text`'s."""
+    prefix = "harmony"
+    while prefix in text:
+        prefix += "x"
+    message, after, constraint = f"{prefix}-message", f"{prefix}-after", f"{prefix}-constraint"
+    rules = (
+        f'{message} ::= "{ANALYSIS}" | "{CHANNEL}final" {constraint} "{MESSAGE}" root\n'
+        f'{constraint} ::= (([ \\t\\n]+ "<|constrain|>"? | "<|constrain|>") [A-Za-z0-9_-]+)?\n'
+        f'{after} ::= "{REPLY_START}" {message}\n'
+    )
+    return f"{text}\n{rules}", message, after
+
+
+def _one_token(model: Model, text: str) -> bool:
+    """Whether the vocabulary holds `text` as one token."""
+    ids = model.tokenize(text, add_special=False)
+    return len(ids) == 1 and model.piece(ids[0]) == text.encode()
 
 
 def _after_whitespace(model: Model, text: str) -> Grammar:

@@ -1,0 +1,204 @@
+"""Structured output with gpt-oss (harmony): its analysis messages are free up to their <|end|>,
+each message's header is the grammar's, and the final channel's message follows the schema, as
+llama-server's grammar for gpt-oss with a response format has it. Exact under speculation.
+
+The model: a tiny one with gpt-oss's markup tokens and its whole chat template (tool_templates'),
+its markup's output rows scaled up so that it ends an analysis message within a few dozen tokens."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import tiny_models as tm
+import tool_templates
+from grammar_reference import brute_force_mask, greedy_by_brute_force
+
+import specllm
+from specllm.engine.constrained import Phase, where_it_applies
+from specllm.engine.reasoning import split_reasoning
+from specllm.engine.sampling import SamplerSettings, distribution
+from specllm.llama.grammar import Grammar, schema_grammar
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+
+OPTIONS = ModelOptions(n_ctx=512, n_threads=1)
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["red", "green"]}},
+    "required": ["ok", "tag"],
+}
+ASK = [{"role": "user", "content": "Hello"}]
+QUESTIONS = ["Hello", "What is the weather", "def f(x): return"]
+EXPECTED = [("eos", False), ("eos", True), ("max_tokens", True)]  # (stop reason, reasons) for each
+# The markup's rows scaled up (the harmony vocabulary scales them down), and a seed whose greedy
+# replies under SCHEMA to QUESTIONS answer at once, after an analysis message, and reason on in two
+# analysis messages up to MAX_TOKENS
+HARMONY = dict(vocab="harmony", chat_template=tool_templates.GPT_OSS, extra_scale=10.0, seed=3)
+MAX_TOKENS = 120
+MARKUP = re.compile(r"(<\|[a-z]+\|>)")
+ANALYSIS, FINAL = "<|channel|>analysis<|message|>", "<|start|>assistant<|channel|>final<|message|>"
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory):
+    """A tiny gpt-oss target, with a draft model that agrees with it ~80%."""
+    d = tmp_path_factory.mktemp("gpt-oss")
+    target = tm.write_model(d / "gpt-oss.gguf", **HARMONY)
+    draft = tm.write_model(d / "gpt-oss-draft.gguf", noise=tm.DRAFT_NOISE, **HARMONY)
+    engine = specllm.load(str(target), str(draft), n_ctx=1024, n_threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def model(gpt_oss):
+    return gpt_oss.target
+
+
+def greedy(engine, prompt, drafter="none", gamma=None, **kwargs):
+    kwargs = dict(max_tokens=MAX_TOKENS, temperature=0, drafter=drafter, gamma=gamma, json_schema=SCHEMA) | kwargs
+    return engine.generate(prompt, **kwargs)
+
+
+def tokens_of(model: Model, text: str) -> list[int]:
+    """`text` as tokens: each markup its own, the rest a byte token a byte (the tiny vocabulary's
+    words after markup would begin with a space)."""
+    chars = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    tokens = []
+    for part in MARKUP.split(text):
+        if MARKUP.fullmatch(part):
+            tokens += model.tokenize(part, add_special=False)
+        else:
+            tokens += [chars[bytes([b])] for b in part.encode()]
+    return tokens
+
+
+def eog_tokens(model: Model) -> list[int]:
+    return [t for t in range(model.n_vocab) if model.is_eog(t)]
+
+
+def check_reply(result, stop_reason: str, reasons: bool) -> None:
+    """The reply reasons in its analysis channel or not, as said, and, where it ended, answers
+    JSON of SCHEMA in its final channel."""
+    split = split_reasoning(result.text)
+    assert (result.stop_reason, bool(split.reasoning)) == (stop_reason, reasons), result.text
+    assert result.text.startswith(ANALYSIS) == reasons
+    if stop_reason == "eos":
+        assert ("<|end|><|start|>assistant<|channel|>final" in result.text) == reasons
+        value = json.loads(split.answer)
+        assert set(value) == {"ok", "tag"} and isinstance(value["ok"], bool) and value["tag"] in ("red", "green")
+
+
+def test_the_analysis_is_free_and_the_final_message_follows_the_grammar(model):
+    """After gpt-oss's "<|start|>assistant": a header (only the grammar's text), an analysis
+    message free but for an end of generation ("{", "}" and markup too), another, then the final
+    channel's header and nothing but the schema's JSON, then the end; each token read by a clone
+    of the state before it."""
+    prompt = model.render_chat(ASK)
+    assert prompt.endswith("<|start|>assistant")
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt)
+    assert grammar.phase is Phase.HEADER
+    everything, eog = np.arange(model.n_vocab), eog_tokens(model)
+    [channel], [letter_a] = tokens_of(model, "<|channel|>"), tokens_of(model, "a")
+    assert grammar.allowed(np.array([channel, letter_a])).tolist() == [True, False]
+    reasoning = ['a {"x": 1} <|start|>assistant b', "more<|message|>"]
+    header, answer = ANALYSIS, '{"ok": true, "tag": "red"}'
+    for body in reasoning:
+        for token in tokens_of(model, header):
+            assert grammar.phase is Phase.HEADER and not grammar.allowed(np.array(eog)).any()
+            grammar.accept(token)
+            grammar = grammar.clone()
+        for token in tokens_of(model, body):
+            assert grammar.phase is Phase.REASONING and not grammar.allowed(np.array(eog)).any()
+            assert grammar.allowed(everything).sum() == model.n_vocab - len(eog)
+            grammar.accept(token)
+            grammar = grammar.clone()  # a verify row's clone goes on where its grammar was
+        grammar.accept(tokens_of(model, "<|end|>")[0])
+        header = "<|start|>assistant" + ANALYSIS
+    assert grammar.phase is Phase.HEADER
+    assert not grammar.allowed(np.array([channel, letter_a])).any()  # "<|start|>assistant" first
+    for token in tokens_of(model, FINAL):
+        grammar.accept(token)
+    assert grammar.phase is Phase.ANSWER
+    assert grammar.allowed(np.array([letter_a, tokens_of(model, "{")[0]])).tolist() == [False, True]
+    for token in tokens_of(model, answer):
+        assert not grammar.allowed(np.array(eog)).any()
+        grammar.accept(token)
+    allowed = set(everything[grammar.allowed(everything)].tolist())
+    assert set(eog) <= allowed  # complete: the end, or the whitespace JSON may end with
+    assert all(model.piece(t).isspace() for t in allowed - set(eog))
+
+
+def test_a_reply_may_answer_at_once_and_name_a_constraint(model):
+    """No analysis at all, and the final header with the constraint llama.cpp's grammar allows."""
+    prompt = model.render_chat(ASK)
+    for header in ("<|channel|>final<|message|>", "<|channel|>final <|constrain|>json<|message|>"):
+        grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt)
+        for token in tokens_of(model, header):
+            assert grammar.phase is Phase.HEADER
+            grammar.accept(token)
+        assert grammar.phase is Phase.ANSWER
+        for token in tokens_of(model, '{"ok": false, "tag": "green"}'):
+            grammar.accept(token)
+        assert grammar.allowed(np.array(eog_tokens(model))).all()
+
+
+def test_the_phase_comes_from_the_prompts_tail(model, tmp_path):
+    """A prompt that opened the analysis channel begins in its free body; one that opened the
+    final channel's body is the grammar's from the first token; a prompt ending "<|start|>assistant"
+    on a vocabulary without harmony's tokens (Muse Glimmer's messages) is as before."""
+    prompt, text = model.render_chat(ASK), schema_grammar(SCHEMA)
+    opened = where_it_applies(model, text, prompt + ANALYSIS)
+    assert opened.phase is Phase.REASONING
+    opened.accept(tokens_of(model, "<|end|>")[0])
+    assert opened.phase is Phase.HEADER
+    plain = Grammar(model, text)
+    for final in ("<|channel|>final<|message|>", "<|channel|>final <|constrain|>json<|message|>"):
+        answer = where_it_applies(model, text, prompt + final)
+        assert answer.phase is Phase.ANSWER
+        assert np.array_equal(brute_force_mask(answer, model.n_vocab), brute_force_mask(plain, model.n_vocab))
+    standard = Model(tm.write_model(tmp_path / "standard.gguf"), OPTIONS)
+    assert where_it_applies(standard, text, "<|start|>assistant").phase is Phase.ANSWER
+    standard.close()
+
+
+def test_greedy_json_after_analysis_is_the_same_with_every_drafter(gpt_oss):
+    """The analysis ends and the headers pass inside drafts and steps: each row masked by its own
+    clone's phase."""
+    for question, (stop_reason, reasons) in zip(QUESTIONS, EXPECTED):
+        prompt = gpt_oss.target.render_chat([{"role": "user", "content": question}])
+        expected = greedy(gpt_oss, prompt)
+        check_reply(expected, stop_reason, reasons)
+        for drafter in ("model", "ngram", "auto"):
+            for gamma in (1, 3, 5):
+                result = greedy(gpt_oss, prompt, drafter, gamma)
+                assert result.tokens == expected.tokens, (question, drafter, gamma)
+
+
+def test_greedy_after_analysis_is_the_argmax_over_a_brute_force_mask(gpt_oss):
+    """Target-only greedy decoding by the definition: each row masked by trying every token."""
+    target = gpt_oss.target
+    text = target.render_chat([{"role": "user", "content": QUESTIONS[1]}])
+    prompt = gpt_oss.prompt_tokens(text)
+    out = greedy_by_brute_force(target, prompt, where_it_applies(target, schema_grammar(SCHEMA), text), MAX_TOKENS)
+    target.truncate(0)
+    assert split_reasoning(target.detokenize(out).decode()).reasoning
+    for drafter in ("none", "model"):
+        result = greedy(gpt_oss, prompt, drafter, 4)
+        assert result.tokens == out
+        check_reply(result, "eos", reasons=True)
+
+
+@pytest.mark.parametrize("where", ["header", "analysis"])
+def test_a_row_matches_a_brute_force_mask(gpt_oss, where):
+    target, sampler = gpt_oss.target, SamplerSettings(temperature=1.0, top_k=0)
+    prompt = target.render_chat(ASK) + (ANALYSIS + "It is" if where == "analysis" else "")
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), target.render_chat(ASK))
+    for token in tokens_of(target, prompt[len(target.render_chat(ASK)) :]):
+        grammar.accept(token)
+    row = target.sync(gpt_oss.prompt_tokens(prompt), n_logits=1)[0]
+    reference = row.copy()
+    reference[~brute_force_mask(grammar, target.n_vocab)] = -np.inf
+    assert np.array_equal(distribution(grammar.masked(row, sampler), sampler), distribution(reference, sampler))
+    target.truncate(0)
