@@ -204,3 +204,34 @@ def test_with_thinking_off_the_answer_is_json_from_the_first_token(qwen35):
     assert "reasoning_content" not in message
     prompt = engine.target.render_chat(MESSAGES, variables=off)
     assert message["content"] == engine.generate(prompt, max_tokens=100, temperature=0, json_schema=SCHEMA).text
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory):
+    """A tiny gpt-oss (its markup's rows scaled up) whose greedy reply to GPT_OSS_ASK under SCHEMA
+    writes an analysis message, then the final one."""
+    yield from templated_server(
+        tmp_path_factory, "gpt-oss", tool_templates.GPT_OSS, vocab="harmony", extra_scale=10.0, seed=3
+    )
+
+
+GPT_OSS_ASK = [{"role": "user", "content": "What is the weather"}]
+
+
+def test_gpt_oss_reasons_in_its_analysis_channel_and_answers_json_in_its_final_one(gpt_oss):
+    """The analysis is free and is reasoning_content; the final channel's message is the JSON
+    and the content, streamed or not; the reply is the text the engine generates under the schema."""
+    engine, srv = gpt_oss
+    request = dict(messages=GPT_OSS_ASK, model="x", temperature=0, max_tokens=120, response_format=JSON_SCHEMA_FORMAT)
+    reply = srv.client().chat.completions.create(**request)
+    message = reply.choices[0].message.to_dict()
+    check_schema(message["content"])
+    assert reply.choices[0].finish_reason == "stop"  # the end came after the JSON
+    prompt = engine.target.render_chat(GPT_OSS_ASK)
+    text = engine.generate(prompt, max_tokens=120, temperature=0, json_schema=SCHEMA).text
+    assert text.startswith("<|channel|>analysis<|message|>") and "<|end|><|start|>assistant<|channel|>final" in text
+    analysis = text.removeprefix("<|channel|>analysis<|message|>").partition("<|end|>")[0]
+    assert message["reasoning_content"] == analysis.strip() and analysis.strip()
+    assert message["content"] == text.partition("<|message|>")[2].rpartition("<|message|>")[2]
+    chunks = srv.client().chat.completions.create(stream=True, **request)
+    assert streamed(chunks) == {k: message[k] for k in ("reasoning_content", "content")}
