@@ -255,9 +255,10 @@ def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
 
 
 def where_it_applies(model: Model, text: str, prompt_end: str) -> OutputGrammar:
-    """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: after
-    the reasoning where the prompt opened a think block; after an optional one where the model
-    opens its own and the prompt closed none; else from the first token."""
+    """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: in
+    gpt-oss's final message, after its free analysis messages (_harmony); after the reasoning where
+    the prompt opened a think block; after an optional one where the model opens its own and the
+    prompt closed none; else from the first token."""
     harmony = _harmony(model, text, prompt_end)
     if harmony is not None:
         return harmony
