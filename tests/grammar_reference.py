@@ -23,3 +23,21 @@ def greedy_by_brute_force(model, prompt_ids: list[int], grammar, max_tokens: int
         grammar.accept(token)
         out.append(token)
     return out
+
+
+def accepts(grammar, text: str) -> bool:
+    """Whether `text` is in the grammar's language, by llama.cpp's own grammar sampler: its bytes
+    fed one byte token at a time (tiny_models' byte-fallback tokens), then whether the end of
+    generation is allowed. `grammar` is left as it was (each test runs on a clone)."""
+    import tiny_models as tm
+
+    state = grammar.clone()
+    try:
+        for byte in text.encode("utf-8"):
+            token = tm.byte_token_id(byte)
+            if not state.allowed(np.array([token]))[0]:
+                return False
+            state.accept(token)
+        return bool(state.allowed(np.array([tm.EOS_ID]))[0])
+    finally:
+        state.close()

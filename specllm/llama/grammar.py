@@ -19,11 +19,11 @@ import tempfile
 
 import llama_cpp as L
 import numpy as np
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from specllm.errors import GrammarInvalid, SpecllmError
 from specllm.llama.log import recent_errors
 from specllm.llama.model import Model
+from specllm.llama.schema import json_schema_to_gbnf
 
 # llama_token_data, as numpy lays it out: a whole-vocabulary array is built without a Python loop
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -124,8 +124,8 @@ def schema_text(schema: object) -> str:
 
 
 def schema_grammar(schema: object) -> str:
-    """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it; {} is any
-    JSON object, as in llama-server."""
+    """A JSON schema (a dict, or its JSON text) as GBNF, as llama-cpp-python converts it with what
+    llama-server reads besides (specllm/llama/schema.py); {} is any JSON object, as in llama-server."""
     schema = _schema_object(schema)
     _check_schema(schema)
     return _converted(json.dumps(schema or _EMPTY_OBJECT_SCHEMA))
@@ -136,7 +136,9 @@ def _converted(schema_json: str) -> str:
     """A schema's grammar, kept: a request's schema is checked, then configured, then used (a schema
     of many optional properties takes seconds each time)."""
     try:
-        return json_schema_to_gbnf(schema_json)
+        return json_schema_to_gbnf(json.loads(schema_json))
+    except GrammarInvalid:
+        raise
     except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
         raise GrammarInvalid(f"the JSON schema cannot be turned into a grammar: {_message(e)}") from None
 

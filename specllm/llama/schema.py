@@ -1,0 +1,371 @@
+"""JSON schemas turned into GBNF as llama-cpp-python converts them, with what llama-server's
+converter (llama.cpp's common/json-schema.cpp and json-schema-to-grammar.cpp) reads that
+llama-cpp-python's leaves out or reads otherwise:
+
+- an integer's `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (a fractional bound
+  rounded inwards), written as llama.cpp's `build_min_max_int` writes them;
+- a list of types keeps the schema's other keywords for each type (`{"type": ["integer", "null"],
+  "minimum": 1}`), where llama-cpp-python's drops them;
+- a schema without a type or structural keyword (`{}`, `{"description": ...}`) is any JSON value,
+  as is `additionalProperties: true`'s value (llama-cpp-python: any object, or an error);
+- an array's `minItems` / `maxItems` without `items`, a string's `minLength` / `maxLength` or
+  `format` without `"type": "string"`;
+- a string's characters: no control character unescaped, `\\/` not an escape;
+- the backslashes in a `const`, an `enum` value or a property name escaped (llama-cpp-python's
+  grammar then does not parse, or means something else).
+
+Whitespace stays llama-cpp-python's (at most one space between tokens, where llama-server allows
+up to two newlines and 20 spaces or tabs of indentation).
+"""
+
+import json
+import math
+import re
+
+from llama_cpp import llama_grammar as lg
+
+from specllm.errors import GrammarInvalid
+
+# llama.cpp's int64 bounds stand for "no bound"
+_NO_MIN, _NO_MAX = -(2**63), 2**63 - 1
+_UNBOUNDED = 2**31 - 1  # more_digits' "no maximum" (std::numeric_limits<int>::max())
+_BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# what makes a schema without a type a string, as llama.cpp's builder reads it
+_STRING_KEYS = ("pattern", "minLength", "maxLength")
+_ANY_VALUE = lg.BuiltinRule(
+    "object | array | string | number | boolean | null", ["object", "array", "string", "number", "boolean", "null"]
+)
+# llama.cpp's string character: not a control character, and `\/` is no escape
+_CHAR = lg.BuiltinRule(r'[^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})', [])
+
+
+def json_schema_to_gbnf(schema: dict) -> str:
+    """`schema` (a JSON schema, parsed) as GBNF: llama-cpp-python's converter with llama-server's
+    readings added."""
+    converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(schema, "stdin"), "")
+    return converter.format_grammar()
+
+
+class _Converter(lg.SchemaConverter):
+    # the key rule of the object being built, for its additional properties (see _build_object_rule)
+    _additional_key: str | None = None
+
+    def _format_literal(self, literal):
+        # llama.cpp escapes a backslash too; without it, a `\"` in a JSON value ends the literal
+        return super()._format_literal(literal.replace("\\", "\\\\"))
+
+    def _add_primitive(self, name, rule):
+        if name == "string" and self._additional_key:
+            return self._additional_key  # the one string primitive _build_object_rule asks for itself
+        if name == "char":
+            rule = _CHAR
+        return super()._add_primitive(name, rule)
+
+    def visit(self, schema, name):
+        outer, self._additional_key = self._additional_key, None  # a property's own strings are strings
+        try:
+            return self._visit(schema, name)
+        finally:
+            self._additional_key = outer
+
+    def _visit(self, schema, name):
+        schema_type = schema.get("type")
+        rule_name = name + "-" if name in lg.RESERVED_NAMES else name or "root"
+        if "$ref" in schema or "oneOf" in schema or "anyOf" in schema:
+            return super().visit(schema, name)
+        if isinstance(schema_type, list):
+            alternatives = [{**schema, "type": t} for t in schema_type]
+            return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
+        if "const" in schema or "enum" in schema:
+            return super().visit(schema, name)
+        if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
+            low, high = integer_bounds(schema)
+            return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
+        if schema_type is None and _is_any_value(schema):
+            return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
+        if _is_array_of_any_value(schema):
+            return self._add_rule(rule_name, self._array_of_any_value(schema, name))
+        if schema_type is None and _is_string(schema):
+            return super().visit({**schema, "type": "string"}, name)
+        return super().visit(schema, name)
+
+    def _array_of_any_value(self, schema: dict, name: str) -> str:
+        item = self.visit({}, f"{name}{'-' if name else ''}item")
+        count = lg._build_repetition(item, schema.get("minItems", 0), schema.get("maxItems"), separator_rule='"," space')
+        return f'"[" space {count} "]" space'
+
+    def _build_object_rule(self, properties, required, name, additional_properties):
+        if additional_properties is True:
+            additional_properties = {}  # any value: visited as one (llama-cpp-python: an object)
+        if isinstance(additional_properties, dict) and properties:
+            # an additional property's key is none of the declared ones, as in llama.cpp
+            key = self._not_strings([json.dumps(prop)[1:-1] for prop, _ in properties])
+            self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", f"{key} space")
+        try:
+            return super()._build_object_rule(properties, required, name, additional_properties)
+        finally:
+            self._additional_key = None
+
+    def format_grammar(self):
+        # llama-cpp-python writes the additional properties after an optional one without their
+        # comma (`p-rest ::= additional-kvs`): `{"p": 1 "q": 2}`; llama.cpp has `( "," space kv )*`
+        for name, rule in self._rules.items():
+            if name.endswith("-rest") and _ADDITIONAL_KVS.fullmatch(rule):
+                self._rules[name] = f'( "," space {rule} )?'
+        return super().format_grammar()
+
+    def _not_strings(self, strings: list[str]) -> str:
+        """A JSON string that is none of `strings` (as written in JSON), as llama.cpp's _not_strings
+        writes it."""
+        trie: dict = {}
+        for text in strings:
+            node = trie
+            for c in text:
+                node = node.setdefault(c, {})
+            node[_END] = {}
+        char = super()._add_primitive("char", _CHAR)
+        out = ['["] ( ']
+
+        def visit(node: dict) -> None:
+            children = sorted(c for c in node if c != _END)
+            for i, c in enumerate(children):
+                out.append(f"{' | ' if i else ''}[{_class_char(c)}]")
+                grandchildren = [g for g in node[c] if g != _END]
+                out.append(" (" if grandchildren else f" {char}+")
+                if grandchildren:
+                    visit(node[c])
+                    out.append(")")
+            if children:
+                out.append(f' | [^"{"".join(map(_class_char, children))}] {char}*')
+
+        visit(trie)
+        out.append(" )" if _END in trie else " )?")
+        out.append(' ["]')
+        return "".join(out)
+
+
+_ADDITIONAL_KVS = re.compile(r"[a-zA-Z0-9-]*additional-kvs[0-9]*")
+_END = ""  # a trie's mark of a whole string (no character is empty)
+
+
+def _class_char(c: str) -> str:
+    """A character as GBNF writes it inside [...] (a ^ first would negate it)."""
+    if c == "^":
+        return "\\x5E"
+    return "\\" + c if c in '\\]-"' else c
+
+
+def _is_any_value(schema: dict) -> bool:
+    """Whether a schema without a type says nothing llama.cpp's builder reads: any JSON value."""
+    if any(key in schema for key in ("properties", "allOf", "items", "prefixItems")) or _is_string(schema):
+        return False
+    return schema.get("additionalProperties", True) is True
+
+
+def _is_string(schema: dict) -> bool:
+    """Whether a schema without a type is a string's, as llama.cpp's builder reads it."""
+    return any(key in schema for key in _STRING_KEYS) or _format(schema) is not None
+
+
+def _format(schema: dict) -> str | None:
+    """The string format both converters know that `schema` names, if any."""
+    name = schema.get("format")
+    known = isinstance(name, str) and (re.fullmatch(r"uuid[1-5]?", name) or f"{name}-string" in lg.STRING_FORMAT_RULES)
+    return name if known else None
+
+
+def _is_array_of_any_value(schema: dict) -> bool:
+    """An array whose items may be any value: llama-cpp-python fails on `"items": {}`, and without
+    `items` leaves out `minItems` and `maxItems`."""
+    if schema.get("type") is None and ("properties" in schema or "allOf" in schema):
+        return False  # an object's schema, as llama.cpp's builder reads it
+    if "items" in schema:
+        return schema["items"] == {} and schema.get("type", "array") == "array"
+    bounded = "minItems" in schema or "maxItems" in schema
+    return schema.get("type") == "array" and "prefixItems" not in schema and bounded
+
+
+def integer_bounds(schema: dict) -> tuple[int, int]:
+    """An integer schema's least and greatest values, as llama.cpp reads them: `minimum` before
+    `exclusiveMinimum` (and `maximum` before `exclusiveMaximum`), a fractional bound rounded
+    inwards; _NO_MIN / _NO_MAX where there is none."""
+    low, high = _NO_MIN, _NO_MAX
+    if "minimum" in schema:
+        low = _bound(schema, "minimum", math.ceil)
+    elif "exclusiveMinimum" in schema:
+        low = _bound(schema, "exclusiveMinimum", math.floor) + 1
+    if "maximum" in schema:
+        high = _bound(schema, "maximum", math.floor)
+    elif "exclusiveMaximum" in schema:
+        high = _bound(schema, "exclusiveMaximum", math.ceil) - 1
+    if low > high:
+        raise GrammarInvalid(f"the JSON schema's integer bounds admit no integer: {low} > {high}")
+    return low, high
+
+
+def _bound(schema: dict, key: str, rounded) -> int:
+    value = schema[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise GrammarInvalid(f"the JSON schema's {key} must be a number, not {value!r}")
+    value = value if isinstance(value, int) else rounded(value)
+    if not _NO_MIN < value < _NO_MAX:
+        raise GrammarInvalid(f"the JSON schema's {key} {value} is past a 64-bit integer's range")
+    return value
+
+
+def integer_range(min_value: int, max_value: int, decimals_left: int = 16, top_level: bool = True) -> str:
+    """GBNF for the decimal integers from min_value to max_value (_NO_MIN / _NO_MAX: unbounded) of
+    at most 16 digits, as llama.cpp's build_min_max_int writes it, text for text (but for a negative
+    maximum alone: see _at_most)."""
+    out: list[str] = []
+    _min_max_int(min_value, max_value, out, decimals_left, top_level)
+    return "".join(out)
+
+
+def _more_digits(out: list[str], min_digits: int, max_digits: int) -> None:
+    out.append("[0-9]")
+    if min_digits == max_digits == 1:
+        return
+    out.append(f"{{{min_digits}")
+    if max_digits != min_digits:
+        out.append("," + ("" if max_digits == _UNBOUNDED else str(max_digits)))
+    out.append("}")
+
+
+def _digit_range(out: list[str], low: str, high: str) -> None:
+    out.append(f"[{low}]" if low == high else f"[{low}-{high}]")
+
+
+def _uniform_range(out: list[str], low: str, high: str) -> None:
+    """The numbers of len(low) == len(high) digits from low to high, leading zeros included."""
+    i = 0
+    while i < len(low) and i < len(high) and low[i] == high[i]:
+        i += 1
+    if i > 0:
+        out.append(f'"{low[:i]}"')
+    if i >= len(low) or i >= len(high):
+        return
+    if i > 0:
+        out.append(" ")
+    sub_len = len(low) - i - 1
+    if sub_len == 0:
+        out.append(f"[{low[i]}-{high[i]}]")
+        return
+    low_sub, high_sub = low[i + 1 :], high[i + 1 :]
+    zeros, nines = "0" * sub_len, "9" * sub_len
+    high_reached = False
+    out.append("(")
+    if low_sub == zeros:
+        _digit_range(out, low[i], chr(ord(high[i]) - 1))
+        out.append(" ")
+        _more_digits(out, sub_len, sub_len)
+    else:
+        out.append(f"[{low[i]}] (")
+        _uniform_range(out, low_sub, nines)
+        out.append(")")
+        if ord(low[i]) < ord(high[i]) - 1:
+            out.append(" | ")
+            if high_sub == nines:
+                _digit_range(out, chr(ord(low[i]) + 1), high[i])
+                high_reached = True
+            else:
+                _digit_range(out, chr(ord(low[i]) + 1), chr(ord(high[i]) - 1))
+            out.append(" ")
+            _more_digits(out, sub_len, sub_len)
+    if not high_reached:
+        out.append(" | ")
+        _digit_range(out, high[i], high[i])
+        out.append(" ")
+        _uniform_range(out, zeros, high_sub)
+    out.append(")")
+
+
+def _min_max_int(min_value: int, max_value: int, out: list[str], decimals_left: int, top_level: bool) -> None:
+    has_min, has_max = min_value != _NO_MIN, max_value != _NO_MAX
+    if has_min and has_max:
+        _bounded(min_value, max_value, out, decimals_left)
+    elif has_min:
+        _at_least(min_value, out, decimals_left, top_level)
+    elif has_max:
+        _at_most(max_value, out, decimals_left, top_level)
+    else:
+        raise ValueError("an integer range needs a minimum or a maximum")
+
+
+def _bounded(min_value: int, max_value: int, out: list[str], decimals_left: int) -> None:
+    if min_value < 0 and max_value < 0:
+        out.append('"-" (')
+        _min_max_int(-max_value, -min_value, out, decimals_left, True)
+        out.append(")")
+        return
+    if min_value < 0:
+        out.append('"-" (')
+        _min_max_int(0, -min_value, out, decimals_left, True)
+        out.append(") | ")
+        min_value = 0
+    min_s, max_s = str(min_value), str(max_value)
+    for digits in range(len(min_s), len(max_s)):
+        _uniform_range(out, min_s, "9" * digits)
+        min_s = "1" + "0" * digits
+        out.append(" | ")
+    _uniform_range(out, min_s, max_s)
+
+
+def _at_least(min_value: int, out: list[str], decimals_left: int, top_level: bool) -> None:
+    less_decimals = max(decimals_left - 1, 1)
+    if min_value < 0:
+        out.append('"-" (')
+        _min_max_int(_NO_MIN, -min_value, out, decimals_left, False)
+        out.append(") | [0] | [1-9] ")
+        _more_digits(out, 0, decimals_left - 1)
+    elif min_value == 0:
+        if top_level:
+            out.append("[0] | [1-9] ")
+            _more_digits(out, 0, less_decimals)
+        else:
+            _more_digits(out, 1, decimals_left)
+    elif min_value <= 9:
+        c = str(min_value)
+        range_start = "1" if top_level else "0"
+        if c > range_start:
+            _digit_range(out, range_start, chr(ord(c) - 1))
+            out.append(" ")
+            _more_digits(out, 1, less_decimals)
+            out.append(" | ")
+        _digit_range(out, c, "9")
+        out.append(" ")
+        _more_digits(out, 0, less_decimals)
+    else:
+        min_s = str(min_value)
+        c = min_s[0]
+        if c > "1":
+            _digit_range(out, "1" if top_level else "0", chr(ord(c) - 1))
+            out.append(" ")
+            _more_digits(out, len(min_s), less_decimals)
+            out.append(" | ")
+        _digit_range(out, c, c)
+        out.append(" (")
+        _min_max_int(int(min_s[1:]), _NO_MAX, out, less_decimals, False)
+        out.append(")")
+        if c < "9":
+            out.append(" | ")
+            _digit_range(out, chr(ord(c) + 1), "9")
+            out.append(" ")
+            _more_digits(out, len(min_s) - 1, less_decimals)
+
+
+def _at_most(max_value: int, out: list[str], decimals_left: int, top_level: bool) -> None:
+    less_decimals = max(decimals_left - 1, 1)
+    if max_value >= 0:
+        if top_level:
+            out.append('"-" [1-9] ')
+            _more_digits(out, 0, less_decimals)
+            out.append(" | ")
+        _min_max_int(0, max_value, out, decimals_left, True)
+    else:
+        # llama.cpp passes top_level false here, which lets "-04" through under a maximum of -5
+        # (a leading zero: not JSON, and -4 > -5); the digits after "-" begin a number
+        out.append('"-" (')
+        _min_max_int(-max_value, _NO_MAX, out, decimals_left, True)
+        out.append(")")

@@ -1,0 +1,198 @@
+"""JSON schemas turned into grammars with what llama-server's converter reads besides
+llama-cpp-python's: each keyword's language checked string by string through llama.cpp's own
+grammar sampler, and the integer bounds' GBNF against llama.cpp's own test cases."""
+
+import re
+
+import pytest
+import tiny_models as tm
+from grammar_reference import accepts
+
+from specllm.errors import GrammarInvalid
+from specllm.llama.grammar import Grammar, schema_grammar
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+from specllm.llama.schema import integer_range
+
+NO = None
+# llama.cpp's tests/test-json-schema-to-grammar.cpp: (minimum, maximum) and the root rule it expects
+LLAMA_CPP_CASES = [
+    ((0, NO), "[0] | [1-9] [0-9]{0,15}"),
+    ((1, NO), "[1-9] [0-9]{0,15}"),
+    ((3, NO), "[1-2] [0-9]{1,15} | [3-9] [0-9]{0,15}"),
+    ((9, NO), "[1-8] [0-9]{1,15} | [9] [0-9]{0,15}"),
+    ((10, NO), "[1] ([0-9]{1,15}) | [2-9] [0-9]{1,15}"),
+    ((25, NO), "[1] [0-9]{2,15} | [2] ([0-4] [0-9]{1,14} | [5-9] [0-9]{0,14}) | [3-9] [0-9]{1,15}"),
+    ((NO, 30), '"-" [1-9] [0-9]{0,15} | [0-9] | ([1-2] [0-9] | [3] "0")'),
+    ((-5, NO), '"-" ([0-5]) | [0] | [1-9] [0-9]{0,15}'),
+    (
+        (-123, NO),
+        '"-" ([0-9] | ([1-8] [0-9] | [9] [0-9]) | "1" ([0-1] [0-9] | [2] [0-3])) | [0] | [1-9] [0-9]{0,15}',
+    ),
+    # llama.cpp writes [0-4] [0-9]{1,15} first: "-04" (a leading zero, and -4 > -5) would pass
+    ((NO, -5), '"-" ([1-4] [0-9]{1,15} | [5-9] [0-9]{0,15})'),
+    ((NO, 1), '"-" [1-9] [0-9]{0,15} | [0-1]'),
+    ((NO, 100), '"-" [1-9] [0-9]{0,15} | [0-9] | ([1-8] [0-9] | [9] [0-9]) | "100"'),
+    ((0, 23), "[0-9] | ([1] [0-9] | [2] [0-3])"),
+    ((15, 300), '([1] ([5-9]) | [2-9] [0-9]) | ([1-2] [0-9]{2} | [3] "00")'),
+    ((5, 30), '[5-9] | ([1-2] [0-9] | [3] "0")'),
+    (
+        (-123, 42),
+        '"-" ([0-9] | ([1-8] [0-9] | [9] [0-9]) | "1" ([0-1] [0-9] | [2] [0-3])) | [0-9] | ([1-3] [0-9] | [4] [0-2])',
+    ),
+    ((-10, 10), '"-" ([0-9] | "10") | [0-9] | "10"'),
+    ((-12, 207), '"-" ([0-9] | "1" [0-2]) | [0-9] | ([1-8] [0-9] | [9] [0-9]) | ([1] [0-9]{2} | [2] "0" [0-7])'),
+    ((12, 207), '([1] ([2-9]) | [2-9] [0-9]) | ([1] [0-9]{2} | [2] "0" [0-7])'),
+]
+# every integer from -120 to 120, large ones, and what is not a JSON integer
+CANDIDATES = [str(i) for i in range(-120, 121)] + [
+    *("999", "-999", "1000", "-1000", "4096", "123456", "-123456", "1" * 16, "-" + "9" * 16, "1" * 17),
+    *("-0", "00", "01", "007", "-00", "-01", "-04", "-007", "+5", "5.0", "1e2", "", "-", " 5", "5 5"),
+]
+JSON_INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,15})")  # at most 16 digits, as llama.cpp's integers
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    loaded = Model(tm.write_model(tmp_path_factory.mktemp("schema") / "m.gguf", seed=0), ModelOptions(n_ctx=256, n_threads=1))
+    yield loaded
+    loaded.close()
+
+
+def language(model, schema):
+    """`accepts` for a schema's grammar: text -> whether the grammar takes it."""
+    grammar = Grammar(model, schema_grammar(schema))
+    return lambda text: accepts(grammar, text)
+
+
+@pytest.mark.parametrize("bounds, expected", LLAMA_CPP_CASES, ids=[str(b) for b, _ in LLAMA_CPP_CASES])
+def test_integer_bounds_are_written_as_llama_cpp_writes_them(bounds, expected):
+    low, high = bounds
+    schema = {"type": "integer"}
+    if low is not None:
+        schema["minimum"] = low
+    if high is not None:
+        schema["maximum"] = high
+    assert f"root ::= ({expected}) space" in schema_grammar(schema).splitlines()
+    assert integer_range(-(2**63) if low is None else low, 2**63 - 1 if high is None else high) == expected
+
+
+BOUNDED = [
+    ({"minimum": 1, "maximum": 5}, 1, 5),
+    ({"minimum": 0, "maximum": 0}, 0, 0),
+    ({"exclusiveMinimum": 1, "exclusiveMaximum": 5}, 2, 4),
+    ({"minimum": -7, "exclusiveMaximum": -2}, -7, -3),
+    ({"exclusiveMinimum": -100, "maximum": 99}, -99, 99),
+    ({"minimum": -115, "maximum": -13}, -115, -13),
+    ({"minimum": 17}, 17, None),
+    ({"exclusiveMinimum": -18}, -17, None),
+    ({"maximum": -5}, None, -5),
+    ({"exclusiveMaximum": 0}, None, -1),
+    ({"maximum": 0}, None, 0),
+    ({"exclusiveMaximum": 101}, None, 100),
+    ({"minimum": 1.5, "maximum": 9.9}, 2, 9),  # a fractional bound rounded inwards
+    ({"exclusiveMinimum": 2.5, "exclusiveMaximum": 7.2}, 3, 7),
+    ({"minimum": 3, "exclusiveMinimum": 50, "maximum": 60, "exclusiveMaximum": 4}, 3, 60),  # inclusive first
+    ({"minimum": 99, "maximum": 1000}, 99, 1000),
+    ({"minimum": 1000, "maximum": 4096}, 1000, 4096),
+    ({"minimum": -1000, "maximum": -999}, -1000, -999),
+]
+
+
+@pytest.mark.parametrize("bounds, low, high", BOUNDED, ids=[str(b) for b, _, _ in BOUNDED])
+def test_a_bounded_integer_takes_exactly_the_integers_in_range(model, bounds, low, high):
+    takes = language(model, {"type": "integer", **bounds})
+    for text in CANDIDATES:
+        in_range = JSON_INTEGER.fullmatch(text) is not None
+        in_range = in_range and (low is None or int(text) >= low) and (high is None or int(text) <= high)
+        if text == "-0":  # llama.cpp takes "-0" where 0 is in range with negative numbers; 0 either way
+            assert not takes(text) or in_range, text
+        else:
+            assert takes(text) == in_range, (text, takes(text))
+    assert takes("0 ") == takes("0")  # llama-cpp-python's one space after a value
+
+
+def test_bounds_reach_integers_in_objects_arrays_and_type_lists(model):
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 3},
+            "xs": {"type": "array", "items": {"type": "integer", "exclusiveMinimum": -3, "maximum": 2}},
+        },
+        "required": ["n", "xs"],
+        "additionalProperties": False,
+    }
+    takes = language(model, schema)
+    assert takes('{"n": 3, "xs": [-2, 0, 2]}') and takes('{"n": null, "xs": []}')
+    assert not takes('{"n": 4, "xs": []}') and not takes('{"n": 0, "xs": []}')
+    assert not takes('{"n": 1, "xs": [-3]}') and not takes('{"n": 1, "xs": [3]}')
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": "integer", "minimum": 5, "maximum": 4}, "the JSON schema's integer bounds admit no integer: 5 > 4"),
+        ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "the JSON schema's integer bounds admit no integer: 2 > 1"),
+        ({"type": "integer", "minimum": "1"}, "the JSON schema's minimum must be a number, not '1'"),
+        ({"type": "integer", "maximum": True}, "the JSON schema's maximum must be a number, not True"),
+        ({"type": "integer", "maximum": 2**63}, "the JSON schema's maximum 9223372036854775808 is past"),
+    ],
+)
+def test_bad_bounds_are_one_line(schema, message):
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_schema_that_says_nothing_is_any_value(model):
+    for schema in ({"type": "object", "properties": {"v": {}}}, {"properties": {"v": {"description": "anything"}}}):
+        takes = language(model, schema | {"required": ["v"]})
+        for value in ('"x"', "1", "[1, {}]", "null", "true", '{"a": 2}'):
+            assert takes(f'{{"v": {value}}}'), (schema, value)
+    takes = language(model, {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True})
+    assert takes('{"a": 1, "b": "x"}') and takes('{"b": [1]}') and not takes('{"a": "x"}')
+
+
+def test_array_counts_without_items_and_items_of_any_value(model):
+    takes = language(model, {"type": "array", "minItems": 2, "maxItems": 3})
+    assert [takes(t) for t in ("[1]", '[1, "a"]', "[1, 2, null]", "[1, 2, 3, 4]")] == [False, True, True, False]
+    takes = language(model, {"type": "array", "items": {}, "maxItems": 1})
+    assert takes("[]") and takes('["a"]') and not takes("[1, 2]")
+    assert language(model, {"minItems": 2})("3")  # without a type, only items make an array
+
+
+def test_string_keywords_without_a_type(model):
+    takes = language(model, {"maxLength": 2})
+    assert takes('"ab"') and not takes('"abc"') and not takes("1")
+    takes = language(model, {"format": "date"})
+    assert takes('"2024-02-29"') and not takes('"2024-13-01"')
+
+
+def test_string_characters_as_llama_cpp_takes_them(model):
+    takes = language(model, {"type": "string"})
+    assert takes('"a\\"b\\\\c\\n\\u00e9"') and takes('"é"')
+    assert not takes('"a\tb"') and not takes('"\x7f"') and not takes('"a\\/b"')
+
+
+def test_backslashes_and_quotes_in_values_and_names(model):
+    value = 'say "hi" \\ bye'
+    takes = language(model, {"type": "object", "properties": {'k"\\': {"const": value}}, "required": ['k"\\']})
+    assert takes('{"k\\"\\\\": "say \\"hi\\" \\\\ bye"}')
+    assert not takes('{"k\\"\\\\": "say \\"hi\\" \\ bye"}')
+    takes = language(model, {"enum": ["a\\b", 'q"']})
+    assert takes('"a\\\\b"') and takes('"q\\""') and not takes('"a\\b"')
+
+
+def test_an_additional_propertys_key_is_none_of_the_declared_ones(model):
+    props = {"ab": {"type": "integer"}, "a": {"type": "integer"}, "b-]^": {"type": "integer"}, "xy": {"type": "string"}}
+    takes = language(model, {"type": "object", "properties": props, "additionalProperties": {"type": "string"}})
+    assert takes('{"ab": 1, "a": 2, "c": "x", "abc": "y"}') and takes('{"": "z", "c": "w", "bb": "v"}')
+    for key in ("ab", "a", "b-]^", "xy"):
+        assert not takes(f'{{"{key}": "s"}}'), key
+    # as in llama.cpp, a key that begins a declared one and ends early is refused too
+    assert not takes('{"x": "s"}')
+
+
+def test_additional_properties_after_an_optional_one_take_their_comma(model):
+    takes = language(model, {"type": "object", "properties": {"p": {"type": "integer"}}, "additionalProperties": True})
+    assert takes('{"p": 1, "q": 2, "r": 3}') and takes('{"q": 2}') and not takes('{"p": 1 "q": 2}')
