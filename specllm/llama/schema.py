@@ -92,7 +92,9 @@ class _Converter(lg.SchemaConverter):
 
     def _array_of_any_value(self, schema: dict, name: str) -> str:
         item = self.visit({}, f"{name}{'-' if name else ''}item")
-        count = lg._build_repetition(item, schema.get("minItems", 0), schema.get("maxItems"), separator_rule='"," space')
+        count = lg._build_repetition(
+            item, schema.get("minItems", 0), schema.get("maxItems"), separator_rule='"," space'
+        )
         return f'"[" space {count} "]" space'
 
     def _build_object_rule(self, properties, required, name, additional_properties):

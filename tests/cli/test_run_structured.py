@@ -46,6 +46,17 @@ def test_json_schema_given_and_in_a_file(models, tmp_path):
     assert run_json(models, "--json-schema", path)["text"] == given["text"]
 
 
+def test_a_bounded_integer_stays_within_its_bounds(models):
+    """llama-server's converter reads minimum and exclusiveMaximum; llama-cpp-python's did not."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": -7, "exclusiveMaximum": -2}}}
+    schema["required"] = ["n"]
+    for seed in range(4):
+        proc = specllm_run("Hello", *models, "--json", "--json-schema", json.dumps(schema), "--seed", seed)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["stop_reason"] == "eos" and -7 <= json.loads(out["text"])["n"] <= -3, out["text"]
+
+
 @pytest.mark.parametrize(
     "args, fragments",
     [

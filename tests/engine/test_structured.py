@@ -27,7 +27,7 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 6},
-        "age": {"type": "integer"},  # llama-cpp-python's converter ignores minimum and maximum
+        "age": {"type": "integer"},
         "ok": {"type": "boolean"},
         "tag": {"enum": ["red", "green", "blue"]},
     },

@@ -54,7 +54,9 @@ JSON_INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,15})")  # at most 16 digits, as ll
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    loaded = Model(tm.write_model(tmp_path_factory.mktemp("schema") / "m.gguf", seed=0), ModelOptions(n_ctx=256, n_threads=1))
+    loaded = Model(
+        tm.write_model(tmp_path_factory.mktemp("schema") / "m.gguf", seed=0), ModelOptions(n_ctx=256, n_threads=1)
+    )
     yield loaded
     loaded.close()
 
@@ -132,7 +134,10 @@ def test_bounds_reach_integers_in_objects_arrays_and_type_lists(model):
     "schema, message",
     [
         ({"type": "integer", "minimum": 5, "maximum": 4}, "the JSON schema's integer bounds admit no integer: 5 > 4"),
-        ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "the JSON schema's integer bounds admit no integer: 2 > 1"),
+        (
+            {"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2},
+            "the JSON schema's integer bounds admit no integer: 2 > 1",
+        ),
         ({"type": "integer", "minimum": "1"}, "the JSON schema's minimum must be a number, not '1'"),
         ({"type": "integer", "maximum": True}, "the JSON schema's maximum must be a number, not True"),
         ({"type": "integer", "maximum": 2**63}, "the JSON schema's maximum 9223372036854775808 is past"),
@@ -184,7 +189,12 @@ def test_backslashes_and_quotes_in_values_and_names(model):
 
 
 def test_an_additional_propertys_key_is_none_of_the_declared_ones(model):
-    props = {"ab": {"type": "integer"}, "a": {"type": "integer"}, "b-]^": {"type": "integer"}, "xy": {"type": "boolean"}}
+    props = {
+        "ab": {"type": "integer"},
+        "a": {"type": "integer"},
+        "b-]^": {"type": "integer"},
+        "xy": {"type": "boolean"},
+    }
     takes = language(model, {"type": "object", "properties": props, "additionalProperties": {"type": "string"}})
     assert takes('{"ab": 1, "a": 2, "c": "x", "abc": "y"}') and takes('{"": "z", "c": "w", "bb": "v"}')
     for key in ("ab", "a", "b-]^", "xy"):
