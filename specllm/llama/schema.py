@@ -11,6 +11,8 @@ llama-cpp-python's leaves out or reads otherwise:
 - an array's `minItems` / `maxItems` without `items`, a string's `minLength` / `maxLength` or
   `format` without `"type": "string"`;
 - a string's characters: no control character unescaped, `\\/` not an escape;
+- a `$ref` at the root beside the `$defs` it refers into, with `$ref`s of their own (llama-cpp-python
+  fails);
 - the backslashes in a `const`, an `enum` value or a property name escaped (llama-cpp-python's
   grammar then does not parse, or means something else).
 
@@ -43,6 +45,10 @@ def json_schema_to_gbnf(schema: dict) -> str:
     """`schema` (a JSON schema, parsed) as GBNF: llama-cpp-python's converter with llama-server's
     readings added."""
     converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    if "$ref" in schema:
+        # llama-cpp-python looks no further into a schema that has a $ref, so the $refs in its
+        # $defs (pydantic's recursive root model) stay unresolved: resolved here first, in place
+        converter.resolve_refs({key: value for key, value in schema.items() if key != "$ref"}, "stdin")
     converter.visit(converter.resolve_refs(schema, "stdin"), "")
     return converter.format_grammar()
 

@@ -206,3 +206,17 @@ def test_an_additional_propertys_key_is_none_of_the_declared_ones(model):
 def test_additional_properties_after_an_optional_one_take_their_comma(model):
     takes = language(model, {"type": "object", "properties": {"p": {"type": "integer"}}, "additionalProperties": True})
     assert takes('{"p": 1, "q": 2, "r": 3}') and takes('{"q": 2}') and not takes('{"p": 1 "q": 2}')
+
+
+def test_a_root_ref_into_recursive_defs(model):
+    """pydantic's schema of a recursive root model: llama-cpp-python could not resolve it."""
+    node = {
+        "type": "object",
+        "properties": {
+            "v": {"type": "integer", "minimum": 0, "maximum": 9},
+            "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]},
+        },
+        "required": ["v", "next"],
+    }
+    takes = language(model, {"$defs": {"Node": node}, "$ref": "#/$defs/Node"})
+    assert takes('{"v": 3, "next": {"v": 9, "next": null}}') and not takes('{"v": 3, "next": {"v": 10, "next": null}}')
