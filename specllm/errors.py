@@ -128,6 +128,11 @@ class GrammarInvalid(SpecllmError):
     """A grammar (GBNF) that llama.cpp cannot parse, or a JSON schema that cannot be turned into one."""
 
 
+class CallLikeAnswer(SpecllmError):
+    """Tools offered beside a grammar whose answers may begin as a tool call does: a reply could
+    not be told to be one or the other."""
+
+
 class LogitsNotFinite(SpecllmError):
     """A model's logit row holds no finite number, or +inf: llama.cpp's computation broke down
     (damaged weights, or an overflow in its backend's kernels), and nothing chosen from it would

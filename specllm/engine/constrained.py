@@ -27,8 +27,15 @@ body the grammar takes, as llama-server's grammar for gpt-oss with a response fo
 then "<|channel|>analysis<|message|>" or "<|channel|>final", an optional constraint such as
 " <|constrain|>json", and "<|message|>"); an analysis message's body is free up to its "<|end|>",
 as reasoning is up to a closing marker, and the next header's grammar follows it.
+
+Tools offered beside the grammar (a call's opening given): the answer is the grammar's text or a
+tool call, the opening (as the chat template writes it) followed by anything. The answer's
+grammar takes the opening as an alternative to its own root, and once the answer's text holds the
+whole opening the text is free to the end (Phase.CALL), as the reasoning is: the call is the tool
+reader's to read, and nothing is masked but ids past the vocabulary.
 """
 
+import dataclasses
 import enum
 import re
 import weakref
@@ -40,11 +47,12 @@ import numpy as np
 
 from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
-from specllm.errors import SpecllmError
-from specllm.llama.grammar import Grammar, after_whitespace
+from specllm.errors import CallLikeAnswer, SpecllmError
+from specllm.llama.grammar import Grammar, after_whitespace, or_call
 from specllm.llama.model import Model
 
 RowT = TypeVar("RowT")
+SPACES = b" \t\n\r"  # what an answer after a think block may begin with (after_whitespace)
 
 
 class Phase(enum.Enum):
@@ -52,6 +60,7 @@ class Phase(enum.Enum):
     REASONING = enum.auto()  # inside the think block: free up to its closing marker
     ANSWER = enum.auto()  # the grammar's
     HEADER = enum.auto()  # gpt-oss: a harmony message's header, the grammar's up to its "<|message|>"
+    CALL = enum.auto()  # after a tool call's opening: free to the end
 
 
 # gpt-oss's harmony markup (engine/harmony.py): the reply's prompt ends with REPLY_START, and its
@@ -124,6 +133,7 @@ class OutputGrammar:
         opening: int | None = None,
         tail: bytes = b"",
         header: Grammar | None = None,
+        call: "CallOpening | None" = None,
     ):
         self.model = grammar.model
         self.grammar = grammar  # the answer's (in REASONING, after whitespace)
@@ -132,15 +142,17 @@ class OutputGrammar:
         # gpt-oss: the grammar of the header after an analysis message, cloned for each one (in
         # HEADER, tail holds the header's text so far)
         self.header = header
+        self.call = call  # while the answer may yet be a tool call: its opening, and the answer so far
 
     @property
     def free(self) -> bool:
-        """Whether the text is free (but for its end): inside the reasoning."""
-        return self.phase is Phase.REASONING
+        """Whether the text is free (but for its end in the reasoning): inside the reasoning, or
+        after a tool call's opening."""
+        return self.phase in (Phase.REASONING, Phase.CALL)
 
     def allowed(self, ids: np.ndarray) -> np.ndarray:
         inside = ids < self.model.n_vocab
-        if self.phase is Phase.REASONING:
+        if self.free:
             return inside & ~np.isin(ids, self._refused())
         allowed = self.grammar.allowed(ids[inside])
         if self.phase is Phase.OPTIONAL:
@@ -150,7 +162,7 @@ class OutputGrammar:
 
     def masked(self, logits: np.ndarray, sampler: SamplerSettings) -> np.ndarray:
         """The row with every token the grammar refuses here set to -inf (sampling.masked)."""
-        if self.phase is not Phase.REASONING:
+        if not self.free:
             return masked(logits, self.allowed, sampler)
         row = np.array(logits, copy=True)
         row[self._refused()] = -np.inf
@@ -165,18 +177,21 @@ class OutputGrammar:
             raise SpecllmError(f"token {token} is not allowed by the grammar here")
         if self.phase is Phase.ANSWER:
             self.grammar.accept(token)
+            self._answered(self.model.piece(token, special=True))
         elif self.phase is Phase.HEADER:
             self.grammar.accept(token)
             self._read_header(self.model.piece(token))
         elif self.phase is Phase.OPTIONAL:
             self._begin(token)
-        else:
+        elif self.phase is Phase.REASONING:
             self._reason(token)
 
     def clone(self) -> "OutputGrammar":
         after = self.after.clone() if self.after is not None else None
         header = self.header.clone() if self.header is not None else None
-        return OutputGrammar(self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail, header)
+        return OutputGrammar(
+            self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail, header, self.call
+        )
 
     def close(self) -> None:
         self.grammar.close()
@@ -194,6 +209,7 @@ class OutputGrammar:
             self.after.close()
             self.grammar.accept(token)
             self.phase = Phase.ANSWER
+            self._answered(self.model.piece(token, special=True))
         self.after = None
 
     def _reason(self, token: int) -> None:
@@ -207,6 +223,10 @@ class OutputGrammar:
         _fed(self.grammar, rest, _marker_tokens(self.model, self.closing).byte_tokens)
         if self.phase is Phase.HEADER:
             self._read_header(rest)
+            return
+        if self.call is not None:
+            self.call = self.call.spaced()
+        self._answered(rest)
 
     def _read_header(self, text: bytes) -> None:
         """gpt-oss: the header goes on with `text`, which its grammar took. Once it reaches its
@@ -223,9 +243,22 @@ class OutputGrammar:
         self.grammar, self.phase = self.header.clone(), Phase.REASONING
         self.tail = self.tail[self.tail.find(ANALYSIS.encode()) + len(ANALYSIS) :]
 
+    def _answered(self, text: bytes) -> None:
+        """The answer goes on with `text`: once it holds a whole tool call's opening, it is a
+        call, free from then on; once it cannot be one, the opening is no longer watched for."""
+        if self.call is None:
+            return
+        self.call = self.call.then(text)
+        if self.call.written:
+            self.phase, self.call = Phase.CALL, None
+        elif not self.call.possible:
+            self.call = None
+
     def _refused(self) -> np.ndarray:
         """The tokens refused in the reasoning: the ends of generation, and those that complete
-        its closing marker into answer text the grammar refuses."""
+        its closing marker into answer text the grammar refuses (after a call's opening: none)."""
+        if self.phase is Phase.CALL:
+            return np.zeros(0, dtype=np.intp)
         tokens = _marker_tokens(self.model, self.closing)
         refused = [t for t in tokens.completing(self.closing, self.tail) if not self._answer_taken(t, tokens)]
         return np.concatenate([tokens.eog, np.array(refused, dtype=np.intp)])
@@ -254,23 +287,63 @@ def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
     return True
 
 
-def where_it_applies(model: Model, text: str, prompt_end: str) -> OutputGrammar:
+@dataclass(frozen=True)
+class CallOpening:
+    """A tool call's opening (its chat template's), and the answer's text so far, while the answer
+    may yet be a call: `after_spaces`, where the answer may begin with whitespace (after_whitespace)."""
+
+    opening: bytes
+    answer: bytes = b""
+    after_spaces: bool = False
+
+    def spaced(self) -> "CallOpening":
+        return dataclasses.replace(self, after_spaces=True)
+
+    def then(self, text: bytes) -> "CallOpening":
+        return dataclasses.replace(self, answer=self.answer + text)
+
+    @property
+    def _begun(self) -> bytes:
+        return self.answer.lstrip(SPACES) if self.after_spaces else self.answer
+
+    @property
+    def written(self) -> bool:
+        """Whether the answer holds the whole opening: it is a call."""
+        return self._begun.startswith(self.opening)
+
+    @property
+    def possible(self) -> bool:
+        """Whether the answer may still become a call."""
+        return self.opening.startswith(self._begun)
+
+
+def where_it_applies(model: Model, text: str, prompt_end: str, call_opening: str = "") -> OutputGrammar:
     """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: in
     gpt-oss's final message, after its free analysis messages (_harmony); after the reasoning where
     the prompt opened a think block; after an optional one where the model opens its own and the
-    prompt closed none; else from the first token."""
+    prompt closed none; else from the first token. With a tool call's `call_opening`, the answer
+    is the grammar's or a call (the module's docstring); not for gpt-oss, whose calls and answers
+    are both harmony messages."""
     harmony = _harmony(model, text, prompt_end)
     if harmony is not None:
+        if call_opening:
+            harmony.close()
+            raise CallLikeAnswer("gpt-oss's tool calls begin as its answers do, with a harmony message's header")
         return harmony
+    root, call = "root", None
+    if call_opening:
+        _check_distinct(model, text, call_opening)
+        text, root = or_call(text, call_opening)
+        call = CallOpening(call_opening.encode())
     closing = closing_marker(prompt_end)
     if closing is not None:
-        return OutputGrammar(_after_whitespace(model, text), Phase.REASONING, closing.encode())
+        return OutputGrammar(_after_whitespace(model, text, root), Phase.REASONING, closing.encode(), call=call)
     opening = None if prompt_end.rstrip().endswith(CLOSINGS) else own_opening(model)
     if opening is None:
-        return OutputGrammar(Grammar(model, text))
+        return OutputGrammar(Grammar(model, text, root=root), call=call)
     token, closing = opening
-    after = _after_whitespace(model, text)
-    return OutputGrammar(Grammar(model, text), Phase.OPTIONAL, closing.encode(), after, token)
+    after = _after_whitespace(model, text, root)
+    return OutputGrammar(Grammar(model, text, root=root), Phase.OPTIONAL, closing.encode(), after, token, call=call)
 
 
 def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:
@@ -313,9 +386,23 @@ def _one_token(model: Model, text: str) -> bool:
     return len(ids) == 1 and model.piece(ids[0]) == text.encode()
 
 
-def _after_whitespace(model: Model, text: str) -> Grammar:
-    grammar, root = after_whitespace(text)
-    return Grammar(model, grammar, root=root)
+def _after_whitespace(model: Model, text: str, root: str = "root") -> Grammar:
+    grammar, start = after_whitespace(text, root)
+    return Grammar(model, grammar, root=start)
+
+
+def _check_distinct(model: Model, text: str, call_opening: str) -> None:
+    """Refuses a call's opening that the grammar takes as the start of an answer: a reply that
+    begins so could be either, and would be left free as a call (Llama 3.1's calls are bare JSON)."""
+    answer = Grammar(model, text)
+    try:
+        taken = _fed(answer, call_opening.encode(), _marker_tokens(model, call_opening.encode()).byte_tokens)
+    finally:
+        answer.close()
+    if taken:
+        raise CallLikeAnswer(
+            f"a tool call begins with {call_opening!r}, which the grammar also takes as the start of an answer"
+        )
 
 
 def own_opening(model: Model) -> tuple[int, str] | None:

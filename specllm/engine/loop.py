@@ -85,6 +85,10 @@ class GenerationConfig:
     # text; {} is any JSON object) it must be JSON of. One of them at most.
     grammar: str | None = None
     json_schema: dict | str | None = None
+    # Tools offered beside the grammar: the text a tool call begins with, as the chat template
+    # writes it. The answer may be a call instead (that text, then anything) as well as the
+    # grammar's text (engine/constrained.py).
+    call_opening: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "stop", stop_strings(self.stop))
@@ -94,6 +98,7 @@ class GenerationConfig:
             raise SpecllmError(f"a grammar is GBNF text (a str), not {type(self.grammar).__name__}")
         if self.json_schema is not None:  # kept as JSON text: the config stays hashable
             object.__setattr__(self, "json_schema", schema_text(self.json_schema))
+        self._check_call_opening()
         object.__setattr__(self, "min_indent", whole_number("min_indent", self.min_indent))
         if self.min_indent < 0:
             raise SpecllmError(f"min_indent must be >= 0, got {self.min_indent}")
@@ -114,6 +119,15 @@ class GenerationConfig:
             raise SpecllmError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
         object.__setattr__(self, "drafter", Drafter(self.drafter).value)  # its name, however given
 
+    def _check_call_opening(self) -> None:
+        if self.call_opening is None:
+            return
+        if not isinstance(self.call_opening, str) or not self.call_opening.strip():
+            raise SpecllmError(f"a call opening is the text a tool call begins with, not {self.call_opening!r}")
+        if self.grammar is None and self.json_schema is None:
+            raise SpecllmError("a call opening is given beside a grammar or a JSON schema, not alone")
+        object.__setattr__(self, "call_opening", self.call_opening.strip())
+
     def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
         """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
         if self.gamma is not None:
@@ -133,6 +147,7 @@ class GenerationOptions(TypedDict, total=False):
     line_seconds: float | None
     grammar: str | None
     json_schema: dict | str | None
+    call_opening: str | None
     temperature: float
     top_k: int
     top_p: float
@@ -912,7 +927,7 @@ def output_grammar(target: Model, config: GenerationConfig, prompt: list[int]) -
     else:
         return None
     prompt_end = target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
-    return where_it_applies(target, text, prompt_end)
+    return where_it_applies(target, text, prompt_end, config.call_opening or "")
 
 
 def check_snapshots(drafter: str, gamma: int | None, target: Model) -> None:

@@ -102,13 +102,34 @@ class Grammar:
         self.close()
 
 
-def after_whitespace(text: str) -> tuple[str, str]:
+def after_whitespace(text: str, root: str = "root") -> tuple[str, str]:
     """A grammar (GBNF text) and the name of its start symbol that take whitespace first, then what
-    `text`'s root takes: an answer after a think block, which may begin on a new line."""
-    name = "answer-after-whitespace"
-    while name in text:  # a rule of the grammar's own, perhaps
+    `text`'s `root` takes: an answer after a think block, which may begin on a new line."""
+    name = _new_rule(text, "answer-after-whitespace")
+    return f"{text}\n{name} ::= [ \\t\\n\\r]* {root}\n", name
+
+
+def or_call(text: str, opening: str) -> tuple[str, str]:
+    """A grammar (GBNF text) and the name of its start symbol that take what `text`'s root takes,
+    or `opening` followed by any text: an answer, or a tool call (constrained.py frees the text
+    once the opening is written; the text after it here only lets a token run past its end)."""
+    name = _new_rule(text, "answer-or-call")
+    return f"{text}\n{name} ::= root | {gbnf_literal(opening)} [^\\x00]*\n", name
+
+
+def gbnf_literal(text: str) -> str:
+    """`text` as a GBNF string literal: quotes and backslashes escaped, control characters as \\x."""
+    escaped = "".join(
+        "\\" + c if c in '"\\' else f"\\x{ord(c):02x}" if ord(c) < 0x20 or c == "\x7f" else c for c in text
+    )
+    return f'"{escaped}"'
+
+
+def _new_rule(text: str, name: str) -> str:
+    """`name`, lengthened until it is no rule of the grammar's own."""
+    while name in text:
         name += "x"
-    return f"{text}\n{name} ::= [ \\t\\n\\r]* root\n", name
+    return name
 
 
 def schema_text(schema: object) -> str:

@@ -1,0 +1,184 @@
+"""Structured output beside tools (GenerationConfig.call_opening): the answer is the grammar's
+text or a tool call, the call's opening and then anything. Greedy output is the argmax over the
+tokens that combined language allows (each row masked by asking it about every token), with
+every drafter; once the opening is written nothing is masked.
+
+The tiny models write noise: with "[TOOL_CALLS]" as the opening, some prompts' greedy replies
+begin a call and others answer JSON, so both branches are taken. The thinking model is the one of
+test_structured_thinking.py: free reasoning, [/THINK], then the answer or a call."""
+
+import json
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from grammar_reference import greedy_by_brute_force
+
+import specllm
+from specllm.engine.constrained import Phase, where_it_applies
+from specllm.engine.loop import GenerationConfig
+from specllm.errors import CallLikeAnswer, SpecllmError
+from specllm.llama.grammar import schema_grammar
+from specllm.llama.model import Model
+from specllm.llama.options import ModelOptions
+
+OPTIONS = ModelOptions(n_ctx=512, n_threads=1)
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["red", "green"]}},
+    "required": ["ok", "tag"],
+}
+OPENING = "[TOOL_CALLS]"
+PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "What is the weather"]
+THINK_TEMPLATE = (
+    "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}{% if add_generation_prompt %}[THINK]{% endif %}"
+)
+QUESTIONS = ["Hello", "What is the weather", "import os"]
+MAX_TOKENS = 60
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("calls")
+    target = tm.write_model(d / "target.gguf", seed=0)
+    draft = tm.write_model(d / "draft.gguf", seed=0, noise=tm.DRAFT_NOISE)
+    engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1)
+    yield target, engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory):
+    """Magistral's markers as control tokens, written often: the reasoning closes with [/THINK]."""
+    d = tmp_path_factory.mktemp("thinking-calls")
+    both = dict(chat_template=THINK_TEMPLATE, vocab="markup", extra_scale=1.5, seed=2)
+    target = tm.write_model(d / "thinker.gguf", **both)
+    draft = tm.write_model(d / "thinker-draft.gguf", noise=tm.DRAFT_NOISE, **both)
+    engine = specllm.load(str(target), str(draft), n_ctx=512, n_threads=1)
+    yield target, engine
+    engine.close()
+
+
+def reference(path, ids: list[int], opening: str) -> list[int]:
+    """Target-only greedy under the combined language, by brute force, on a model of its own."""
+    model = Model(path, OPTIONS)
+    prompt_end = model.detokenize(ids[-64:]).decode("utf-8", errors="replace")
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, opening)
+    out = greedy_by_brute_force(model, ids, grammar, MAX_TOKENS)
+    grammar.close()
+    model.close()
+    return out
+
+
+def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING):
+    return engine.generate(
+        ids,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        drafter=drafter,
+        gamma=gamma,
+        json_schema=SCHEMA,
+        call_opening=opening,
+    )
+
+
+def branch(answer: str) -> str:
+    """ "call" or "answer" (checked to follow the schema)."""
+    answer = answer.lstrip()
+    if answer.startswith(OPENING):
+        return "call"
+    value = json.loads(answer)
+    assert set(value) == {"ok", "tag"} and isinstance(value["ok"], bool) and value["tag"] in ("red", "green")
+    return "answer"
+
+
+def check_every_drafter(path, engine, prompts: list[list[int]]) -> list[str]:
+    """Greedy output equal to the reference with every drafter; the branch each prompt took."""
+    taken = []
+    for ids in prompts:
+        expected = greedy(engine, ids)
+        assert expected.tokens == reference(path, ids, OPENING)
+        for drafter in ("model", "ngram", "auto"):
+            for gamma in (1, 3):
+                assert greedy(engine, ids, drafter, gamma).tokens == expected.tokens, (drafter, gamma)
+        taken.append(expected.text)
+    return taken
+
+
+def test_greedy_answer_or_call_is_the_reference_with_every_drafter(pair):
+    path, engine = pair
+    texts = check_every_drafter(path, engine, [engine.prompt_tokens(p) for p in PROMPTS])
+    assert sorted({branch(text) for text in texts}) == ["answer", "call"]
+
+
+def test_a_thinking_models_answer_or_call_comes_after_its_reasoning(thinker):
+    path, engine = thinker
+    prompts = [engine.target.tokenize(engine.target.render_chat([{"role": "user", "content": q}])) for q in QUESTIONS]
+    texts = check_every_drafter(path, engine, prompts)
+    answers = [text.partition("[/THINK]") for text in texts]
+    assert all(closing and reasoning.strip() for reasoning, closing, _ in answers)
+    assert sorted({branch(answer) for _, _, answer in answers}) == ["answer", "call"]
+
+
+def test_once_the_opening_is_written_nothing_is_masked(pair):
+    """An opening the model writes anyway: the reply is the one it writes with no grammar at all."""
+    _, engine = pair
+    ids = engine.prompt_tokens(PROMPTS[2])
+    free = engine.generate(ids, max_tokens=MAX_TOKENS, temperature=0, drafter="none")
+    opening = free.text[0]
+    assert not free.text.startswith("{") and opening.strip()
+    for drafter in ("none", "model", "ngram"):
+        assert greedy(engine, ids, drafter, 3, opening=opening).tokens == free.tokens
+
+
+@pytest.mark.parametrize(("prompt_end", "before"), [("", b"<tool_call"), ("<think>\n", b"so</think>\n <tool_call")])
+def test_the_grammar_token_by_token(pair, prompt_end, before):
+    """Bytes of "<tool_call>" (after the reasoning and whitespace where the prompt opened a think
+    block) take the answer into a call: free from then on, its end allowed, a clone made before
+    keeping its own state; a "{" makes it an answer, which the opening then no longer frees."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, "<tool_call>")
+    everything = np.arange(model.n_vocab)
+    for c in before:
+        grammar.accept(byte[bytes([c])])
+    assert grammar.phase is Phase.ANSWER and not grammar.allowed(np.array([tm.EOS_ID, byte[b"{"]])).any()
+    answer = grammar.clone()
+    grammar.accept(byte[b">"])
+    assert grammar.phase is Phase.CALL and grammar.free and grammar.allowed(everything).all()
+    assert answer.phase is Phase.ANSWER and answer.allowed(everything).sum() < model.n_vocab
+    grammar.close()
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, "<tool_call>")
+    for c in before[: before.rindex(b"<")] + b"{":
+        grammar.accept(byte[bytes([c])])
+    assert grammar.call is None and not grammar.allowed(np.array([byte[b"<"]]))[0]
+    for state in (grammar, answer):
+        state.close()
+    model.close()
+
+
+def test_a_token_may_run_past_the_opening(pair):
+    """A token that completes the opening and goes on ("return" after "re") is the call's."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    token = next(t for t in range(model.n_vocab) if model.piece(t) == b"return")
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "re")
+    assert grammar.allowed(np.array([token]))[0]
+    grammar.accept(token)
+    assert grammar.phase is Phase.CALL
+    grammar.close()
+    model.close()
+
+
+def test_a_call_opening_an_answer_may_begin_with_is_refused(pair):
+    _, engine = pair
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    with pytest.raises(CallLikeAnswer, match='a tool call begins with \'{"name": "\', which the grammar also takes'):
+        engine.generate("Hello", max_tokens=4, json_schema=schema, call_opening='{"name": "')
+    for bad, message in [
+        ({"json_schema": SCHEMA, "call_opening": " "}, "the text a tool call begins with"),
+        ({"call_opening": "<tool_call>"}, "beside a grammar or a JSON schema"),
+    ]:
+        with pytest.raises(SpecllmError, match=message):
+            GenerationConfig(**bad)
