@@ -24,6 +24,7 @@ from specllm.engine.loop import DRAFTERS, Result, Step
 from specllm.engine.reasoning import ReasoningSplitter, Split
 from specllm.engine.sampling import MAX_SEED
 from specllm.errors import (
+    CallLikeAnswer,
     CannotTakeBack,
     ContextFull,
     DraftNotLoaded,
@@ -72,6 +73,8 @@ class ApiError(Exception):
             return cls(400, str(error), "gamma")
         if isinstance(error, ContextFull):
             return cls(400, f"{error}: shorten the prompt", code="context_length_exceeded")
+        if isinstance(error, CallLikeAnswer):
+            return cls(400, f"tools cannot be offered with this response_format or grammar: {error}", "tools")
         if isinstance(error, GrammarInvalid):  # a schema's is found by the request's check
             return cls(400, str(error), "grammar")
         if isinstance(error, DraftNotLoaded):  # the server's file, not the request
@@ -389,8 +392,6 @@ class ChatRequest(BaseRequest):
                 message = "give response_format or a grammar or json_schema, not two of them"
                 raise ApiError(400, message, "response_format")
             check_schema(schema, "response_format")
-        if self.offered_tools and self.structure:  # as llama-server refuses them
-            raise ApiError(400, "tools cannot be offered with a grammar or response_format", "tools")
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) < len(names):
             raise ApiError(400, "tools: two tools have the same name", "tools")

@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from specllm.engine.functionary import asks_recipient
+from specllm.engine.harmony import begins_harmony
 from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
@@ -484,8 +485,10 @@ class EngineWorker:
         engine, chat = self.engine, isinstance(request, ChatRequest)
         text, read, gap, left_out = None, None, request.gap(), 0
         wanted = request.requested_tokens
+        structure = request.structure
         if chat:
             text, read = self.render_chat(request)
+            structure = self.chat_structure(request)
         elif isinstance(request.prompt, str) and gap is None:
             text = request.prompt
         continues = False
@@ -519,7 +522,7 @@ class EngineWorker:
             seed=seed,
             **request.sampler,
             **request.limits,
-            **request.structure,
+            **structure,
         )
         generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
@@ -560,6 +563,30 @@ class EngineWorker:
         names = [t.function.name for t in offered]
         reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
         return text + prefill, ChatReply(opened, reply, prefill, form.call_openings, recipient)
+
+    def chat_structure(self, request: ChatRequest) -> dict:
+        """GenerationConfig's structured output for a chat request. Beside offered tools the
+        reply may be a call, which the structure does not apply to: a call made to begin in the
+        prompt (tool_choice "required" or a named function) leaves none; with tool_choice "auto"
+        the answer is the structure's or a call, told apart by the call's opening as the
+        template writes it (engine/constrained.py)."""
+        structure = request.structure
+        if not structure or not request.offered_tools:
+            return structure
+        if request.call_required:
+            return {}
+        return structure | {"call_opening": self.call_opening()}
+
+    def call_opening(self) -> str:
+        """What the template's calls begin with, refused where an answer could begin alike:
+        nothing of their own (functionary v3.2's prompt ends where its call's name begins), or
+        a harmony message's header, which every gpt-oss reply begins with."""
+        opening = self.tool_template().call_marker
+        if opening and not begins_harmony(opening):
+            return opening
+        why = "have no opening of their own" if not opening else "are harmony messages, as its answers are"
+        message = f"tools cannot be offered with a response_format or grammar to this model: its calls {why}"
+        raise ApiError(400, message, "tools")
 
     @staticmethod
     def blame_arguments(request: ChatRequest, form: ToolTemplate, error: ChatTemplateFailed) -> ApiError | None:

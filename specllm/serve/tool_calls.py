@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 from specllm.engine.functionary import asks_recipient
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
-from specllm.engine.reasoning import opens_thinking, without_empty_block, without_opening
+from specllm.engine.reasoning import CLOSINGS, opens_thinking, without_empty_block, without_opening
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 # The markers around the Hermes forms' calls (JSON, the XML form, GLM's), as each model writes them;
@@ -1216,7 +1216,23 @@ class ToolTemplate:
         # A template may write the name twice (muse-glimmer's recipient, then its invoke tag)
         return self.call_start + name + self.name_to_arguments.replace(PROBE_TOOL, name)
 
+    @property
+    def call_marker(self) -> str:
+        """What a call begins with after the reply's think block, up to the end of its first tag
+        that names a call (`<tool_call>`, `[TOOL_CALLS]`, Kimi K3's `...<|open|>tools<|sep|>`), or
+        its whole start where none does (functionary v3.1's `<function=`, Llama 3.1's bare JSON):
+        text an answer beside tools is told from (GenerationConfig.call_opening). What follows
+        the tag (a call id, the JSON's spacing) is the model's to write."""
+        start = self.call_start
+        for closing in CLOSINGS:  # Qwen3.5's starts "\n</think>\n\n": the reply's block, not the call
+            start = start[start.rfind(closing) + len(closing) :] if closing in start else start
+        start = start.strip()
+        tag = next((m for m in _TAG_ENDS.finditer(start) if _NAMES_A_CALL.search(start[: m.end()])), None)
+        return start[: tag.end()] if tag else start
 
+
+_TAG_ENDS = re.compile(r"[>\]]")
+_NAMES_A_CALL = re.compile(r"tool|call|function|action", re.IGNORECASE)
 Render = Callable[[list[dict], "list[dict] | None", bool], str]  # (messages, tools, add_generation_prompt)
 
 

@@ -312,11 +312,6 @@ def test_a_call_is_a_function_call_item_streamed_or_not(qwen25):
             "text.format.type: Input should be 'text', 'json_object' or 'json_schema'",
         ),
         (
-            {"input": "x", "tools": [WEATHER], "text": {"format": {"type": "json_object"}}},
-            "tools",
-            "tools cannot be offered with a grammar or response_format",
-        ),
-        (
             {"input": "x", "include": ["message.output_text.logprobs"]},
             "include",
             "include: message.output_text.logprobs is not supported by specllm serve",

@@ -99,7 +99,6 @@ def test_completions_take_grammar_and_json_schema(srv, path):
         ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "Input should be"),
         ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "json_schema": {}}, "response_format", "not two of them"),  # noqa: E501
         ("/v1/chat/completions", {"grammar": 'root ::= "x"', "json_schema": {}}, "grammar", "not both"),
-        ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "cannot be offered with a grammar"),  # noqa: E501
         ("/v1/completions", {"prompt": "x", "json_schema": {"$ref": "#/nowhere"}}, "json_schema", "json_schema: the JSON schema cannot be turned into a grammar"),  # noqa: E501
         ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "not supported"),  # noqa: E501
         ("/completion", {"prompt": "x", "json_schema": {"type": "array", "maxItems": 100000}}, "json_schema", "maxItems 100000 is past the 2000 repetitions"),  # noqa: E501
@@ -235,3 +234,123 @@ def test_gpt_oss_reasons_in_its_analysis_channel_and_answers_json_in_its_final_o
     assert message["content"] == text.partition("<|message|>")[2].rpartition("<|message|>")[2]
     chunks = srv.client().chat.completions.create(stream=True, **request)
     assert streamed(chunks) == {k: message[k] for k in ("reasoning_content", "content")}
+
+
+# Tools beside a schema: the answer follows the schema or is a call, which begins as the template
+# writes one ("<tool_call>" for Qwen2.5's). The tiny model's greedy reply to CALLS, offered
+# TERSE_WEATHER, begins a call (noise follows, which the tool reader leaves as text); to ANSWERS,
+# offered GET_WEATHER, it answers JSON.
+GET_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TERSE_WEATHER = {"type": "function", "function": GET_WEATHER["function"] | {"description": "Get the weather"}}
+CALLS = [{"role": "user", "content": "Hello"}]
+ANSWERS = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def qwen25(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "qwen25", tool_templates.QWEN25)
+
+
+def with_tools(srv, messages, **body) -> dict:
+    tool = TERSE_WEATHER if messages is CALLS else GET_WEATHER
+    body = dict(messages=messages, tools=[tool], temperature=0, max_tokens=60) | body
+    status, data = post(srv, "/v1/chat/completions", **body)
+    assert status == 200, data
+    return data["choices"][0]
+
+
+def generated(engine, srv, messages, **structure) -> str:
+    """The text the engine generates from the prompt the server renders for `messages` with the tool."""
+    tool = TERSE_WEATHER if messages is CALLS else GET_WEATHER
+    status, data = post(srv, "/apply-template", messages=messages, tools=[tool])
+    assert status == 200, data
+    return engine.generate(data["prompt"], max_tokens=60, temperature=0, **structure).text
+
+
+def test_with_tools_the_reply_follows_the_schema_or_is_a_call(qwen25):
+    engine, srv = qwen25
+    answer = with_tools(srv, ANSWERS, response_format=JSON_SCHEMA_FORMAT, drafter="ngram", gamma=3)
+    check_schema(answer["message"]["content"])
+    assert answer["message"].get("tool_calls") is None and answer["finish_reason"] == "stop"
+    call = with_tools(srv, CALLS, response_format=JSON_SCHEMA_FORMAT, drafter="auto")
+    text = call["message"]["content"]
+    assert text.startswith("<tool_call>") and call["finish_reason"] == "length"
+    for messages, choice in ((ANSWERS, answer), (CALLS, call)):
+        assert (
+            choice["message"]["content"]
+            == generated(engine, srv, messages, json_schema=SCHEMA, call_opening="<tool_call>").strip()
+        )
+    # a grammar beside tools likewise, and the answer streamed is the same
+    worded = with_tools(srv, ANSWERS, grammar='root ::= "yes" | "no"')
+    assert worded["message"]["content"] in ("yes", "no")
+    client = srv.client()
+    request = dict(model="x", messages=ANSWERS, tools=[GET_WEATHER], temperature=0, max_tokens=60)
+    chunks = client.chat.completions.create(stream=True, response_format=JSON_SCHEMA_FORMAT, **request)
+    assert streamed(chunks)["content"] == answer["message"]["content"]
+
+
+def test_a_forced_call_is_not_held_to_the_schema(qwen25):
+    """tool_choice "required" or a named tool: the call is made as without a schema."""
+    _, srv = qwen25
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in ("required", named):
+        free = with_tools(srv, ANSWERS, tool_choice=choice)
+        held = with_tools(srv, ANSWERS, tool_choice=choice, response_format=JSON_SCHEMA_FORMAT)
+        assert held == free and held["message"]["content"].startswith('<tool_call>\n{"name": "get_weather"')
+
+
+def test_with_tool_choice_none_only_the_schema_applies(qwen25):
+    engine, srv = qwen25
+    none = with_tools(srv, CALLS, tool_choice="none", response_format=JSON_SCHEMA_FORMAT)
+    check_schema(none["message"]["content"])
+    prompt = engine.target.render_chat(CALLS)  # no tools offered: none rendered
+    assert none["message"]["content"] == engine.generate(prompt, max_tokens=60, temperature=0, json_schema=SCHEMA).text
+
+
+def test_the_responses_api_takes_text_format_beside_tools(qwen25):
+    _, srv = qwen25
+    text_format = {"type": "json_schema", "name": "answer", "schema": SCHEMA, "strict": True}
+    for messages, offered in ((ANSWERS, GET_WEATHER), (CALLS, TERSE_WEATHER)):
+        tool = {"type": "function", **offered["function"]}
+        body = dict(input=messages, tools=[tool], text={"format": text_format}, temperature=0, max_output_tokens=60)
+        status, data = post(srv, "/v1/responses", **body)
+        assert status == 200, data
+        chat = with_tools(srv, messages, response_format=JSON_SCHEMA_FORMAT)
+        [item] = data["output"]
+        assert item["content"][0]["text"] == chat["message"]["content"]
+
+
+@pytest.fixture(scope="module")
+def llama31(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "llama31", tool_templates.LLAMA31)
+
+
+def test_calls_an_answer_could_begin_as_are_a_400(llama31, tmp_path_factory):
+    """Llama 3.1's calls are bare JSON: beside any JSON object an answer could be either; beside a
+    schema that cannot begin so, they are told apart."""
+    _, srv = llama31
+    status, data = post(
+        srv, "/v1/chat/completions", messages=ANSWERS, tools=[GET_WEATHER], response_format={"type": "json_object"}
+    )
+    assert status == 400 and data["error"]["param"] == "tools"
+    assert data["error"]["message"] == (
+        "tools cannot be offered with this response_format or grammar: a tool call begins with "
+        '\'{"name": "\', which the grammar also takes as the start of an answer'
+    )
+    reply = with_tools(srv, ANSWERS, response_format=JSON_SCHEMA_FORMAT)["message"]["content"]
+    assert reply.startswith('{"name": "')  # a call (of noise), which SCHEMA's answers cannot begin as
+    for template, why in ((tool_templates.FUNCTIONARY_V32, "have no opening of their own"),
+                          (tool_templates.GPT_OSS, "are harmony messages, as its answers are")):  # fmt: skip
+        for _, other in templated_server(tmp_path_factory, "refused", template):
+            status, data = post(
+                other, "/v1/chat/completions", messages=ANSWERS, tools=[GET_WEATHER], response_format=JSON_SCHEMA_FORMAT
+            )
+            assert status == 400 and data["error"]["param"] == "tools", data
+            assert data["error"]["message"].endswith(f"to this model: its calls {why}")

@@ -819,3 +819,21 @@ def test_a_lt_sign_of_prose_is_tried_by_no_form(monkeypatch):
     prose = "If a < b and <em>c</em> <= d, see <https://example.org> and <tool>s. " * 20
     assert parse_tool_calls(prose + "<tool_c", NAMES) == Parsed((prose + "<tool_c").strip(), [])
     assert tried == ["<tool_c"]  # only where the text may still become <tool_call>, before the reply ended
+
+
+@pytest.mark.parametrize(
+    ("template", "marker"),
+    [
+        (tool_templates.QWEN25, "<tool_call>"),
+        (tool_templates.QWEN35, "<tool_call>"),  # after the think block its call start holds
+        (tool_templates.MISTRAL_V3, "[TOOL_CALLS]"),
+        (tool_templates.SOLAR_OPEN, "<|tool_calls|>"),  # not the probe call's id after it
+        (tool_templates.KIMI_K3, "<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"),
+        (tool_templates.FUNCTIONARY_V31, "<function="),
+        (tool_templates.LLAMA31, '{"name": "'),
+        (tool_templates.FUNCTIONARY_V32, ""),
+    ],
+    ids=["qwen25", "qwen35", "mistral", "solar", "kimi-k3", "functionary-v31", "llama31", "functionary-v32"],
+)
+def test_the_marker_a_call_begins_with(template, marker):
+    assert inspect_template(renderer(template)).call_marker == marker
