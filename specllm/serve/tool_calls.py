@@ -276,9 +276,22 @@ def parse_tool_calls(
     return Parsed(content or None, calls + more)
 
 
+def _run(parts: list) -> list[str]:
+    """The run of text pieces the parts end with (a new one after a call)."""
+    if not isinstance(parts[-1], list):
+        parts.append([])
+    return parts[-1]
+
+
+def _text_and_calls(parts: "list[str | ToolCall]") -> tuple[str, list[ToolCall]]:
+    """Parts in order as (their text joined, their calls)."""
+    return "".join(p for p in parts if isinstance(p, str)), [p for p in parts if isinstance(p, ToolCall)]
+
+
 class ToolCallParser:
     """Incremental: feed() the text as it comes, then finish(); each returns the text and the
-    calls decided by then."""
+    calls decided by then. feed_in_order() and finish_in_order() return the same as the parts the
+    model wrote them in: text, a call, text after it, ..."""
 
     def __init__(self, tool_names: Iterable[str], texts: Mapping[str, Collection[str]] | None = None):
         self.names = frozenset(tool_names)
@@ -291,20 +304,26 @@ class ToolCallParser:
         self.gemma: _GemmaReader | None = None  # an unfinished Gemma 4 call's arguments read so far
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
+        return _text_and_calls(self.feed_in_order(text))
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        return _text_and_calls(self.finish_in_order())
+
+    def feed_in_order(self, text: str) -> "list[str | ToolCall]":
         self.pending += text
         return self._decide()
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
+    def finish_in_order(self) -> "list[str | ToolCall]":
         self.ended = True
         return self._decide()
 
-    def _decide(self) -> tuple[str, list[ToolCall]]:
+    def _decide(self) -> "list[str | ToolCall]":
+        """The text and calls decided by now, in the reply's order (no empty text)."""
         text, i = self.pending, 0
-        pieces: list[str] = []
-        calls: list[ToolCall] = []
+        parts: list[list[str] | ToolCall] = [[]]  # runs of text pieces, and calls between them
         while i < len(text):
             start = _next_candidate(text, i)
-            pieces.append(text[i:start])
+            _run(parts).append(text[i:start])
             i = start
             if i == len(text):
                 break
@@ -312,27 +331,35 @@ class ToolCallParser:
             if isinstance(found, _More):
                 break
             if found is None:  # not a call: the character is text
-                pieces.append(text[i])
+                _run(parts).append(text[i])
                 i += 1
             else:
                 if not found.calls:  # a call inside it is no call: an example, a list with a bad one
-                    pieces.append(text[i : i + found.end])
-                calls += found.calls
+                    _run(parts).append(text[i : i + found.end])
+                parts += found.calls
                 i += found.end
         self.pending = text[i:]
         if self.ended:  # the rest can no longer become a call (_match said so): it is text
-            pieces.append(self.pending)
+            _run(parts).append(self.pending)
             self.pending = ""
-        return self._trimmed("".join(pieces)), calls
+        runs = [n for n, part in enumerate(parts) if isinstance(part, list)]
+        decided: list[str | ToolCall] = []
+        for n, part in enumerate(parts):
+            if isinstance(part, ToolCall):
+                decided.append(part)
+            elif trimmed := self._trimmed("".join(part), last=n == runs[-1]):
+                decided.append(trimmed)
+        return decided
 
-    def _trimmed(self, text: str) -> str:
-        """Text to hand out, without the whole reply's leading and trailing whitespace."""
+    def _trimmed(self, text: str, last: bool = True) -> str:
+        """Text to hand out, without the whole reply's leading and trailing whitespace: whitespace
+        before a call is held back with the text's end, and handed out before the text after it."""
         if not self.started:
             text = text.lstrip()
             self.started = bool(text)
         text = self.spaces + text
         body = text.rstrip()
-        self.spaces = "" if self.ended else text[len(body) :]
+        self.spaces = "" if self.ended and last else text[len(body) :]
         return body
 
     def _match(self, text: str) -> "_Match | _More | None":

@@ -419,6 +419,43 @@ def test_any_split_into_chunks_gives_the_same(text, content, calls):
         assert streamed([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]) == whole
 
 
+def in_order(pieces: list[str]) -> list:
+    """The parts ToolCallParser hands out for these pieces, in order, the texts in a row joined."""
+    parser = ToolCallParser(NAMES)
+    parts: list = []
+    for part in [p for piece in pieces for p in parser.feed_in_order(piece)] + parser.finish_in_order():
+        if isinstance(part, str) and parts and isinstance(parts[-1], str):
+            parts[-1] += part
+        else:
+            parts.append(part)
+    return parts
+
+
+TEXT_CALL_TEXT = f"Let me check.\n<tool_call>\n{W}\n</tool_call>\nThen London: <tool_call>{L}</tool_call> and time. "
+
+
+def test_text_and_calls_are_handed_out_in_the_order_written():
+    """Text after a call comes after it; the whitespace before a call is held back as the text's
+    end, and handed out with the text after the call (the texts joined are the message's content)."""
+    expected = ["Let me check.", PARIS, "\n\nThen London:", LONDON, "  and time."]
+    assert in_order([TEXT_CALL_TEXT]) == expected
+    for cut in range(len(TEXT_CALL_TEXT) + 1):
+        assert in_order([TEXT_CALL_TEXT[:cut], TEXT_CALL_TEXT[cut:]]) == expected, cut
+    assert in_order(list(TEXT_CALL_TEXT)) == expected
+    parsed = parse_tool_calls(TEXT_CALL_TEXT, NAMES)
+    assert parsed == Parsed("".join(p for p in expected if isinstance(p, str)), [PARIS, LONDON])
+
+
+@pytest.mark.parametrize("text,content,calls", CASES, ids=range(len(CASES)))
+def test_every_form_keeps_its_order_at_any_split(text, content, calls):
+    whole = in_order([text])
+    assert [p for p in whole if not isinstance(p, str)] == calls
+    assert "".join(p for p in whole if isinstance(p, str)) == (content or "")
+    for cut in range(len(text) + 1):
+        assert in_order([text[:cut], text[cut:]]) == whole, cut
+    assert in_order(list(text)) == whole
+
+
 def test_json_nested_deeper_than_python_reads_is_text():
     """A model in a loop may nest a JSON value deeper than json.loads can read: it is no call (it
     raised RecursionError, a failed request)."""
