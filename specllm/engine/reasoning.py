@@ -27,6 +27,7 @@ reached max_tokens) is all reasoning. Only text is split: the tokens generated d
 """
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specllm.engine.functionary import FunctionaryReader
@@ -159,6 +160,28 @@ def split_reasoning(
     splitter = ReasoningSplitter(opened, call_openings, recipient)
     first, last = splitter.feed(reply), splitter.finish()
     return Split(first.reasoning + last.reasoning, first.answer + last.answer)
+
+
+def reasoning_tokens(
+    pieces: Iterable[str],
+    opened: bool | str = False,
+    call_openings: tuple[str, ...] = (),
+    recipient: bool = False,
+    before: str = "",
+) -> int:
+    """How many of a reply's tokens (each one's text, in order) are its reasoning's: those the
+    reply is inside its reasoning before or after, which are the think block's tokens with its
+    markers'. A token that holds the block's end and text after it counts (it began inside), one
+    that opens the block too (it ends inside). `before`: text the reply begins with that is no
+    generated token (a call the prompt begins); the other arguments as ReasoningSplitter's."""
+    splitter = ReasoningSplitter(opened, call_openings, recipient)
+    splitter.feed(before)
+    counted = 0
+    for piece in pieces:
+        inside = splitter.thinking
+        splitter.feed(piece)
+        counted += inside or splitter.thinking
+    return counted
 
 
 class _Where(enum.Enum):

@@ -12,6 +12,7 @@ from specllm.engine.reasoning import (
     after_think_block,
     closing_marker,
     opens_thinking,
+    reasoning_tokens,
     split_reasoning,
     without_empty_block,
     without_opening,
@@ -316,3 +317,29 @@ def test_every_think_marker_is_shown_where_a_tokenizer_holds_it_as_a_control_tok
         for token in sorted(SHOWN_CONTROL_TOKENS, key=len, reverse=True):
             rest = rest.replace(token, "")
         assert rest != marker and not any(c in rest for c in "<>[]|"), marker
+
+
+# Tokens' texts, and how many of them are reasoning: those the reply is inside its reasoning
+# before or after (reasoning_tokens)
+TOKEN_COUNTS = [
+    (["<think>", "Hm", ".", "</think>", "\n\n", "Hi"], False, 4),  # the markers' tokens count
+    (["Hm", ".</", "think>", "\n\nHi", "!"], True, 3),  # the marker split over two tokens
+    (["Hm", ".</think>\n\nHi", "!"], True, 2),  # a token that ends the block and begins the answer
+    (["\n", "<think>", "a", "</think>", "Hi"], False, 3),  # whitespace before the block: no reasoning
+    (["Hm", ".", " more"], True, 3),  # a block left open: all of it
+    (["Hi", " <think>", "x"], False, 0),  # no block: a marker later is text
+    (["<|channel|>analysis<|message|>", "Hm", "<|end|>", "<|start|>assistant<|channel|>final<|message|>", "Hi"],
+     False, 3),  # gpt-oss: the analysis message's tokens, the header that opens it and its end
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pieces,opened,expected", TOKEN_COUNTS, ids=range(len(TOKEN_COUNTS)))
+def test_reasoning_tokens_are_those_inside_the_block(pieces, opened, expected):
+    assert reasoning_tokens(pieces, opened) == expected
+
+
+def test_text_before_the_tokens_is_read_but_not_counted():
+    """A call the prompt begins after closing the block it opened: no generated token is reasoning."""
+    pieces = ["get", "_weather", '", "arguments": {}}']
+    assert reasoning_tokens(pieces, "</think>", before='</think>\n\n<tool_call>\n{"name": "') == 0
+    assert reasoning_tokens(pieces, "</think>") == 3
