@@ -165,8 +165,9 @@ def read_reply(pieces: list[str], opened: bool | str = False, prefill: str = "")
     reply = ChatReply(opened, ToolReply(["get_weather"]), prefill)
     joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
     for delta in [reply.feed(piece) for piece in pieces] + [reply.finish()]:
-        for key, value in delta.items():
-            joined[key] += value
+        for part in delta:
+            for key, value in part.items():
+                joined[key] += value
     return reply.message(), joined
 
 

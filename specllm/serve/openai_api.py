@@ -7,6 +7,7 @@ are refused rather than silently ignored. Chat requests may offer tools (see `To
 tool_calls.py); the model's calls come back as `tool_calls`.
 """
 
+import codecs
 import contextlib
 import json
 import os
@@ -14,6 +15,7 @@ import secrets
 import string
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 
@@ -21,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import DRAFTERS, Result, Step
-from specllm.engine.reasoning import ReasoningSplitter, Split
+from specllm.engine.reasoning import ReasoningSplitter, Split, reasoning_tokens
 from specllm.engine.sampling import MAX_SEED
 from specllm.errors import (
     CallLikeAnswer,
@@ -556,17 +558,21 @@ def finish_reason(stop_reason: str) -> str:
     return "length" if stop_reason in ("max_tokens", "context_full") else "stop"
 
 
-def usage(result: Result) -> dict:
+def usage(result: Result, read: "ChatReply | None" = None) -> dict:
     """Exact token counts. The prompt's last token is evaluated with the first generated one, so
-    the tokens served from the KV cache are those neither prefilled nor that last one."""
+    the tokens served from the KV cache are those neither prefilled nor that last one. A chat
+    reply's (`read`) tell its reasoning's tokens apart, as OpenAI's do (llama-server's do not)."""
     prompt, generated = result.stats.prompt_tokens, len(result.tokens)
     cached = max(0, prompt - 1 - result.stats.prefill_tokens)
-    return {
+    counts = {
         "prompt_tokens": prompt,
         "completion_tokens": generated,
         "total_tokens": prompt + generated,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if read is not None:
+        counts["completion_tokens_details"] = {"reasoning_tokens": read.reasoning_tokens}
+    return counts
 
 
 def specllm_stats(result: Result, seed: int) -> dict:
@@ -633,7 +639,7 @@ class Reply:
         else:
             choice["text"] = result.text
         body = self._object("chat.completion" if self.chat else "text_completion", [choice])
-        return body | {"usage": usage(result), "specllm": specllm_stats(result, seed)}
+        return body | {"usage": usage(result, read), "specllm": specllm_stats(result, seed)}
 
     def chunk(
         self,
@@ -664,10 +670,10 @@ class Reply:
             finish = read.finish_reason(finish)
         return self.chunk(finish=finish) | {"specllm": specllm_stats(result, seed)}
 
-    def usage_chunk(self, result: Result) -> dict:
+    def usage_chunk(self, result: Result, read: "ChatReply | None" = None) -> dict:
         """stream_options.include_usage: a chunk with no choices and the usage, after the last."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
-        return self._object(kind, []) | {"usage": usage(result)}
+        return self._object(kind, []) | {"usage": usage(result, read)}
 
     # A stream's events, as server.stream sends them: these shapes' chunks; the Responses API's
     # events (responses_api.py) are several to a delta.
@@ -676,14 +682,21 @@ class Reply:
         """The events a stream begins with, before its first step."""
         return [self.chunk(first=True)] if self.chat else []
 
-    def deltas(self, delta: dict) -> list[dict]:
-        """The events of a delta (keyword arguments of `chunk`)."""
-        return [self.chunk(**delta)]
+    def deltas(self, delta: "Delta") -> list[dict]:
+        """The chunks of a delta: its parts in order, a new chunk where a part comes after one its
+        chunk would give after it (text after a call, reasoning after text): a client that reads a
+        chunk's reasoning, content and tool_calls in that order reads the reply in its order."""
+        chunks: list[Delta] = []
+        for part in delta:
+            if not chunks or _rank(part) < max(map(_rank, chunks[-1])):
+                chunks.append([])
+            chunks[-1].append(part)
+        return [self.chunk(**joined(parts)) for parts in chunks]
 
     def closing(self, result: Result, seed: int, read: "ChatReply | None", include_usage: bool) -> list[dict]:
         """The events that end a stream whose generation has ended."""
         last = self.last_chunk(result, seed, read)
-        return [last, self.usage_chunk(result)] if include_usage else [last]
+        return [last, self.usage_chunk(result, read)] if include_usage else [last]
 
     def failure(self, error: ApiError) -> list[dict]:
         """The events of a stream whose generation failed or was stopped: the error's body."""
@@ -692,6 +705,26 @@ class Reply:
     def sse(self, event: dict | str) -> str:
         """An event as server-sent events write it."""
         return f"data: {event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+# A delta: what a step adds to a reply, as parts in the order the model wrote them, each one
+# keyword argument of Reply.chunk: {"reasoning": text}, {"text": text} or {"tool_calls": [call]}.
+Delta = list[dict]
+FIELD_ORDER = ("reasoning", "text", "tool_calls")  # a chunk's fields, in the order a client reads them
+
+
+def _rank(part: dict) -> int:
+    (kind,) = part
+    return FIELD_ORDER.index(kind)
+
+
+def joined(delta: Delta) -> dict:
+    """A delta's parts as one chunk's keyword arguments (its texts joined, its calls listed)."""
+    fields: dict = {}
+    for part in delta:
+        (kind,) = part
+        fields[kind] = fields.get(kind, type(part[kind])()) + part[kind]
+    return fields
 
 
 class ChatReply:
@@ -711,18 +744,28 @@ class ChatReply:
         recipient: bool = False,
     ):
         self.splitter = ReasoningSplitter(opened, call_openings, recipient, tools is not None)
-        self.tools, self.prefill = tools, prefill
+        self.reading = (opened, call_openings, recipient)  # how the splitter reads: count_reasoning reads so again
+        self.tools, self.prefill, self.begins = tools, prefill, prefill
+        self.reasoning_tokens = 0  # the generated tokens of its reasoning (count_reasoning)
         self.reasoning = ""  # what the deltas so far hold
         self.text = ""
+        self.parts: Delta = []  # the deltas so far, one after another: the whole reply in its order
 
-    def feed(self, text: str) -> dict:
-        """The delta (keyword arguments of Reply.chunk: reasoning, text, tool_calls) that `text` decides."""
+    def feed(self, text: str) -> Delta:
+        """The delta that `text` decides."""
         text, self.prefill = self.prefill + text, ""
         return self._delta(self.splitter.feed(text), ended=False)
 
-    def finish(self) -> dict:
+    def finish(self) -> Delta:
         """The delta the end of the reply decides."""
         return self._delta(self.splitter.finish(), ended=True)
+
+    def count_reasoning(self, pieces: Iterable[bytes]) -> None:
+        """Count the reply's reasoning tokens from its generated tokens' bytes, in order: read
+        again token by token, as engine/reasoning.py's reasoning_tokens says."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # as the engine's TextStream
+        texts = (decoder.decode(piece) for piece in pieces)
+        self.reasoning_tokens = reasoning_tokens(texts, *self.reading, before=self.begins)
 
     def message(self) -> dict:
         """The whole reply as a message (after finish)."""
@@ -732,23 +775,16 @@ class ChatReply:
     def finish_reason(self, otherwise: str) -> str:
         return self.tools.finish_reason(otherwise) if self.tools is not None else otherwise
 
-    def _delta(self, split: Split, ended: bool) -> dict:
+    def _delta(self, split: Split, ended: bool) -> Delta:
         self.reasoning += split.reasoning
         if self.tools is None:
             self.text += split.answer
-            answer = {"text": split.answer} if split.answer else {}
+            answer = [{"text": split.answer}] if split.answer else []
         else:
-            answer = self.tools.feed(split.answer)
-            if ended:
-                answer = _joined(answer, self.tools.finish())
-        return ({"reasoning": split.reasoning} if split.reasoning else {}) | answer
-
-
-def _joined(first: dict, then: dict) -> dict:
-    """Two deltas of a ToolReply as one."""
-    text = first.get("text", "") + then.get("text", "")
-    calls = first.get("tool_calls", []) + then.get("tool_calls", [])
-    return ({"text": text} if text else {}) | ({"tool_calls": calls} if calls else {})
+            answer = self.tools.feed(split.answer) + (self.tools.finish() if ended else [])
+        delta = ([{"reasoning": split.reasoning}] if split.reasoning else []) + answer
+        self.parts += delta
+        return delta
 
 
 class ToolReply:
@@ -761,13 +797,13 @@ class ToolReply:
         self.text = ""  # what the deltas so far hold: text and calls
         self.calls: list[dict] = []
 
-    def feed(self, text: str) -> dict:
-        """The delta (keyword arguments of Reply.chunk: text, tool_calls) that `text` decides."""
-        return self._delta(*self.parser.feed(text))
+    def feed(self, text: str) -> Delta:
+        """The delta (text and calls, in order) that `text` decides."""
+        return self._delta(self.parser.feed_in_order(text))
 
-    def finish(self) -> dict:
+    def finish(self) -> Delta:
         """The delta the end of the reply decides."""
-        return self._delta(*self.parser.finish())
+        return self._delta(self.parser.finish_in_order())
 
     def message(self) -> dict:
         """The whole reply as a message (after finish)."""
@@ -779,12 +815,16 @@ class ToolReply:
     def finish_reason(self, otherwise: str) -> str:
         return "tool_calls" if self.calls else otherwise
 
-    def _delta(self, text: str, calls: list[ToolCall]) -> dict:
-        if not self.parallel:  # parallel_tool_calls false: the first call only
-            calls = calls[: max(0, 1 - len(self.calls))]
-        new = [self._call(call, len(self.calls) + i) for i, call in enumerate(calls)]
-        self.text, self.calls = self.text + text, self.calls + new
-        return ({"text": text} if text else {}) | ({"tool_calls": new} if new else {})
+    def _delta(self, parts: "list[str | ToolCall]") -> Delta:
+        delta: Delta = []
+        for part in parts:
+            if isinstance(part, str):
+                self.text += part
+                delta.append({"text": part})
+            elif self.parallel or not self.calls:  # parallel_tool_calls false: the first call only
+                self.calls.append(call := self._call(part, len(self.calls)))
+                delta.append({"tool_calls": [call]})
+        return delta
 
     @staticmethod
     def _call(call: ToolCall, index: int) -> dict:

@@ -25,6 +25,7 @@ from specllm.serve.openai_api import (
     ApiError,
     ChatReply,
     ChatRequest,
+    Delta,
     Reply,
     asks_nothing,
     check_drafter,
@@ -392,13 +393,13 @@ def function_call_item(call: dict, status: str, arguments: str | None = None) ->
     }
 
 
-def response_usage(result: Result) -> dict:
-    counts = usage(result)
+def response_usage(result: Result, read: ChatReply | None) -> dict:
+    counts = usage(result, read)
     return {
         "input_tokens": counts["prompt_tokens"],
         "input_tokens_details": {"cached_tokens": counts["prompt_tokens_details"]["cached_tokens"]},
         "output_tokens": counts["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},  # not counted apart from the answer's
+        "output_tokens_details": {"reasoning_tokens": read.reasoning_tokens if read is not None else 0},
         "total_tokens": counts["total_tokens"],
     }
 
@@ -413,9 +414,10 @@ def ended(result: Result, read: ChatReply | None) -> tuple[str, dict | None]:
 
 
 class OutputItems:
-    """A streamed response's output items as its deltas open, fill and close them, and the events
-    that say so, numbered. An item is closed when an item of another kind begins: reasoning, then
-    the answer's text, then each call, as a reply comes."""
+    """A response's output items as its deltas open, fill and close them, and the events that say
+    so, numbered. An item is closed when an item of another kind begins: reasoning, the answer's
+    text and each call, in the order the reply gives them (text after a call is a new message
+    item). A whole response's items are made the same way, from its reply's parts."""
 
     TEXT_EVENTS = {"reasoning": "response.reasoning_text", "message": "response.output_text"}
 
@@ -430,8 +432,20 @@ class OutputItems:
         self.sequence += 1
         return event
 
+    def add(self, part: dict) -> list[dict]:
+        """The events of a part of a delta: reasoning, text or calls."""
+        if "tool_calls" in part:
+            return [event for call in part["tool_calls"] for event in self.call(call)]
+        return self.write("reasoning" if "reasoning" in part else "message", part.get("reasoning") or part["text"])
+
     def write(self, kind: str, text: str) -> list[dict]:
-        """The events of `text` added to the reasoning or to the answer (`kind`)."""
+        """The events of `text` added to the reasoning or to the answer (`kind`). The text after
+        a call begins a new message item at its first character that is not whitespace (the
+        whitespace between a call's markup and the text is neither's)."""
+        if kind == "message" and self.open != kind and self.items and self.items[-1]["type"] == "function_call":
+            text = text.lstrip()
+            if not text:
+                return []
         events = [] if self.open == kind else self.close() + self._begin(kind)
         self.text += text
         delta = self.event(f"{self.TEXT_EVENTS[kind]}.delta", **self._where(), delta=text, **self._logprobs(kind))
@@ -504,16 +518,13 @@ class ResponseReply(Reply):
     END_OF_STREAM: ClassVar[str | None] = None
 
     def complete(self, result: Result, seed: int, read: ChatReply | None = None) -> dict:
+        """The whole response: its items made as a stream of the reply's parts makes them."""
         status, details = ended(result, read)
-        message: dict = read.message() if read is not None else {"content": result.text}
-        reasoning, text = message.get("reasoning_content"), message.get("content")
-        output = []
-        if reasoning:  # cut in its reasoning, a reply has no text: the reasoning is what was cut
-            output.append(reasoning_item(_item_id("rs"), reasoning, "completed" if text else status))
-        if text:
-            output.append(message_item(_item_id("msg"), text, status))
-        output += [function_call_item(call, "completed") for call in message.get("tool_calls") or ()]
-        return self._response(status, output, result, seed) | {"incomplete_details": details}
+        items = OutputItems()
+        for part in read.parts if read is not None else [{"text": result.text}] if result.text else []:
+            items.add(part)
+        items.close("incomplete" if status == "incomplete" else "completed")  # the item that was cut, if any
+        return self._response(status, items.items, result, seed, read) | {"incomplete_details": details}
 
     def opening(self) -> list[dict]:
         snapshot = self._response("in_progress", [])
@@ -522,17 +533,13 @@ class ResponseReply(Reply):
             self.items.event("response.in_progress", response=snapshot),
         ]
 
-    def deltas(self, delta: dict) -> list[dict]:
-        events = self.items.write("reasoning", delta["reasoning"]) if delta.get("reasoning") else []
-        events += self.items.write("message", delta["text"]) if delta.get("text") else []
-        for call in delta.get("tool_calls", ()):
-            events += self.items.call(call)
-        return events
+    def deltas(self, delta: Delta) -> list[dict]:
+        return [event for part in delta for event in self.items.add(part)]
 
     def closing(self, result: Result, seed: int, read: ChatReply | None, include_usage: bool) -> list[dict]:
         status, details = ended(result, read)
         events = self.items.close("incomplete" if status == "incomplete" else "completed")
-        response = self._response(status, self.items.items, result, seed) | {"incomplete_details": details}
+        response = self._response(status, self.items.items, result, seed, read) | {"incomplete_details": details}
         return [*events, self.items.event(f"response.{status}", response=response)]
 
     def failure(self, error: ApiError) -> list[dict]:
@@ -546,7 +553,14 @@ class ResponseReply(Reply):
         assert isinstance(event, dict)  # no [DONE]
         return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
-    def _response(self, status: str, output: list[dict], result: Result | None = None, seed: int = 0) -> dict:
+    def _response(
+        self,
+        status: str,
+        output: list[dict],
+        result: Result | None = None,
+        seed: int = 0,
+        read: ChatReply | None = None,
+    ) -> dict:
         texts = [part["text"] for item in output if item["type"] == "message" for part in item["content"]]
         body = {
             "id": f"resp_{self.id}",
@@ -558,7 +572,7 @@ class ResponseReply(Reply):
             "model": self.model,
             "output": list(output),
             "output_text": "".join(texts),  # the SDKs' convenience, for a client that reads it from the JSON
-            "usage": response_usage(result) if result is not None else None,
+            "usage": response_usage(result, read) if result is not None else None,
         }
         if result is not None:
             body |= {"completed_at": int(time.time()), "specllm": specllm_stats(result, seed)}

@@ -73,8 +73,10 @@ from specllm.serve.openai_api import (
     ChatReply,
     ChatRequest,
     CompletionRequest,
+    Delta,
     Reply,
     ToolReply,
+    joined,
     parse,
     specllm_step,
     validated,
@@ -165,18 +167,23 @@ class Plan:
     continues: bool = False  # the prompt extends the previous request's whole transcript
     left_out: int = 0  # a gap's code cut to leave room for the reply (Engine.infill_prompt)
     read: ChatReply | None = None  # a chat reply: splits its reasoning off, reads its tool calls
+    piece: Callable[[int], bytes] | None = None  # a generated token's bytes (the target's), to count reasoning tokens
 
-    def delta(self, step: Step) -> dict:
-        """What a step adds to the reply (keyword arguments of Reply.chunk: reasoning, text,
-        tool_calls)."""
+    def delta(self, step: Step) -> Delta:
+        """What a step adds to the reply: its reasoning, text and calls, in order."""
         text = step.accepted_text + step.token_text
         if self.read is not None:
             return self.read.feed(text)
-        return {"text": text} if text else {}
+        return [{"text": text}] if text else []
 
-    def finish(self) -> dict:
-        """What only the end of the reply decides: text held back as maybe a call or a marker."""
-        return self.read.finish() if self.read is not None else {}
+    def finish(self, result: Result) -> Delta:
+        """What only the end of the reply decides: text held back as maybe a call or a marker;
+        and the count of its reasoning tokens."""
+        if self.read is None:
+            return []
+        if self.piece is not None:
+            self.read.count_reasoning(map(self.piece, result.tokens))
+        return self.read.finish()
 
     def reported(self, result: Result) -> Result:
         """The result as a client is told it. The KV cache is one for all clients: the part of a
@@ -528,7 +535,7 @@ class EngineWorker:
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
-        return Plan(text, tokens, seed, generation, continues, left_out, read)
+        return Plan(text, tokens, seed, generation, continues, left_out, read, engine.target.piece)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ChatReply]:
         """The prompt of a chat request, through the target's chat template with its tools and
@@ -895,7 +902,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
     if result is None:
         access(request, CLIENT_CLOSED, stopped(generated, "the client went away"))
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
-    plan.finish()
+    plan.finish(result)
     access(request, 200, describe(result))
     return JSONResponse(reply.complete(plan.reported(result), plan.seed, plan.read))
 
@@ -944,7 +951,7 @@ async def stream(
             generated = step.stats.generated_tokens
             delta = plan.delta(step)
             if steps:  # even a step that added no text: its rejected draft and stats are news
-                yield reply.sse(reply.chunk(**delta) | {"specllm": specllm_step(step)})
+                yield reply.sse(reply.chunk(**joined(delta)) | {"specllm": specllm_step(step)})
             elif delta:
                 for event in reply.deltas(delta):
                     yield reply.sse(event)
@@ -956,7 +963,7 @@ async def stream(
                 yield reply.sse(event)
         else:
             outcome = describe(result)
-            ended = reply.deltas(delta) if (delta := plan.finish()) else []
+            ended = reply.deltas(delta) if (delta := plan.finish(result)) else []
             ended += reply.closing(plan.reported(result), plan.seed, plan.read, include_usage)
             for event in ended:
                 yield reply.sse(event)

@@ -15,7 +15,7 @@ import pytest
 import tool_templates
 from serving import ASK, CALL, GET_WEATHER, PARAMETERS, Server, hold, serve_log, templated_server, wait_for_line
 
-from specllm.serve.openai_api import ApiError, ChatReply, ToolReply
+from specllm.serve.openai_api import ApiError, ChatReply, ChatRequest, Reply, ToolReply
 from specllm.serve.responses_api import ResponseReply, parse_responses
 
 GREEDY = dict(model="x", temperature=0)
@@ -239,7 +239,8 @@ def test_a_named_call_begins_the_reply_as_the_chat_endpoints_does(qwen25):
     assert [tool.type for tool in whole.tools] == ["function", "web_search"]
 
 
-REPLY_WITH_A_CALL = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+CALL_JSON = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+REPLY_WITH_A_CALL = f"Let me check.\n<tool_call>\n{CALL_JSON}\n</tool_call>"
 
 
 def test_a_call_is_a_function_call_item_streamed_or_not(qwen25):
@@ -271,6 +272,90 @@ def test_a_call_is_a_function_call_item_streamed_or_not(qwen25):
     whole = ResponseReply(True, "tiny").complete(result, 0, read)
     assert whole["status"] == "completed" and [item["type"] for item in whole["output"]] == ["message", "function_call"]
     assert whole["output"][1] == call and whole["output_text"] == "Let me check."
+
+
+TEXT_CALL_TEXT = f"Let me check.\n<tool_call>\n{CALL_JSON}\n</tool_call>\nIt may rain: take a coat."
+CALL_EVENTS = [
+    "response.output_item.added", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.output_item.done",
+]  # fmt: skip
+
+
+def without_ids(output: list[dict]) -> list[dict]:
+    return [{k: v for k, v in item.items() if k != "id"} for item in output]
+
+
+def read_in(srv, pieces: list[str], result) -> tuple[list[dict], ChatReply]:
+    """A reply in these pieces, read by the reader serve makes for a Responses request offering
+    get_weather, and streamed as the generation of `result`: the events, and the reader."""
+    chat = parse_responses(json.dumps({"input": ASK[0]["content"], "tools": [WEATHER]}).encode())
+    _, read = srv.worker.render_chat(chat)
+    reply = ResponseReply(True, "tiny")
+    streamed = reply.opening()
+    for piece in pieces:
+        streamed += reply.deltas(read.feed(piece))
+    return streamed + reply.deltas(read.finish()) + reply.closing(result, 0, read, False), read
+
+
+def test_text_after_a_call_is_a_new_message_item_streamed_or_not(qwen25):
+    """Text, a call, text: a message item, the call's item, a new message item, in that order, at
+    any split of the reply; the whole response lists the items the stream does."""
+    engine, srv = qwen25
+    result = engine.generate("x", max_tokens=2, temperature=0, drafter="none")
+    result = dataclasses.replace(result, stop_reason="eos")
+    text = TEXT_CALL_TEXT
+    splits = [[text], list(text)] + [[text[:cut], text[cut:]] for cut in range(len(text) + 1)]
+    for pieces in splits:
+        streamed, read = read_in(srv, pieces, result)
+        assert kinds(streamed) == [*TEXT_EVENTS, *CALL_EVENTS, *TEXT_EVENTS[2:], "response.completed"], pieces
+        output = streamed[-1]["response"]["output"]
+        assert [item["type"] for item in output] == ["message", "function_call", "message"]
+        texts = [item["content"][0]["text"] for item in output if item["type"] == "message"]
+        assert texts == ["Let me check.", "It may rain: take a coat."]
+        assert [e["output_index"] for e in streamed if e["type"] == "response.output_text.delta"][-1] == 2
+        whole = ResponseReply(True, "tiny").complete(result, 0, read)
+        assert without_ids(whole["output"]) == without_ids(output) and whole["output"][1] == output[1]
+        assert whole["output_text"] == "Let me check.It may rain: take a coat."
+
+
+def test_a_chat_stream_keeps_text_after_a_call_after_it(qwen25):
+    """The chat endpoint's chunks, where one step decides text, a call and text after it: a chunk
+    of the text and the call (a chunk's content comes before its calls), then one of the text
+    after the call; joined, they are the message."""
+    _, srv = qwen25
+    request = ChatRequest.model_validate({"model": "x", "messages": ASK, "tools": [GET_WEATHER]})
+    _, read = srv.worker.render_chat(request)
+    chunks = Reply(True, "tiny").deltas(read.feed(TEXT_CALL_TEXT) + read.finish())
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
+    assert [list(delta) for delta in deltas] == [["content", "tool_calls"], ["content"]]
+    message = read.message()
+    assert deltas[0]["content"] + deltas[1]["content"] == message["content"]
+    assert message["content"] == "Let me check.\n\nIt may rain: take a coat."  # the whitespace around the call kept
+    assert deltas[0]["tool_calls"] == [dict(call, index=0) for call in message["tool_calls"]]
+
+
+def test_reasoning_tokens_are_counted_in_usage(qwen35):
+    """Qwen3.5's prompt opens a think block the tiny model never closes: every token is reasoning,
+    in the chat's usage and the response's, streamed or not; without thinking, or with a call the
+    prompt begins after closing the block (tool_choice required), none is."""
+    _, srv = qwen35
+    client = srv.client()
+    chat = client.chat.completions.create(messages=ASK, max_tokens=12, **GREEDY)
+    assert chat.usage.completion_tokens == chat.usage.completion_tokens_details.reasoning_tokens == 12
+    chunks = list(client.chat.completions.create(messages=ASK, max_tokens=12, stream=True,
+                                                 stream_options={"include_usage": True}, **GREEDY))  # fmt: skip
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 12
+    whole = client.responses.create(input=ASK, max_output_tokens=12, **GREEDY)
+    assert whole.usage.output_tokens == whole.usage.output_tokens_details.reasoning_tokens == 12
+    raw = events(srv, dict(input=ASK, max_output_tokens=12, **GREEDY))
+    assert raw[-1]["response"]["usage"]["output_tokens_details"] == {"reasoning_tokens": 12}
+    off = client.chat.completions.create(messages=ASK, max_tokens=12, extra_body=NO_THINKING, **GREEDY)
+    assert off.usage.completion_tokens == 12 and off.usage.completion_tokens_details.reasoning_tokens == 0
+    forced = client.responses.create(
+        input=ASK, tools=[WEATHER], tool_choice="required", max_output_tokens=12, **GREEDY
+    )  # fmt: skip
+    assert forced.usage.output_tokens == 12 and forced.usage.output_tokens_details.reasoning_tokens == 0
+    assert [item.type for item in forced.output] == ["message"]  # the unfinished call, as text
 
 
 @pytest.mark.parametrize(
@@ -375,7 +460,7 @@ def test_a_failure_under_way_ends_the_stream_with_response_failed():
     """A generation that fails once under way ends the stream with response.failed, its error
     the message, the item under way closed as incomplete."""
     reply = ResponseReply(True, "tiny")
-    streamed = reply.opening() + reply.deltas({"text": "Hel"})
+    streamed = reply.opening() + reply.deltas([{"text": "Hel"}])
     streamed += reply.failure(ApiError(500, "generation failed: out of memory"))
     assert kinds(streamed)[-4:] == [
         "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.failed",

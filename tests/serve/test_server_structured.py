@@ -182,6 +182,26 @@ def test_a_thinking_model_reasons_first_and_answers_json(thinker):
     assert streamed(chunks) == {k: message[k] for k in ("reasoning_content", "content")}
 
 
+def test_the_reasoning_tokens_are_those_up_to_the_end_of_the_block(thinker):
+    """usage counts as reasoning the generated tokens up to the one that closes the think block
+    (a control token here), exactly: the chat's, streamed or not, and the Responses API's."""
+    engine, srv = thinker
+    result = engine.generate(engine.target.render_chat(MESSAGES), max_tokens=100, temperature=0, json_schema=SCHEMA)
+    (close,) = engine.target.tokenize("[/THINK]", add_special=False)
+    thought = result.tokens.index(close) + 1
+    assert 1 < thought < len(result.tokens)
+    client = srv.client()
+    request = dict(messages=MESSAGES, model="x", temperature=0, max_tokens=100, response_format=JSON_SCHEMA_FORMAT)
+    reply = client.chat.completions.create(**request)
+    assert reply.usage.completion_tokens == len(result.tokens)
+    assert reply.usage.completion_tokens_details.reasoning_tokens == thought
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request))
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == thought
+    text = {"format": {"type": "json_schema", "name": "answer", "schema": SCHEMA, "strict": True}}
+    response = client.responses.create(input=MESSAGES, model="x", temperature=0, max_output_tokens=100, text=text)
+    assert response.usage.output_tokens_details.reasoning_tokens == thought
+
+
 def test_a_reply_cut_in_its_reasoning_is_reasoning_alone(qwen35):
     """Qwen3.5's prompt opens "<think>\\n" and the tiny model never closes it: max_tokens cuts the
     reasoning, the same as without a schema (it was the JSON, in reasoning_content)."""

@@ -38,8 +38,8 @@ def read(srv, pieces: list[str], **fields) -> tuple[tuple, tuple]:
     calls = [call["function"] for call in message.get("tool_calls", [])]
     whole = (message.get("reasoning_content", ""), message["content"] or "", calls)
     joined: dict = {"reasoning": "", "text": "", "tool_calls": []}
-    for delta in deltas:
-        for key, value in delta.items():
+    for part in (part for delta in deltas for part in delta):
+        for key, value in part.items():
             joined[key] += value
     streamed = (joined["reasoning"], joined["text"], [call["function"] for call in joined["tool_calls"]])
     return whole, streamed
