@@ -14,10 +14,13 @@ llama-cpp-python's leaves out or reads otherwise:
 - a `$ref` at the root beside the `$defs` it refers into, with `$ref`s of their own (llama-cpp-python
   fails);
 - the backslashes in a `const`, an `enum` value or a property name escaped (llama-cpp-python's
-  grammar then does not parse, or means something else).
-
-Whitespace stays llama-cpp-python's (at most one space between tokens, where llama-server allows
-up to two newlines and 20 spaces or tabs of indentation).
+  grammar then does not parse, or means something else);
+- a `pattern` as llama.cpp reads it (specllm/llama/patterns.py): `(?:...)` groups, and one it has
+  no grammar for (unanchored, `\\d`, ...) any string, with a warning (llama-cpp-python asserts);
+- whitespace where llama.cpp allows it, so that a model may pretty-print: llama-cpp-python's `space`
+  (at most one space) follows every value; llama.cpp's (nothing, a space, or one or two newlines
+  and up to 20 spaces or tabs) follows `{`, `[`, `,`, `:` and a declared key and comes before `}`
+  and `]`, and nothing follows a value (so none after the JSON, nor before a `,`).
 """
 
 import json
@@ -26,7 +29,9 @@ import re
 
 from llama_cpp import llama_grammar as lg
 
+from specllm import report
 from specllm.errors import GrammarInvalid
+from specllm.llama.patterns import InvalidPattern, UnsupportedPattern, pattern_rule
 
 # llama.cpp's int64 bounds stand for "no bound"
 _NO_MIN, _NO_MAX = -(2**63), 2**63 - 1
@@ -39,6 +44,10 @@ _ANY_VALUE = lg.BuiltinRule(
 )
 # llama.cpp's string character: not a control character, and `\/` is no escape
 _CHAR = lg.BuiltinRule(r'[^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})', [])
+# llama.cpp's whitespace between tokens (SPACE_RULE): nothing, a space, or an indented new line
+SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+# what ends a rule of llama-cpp-python's: a value followed by its `space`, a closing bracket's too
+_TRAILING_SPACE = re.compile(r'(?P<closing> "[\]}]")? space$')
 
 
 def json_schema_to_gbnf(schema: dict) -> str:
@@ -56,6 +65,13 @@ def json_schema_to_gbnf(schema: dict) -> str:
 class _Converter(lg.SchemaConverter):
     # the key rule of the object being built, for its additional properties (see _build_object_rule)
     _additional_key: str | None = None
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self._rules["space"] = SPACE
+
+    def _add_rule(self, name, rule):
+        return super()._add_rule(name, _TRAILING_SPACE.sub(_space_before_closing, rule))
 
     def _format_literal(self, literal):
         # llama.cpp escapes a backslash too; without it, a `\"` in a JSON value ends the literal
@@ -87,7 +103,7 @@ class _Converter(lg.SchemaConverter):
             return super().visit(schema, name)
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
             low, high = integer_bounds(schema)
-            return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
+            return self._add_rule(rule_name, f"({integer_range(low, high)})")
         if schema_type is None and _is_any_value(schema):
             return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
         if _is_array_of_any_value(schema):
@@ -109,11 +125,26 @@ class _Converter(lg.SchemaConverter):
         if isinstance(additional_properties, dict) and properties:
             # an additional property's key is none of the declared ones, as in llama.cpp
             key = self._not_strings([json.dumps(prop)[1:-1] for prop, _ in properties])
-            self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", f"{key} space")
+            self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", key)
+        if not properties and not isinstance(additional_properties, dict):
+            return '"{" space "}"'  # llama-cpp-python's has two spaces inside ('"{" space  "}" space')
         try:
             return super()._build_object_rule(properties, required, name, additional_properties)
         finally:
             self._additional_key = None
+
+    def _visit_pattern(self, pattern, name):
+        if not isinstance(pattern, str):
+            raise GrammarInvalid(f"the JSON schema's pattern must be a string, not {pattern!r}")
+        rules = dict(self._rules)
+        try:
+            return self._add_rule(name, pattern_rule(pattern, name, self._add_rule))
+        except UnsupportedPattern as e:
+            self._rules = rules  # the rules of the part read are no part of the grammar
+            report.say(f"the JSON schema's pattern {pattern} is not supported ({e}): any string is accepted for it")
+            return self._add_rule(name, self._add_primitive("string", lg.PRIMITIVE_RULES["string"]))
+        except InvalidPattern as e:
+            raise GrammarInvalid(f"the JSON schema's pattern {pattern} is invalid: {e}") from None
 
     def format_grammar(self):
         # llama-cpp-python writes the additional properties after an optional one without their
@@ -151,6 +182,12 @@ class _Converter(lg.SchemaConverter):
         out.append(" )" if _END in trie else " )?")
         out.append(' ["]')
         return "".join(out)
+
+
+def _space_before_closing(end: re.Match) -> str:
+    """llama-cpp-python ends each value's rule with `space` (no other rule ends so); llama.cpp puts
+    it before a closing bracket and after no value."""
+    return f" space{end['closing']}" if end["closing"] else ""
 
 
 _ADDITIONAL_KVS = re.compile(r"[a-zA-Z0-9-]*additional-kvs[0-9]*")
