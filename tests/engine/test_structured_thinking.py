@@ -156,15 +156,16 @@ def test_a_model_that_opens_its_own_block_may_think_first(tmp_path):
 
 
 def test_greedy_json_after_reasoning_is_the_same_with_every_drafter(thinker):
-    """The reasoning closes inside drafts and steps: each row masked by its own clone's phase."""
+    """The reasoning closes inside drafts and steps: each row masked by its own clone's phase.
+    (The tiny model indents its JSON as llama-server's grammar lets it: 160 tokens to end it.)"""
     for question in QUESTIONS:
         prompt = thinker.target.render_chat([{"role": "user", "content": question}])
-        expected = greedy(thinker, prompt)
+        expected = greedy(thinker, prompt, max_tokens=160)
         assert expected.stop_reason == "eos"  # the end came after the JSON
         check_answer(expected.text, "[/THINK]")
         for drafter in ("model", "ngram", "auto"):
             for gamma in (1, 3, 5):
-                result = greedy(thinker, prompt, drafter, gamma)
+                result = greedy(thinker, prompt, drafter, gamma, max_tokens=160)
                 assert result.tokens == expected.tokens, (question, drafter, gamma)
 
 
