@@ -92,6 +92,21 @@ def test_greedy_json_schema_is_the_same_with_every_drafter(engines, gamma):
                 assert result.tokens == expected.tokens, (prompt, drafter)
 
 
+def test_greedy_json_is_laid_out_as_llama_server_lets_it(engines):
+    """The tiny models indent their JSON with the new lines and tabs llama-server's grammar allows
+    (llama-cpp-python's took one space at most), and every drafter keeps it: still JSON of SCHEMA,
+    no whitespace after it nor before a comma."""
+    texts = []
+    for engine in engines:
+        for prompt in PROMPTS:
+            expected = greedy(engine, prompt, "none", json_schema=SCHEMA)
+            check_schema(expected.text)
+            assert expected.text == expected.text.strip() and " ," not in expected.text
+            assert greedy(engine, prompt, "model", 4, json_schema=SCHEMA).tokens == expected.tokens
+            texts.append(expected.text)
+    assert sum("\n" in text for text in texts) >= 4 and any("\t" in text for text in texts)
+
+
 def test_greedy_speculation_under_a_grammar_really_drafts_and_rejects(engines):
     """Guard against a vacuous equality: draft tokens were accepted, and some were rejected."""
     stats = [greedy(e, p, "model", 4, grammar=WORDS).stats for e in engines for p in PROMPTS]
