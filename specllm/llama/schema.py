@@ -103,7 +103,7 @@ class _Converter(lg.SchemaConverter):
             return super().visit(schema, name)
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
             low, high = integer_bounds(schema)
-            return self._add_rule(rule_name, f"({integer_range(low, high)})")
+            return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
         if schema_type is None and _is_any_value(schema):
             return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
         if _is_array_of_any_value(schema):
@@ -125,7 +125,7 @@ class _Converter(lg.SchemaConverter):
         if isinstance(additional_properties, dict) and properties:
             # an additional property's key is none of the declared ones, as in llama.cpp
             key = self._not_strings([json.dumps(prop)[1:-1] for prop, _ in properties])
-            self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", key)
+            self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", f"{key} space")
         if not properties and not isinstance(additional_properties, dict):
             return '"{" space "}"'  # llama-cpp-python's has two spaces inside ('"{" space  "}" space')
         try:
