@@ -46,7 +46,12 @@ CASES = [
     (
         "required + optional props each in original order",
         {
-            "properties": {"b": {"type": "string"}, "a": {"type": "string"}, "d": {"type": "string"}, "c": {"type": "string"}},
+            "properties": {
+                "b": {"type": "string"},
+                "a": {"type": "string"},
+                "d": {"type": "string"},
+                "c": {"type": "string"},
+            },
             "required": ["a", "b"],
             "additionalProperties": False,
         },
@@ -158,7 +163,19 @@ CASES = [
         ['[{"a":1},null]', "12", '"x"', "true"],
     ),
 ]
-WHITESPACE = [" ", "  ", "\t", "\n", "\n\n", "\n\n\n", "\n" + " " * 20, "\n\n" + "\t" * 20, "\n" + " " * 21, " \n", "\r\n"]
+WHITESPACE = [
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\n\n",
+    "\n\n\n",
+    "\n" + " " * 20,
+    "\n\n" + "\t" * 20,
+    "\n" + " " * 21,
+    " \n",
+    "\r\n",
+]
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +237,9 @@ def test_pretty_printed_json_as_llama_server_takes_it(model):
         "additionalProperties": {"type": "boolean"},
     }
     takes = language(model, schema_grammar(schema))
-    assert takes('{\n  "a": 1,\n  "xs": []\n}') and takes('{\n\t"a": 1,\n\t"xs": [\n\t\t{\n\t\t\t"k": "v"\n\t\t}\n\t]\n}')
+    assert takes('{\n  "a": 1,\n  "xs": []\n}') and takes(
+        '{\n\t"a": 1,\n\t"xs": [\n\t\t{\n\t\t\t"k": "v"\n\t\t}\n\t]\n}'
+    )
     assert takes('{"a" : 1, "xs": [], "t": "y", "z": true}')  # a declared key may have space before its colon
     assert takes('{"a": 1,\n\n' + " " * 20 + '"xs": [ ]\n}') and takes('{"a": 1, "xs": [{ }]}')
     assert takes('{"a": 1, "xs": [],\r\n"t": "x"}') is False  # no carriage return
@@ -244,7 +263,12 @@ def test_the_thinking_answer_may_begin_after_any_whitespace(model):
 
 # llama.cpp's test's patterns: (name, pattern, the grammar it expects, strings as JSON texts)
 PATTERNS = [
-    ("simple regexp", "^abc?d*efg+(hij)?kl$", '"ab" "c"? "d"* "ef" "g"+ ("hij")? "kl"', ["abefgkl", "abcddefggghijkl", "abefkl"]),
+    (
+        "simple regexp",
+        "^abc?d*efg+(hij)?kl$",
+        '"ab" "c"? "d"* "ef" "g"+ ("hij")? "kl"',
+        ["abefgkl", "abcddefggghijkl", "abefkl"],
+    ),
     ("regexp escapes", "^\\[\\]\\{\\}\\(\\)\\|\\+\\*\\?$", '"[]{}()|+*?"', ["[]{}()|+*?", "[]"]),
     ("regexp quote", '^"$', '"\\""', ['"', '\\"', ""]),  # llama.cpp's takes the quote unescaped
     ("regexp with top-level alternation", "^A|B|C|D$", '"A" | "B" | "C" | "D"', ["A", "D", "AB", ""]),
@@ -259,7 +283,7 @@ PATTERNS = [
     ("regexp with escaped hyphen in a character class", "^[a-z\\-]+$", "[a-z\\-]+", ["a-b", "-", "A"]),
     ("regexp with escaped hyphen outside a character class", "^a\\-b$", '"a\\-b"', ["a-b", "ab"]),
 ]
-PATTERN_RULES = 'dot ::= [^\\x0A\\x0D]\nroot-1 ::= [0-9]\n'
+PATTERN_RULES = "dot ::= [^\\x0A\\x0D]\nroot-1 ::= [0-9]\n"
 
 
 @pytest.mark.parametrize("name, pattern, expected, texts", PATTERNS, ids=[p[0] for p in PATTERNS])
@@ -288,7 +312,10 @@ def test_a_pattern_is_read_as_llama_cpp_reads_it(model, name, pattern, expected,
 def test_a_pattern_without_a_grammar_is_any_string_with_a_warning(model, capfd, pattern, why):
     schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}, "required": ["a"]}
     grammar = schema_grammar(schema)
-    assert f"the JSON schema's pattern {pattern} is not supported ({why}): any string is accepted" in capfd.readouterr().err
+    assert (
+        f"the JSON schema's pattern {pattern} is not supported ({why}): any string is accepted"
+        in capfd.readouterr().err
+    )
     assert "a-1" not in grammar and "dot" not in grammar  # the rules of the part read are left out
     takes = language(model, grammar)
     assert takes('{"a": "anything \\n at all"}') and takes('{"a": ""}') and not takes('{"a": 1}')
