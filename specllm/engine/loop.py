@@ -743,11 +743,7 @@ class Engine:
             raise SpecllmError("a system message needs chat=True (the chat template)")
         if chat:
             prompt = self.chat_prompt(prompt, system)
-        _check_text(prompt, "the prompt")
-        tokens = self.target.tokenize(prompt, add_special=True, parse_special=True)
-        if len(tokens) > 1 and tokens[0] == tokens[1] == self.target.bos:  # template added one too
-            tokens = tokens[1:]
-        return tokens
+        return text_tokens(self.target, prompt)
 
     def _token_ids(self, prompt) -> list[int]:
         if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Iterable):
@@ -801,10 +797,12 @@ class Engine:
         *,
         chat: bool = False,
         system: str | None = None,
+        prepared: "PreparedGrammar | None" = None,
         **kwargs: "Unpack[GenerationOptions]",
     ) -> Generation:
         """The generation `stream` yields the events of, as a Generation: its Steps, then its
-        `result`. Bad options and prompts are refused now, before the first step."""
+        `result`. Bad options and prompts are refused now, before the first step. `prepared`: the
+        config's grammar made already (prepare_grammar), used where it fits this prompt."""
         if config is not None and kwargs:
             raise TypeError(f"give a GenerationConfig or keywords, not both (got {', '.join(sorted(kwargs))})")
         if config is None:
@@ -817,7 +815,7 @@ class Engine:
                 self._check_open()
                 check_fits(self.target, prompt)
             tokens = self.prompt_tokens(prompt, chat=chat, system=system)
-            run = _Run(self, tokens, config)
+            run = _Run(self, tokens, config, prepared)
         return Generation(self._own(run), ready=self._check_ready, in_use=self._using_models, cancel=run.cancelled.set)
 
     def _check_idle(self) -> None:
@@ -917,17 +915,69 @@ def make_config(**kwargs) -> GenerationConfig:
     return GenerationConfig(sampler=sampler, **rest)
 
 
-def output_grammar(target: Model, config: GenerationConfig, prompt: list[int]) -> OutputGrammar | None:
+def output_grammar(
+    target: Model, config: GenerationConfig, prompt: list[int], prepared: "PreparedGrammar | None" = None
+) -> OutputGrammar | None:
     """The grammar the generation's text must follow, over the target's vocabulary, or None: after
-    the reasoning where the prompt opened a think block (constrained.where_it_applies)."""
-    if config.json_schema is not None:
-        text = schema_grammar(config.json_schema)
-    elif config.grammar is not None:
-        text = config.grammar
-    else:
+    the reasoning where the prompt opened a think block (constrained.where_it_applies). The one
+    `prepared` already when it was made for this config and a prompt that ends the same way."""
+    if config.json_schema is None and config.grammar is None:
         return None
-    prompt_end = target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
-    return where_it_applies(target, text, prompt_end, config.call_opening or "")
+    end = prompt_end(target, prompt)
+    made = prepared.take(config, end) if prepared is not None else None
+    if made is not None:
+        return made
+    text = schema_grammar(config.json_schema) if config.json_schema is not None else config.grammar
+    assert text is not None
+    return where_it_applies(target, text, end, config.call_opening or "")
+
+
+def prompt_end(target: Model, prompt: list[int]) -> str:
+    """A prompt's last tokens as text: where the grammar applies is read from them (a think block
+    the prompt opened)."""
+    return target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
+
+
+@dataclass
+class PreparedGrammar:
+    """A generation's grammar made before the engine is free (prepare_grammar), used once: by the
+    generation whose config asks for the same grammar after a prompt that ends the same way (its
+    prompt's tokens may differ from those it was made for: a prompt cache reuses tokens)."""
+
+    grammar: str | None
+    json_schema: dict | str | None  # as GenerationConfig keeps it: JSON text
+    call_opening: str | None
+    prompt_end: str
+    made: OutputGrammar | None
+
+    def take(self, config: GenerationConfig, end: str) -> OutputGrammar | None:
+        made, self.made = self.made, None
+        asked = (config.grammar, config.json_schema, config.call_opening, end)
+        if made is None or asked == (self.grammar, self.json_schema, self.call_opening, self.prompt_end):
+            return made
+        made.close()
+        return None
+
+
+def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) -> PreparedGrammar | None:
+    """The grammar `config` asks for after `prompt`, made ahead for Engine.start (its `grammar`), or
+    None when it asks for none. It reads only the target's vocabulary, never its context or KV
+    cache: a server makes it beside the generation under way, the engine kept open meanwhile. Bad
+    grammars raise here as they would in start."""
+    made = output_grammar(target, config, prompt)
+    if made is None:
+        return None
+    return PreparedGrammar(config.grammar, config.json_schema, config.call_opening, prompt_end(target, prompt), made)
+
+
+def text_tokens(target: Model, text: str) -> list[int]:
+    """A text prompt's tokens: BOS as the model wants it, its control tokens read as such. It reads
+    only the vocabulary (a server tokenizes beside the generation under way)."""
+    _check_text(text, "the prompt")
+    tokens = target.tokenize(text, add_special=True, parse_special=True)
+    if len(tokens) > 1 and tokens[0] == tokens[1] == target.bos:  # template added one too
+        tokens = tokens[1:]
+    return tokens
 
 
 def check_snapshots(drafter: str, gamma: int | None, target: Model) -> None:
@@ -989,7 +1039,9 @@ def check_gamma(gamma: int, n_batch: int) -> None:
 class _Run:
     """State of one generation."""
 
-    def __init__(self, engine: Engine, prompt: list[int], config: GenerationConfig):
+    def __init__(
+        self, engine: Engine, prompt: list[int], config: GenerationConfig, prepared: PreparedGrammar | None = None
+    ):
         target = engine.target
         if not prompt:
             raise SpecllmError("the prompt is empty")
@@ -1001,7 +1053,7 @@ class _Run:
         self.engine, self.target, self.config, self.sampler = engine, target, config, config.sampler
         self.longest_draft = longest_draft(target, config.drafter)
         self.rng = np.random.default_rng(config.sampler.seed)
-        self.grammar = output_grammar(target, config, prompt)
+        self.grammar = output_grammar(target, config, prompt, prepared)
         self.drafter = self._make_drafter(engine)
         self.context = list(prompt)
         self.generated: list[int] = []

@@ -69,11 +69,12 @@ class PromptCache:
         extend; the caller has checked that they spell it."""
         self._last = (text, list(tokens))
 
-    def prompt(self, text: str) -> PromptTokens:
+    def prompt(self, text: str, full: list[int] | None = None) -> PromptTokens:
         """The prompt tokens of `text`. See the module docstring for why a text that extends the
-        remembered transcript reuses its tokens."""
+        remembered transcript reuses its tokens. `full`: the text's own tokens (text_tokens), when
+        made already (a server tokenizes a request's text before the engine is its)."""
         target = self.engine.target
-        full = self.engine.prompt_tokens(text)
+        full = self.engine.prompt_tokens(text) if full is None else full
         if self._last is not None:
             last_text, last_tokens = self._last
             if text.startswith(last_text):

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 import llama_cpp as L
 import numpy as np
@@ -41,6 +42,7 @@ _PATTERN_COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 # stack and killed the process (10000 and 20000 did not)
 MAX_NESTING = 5000
 MAX_RULES = 10000
+_PARSING = threading.Lock()  # held while llama.cpp parses a grammar (Grammar)
 # what holds parentheses that are not groups: a string, a character class, a token, a comment
 _LITERALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|<[^>\n]*>|#[^\n]*')
 
@@ -62,9 +64,12 @@ class Grammar:
         except UnicodeEncodeError:
             raise GrammarInvalid("the grammar is not valid UTF-8 text") from None
         _check_size(text)
-        recent_errors.clear()  # what it logs now says why it refused the grammar
-        with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
-            sampler = L.llama_sampler_init_grammar(model._vocab, encoded, root.encode())
+        # One at a time: two threads swapping file descriptor 2 at once would leave it on one's
+        # temporary file for good (serve makes grammars on several threads, ahead of their turns)
+        with _PARSING:
+            recent_errors.clear()  # what it logs now says why it refused the grammar
+            with _stderr_kept() as printed:  # llama.cpp prints a parse error, with the whole grammar
+                sampler = L.llama_sampler_init_grammar(model._vocab, encoded, root.encode())
         if not sampler:
             raise GrammarInvalid(f"the grammar does not parse: {_why(printed)}")
         if printed[0]:  # not the parser's: another thread's, written meanwhile

@@ -13,6 +13,7 @@ tokens.
 """
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -40,7 +41,18 @@ from starlette.requests import ClientDisconnect
 
 from specllm.engine.functionary import asks_recipient
 from specllm.engine.harmony import begins_harmony
-from specllm.engine.loop import DRAFTERS, Engine, Generation, Result, Step, describe_models, make_config
+from specllm.engine.loop import (
+    DRAFTERS,
+    Engine,
+    Generation,
+    PreparedGrammar,
+    Result,
+    Step,
+    describe_models,
+    make_config,
+    prepare_grammar,
+    text_tokens,
+)
 from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
@@ -198,7 +210,22 @@ class Plan:
         return dataclasses.replace(result, stats=stats)
 
 
+@dataclass
+class Ready:
+    """What a request's preparation made before its turn, beside the engine (EngineWorker.ready):
+    its prompt as text with that text's own tokens, the reader of a chat reply, its grammar."""
+
+    text: str | None = None  # None: token ids, or a gap to fill
+    read: ChatReply | None = None
+    tokens: list[int] | None = None  # the text's own tokens: the prompt cache reuses them or not
+    grammar: PreparedGrammar | None = None
+
+
 AHEAD = 4  # steps the engine may take before the client's side has taken the earlier ones
+# Requests prepared at once (their chat template rendered, their prompt tokenized, their grammar
+# made), beside the engine: a heavy one (20,000 messages take seconds) holds one of these threads,
+# not the engine nor the requests prepared beside it.
+PREPARING_THREADS = 4
 
 
 class Job:
@@ -272,8 +299,8 @@ class Lane:
     """A thread for work beside the generation (EngineWorker.beside), one job at a time, and how
     many wait for it."""
 
-    def __init__(self, name: str):
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix=name)
+    def __init__(self, name: str, threads: int = 1):
+        self.thread = ThreadPoolExecutor(threads, thread_name_prefix=name)
         self.waiting = 0
 
 
@@ -289,6 +316,8 @@ class EngineWorker:
         # The embedding model's own: a batch of texts to embed waits for no generation, and the
         # utilities wait for no batch
         self.embedding = Lane("specllm-embed")
+        # A generating request's preparation (ready), before it waits for the engine
+        self.preparing = Lane("specllm-prepare", PREPARING_THREADS)
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
@@ -307,8 +336,9 @@ class EngineWorker:
         """Wait for the engine, then start generating for `request` on the engine thread; None
         when the client has `left` (returns once it has) before its turn: nothing is prefilled
         for it, and it no longer counts as waiting. Bad input raises ApiError, before anything
-        is generated."""
+        is generated: most of it before the request waits for the engine (ready)."""
         self.loop = loop = asyncio.get_running_loop()
+        ready = await self.beside(partial(self.ready, request), self.preparing)
         if self.waiting >= self.settings.max_waiting:
             raise too_many_waiting(self.settings.max_waiting)
         self.waiting += 1
@@ -319,7 +349,7 @@ class EngineWorker:
         if not ours:
             return None
         try:
-            plan = await loop.run_in_executor(self.thread, self.prepare, request)
+            plan = await loop.run_in_executor(self.thread, self.prepare, request, ready)
         except SpecllmError as e:
             self.lock.release()
             raise self.refusal(e) from None
@@ -487,20 +517,33 @@ class EngineWorker:
         if self.job is not None:
             self.job.stop()
 
-    def prepare(self, request) -> Plan:
-        """On the engine thread, holding the engine: the prompt's tokens and the engine's stream."""
+    def ready(self, request) -> Ready:
+        """Beside the engine, before the request waits for it: what reads only the target's
+        vocabulary and chat template (see beside): the chat template rendered, the text's tokens,
+        the grammar. A bad request is refused here as prepare would refuse it, but for its grammar,
+        which prepare makes again to refuse it in its turn (after a prompt too long, say)."""
+        ready = Ready()
+        if isinstance(request, ChatRequest):
+            ready.text, ready.read = self.render_chat(request)
+        elif isinstance(request.prompt, str) and request.gap() is None:
+            ready.text = request.prompt
+        if ready.text is not None:
+            ready.tokens = text_tokens(self.engine.target, ready.text)
+            structure = self.chat_structure(request) if isinstance(request, ChatRequest) else request.structure
+            with contextlib.suppress(SpecllmError):  # refused in its turn, in the same words
+                ready.grammar = prepare_grammar(self.engine.target, ready.tokens, make_config(**structure))
+        return ready
+
+    def prepare(self, request, ready: Ready) -> Plan:
+        """On the engine thread, holding the engine: the prompt's tokens (what the prompt cache
+        reuses of `ready`'s) and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text, read, gap, left_out = None, None, request.gap(), 0
+        text, read, gap, left_out = ready.text, ready.read, request.gap(), 0
         wanted = request.requested_tokens
-        structure = request.structure
-        if chat:
-            text, read = self.render_chat(request)
-            structure = self.chat_structure(request)
-        elif isinstance(request.prompt, str) and gap is None:
-            text = request.prompt
+        structure = self.chat_structure(request) if chat else request.structure
         continues = False
         if text is not None:
-            prompt = self.cache.prompt(text)
+            prompt = self.cache.prompt(text, ready.tokens)
             tokens, continues = prompt.tokens, prompt.extended
         elif gap is not None:
             infill = engine.infill_prompt(gap.prefix, gap.suffix, files=gap.files, line=gap.line, max_tokens=wanted)
@@ -531,7 +574,7 @@ class EngineWorker:
             **request.limits,
             **structure,
         )
-        generation = engine.start(tokens, config)  # refuses what the engine cannot do, now
+        generation = engine.start(tokens, config, prepared=ready.grammar)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
@@ -1198,4 +1241,5 @@ def serve(engine: Engine, settings: ServeSettings, sock: socket.socket, embedder
         app.state.worker.thread.shutdown(wait=True)
         app.state.worker.vocab.thread.shutdown(wait=True)
         app.state.worker.embedding.thread.shutdown(wait=True)
+        app.state.worker.preparing.thread.shutdown(wait=True)
         sock.close()

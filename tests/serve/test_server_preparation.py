@@ -1,0 +1,122 @@
+"""A generating request is prepared before it waits for the engine, beside it: its chat template
+rendered, its prompt tokenized, its grammar made. A heavy request (a huge conversation, a large
+grammar) delays only itself, and its answer is the one it got when all this ran on the engine's
+thread."""
+
+import json
+import threading
+import time
+
+import pytest
+from serving import CTX, Server
+
+import specllm
+from specllm.engine.loop import prepare_grammar
+from specllm.llama.grammar import Grammar
+
+# Far past the context (2048 tokens): its 400 comes once it is all tokenized, seconds on 2 cores
+CONVERSATION = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word"} for i in range(8000)]
+SMALL = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0}
+GBNF = 'root ::= "{" [a-z]{1,6} "}"'
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def srv(engine):
+    s = Server(engine)
+    yield s
+    s.stop()
+
+
+def post(srv, path: str, body: dict) -> tuple[int, dict]:
+    return srv.post(path, json.dumps(body).encode())
+
+
+def answered(srv, path: str, body: dict, into: dict, name: str) -> None:
+    """Post, and keep the answer with the time it came."""
+    status, data = post(srv, path, body)
+    into[name] = (status, data, time.monotonic())
+
+
+def long_text_tokenizing(engine, monkeypatch) -> threading.Event:
+    """An event set when the target begins to tokenize a text of over 100,000 characters, on
+    whichever thread that is."""
+    begun, tokenize = threading.Event(), engine.target.tokenize
+
+    def observed(text, *args, **kwargs):
+        if len(text) > 100_000:
+            begun.set()
+        return tokenize(text, *args, **kwargs)
+
+    monkeypatch.setattr(engine.target, "tokenize", observed)
+    return begun
+
+
+def test_a_huge_conversation_delays_only_itself(srv, engine, monkeypatch):
+    """A small chat request sent while a huge conversation is being tokenized is answered before
+    the huge one's 400: the engine was not held meanwhile. The 400 is the one it always was."""
+    tokenizing, answers = long_text_tokenizing(engine, monkeypatch), {}
+    heavy = threading.Thread(
+        target=answered, args=(srv, "/v1/chat/completions", {"messages": CONVERSATION}, answers, "heavy")
+    )
+    heavy.start()
+    assert tokenizing.wait(60)
+    answered(srv, "/v1/chat/completions", SMALL, answers, "small")
+    heavy.join(120)
+    (small_status, _, small_at), (heavy_status, heavy_data, heavy_at) = answers["small"], answers["heavy"]
+    assert (small_status, heavy_status) == (200, 400)
+    assert small_at < heavy_at
+    prompt = post(srv, "/apply-template", {"messages": CONVERSATION})[1]["prompt"]
+    n = len(engine.prompt_tokens(prompt))
+    assert heavy_data["error"]["message"] == f"the prompt is {n} tokens but the context holds {CTX}"
+    assert heavy_data["error"]["code"] == "context_length_exceeded"
+
+
+def grammar_threads(monkeypatch) -> list[str]:
+    """The names of the threads llama.cpp's grammars are parsed on, from now on."""
+    names: list[str] = []
+    init = Grammar.__init__
+
+    def observed(self, model, text, *, root="root", _sampler=None):
+        if _sampler is None:  # not a clone
+            names.append(threading.current_thread().name)
+        init(self, model, text, root=root, _sampler=_sampler)
+
+    monkeypatch.setattr(Grammar, "__init__", observed)
+    return names
+
+
+def test_a_grammar_is_made_beside_the_engine_and_generates_the_same(srv, engine, monkeypatch):
+    """A grammar's parse (an exponential one takes seconds: 17 rules of nested optional symbols
+    took 4 s) runs before the request's turn, not on the engine's thread, and the text is what
+    the engine generates under the grammar by itself."""
+    names = grammar_threads(monkeypatch)
+    body = {"prompt": "x", "grammar": GBNF, "max_tokens": 16, "temperature": 0}
+    status, data = post(srv, "/completion", body)
+    assert status == 200 and names and all(name.startswith("specllm-prepare") for name in names), (status, names)
+    assert data["content"] == engine.generate("x", grammar=GBNF, max_tokens=16, temperature=0).text
+    names.clear()
+    response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
+    status, data = post(srv, "/v1/chat/completions", {**SMALL, "max_tokens": 40, "response_format": response_format})
+    assert status == 200 and names and all(name.startswith("specllm-prepare") for name in names), (status, names)
+
+
+def test_a_grammar_made_for_another_prompt_end_is_made_again(engine):
+    """The engine uses a grammar made ahead only for the config and prompt end it was made for:
+    a prompt that ends otherwise (a think block it opens, say) gets its own."""
+    config = specllm.GenerationConfig(max_tokens=4, grammar=GBNF)
+    target = engine.target
+    prepared = prepare_grammar(target, target.tokenize("x"), config)
+    assert prepared is not None and prepared.made is not None
+    made = prepared.made
+    assert prepared.take(config, prepared.prompt_end) is made
+    assert prepared.take(config, prepared.prompt_end) is None  # used once
+    again = prepare_grammar(target, target.tokenize("x"), config)
+    assert again is not None and again.take(config, "<think>\n") is None
