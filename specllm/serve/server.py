@@ -396,8 +396,9 @@ class EngineWorker:
         way rather than after it: tokenizing and rendering the chat template read the target's
         vocabulary and template, never its context or KV cache; embedding uses a model and a
         context of its own. llama.cpp's vocabulary is read-only once loaded (llama-server tokenizes
-        on its HTTP threads while its main loop decodes), Model.tokenize and piece use only it, and
-        the models are freed only once these threads have ended (serve). One at a time a lane, so
+        on its HTTP threads while its main loop decodes), Model.tokenize and piece use only it, as
+        does parsing a grammar (llama.cpp's parser tokenizes its <token>s), and the models are
+        freed only once these threads have ended (serve). One at a time a lane, so
         a large body takes one core at most; as many may wait as for the engine."""
         lane = lane or self.vocab
         if self.stopping:
