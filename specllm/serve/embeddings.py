@@ -3,6 +3,7 @@ llama-server answers them (started with `--embeddings`): the request, the normal
 responses, as plain data as openai_api.py (no HTTP, no model)."""
 
 import base64
+import json
 from typing import Literal
 
 import numpy as np
@@ -91,14 +92,19 @@ def _ids_or_mixed(items: list[JsonValue]) -> bool:
 
 def _content_text(content: JsonValue, field: str) -> str:
     """A chat message's content parts as one text: their texts joined, as llama-server joins them
-    for an embedding; an image, audio or video is refused (no multimodal projector here)."""
+    for an embedding; an image, audio or video is refused (no multimodal projector here), and so is
+    a part of any other type (a file, a part without a type), as llama-server refuses it."""
     if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
         raise ApiError(400, f"{field}.content must be a list of content parts", "input")
     text = ""
-    for part in content:
+    for at, part in enumerate(content):
         assert isinstance(part, dict)
-        if part.get("type") in MEDIA_PARTS:
-            raise ApiError(400, f"{field}.content: {part['type']}: the embedding model reads text only", "input")
+        kind = part.get("type")
+        if kind in MEDIA_PARTS:
+            raise ApiError(400, f"{field}.content: {kind}: the embedding model reads text only", "input")
+        if kind != "text":  # as llama-server: a file or untyped part embedded as nothing would go unnoticed
+            message = f'{field}.content[{at}]: type must be "text" (or a media part), not {json.dumps(kind)}'
+            raise ApiError(400, message, "input")
         piece = part.get("text")
         text += piece if isinstance(piece, str) else ""
     return text

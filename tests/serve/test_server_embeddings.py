@@ -140,6 +140,16 @@ def test_base64_is_the_same_floats(srv):
         ({"input": {"prompt_string": "a", "multimodal_data": ["AA=="]}}, "input", "input[0]: multimodal_data: "),
         ({"input": [{"content": "a"}]}, "input", "input[0].content must be a list of content parts"),
         ({"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, "input", "image_url: "),
+        (
+            {"input": {"content": [{"type": "file", "file": {"file_data": "x"}}]}},
+            "input",
+            'content[0]: type must be "text"',
+        ),
+        (
+            {"input": [{"content": [{"type": "text", "text": "a"}, {"text": "b"}]}]},
+            "input",
+            "input[0].content[1]: type",
+        ),
         ({"content": ["a", []]}, "input", "input[1] is empty"),
         ({"input": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
         ({"input": "x", "dimensions": 32}, "dimensions", "embeddings have 64, not 32"),
