@@ -43,6 +43,9 @@ _PATTERN_COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 MAX_NESTING = 5000
 MAX_RULES = 10000
 _PARSING = threading.Lock()  # held while llama.cpp parses a grammar (Grammar)
+# a repetition {m,n}: llama.cpp's parser takes n < m as n - m wrapped around, 2^64 optional copies,
+# and the process grows until the system kills it
+_COUNTED = re.compile(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}")
 # what holds parentheses that are not groups: a string, a character class, a token, a comment
 _LITERALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|<[^>\n]*>|#[^\n]*')
 
@@ -182,7 +185,8 @@ def _schema_object(schema: object) -> dict:
 
 
 def _check_size(text: str) -> None:
-    """Refuses a grammar nested deeper, or of more rules, than llama.cpp's C code can take."""
+    """Refuses a grammar nested deeper, or of more rules, than llama.cpp's C code can take, or with
+    a repetition it would take as endless."""
     structure = _LITERALS.sub("", text)
     rules = structure.count("::=")
     if rules > MAX_RULES:
@@ -193,6 +197,9 @@ def _check_size(text: str) -> None:
         deepest = max(deepest, depth)
     if deepest > MAX_NESTING:
         raise GrammarInvalid(f"the grammar nests groups {deepest} deep, more than the {MAX_NESTING} it may")
+    for match in _COUNTED.finditer(structure):
+        if int(match.group(2)) < int(match.group(1)):
+            raise GrammarInvalid(f"the grammar repeats {match.group(0)}: a maximum below its minimum")
 
 
 def _check_schema(schema: dict) -> None:

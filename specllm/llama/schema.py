@@ -35,6 +35,8 @@ from specllm.llama.patterns import InvalidPattern, UnsupportedPattern, pattern_r
 
 # llama.cpp's int64 bounds stand for "no bound"
 _NO_MIN, _NO_MAX = -(2**63), 2**63 - 1
+_LARGEST = 10**16 - 1  # the greatest integer llama.cpp's grammars write (16 digits)
+_LARGEST_ALONE = 10**15  # a bound alone from here on is written as a range up to _LARGEST
 _UNBOUNDED = 2**31 - 1  # more_digits' "no maximum" (std::numeric_limits<int>::max())
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # what makes a schema without a type a string, as llama.cpp's builder reads it
@@ -102,7 +104,7 @@ class _Converter(lg.SchemaConverter):
         if "const" in schema or "enum" in schema:
             return super().visit(schema, name)
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
-            low, high = integer_bounds(schema)
+            low, high = _one_bound_capped(*integer_bounds(schema))
             return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
         if schema_type is None and _is_any_value(schema):
             return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
@@ -246,6 +248,22 @@ def integer_bounds(schema: dict) -> tuple[int, int]:
         high = _bound(schema, "exclusiveMaximum", math.ceil) - 1
     if low > high:
         raise GrammarInvalid(f"the JSON schema's integer bounds admit no integer: {low} > {high}")
+    return low, high
+
+
+def _one_bound_capped(low: int, high: int) -> tuple[int, int]:
+    """A bound alone of 16 digits or more given the other side at 16 digits, an integer's most in
+    llama.cpp: its GBNF for such a bound alone repeats digits {m,n} with n < m (from 10**16 on, or
+    2 * 10**15), which its parser takes as endless (llama-server then runs out of memory)."""
+    if high == _NO_MAX and low >= _LARGEST_ALONE:
+        high = _LARGEST
+    elif low == _NO_MIN and high <= -_LARGEST_ALONE:
+        low = -_LARGEST
+    if low > high:
+        bound = f"lower bound {low}" if low > 0 else f"upper bound {high}"
+        raise GrammarInvalid(
+            f"the JSON schema's integer {bound} leaves no integer of at most 16 digits, a grammar's most"
+        )
     return low, high
 
 

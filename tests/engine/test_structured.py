@@ -241,6 +241,8 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         # overflowed its stack); these are past the limits, within what it could take
         ({"grammar": "root ::= " + "(" * 6000 + '"a"' + ")" * 6000}, "the grammar nests groups 6000 deep, more than"),
         ({"grammar": RULE_CHAIN}, "the grammar has 10001 rules"),
+        # llama.cpp's parser took the maximum below the minimum as 2^64 copies: out of memory, killed
+        ({"grammar": 'root ::= "a" ( "b" ){3,2}'}, "the grammar repeats {3,2}: a maximum below its minimum"),
         ({"json_schema": "{"}, "the JSON schema is not JSON: "),
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
         ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),

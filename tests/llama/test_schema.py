@@ -142,12 +142,29 @@ def test_bounds_reach_integers_in_objects_arrays_and_type_lists(model):
         ({"type": "integer", "minimum": "1"}, "the JSON schema's minimum must be a number, not '1'"),
         ({"type": "integer", "maximum": True}, "the JSON schema's maximum must be a number, not True"),
         ({"type": "integer", "maximum": 2**63}, "the JSON schema's maximum 9223372036854775808 is past"),
+        ({"type": "integer", "minimum": 2**62}, "the JSON schema's integer lower bound 4611686018427387904 leaves no"),
+        (
+            {"type": "integer", "exclusiveMaximum": -(10**16)},
+            "the JSON schema's integer upper bound -10000000000000001",
+        ),
     ],
 )
 def test_bad_bounds_are_one_line(schema, message):
     with pytest.raises(GrammarInvalid) as caught:
         schema_grammar(schema)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_bound_alone_of_16_digits_keeps_integers_within_16_digits(model):
+    """llama.cpp writes a minimum alone from 2 * 10**15 on (a maximum alone from -2 * 10**15 down)
+    with a repetition whose maximum is below its minimum ({16,15}), which its parser took as
+    endless: the process ran out of memory. Its integers have at most 16 digits: so here."""
+    takes = language(model, {"type": "integer", "minimum": 2 * 10**15})
+    assert takes("2000000000000000") and takes("9999999999999999")
+    assert not takes("1999999999999999") and not takes("10000000000000000")
+    takes = language(model, {"type": "integer", "exclusiveMaximum": -(10**15)})
+    assert takes("-1000000000000001") and takes("-9999999999999999")
+    assert not takes("-1000000000000000") and not takes("-10000000000000000")
 
 
 def test_a_schema_that_says_nothing_is_any_value(model):
