@@ -37,6 +37,7 @@ from specllm.llama.patterns import InvalidPattern, UnsupportedPattern, pattern_r
 _NO_MIN, _NO_MAX = -(2**63), 2**63 - 1
 _LARGEST = 10**16 - 1  # the greatest integer llama.cpp's grammars write (16 digits)
 _LARGEST_ALONE = 10**15  # a bound alone from here on is written as a range up to _LARGEST
+_DIGITS = "at most 16 digits, a grammar's most"
 _UNBOUNDED = 2**31 - 1  # more_digits' "no maximum" (std::numeric_limits<int>::max())
 _BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # what makes a schema without a type a string, as llama.cpp's builder reads it
@@ -104,8 +105,9 @@ class _Converter(lg.SchemaConverter):
         if "const" in schema or "enum" in schema:
             return super().visit(schema, name)
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
-            low, high = _one_bound_capped(*integer_bounds(schema))
-            return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
+            low, high = integer_bounds(schema)
+            if (low, high) != (_NO_MIN, _NO_MAX):
+                return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
         if schema_type is None and _is_any_value(schema):
             return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
         if _is_array_of_any_value(schema):
@@ -236,7 +238,8 @@ def _is_array_of_any_value(schema: dict) -> bool:
 def integer_bounds(schema: dict) -> tuple[int, int]:
     """An integer schema's least and greatest values, as llama.cpp reads them: `minimum` before
     `exclusiveMinimum` (and `maximum` before `exclusiveMaximum`), a fractional bound rounded
-    inwards; _NO_MIN / _NO_MAX where there is none."""
+    inwards; _NO_MIN / _NO_MAX where there is none, or where it is past a 64-bit integer's range
+    (llama.cpp's int64 bounds of no bound: OpenAPI's int64 schemas give them)."""
     low, high = _NO_MIN, _NO_MAX
     if "minimum" in schema:
         low = _bound(schema, "minimum", math.ceil)
@@ -246,24 +249,24 @@ def integer_bounds(schema: dict) -> tuple[int, int]:
         high = _bound(schema, "maximum", math.floor)
     elif "exclusiveMaximum" in schema:
         high = _bound(schema, "exclusiveMaximum", math.ceil) - 1
+    low, high = _one_bound_capped(max(low, _NO_MIN), min(high, _NO_MAX))
     if low > high:
         raise GrammarInvalid(f"the JSON schema's integer bounds admit no integer: {low} > {high}")
     return low, high
 
 
 def _one_bound_capped(low: int, high: int) -> tuple[int, int]:
-    """A bound alone of 16 digits or more given the other side at 16 digits, an integer's most in
-    llama.cpp: its GBNF for such a bound alone repeats digits {m,n} with n < m (from 10**16 on, or
-    2 * 10**15), which its parser takes as endless (llama-server then runs out of memory)."""
+    """A bound alone of 16 digits or more with the other side at 16 digits, an integer's most in
+    llama.cpp: its GBNF for such a bound alone repeats digits {m,n} with n < m (from 2 * 10**15 on),
+    which its parser takes as endless (llama-server then runs out of memory)."""
     if high == _NO_MAX and low >= _LARGEST_ALONE:
-        high = _LARGEST
-    elif low == _NO_MIN and high <= -_LARGEST_ALONE:
-        low = -_LARGEST
-    if low > high:
-        bound = f"lower bound {low}" if low > 0 else f"upper bound {high}"
-        raise GrammarInvalid(
-            f"the JSON schema's integer {bound} leaves no integer of at most 16 digits, a grammar's most"
-        )
+        if low > _LARGEST:
+            raise GrammarInvalid(f"the JSON schema's integer lower bound {low} leaves no integer of {_DIGITS}")
+        return low, _LARGEST
+    if low == _NO_MIN and high <= -_LARGEST_ALONE:
+        if high < -_LARGEST:
+            raise GrammarInvalid(f"the JSON schema's integer upper bound {high} leaves no integer of {_DIGITS}")
+        return -_LARGEST, high
     return low, high
 
 
@@ -271,10 +274,7 @@ def _bound(schema: dict, key: str, rounded) -> int:
     value = schema[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise GrammarInvalid(f"the JSON schema's {key} must be a number, not {value!r}")
-    value = value if isinstance(value, int) else rounded(value)
-    if not _NO_MIN < value < _NO_MAX:
-        raise GrammarInvalid(f"the JSON schema's {key} {value} is past a 64-bit integer's range")
-    return value
+    return value if isinstance(value, int) else rounded(value)
 
 
 def integer_range(min_value: int, max_value: int, decimals_left: int = 16, top_level: bool = True) -> str:

@@ -141,7 +141,7 @@ def test_bounds_reach_integers_in_objects_arrays_and_type_lists(model):
         ),
         ({"type": "integer", "minimum": "1"}, "the JSON schema's minimum must be a number, not '1'"),
         ({"type": "integer", "maximum": True}, "the JSON schema's maximum must be a number, not True"),
-        ({"type": "integer", "maximum": 2**63}, "the JSON schema's maximum 9223372036854775808 is past"),
+        ({"type": "integer", "minimum": 10**20, "maximum": 10**21}, "the JSON schema's integer lower bound 10"),
         ({"type": "integer", "minimum": 2**62}, "the JSON schema's integer lower bound 4611686018427387904 leaves no"),
         (
             {"type": "integer", "exclusiveMaximum": -(10**16)},
@@ -165,6 +165,16 @@ def test_a_bound_alone_of_16_digits_keeps_integers_within_16_digits(model):
     takes = language(model, {"type": "integer", "exclusiveMaximum": -(10**15)})
     assert takes("-1000000000000001") and takes("-9999999999999999")
     assert not takes("-1000000000000000") and not takes("-10000000000000000")
+
+
+def test_bounds_at_or_past_a_64_bit_integers_are_none(model):
+    """As llama.cpp's int64 bounds of no bound: OpenAPI's int64 schemas (and pydantic's `lt=10**20`)
+    were refused as past a 64-bit integer's range."""
+    for bounds in ({"minimum": -(2**63), "maximum": 2**63 - 1}, {"maximum": 2**64 - 1}, {"exclusiveMinimum": -1e300}):
+        takes = language(model, {"type": "integer", **bounds})
+        assert takes("0") and takes("-9999999999999999") and takes("9999999999999999") and not takes("1.5"), bounds
+    takes = language(model, {"type": "integer", "minimum": 0, "exclusiveMaximum": 10**20})
+    assert takes("0") and takes("9999999999999999") and not takes("-1")
 
 
 def test_a_schema_that_says_nothing_is_any_value(model):
