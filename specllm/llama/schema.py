@@ -80,6 +80,11 @@ class _Converter(lg.SchemaConverter):
         # llama.cpp escapes a backslash too; without it, a `\"` in a JSON value ends the literal
         return super()._format_literal(literal.replace("\\", "\\\\"))
 
+    def _generate_constant_rule(self, value):
+        # as llama.cpp writes a const or enum value: its text as it is ("été"), not escaped to
+        # ASCII ("\u00e9t\u00e9"), which a model hardly writes
+        return self._format_literal(json.dumps(value, ensure_ascii=False))
+
     def _add_primitive(self, name, rule):
         if name == "string" and self._additional_key:
             return self._additional_key  # the one string primitive _build_object_rule asks for itself

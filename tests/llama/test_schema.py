@@ -216,6 +216,15 @@ def test_backslashes_and_quotes_in_values_and_names(model):
     assert takes('"a\\\\b"') and takes('"q\\""') and not takes('"a\\b"')
 
 
+def test_a_const_or_enum_value_is_its_text_as_it_is(model):
+    """As llama.cpp writes it: "été" as a model writes it, not escaped to ASCII (\\u00e9)."""
+    takes = language(model, {"enum": ["été", "北京", "😀", "a\u0001"]})
+    assert takes('"été"') and takes('"北京"') and takes('"😀"') and takes('"a\\u0001"')
+    assert not takes('"\\u00e9t\\u00e9"') and not takes('"a\u0001"')
+    takes = language(model, {"type": "object", "properties": {"c": {"const": {"v": ["ñ"]}}}, "required": ["c"]})
+    assert takes('{"c": {"v": ["ñ"]}}')
+
+
 def test_an_additional_propertys_key_is_none_of_the_declared_ones(model):
     props = {
         "ab": {"type": "integer"},
