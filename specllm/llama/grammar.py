@@ -29,6 +29,7 @@ from specllm.llama.schema import json_schema_to_gbnf
 # llama_token_data, as numpy lays it out: a whole-vocabulary array is built without a Python loop
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 _EMPTY_OBJECT_SCHEMA = {"type": "object"}  # what llama-server makes of a schema given as {}
+_TOO_DEEP = "the JSON schema nests too deep to read"
 # llama.cpp's grammar parser refuses a repetition past this (MAX_REPETITION_THRESHOLD), as llama-server
 # then refuses the schema; llama-cpp-python's converter writes each repetition out instead, in memory
 # that grows with the count and in groups nested as deep (which overflow the C parser's stack)
@@ -148,6 +149,8 @@ def schema_text(schema: object) -> str:
         text = json.dumps(schema)
     except (TypeError, ValueError) as e:
         raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
+    except RecursionError:  # a dict nested deeper than Python's stack
+        raise GrammarInvalid(_TOO_DEEP) from None
     schema_grammar(schema)
     return text
 
@@ -179,6 +182,8 @@ def _schema_object(schema: object) -> dict:
             schema = json.loads(schema)
         except ValueError as e:
             raise GrammarInvalid(f"the JSON schema is not JSON: {e}") from None
+        except RecursionError:
+            raise GrammarInvalid(_TOO_DEEP) from None
     if not isinstance(schema, dict):
         raise GrammarInvalid(f"a JSON schema is a JSON object, not {type(schema).__name__}")
     return schema

@@ -2,6 +2,7 @@
 at each position is the sampler chain over the logits with every token the grammar forbids there
 set to -inf, and speculation gives exactly that distribution."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -37,6 +38,9 @@ SCHEMA = {
 WORDS = 'root ::= [a-z ]+ "."'  # lower-case words: most of a tiny model's likely tokens fit
 DIGITS = "root ::= [0-9]+"
 RULE_CHAIN = "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(10000))  # r10000 undefined
+DEEP_SCHEMA = functools.reduce(
+    lambda inner, _: {"type": "array", "items": inner}, range(3000), {}
+)  # past Python's stack
 PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "import os"]
 
 
@@ -245,6 +249,8 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"grammar": 'root ::= "a" ( "b" ){3,2}'}, "the grammar repeats {3,2}: a maximum below its minimum"),
         ({"json_schema": "{"}, "the JSON schema is not JSON: "),
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
+        ({"json_schema": '{"items": ' * 3000 + "{}" + "}" * 3000}, "the JSON schema nests too deep to read"),
+        ({"json_schema": DEEP_SCHEMA}, "the JSON schema nests too deep to read"),
         ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
         ({"json_schema": {}, "grammar": 'root ::= "x"'}, "give a grammar or a JSON schema, not both"),
         # llama-cpp-python's converter writes each repetition out (10**9 characters took all memory,
