@@ -348,20 +348,31 @@ def where_it_applies(model: Model, text: str, prompt_end: str, call_opening: str
 
 def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:
     """gpt-oss's grammar (see the module's docstring) where the prompt ends where its reply
-    begins (REPLY_START, on a vocabulary holding CHANNEL as one token) or inside a message it
-    began: in the analysis channel's body, or at the final channel's; None for any other prompt."""
+    begins (REPLY_START, on a vocabulary holding CHANNEL as one token) or inside a reply it
+    began: in an analysis message's body (its text begun, perhaps), after one's end, or at the
+    final channel's body; None for any other prompt."""
     # A SentencePiece vocabulary's word after a markup token begins with a space ("<|start|> assistant")
     tail = re.sub(r"(?<=\|>)\s+", "", prompt_end)
     if FINAL_HEADER.search(tail):
         return OutputGrammar(Grammar(model, text))  # the answer from the first token
-    opened = tail.endswith(ANALYSIS)
-    if not opened and not (tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
+    in_analysis = _in_analysis(tail)
+    after_analysis = tail.endswith(END) and _in_analysis(tail.removesuffix(END))
+    if not (in_analysis or after_analysis or tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
         return None
     grammar, first, following = _harmony_rules(text)
     header = Grammar(model, grammar, root=following)
-    if opened:
+    if in_analysis:
         return OutputGrammar(header.clone(), Phase.REASONING, END.encode(), header=header)
+    if after_analysis:  # the next message's header, from its REPLY_START
+        return OutputGrammar(header.clone(), Phase.HEADER, END.encode(), header=header)
     return OutputGrammar(Grammar(model, grammar, root=first), Phase.HEADER, END.encode(), header=header)
+
+
+def _in_analysis(tail: str) -> bool:
+    """Whether a prompt's `tail` ends in an analysis message's body: after its header, before its
+    end (a prompt that begins the reasoning for the model, or goes on with one)."""
+    at = tail.rfind(ANALYSIS)
+    return at >= 0 and not any(marker in tail[at + len(ANALYSIS) :] for marker in (END, "<|start|>"))
 
 
 def _harmony_rules(text: str) -> tuple[str, str, str]:

@@ -163,6 +163,31 @@ def test_the_phase_comes_from_the_prompts_tail(model, tmp_path):
     standard.close()
 
 
+def test_a_prompt_that_began_the_analysis_goes_on_with_it(gpt_oss):
+    """A prompt that wrote the start of the analysis for the model goes on in its free body, and
+    one that ended an analysis message has the next header the grammar's: the JSON comes in the
+    final message (the JSON was written from the first token, inside the analysis)."""
+    model, text = gpt_oss.target, schema_grammar(SCHEMA)
+    prompt = model.render_chat(ASK) + ANALYSIS + "Let me think"
+    [start], [channel], [end] = (
+        tokens_of(model, "<|start|>"),
+        tokens_of(model, "<|channel|>"),
+        tokens_of(model, "<|end|>"),
+    )
+    begun = where_it_applies(model, text, prompt)
+    assert begun.phase is Phase.REASONING
+    begun.accept(end)
+    for grammar in (begun, where_it_applies(model, text, prompt + "<|end|>")):
+        assert grammar.phase is Phase.HEADER
+        assert grammar.allowed(np.array([start, channel])).tolist() == [True, False]
+        for token in tokens_of(model, FINAL):
+            grammar.accept(token)
+        assert grammar.phase is Phase.ANSWER
+    result = greedy(gpt_oss, prompt)
+    assert "<|end|><|start|>assistant<|channel|>final" in result.text, result.text
+    assert set(json.loads(result.text.rpartition("<|message|>")[2])) == {"ok", "tag"}
+
+
 def test_greedy_json_after_analysis_is_the_same_with_every_drafter(gpt_oss):
     """The analysis ends and the headers pass inside drafts and steps: each row masked by its own
     clone's phase."""
