@@ -3,10 +3,12 @@ the package-index mirror) and checked for greedy fidelity. Minutes the first tim
 
 import ast
 
+import numpy as np
 import pytest
 
 import specllm
 from specllm.bench.runner import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
+from specllm.llama.grammar import Grammar, schema_grammar
 from specllm.llama.model import FimTokens
 from specllm.models.hub import resolve_models
 
@@ -69,3 +71,21 @@ def test_fill_in_the_middle_writes_code_that_fits_the_gap(engine):
     assert drafted.result.stats.n_drafted > 0
     divergence = check_fidelity(engine.target, drafted.prompt_tokens, alone.emitted, drafted.emitted, drafted.calls)
     assert divergence is None or divergence["kind"] == NEAR_TIE, divergence
+
+
+def test_narrowed_grammar_checks_are_llama_cpps_own_on_a_real_vocabulary(engine):
+    """Grammar.allowed narrows a whole vocabulary by first bytes (grammar._Prefixes): on Qwen2.5's
+    152k byte-level tokens, in every state along a JSON text (its tokens, then byte by byte, so
+    inside a character's bytes too), it answers as llama.cpp asked about every token."""
+    target = engine.target
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer", "minimum": 0}}}
+    text = '{"name": "Zoë \\u00e9 中文", "n": 28}'
+    everything = np.arange(target.n_vocab)
+    grammar = Grammar(target, schema_grammar(schema))
+    byte_tokens = {target.piece(t, special=True): t for t in range(target.n_vocab) if not target.is_eog(t)}
+    for tokens in (target.tokenize(text, add_special=False), [byte_tokens[bytes([b])] for b in text.encode()]):
+        state = grammar.clone()
+        for token in [*tokens, None]:
+            assert (state.allowed(everything) == state._allowed(everything)).all()
+            if token is not None:
+                state.accept(token)

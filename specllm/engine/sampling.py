@@ -210,7 +210,9 @@ def masked(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray], s: S
     head, so only its new tokens are checked, and the k best allowed tokens in it are the k best of
     the row: the chain keeps the same tokens with the same probabilities as over the whole masked
     row. Without top-k, top-p and min-p measure the whole allowed mass: every token is checked.
-    A grammar's check costs about 0.4 microseconds a token or more (57 ms for a 152k vocabulary)."""
+    A grammar's check of the whole vocabulary is narrowed by the tokens' first bytes
+    (Grammar.allowed): about 1 ms for a 152k vocabulary where few tokens are allowed, 60-170 ms
+    where most are (inside a string)."""
     x = _numbers_only(logits)
     need = 1 if s.greedy else s.top_k if 0 < s.top_k < x.size else x.size
     head = 1 if need == 1 else _ALLOWED_FIRST if need < x.size else x.size
