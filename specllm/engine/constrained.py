@@ -52,7 +52,7 @@ from specllm.llama.grammar import Grammar, after_whitespace, or_call
 from specllm.llama.model import Model
 
 RowT = TypeVar("RowT")
-SPACES = b" \t\n\r"  # what an answer after a think block may begin with (after_whitespace)
+SPACES = b" \t\n\r"  # what a call, or an answer after a think block, may begin with
 
 
 class Phase(enum.Enum):
@@ -224,8 +224,6 @@ class OutputGrammar:
         if self.phase is Phase.HEADER:
             self._read_header(rest)
             return
-        if self.call is not None:
-            self.call = self.call.spaced()
         self._answered(rest)
 
     def _read_header(self, text: bytes) -> None:
@@ -290,21 +288,17 @@ def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
 @dataclass(frozen=True)
 class CallOpening:
     """A tool call's opening (its chat template's), and the answer's text so far, while the answer
-    may yet be a call: `after_spaces`, where the answer may begin with whitespace (after_whitespace)."""
+    may yet be a call: whitespace before the opening is the call's (or_call)."""
 
     opening: bytes
     answer: bytes = b""
-    after_spaces: bool = False
-
-    def spaced(self) -> "CallOpening":
-        return dataclasses.replace(self, after_spaces=True)
 
     def then(self, text: bytes) -> "CallOpening":
         return dataclasses.replace(self, answer=self.answer + text)
 
     @property
     def _begun(self) -> bytes:
-        return self.answer.lstrip(SPACES) if self.after_spaces else self.answer
+        return self.answer.lstrip(SPACES)
 
     @property
     def written(self) -> bool:

@@ -210,9 +210,12 @@ def after_whitespace(text: str, root: str = "root") -> tuple[str, str]:
 def or_call(text: str, opening: str) -> tuple[str, str]:
     """A grammar (GBNF text) and the name of its start symbol that take what `text`'s root takes,
     or `opening` followed by any text: an answer, or a tool call (constrained.py frees the text
-    once the opening is written; the text after it here only lets a token run past its end)."""
+    once the opening is written; the text after it here only lets a token run past its end). The
+    call may begin with a space or new lines, as a template's may (Bielik's "\\n<tool_call>",
+    DeepSeek V4's "\\n\\n"), bounded as llama.cpp's JSON grammars bound their whitespace."""
     name = _new_rule(text, "answer-or-call")
-    return f"{text}\n{name} ::= root | {gbnf_literal(opening)} [^\\x00]*\n", name
+    spaces = '( " " | "\\n"{1,2} [ \\t]{0,20} )?'
+    return f"{text}\n{name} ::= root | {spaces} {gbnf_literal(opening)} [^\\x00]*\n", name
 
 
 def gbnf_literal(text: str) -> str:

@@ -29,7 +29,13 @@ SCHEMA = {
     "required": ["ok", "tag"],
 }
 OPENING = "[TOOL_CALLS]"
-PROMPTS = ["Hello world", "def f(x): return", "the cat is in the house and the cat is in the", "What is the weather"]
+# (the last answers JSON: the others' greedy replies begin a call, some after whitespace)
+PROMPTS = [
+    "Hello world",
+    "def f(x): return",
+    "the cat is in the house and the cat is in the",
+    "hello class value weather",
+]
 THINK_TEMPLATE = (
     "{% for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}{% if add_generation_prompt %}[THINK]{% endif %}"
 )
@@ -155,6 +161,24 @@ def test_the_grammar_token_by_token(pair, prompt_end, before):
     assert grammar.call is None and not grammar.allowed(np.array([byte[b"<"]]))[0]
     for state in (grammar, answer):
         state.close()
+    model.close()
+
+
+def test_a_call_may_begin_with_whitespace(pair):
+    """Templates whose calls begin on a new line (Bielik's "\n<tool_call>", DeepSeek V4's,
+    MiniMax M2's, Reka's " <tool_call>"): the whitespace a model writes before the opening is the
+    call's, as llama.cpp's triggers read it; the schema's answer still begins with no whitespace."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>")
+    for c in b"\n <tool_call":
+        assert grammar.allowed(np.array([byte[bytes([c])]]))[0], bytes([c])
+        grammar.accept(byte[bytes([c])])
+    assert grammar.phase is Phase.ANSWER and not grammar.allowed(np.array([byte[b"{"]]))[0]
+    grammar.accept(byte[b">"])
+    assert grammar.phase is Phase.CALL and grammar.free
+    grammar.close()
     model.close()
 
 
