@@ -338,11 +338,11 @@ class EngineWorker:
         for it, and it no longer counts as waiting. Bad input raises ApiError, before anything
         is generated: most of it before the request waits for the engine (ready)."""
         self.loop = loop = asyncio.get_running_loop()
-        ready = await self.beside(partial(self.ready, request), self.preparing)
         if self.waiting >= self.settings.max_waiting:
             raise too_many_waiting(self.settings.max_waiting)
-        self.waiting += 1
+        self.waiting += 1  # from its preparation on: it holds its body, and a full queue refuses at once
         try:
+            ready = await self.beside(partial(self.ready, request), self.preparing)
             ours = await self.turn(left)  # raises once the server is stopping
         finally:
             self.waiting -= 1

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from serving import CTX, Server
+from serving import CTX, Server, hold
 
 import specllm
 from specllm.engine.loop import prepare_grammar
@@ -77,6 +77,36 @@ def test_a_huge_conversation_delays_only_itself(srv, engine, monkeypatch):
     n = len(engine.prompt_tokens(prompt))
     assert heavy_data["error"]["message"] == f"the prompt is {n} tokens but the context holds {CTX}"
     assert heavy_data["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_request_past_the_waiting_limit_is_refused_before_it_is_prepared(engine, monkeypatch):
+    """A request counts as waiting from its preparation on (it holds its body): past --max-waiting
+    the next one is refused at once, a 503, its conversation never tokenized."""
+    busy, answers = Server(engine, max_waiting=1), {}
+    release = hold(engine, monkeypatch, CTX - 16)
+    threads = [
+        threading.Thread(target=answered, args=(busy, "/completion", body, answers, name))
+        for name, body in (
+            ("long", {"prompt": "x", "max_tokens": CTX - 16}),
+            ("small", {"prompt": "x", "max_tokens": 8}),
+        )
+    ]
+    try:
+        for thread, state in zip(threads, ({"busy": True}, {"waiting": 1})):
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not state.items() <= busy.get("/health").items() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        tokenizing = long_text_tokenizing(engine, monkeypatch)
+        status, data = post(busy, "/v1/chat/completions", {"messages": CONVERSATION})
+        assert status == 503 and data["error"]["code"] == "server_busy", data
+        assert not tokenizing.is_set()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(60)
+        busy.stop()
+    assert answers["long"][0] == answers["small"][0] == 200
 
 
 def grammar_threads(monkeypatch) -> list[str]:
