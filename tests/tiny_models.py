@@ -101,6 +101,7 @@ __all__ = [
     "CODELLAMA_FIM_PIECES",
     "HARMONY_PIECES",
     "MARKUP_PIECES",
+    "QWEN_PIECES",
     "byte_token_id",
     "vocab_pieces",
     "vocab_size",
@@ -129,7 +130,7 @@ ARCHS = ("llama", "qwen35", "mamba", *BERT_ARCHS)
 # Per-arch draft noise (target agreement ~80% for each; see the module docstring).
 DRAFT_NOISES = {"llama": DRAFT_NOISE, "qwen35": DRAFT_NOISE, "mamba": DRAFT_NOISE}
 
-VOCABS = ("standard", "incompatible", "extended", "code", "codellama", "harmony", "markup")
+VOCABS = ("standard", "incompatible", "extended", "code", "codellama", "harmony", "markup", "qwen")
 # "code" vocab: the standard one and Qwen2.5-Coder's fill-in-the-middle control tokens after it,
 # which llama.cpp finds by their text (as in the real Qwen2.5-Coder files, whose GGUFs name none);
 # "codellama": CodeLlama's, which has no repository-level tokens.
@@ -144,6 +145,10 @@ MARKUP_PIECES = [
     "[THINK]", "[/THINK]", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>',
     "[TOOL_CALLS]", "[ARGS]",
 ]  # fmt: skip
+
+# "qwen" vocab: Qwen3.5's think block's and calls' markers, user-defined tokens of its tokenizer
+# (text, never control): extra_scale sets how often they come
+QWEN_PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 
 SPACE = "\u2581"  # "▁", SentencePiece's escaped space
 
@@ -275,6 +280,8 @@ def vocab_pieces(vocab: str = "standard") -> list[str]:
         normal = _STANDARD + HARMONY_PIECES
     elif vocab == "markup":
         normal = _STANDARD + MARKUP_PIECES
+    elif vocab == "qwen":
+        normal = _STANDARD + QWEN_PIECES
     elif vocab == "incompatible":
         # Same pieces, same size, reversed order: every id from FIRST_NORMAL_ID on has another text.
         normal = _STANDARD[::-1]
@@ -308,6 +315,9 @@ def _scores_and_types(pieces: list[str]) -> tuple[list[float], list[int]]:
         elif text in FIM_PIECES or text in CODELLAMA_FIM_PIECES or text in HARMONY_PIECES or text in MARKUP_PIECES:
             scores.append(0.0)
             types.append(gguf.TokenType.CONTROL)
+        elif text in QWEN_PIECES:
+            scores.append(0.0)
+            types.append(gguf.TokenType.USER_DEFINED)
         else:
             # SPM merges the highest-scoring pair first: prefer longer pieces, then lower ids.
             scores.append(float(len(text)) - i * 1e-4)
@@ -679,7 +689,8 @@ def write_model(
                  "extended" (standard + N_EXTRA_TOKENS normal pieces), "code" (standard +
                  FIM_PIECES, fill-in-the-middle control tokens), "codellama" (standard +
                  CODELLAMA_FIM_PIECES), "harmony" (standard + HARMONY_PIECES, gpt-oss's markup) or "markup"
-                 (standard + MARKUP_PIECES, control tokens; extra_scale sets how often they come)
+                 (standard + MARKUP_PIECES, control tokens; extra_scale sets how often they come) or
+                 "qwen" (standard + QWEN_PIECES, user-defined tokens; extra_scale likewise)
     eos_token_id tokenizer.ggml.eos_token_id (a normal id makes that token end generation)
     chat_template a Jinja chat template stored as tokenizer.chat_template; None stores none; a list
                  of {"name", "template"} stores "default" as that and the others by name

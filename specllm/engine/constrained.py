@@ -32,7 +32,10 @@ Tools offered beside the grammar (a call's opening given): the answer is the gra
 tool call, the opening (as the chat template writes it) followed by anything. The answer's
 grammar takes the opening as an alternative to its own root, and once the answer's text holds the
 whole opening the text is free to the end (Phase.CALL), as the reasoning is: the call is the tool
-reader's to read, and nothing is masked but ids past the vocabulary.
+reader's to read, and nothing is masked but ids past the vocabulary. Where the model may begin a
+call before it closes its think block (Qwen3.5's, Nemotron 3's, Ling 3.0's, DeepSeek V3.2's: the
+call openings the reply reader ends the reasoning at), such an opening written inside the
+reasoning ends it the same way: the call is free to the end, its end of generation allowed.
 """
 
 import dataclasses
@@ -134,6 +137,7 @@ class OutputGrammar:
         tail: bytes = b"",
         header: Grammar | None = None,
         call: "CallOpening | None" = None,
+        calls_in_reasoning: tuple[bytes, ...] = (),
     ):
         self.model = grammar.model
         self.grammar = grammar  # the answer's (in REASONING, after whitespace)
@@ -143,6 +147,8 @@ class OutputGrammar:
         # HEADER, tail holds the header's text so far)
         self.header = header
         self.call = call  # while the answer may yet be a tool call: its opening, and the answer so far
+        # The call openings that end the reasoning where it writes one: the call is the answer's
+        self.calls_in_reasoning = calls_in_reasoning
 
     @property
     def free(self) -> bool:
@@ -190,7 +196,15 @@ class OutputGrammar:
         after = self.after.clone() if self.after is not None else None
         header = self.header.clone() if self.header is not None else None
         return OutputGrammar(
-            self.grammar.clone(), self.phase, self.closing, after, self.opening, self.tail, header, self.call
+            self.grammar.clone(),
+            self.phase,
+            self.closing,
+            after,
+            self.opening,
+            self.tail,
+            header,
+            self.call,
+            self.calls_in_reasoning,
         )
 
     def close(self) -> None:
@@ -214,9 +228,13 @@ class OutputGrammar:
 
     def _reason(self, token: int) -> None:
         text = self.tail + self.model.piece(token)
-        at = text.find(self.closing)
+        at, marker = _first_marker(text, (self.closing, *self.calls_in_reasoning))
         if at < 0:
-            self.tail = text[max(0, len(text) - (len(self.closing) - 1)) :]
+            longest = max(map(len, (self.closing, *self.calls_in_reasoning)))
+            self.tail = text[max(0, len(text) - (longest - 1)) :]
+            return
+        if marker != self.closing:  # a call begun inside the reasoning ends it (the reply reader reads so)
+            self.phase, self.call, self.tail = Phase.CALL, None, b""
             return
         rest = text[at + len(self.closing) :]
         self.phase, self.tail = (Phase.ANSWER if self.header is None else Phase.HEADER), b""
@@ -262,15 +280,29 @@ class OutputGrammar:
         return np.concatenate([tokens.eog, np.array(refused, dtype=np.intp)])
 
     def _answer_taken(self, token: int, tokens: _MarkerTokens) -> bool:
-        """Whether the grammar takes what `token`'s text has after the closing marker it completes."""
+        """Whether the grammar takes what `token`'s text has after the closing marker it completes
+        (or the text is a call's, begun before the marker)."""
         text = self.tail + self.model.piece(token)
-        rest = text[text.find(self.closing) + len(self.closing) :]
+        at, marker = _first_marker(text, (self.closing, *self.calls_in_reasoning))
+        if marker != self.closing:
+            return True
+        rest = text[at + len(self.closing) :]
         if not rest:
             return True
         state = self.grammar.clone()
         taken = _fed(state, rest, tokens.byte_tokens)
         state.close()
         return taken
+
+
+def _first_marker(text: bytes, markers: tuple[bytes, ...]) -> tuple[int, bytes]:
+    """Where the first of `markers` in `text` begins, and which (the earlier one where two begin
+    at one place); (-1, b"") where none is in it."""
+    found = [(at, i) for i, marker in enumerate(markers) if (at := text.find(marker)) >= 0]
+    if not found:
+        return -1, b""
+    at, i = min(found)
+    return at, markers[i]
 
 
 def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
@@ -311,13 +343,16 @@ class CallOpening:
         return self.opening.startswith(self._begun)
 
 
-def where_it_applies(model: Model, text: str, prompt_end: str, call_opening: str = "") -> OutputGrammar:
+def where_it_applies(
+    model: Model, text: str, prompt_end: str, call_opening: str = "", calls_in_reasoning: tuple[str, ...] = ()
+) -> OutputGrammar:
     """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: in
     gpt-oss's final message, after its free analysis messages (_harmony); after the reasoning where
     the prompt opened a think block; after an optional one where the model opens its own and the
     prompt closed none; else from the first token. With a tool call's `call_opening`, the answer
-    is the grammar's or a call (the module's docstring); not for gpt-oss, whose calls and answers
-    are both harmony messages."""
+    is the grammar's or a call (the module's docstring), and a call that begins with one of
+    `calls_in_reasoning` inside the reasoning ends it and is free too; not for gpt-oss, whose calls
+    and answers are both harmony messages."""
     harmony = _harmony(model, text, prompt_end)
     if harmony is not None:
         if call_opening:
@@ -329,15 +364,20 @@ def where_it_applies(model: Model, text: str, prompt_end: str, call_opening: str
         _check_distinct(model, text, call_opening)
         text, root = or_call(text, call_opening)
         call = CallOpening(call_opening.encode())
+    in_reasoning = tuple(opening.encode() for opening in calls_in_reasoning) if call_opening else ()
     closing = closing_marker(prompt_end)
     if closing is not None:
-        return OutputGrammar(_after_whitespace(model, text, root), Phase.REASONING, closing.encode(), call=call)
+        grammar = _after_whitespace(model, text, root)
+        return OutputGrammar(grammar, Phase.REASONING, closing.encode(), call=call, calls_in_reasoning=in_reasoning)
     opening = None if prompt_end.rstrip().endswith(CLOSINGS) else own_opening(model)
     if opening is None:
         return OutputGrammar(Grammar(model, text, root=root), call=call)
     token, closing = opening
     after = _after_whitespace(model, text, root)
-    return OutputGrammar(Grammar(model, text, root=root), Phase.OPTIONAL, closing.encode(), after, token, call=call)
+    grammar = Grammar(model, text, root=root)
+    return OutputGrammar(
+        grammar, Phase.OPTIONAL, closing.encode(), after, token, call=call, calls_in_reasoning=in_reasoning
+    )
 
 
 def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:

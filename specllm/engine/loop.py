@@ -89,6 +89,9 @@ class GenerationConfig:
     # writes it. The answer may be a call instead (that text, then anything) as well as the
     # grammar's text (engine/constrained.py).
     call_opening: str | None = None
+    # Where the model may begin a call inside its think block (Qwen3.5's, Nemotron 3's): the
+    # openings that end the reasoning there, the call then free as after call_opening.
+    calls_in_reasoning: Sequence[str] = ()  # kept as a tuple
 
     def __post_init__(self):
         object.__setattr__(self, "stop", stop_strings(self.stop))
@@ -99,6 +102,7 @@ class GenerationConfig:
         if self.json_schema is not None:  # kept as JSON text: the config stays hashable
             object.__setattr__(self, "json_schema", schema_text(self.json_schema))
         self._check_call_opening()
+        self._check_calls_in_reasoning()
         object.__setattr__(self, "min_indent", whole_number("min_indent", self.min_indent))
         if self.min_indent < 0:
             raise SpecllmError(f"min_indent must be >= 0, got {self.min_indent}")
@@ -128,6 +132,15 @@ class GenerationConfig:
             raise SpecllmError("a call opening is given beside a grammar or a JSON schema, not alone")
         object.__setattr__(self, "call_opening", self.call_opening.strip())
 
+    def _check_calls_in_reasoning(self) -> None:
+        given = (self.calls_in_reasoning,) if isinstance(self.calls_in_reasoning, str) else self.calls_in_reasoning
+        openings = tuple(given or ())
+        if not all(isinstance(opening, str) and opening.strip() for opening in openings):
+            raise SpecllmError(f"calls in reasoning are texts a tool call begins with, not {self.calls_in_reasoning!r}")
+        if openings and self.call_opening is None:
+            raise SpecllmError("calls in reasoning are given beside a call opening, not alone")
+        object.__setattr__(self, "calls_in_reasoning", openings)  # as the reply reader reads them
+
     def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
         """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
         if self.gamma is not None:
@@ -148,6 +161,7 @@ class GenerationOptions(TypedDict, total=False):
     grammar: str | None
     json_schema: dict | str | None
     call_opening: str | None
+    calls_in_reasoning: Sequence[str]
     temperature: float
     top_k: int
     top_p: float
@@ -929,7 +943,7 @@ def output_grammar(
         return made
     text = schema_grammar(config.json_schema) if config.json_schema is not None else config.grammar
     assert text is not None
-    return where_it_applies(target, text, end, config.call_opening or "")
+    return where_it_applies(target, text, end, config.call_opening or "", tuple(config.calls_in_reasoning))
 
 
 def prompt_end(target: Model, prompt: list[int]) -> str:
@@ -947,13 +961,15 @@ class PreparedGrammar:
     grammar: str | None
     json_schema: dict | str | None  # as GenerationConfig keeps it: JSON text
     call_opening: str | None
+    calls_in_reasoning: Sequence[str]
     prompt_end: str
     made: OutputGrammar | None
 
     def take(self, config: GenerationConfig, end: str) -> OutputGrammar | None:
         made, self.made = self.made, None
-        asked = (config.grammar, config.json_schema, config.call_opening, end)
-        if made is None or asked == (self.grammar, self.json_schema, self.call_opening, self.prompt_end):
+        asked = (config.grammar, config.json_schema, config.call_opening, config.calls_in_reasoning, end)
+        prepared = (self.grammar, self.json_schema, self.call_opening, self.calls_in_reasoning, self.prompt_end)
+        if made is None or asked == prepared:
             return made
         made.close()
         return None
@@ -967,7 +983,14 @@ def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) 
     made = output_grammar(target, config, prompt)
     if made is None:
         return None
-    return PreparedGrammar(config.grammar, config.json_schema, config.call_opening, prompt_end(target, prompt), made)
+    return PreparedGrammar(
+        config.grammar,
+        config.json_schema,
+        config.call_opening,
+        config.calls_in_reasoning,
+        prompt_end(target, prompt),
+        made,
+    )
 
 
 def text_tokens(target: Model, text: str) -> list[int]:

@@ -626,7 +626,8 @@ class EngineWorker:
             return structure
         if request.call_required:
             return {}
-        return structure | {"call_opening": self.call_opening()}
+        calls = self.tool_template().call_openings  # a call that may begin inside the reasoning ends it
+        return structure | {"call_opening": self.call_opening(), "calls_in_reasoning": calls}
 
     def call_opening(self) -> str:
         """What the template's calls begin with, refused where an answer could begin alike:

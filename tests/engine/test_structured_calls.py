@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import tiny_models as tm
+import tool_templates
 from grammar_reference import greedy_by_brute_force
 
 import specllm
@@ -65,18 +66,26 @@ def thinker(tmp_path_factory):
     engine.close()
 
 
-def reference(path, ids: list[int], opening: str) -> list[int]:
+@pytest.fixture(scope="module")
+def qwen35_model(tmp_path_factory):
+    path = tm.write_model(tmp_path_factory.mktemp("qwen35") / "qwen35.gguf", chat_template=tool_templates.QWEN35)
+    model = Model(path, OPTIONS)
+    yield model
+    model.close()
+
+
+def reference(path, ids: list[int], opening: str, in_reasoning: tuple[str, ...] = ()) -> list[int]:
     """Target-only greedy under the combined language, by brute force, on a model of its own."""
     model = Model(path, OPTIONS)
     prompt_end = model.detokenize(ids[-64:]).decode("utf-8", errors="replace")
-    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, opening)
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, opening, in_reasoning)
     out = greedy_by_brute_force(model, ids, grammar, MAX_TOKENS)
     grammar.close()
     model.close()
     return out
 
 
-def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING):
+def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING, in_reasoning=()):
     return engine.generate(
         ids,
         max_tokens=MAX_TOKENS,
@@ -85,6 +94,7 @@ def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING):
         gamma=gamma,
         json_schema=SCHEMA,
         call_opening=opening,
+        calls_in_reasoning=in_reasoning,
     )
 
 
@@ -98,15 +108,16 @@ def branch(answer: str) -> str:
     return "answer"
 
 
-def check_every_drafter(path, engine, prompts: list[list[int]]) -> list[str]:
+def check_every_drafter(path, engine, prompts: list[list[int]], opening=OPENING, in_reasoning=()) -> list[str]:
     """Greedy output equal to the reference with every drafter; the branch each prompt took."""
     taken = []
     for ids in prompts:
-        expected = greedy(engine, ids)
-        assert expected.tokens == reference(path, ids, OPENING)
+        expected = greedy(engine, ids, opening=opening, in_reasoning=in_reasoning)
+        assert expected.tokens == reference(path, ids, opening, in_reasoning)
         for drafter in ("model", "ngram", "auto"):
             for gamma in (1, 3):
-                assert greedy(engine, ids, drafter, gamma).tokens == expected.tokens, (drafter, gamma)
+                again = greedy(engine, ids, drafter, gamma, opening, in_reasoning)
+                assert again.tokens == expected.tokens, (drafter, gamma)
         taken.append(expected.text)
     return taken
 
@@ -124,6 +135,58 @@ def test_a_thinking_models_answer_or_call_comes_after_its_reasoning(thinker):
     answers = [text.partition("[/THINK]") for text in texts]
     assert all(closing and reasoning.strip() for reasoning, closing, _ in answers)
     assert sorted({branch(answer) for _, _, answer in answers}) == ["answer", "call"]
+
+
+def test_a_call_begun_inside_the_reasoning_ends_it(thinker):
+    """Where the model may call before it closes its think block (calls_in_reasoning, as Qwen3.5's
+    reply reader reads "<tool_call>"), the opening written inside the reasoning makes the rest a
+    free call, as after the block: the closing marker written after it no longer brings the
+    schema. Here the opening is "[ARGS]", which this model's reasoning writes often; of the
+    prompts, one answers JSON, one calls after its block, two call inside it."""
+    path, engine = thinker
+    asked = ["print", "Hello", "Paris", "What time is it"]
+    prompts = [engine.target.tokenize(engine.target.render_chat([{"role": "user", "content": q}])) for q in asked]
+    texts = check_every_drafter(path, engine, prompts, "[ARGS]", ("[ARGS]",))
+    within = [text.partition("[ARGS]")[0] for text in texts]
+    assert ["[/THINK]" in before for before in within] == [True, True, False, False]
+    branch_taken = [text.partition("[/THINK]")[2].lstrip()[:6] for text in texts[:2]]
+    assert branch_taken[0].startswith("{") and branch_taken[1] == "[ARGS]"
+    assert all(text.count("[/THINK]") and text.index("[/THINK]") > text.index("[ARGS]") for text in texts[2:])
+    # Without them, the same reasoning is held to the schema after its closing marker
+    held = greedy(engine, prompts[2], opening="[ARGS]")
+    assert (
+        held.text.partition("[/THINK]")[2].lstrip().startswith("{")
+        and held.tokens != greedy(engine, prompts[2], opening="[ARGS]", in_reasoning=("[ARGS]",)).tokens
+    )
+
+
+@pytest.mark.parametrize("in_reasoning", [("<tool_call>",), ("<x>", "<tool_call>")])
+def test_a_call_in_the_reasoning_token_by_token(qwen35_model, in_reasoning):
+    """Qwen3.5's prompt opens "<think>\\n": inside the reasoning, no end of generation until
+    "<tool_call>" is whole; from then on nothing is masked, "</think>" and the end included, and
+    a clone made before keeps reasoning."""
+    model = qwen35_model
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "<think>\n", "<tool_call>", in_reasoning)
+    everything = np.arange(model.n_vocab)
+    for c in b"I will check. <tool_call":
+        assert grammar.phase is Phase.REASONING and not grammar.allowed(np.array([tm.EOS_ID]))[0]
+        grammar.accept(byte[bytes([c])])
+    reasoning = grammar.clone()
+    grammar.accept(byte[b">"])
+    assert grammar.phase is Phase.CALL and grammar.allowed(everything).all()
+    for c in b"\n<function=get_weather>\n</think>\n\n":
+        grammar.accept(byte[bytes([c])])
+    assert grammar.phase is Phase.CALL and grammar.allowed(everything).all()
+    assert reasoning.phase is Phase.REASONING and not reasoning.allowed(np.array([tm.EOS_ID]))[0]
+    for state in (grammar, reasoning):
+        state.close()
+    # Without calls in reasoning, "<tool_call>" is reasoning text: the end is refused still
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "<think>\n", "<tool_call>")
+    for c in b"I will check. <tool_call>":
+        grammar.accept(byte[bytes([c])])
+    assert grammar.phase is Phase.REASONING and not grammar.allowed(np.array([tm.EOS_ID]))[0]
+    grammar.close()
 
 
 def test_once_the_opening_is_written_nothing_is_masked(pair):
@@ -203,6 +266,8 @@ def test_a_call_opening_an_answer_may_begin_with_is_refused(pair):
     for bad, message in [
         ({"json_schema": SCHEMA, "call_opening": " "}, "the text a tool call begins with"),
         ({"call_opening": "<tool_call>"}, "beside a grammar or a JSON schema"),
+        ({"json_schema": SCHEMA, "calls_in_reasoning": ("<tool_call>",)}, "beside a call opening, not alone"),
+        ({"json_schema": SCHEMA, "call_opening": "<tool_call>", "calls_in_reasoning": [""]}, "texts a tool call"),
     ]:
         with pytest.raises(SpecllmError, match=message):
             GenerationConfig(**bad)

@@ -5,11 +5,16 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 import tool_templates
 from serving import CTX, Server, serve_log, templated_server
 
 import specllm
+from specllm.engine.constrained import where_it_applies
+from specllm.llama.grammar import schema_grammar
+from specllm.serve.openai_api import ChatReply, ToolReply
+from specllm.serve.tool_calls import inspect_template
 
 MESSAGES = [{"role": "user", "content": "Hello"}]
 SCHEMA = {
@@ -374,3 +379,52 @@ def test_calls_an_answer_could_begin_as_are_a_400(llama31, tmp_path_factory):
             )
             assert status == 400 and data["error"]["param"] == "tools", data
             assert data["error"]["message"].endswith(f"to this model: its calls {why}")
+
+
+@pytest.fixture(scope="module")
+def qwen35_calls(tmp_path_factory):
+    """Qwen3.5's template on a vocabulary holding its markers as tokens it writes often: its
+    greedy reasoning for ANSWERS, offered GET_WEATHER, begins a call ("<tool_call>") before it
+    writes "</think>"."""
+    yield from templated_server(
+        tmp_path_factory, "qwen35-calls", tool_templates.QWEN35, vocab="qwen", extra_scale=1.5, seed=1
+    )
+
+
+def test_a_call_begun_inside_the_reasoning_ends_it_and_is_free(qwen35_calls):
+    """Qwen3.5 may call before it closes its think block (the reply reader ends the reasoning at
+    "<tool_call>"): under a schema the call is then free, the "</think>" it writes later no longer
+    bringing the schema (the reasoning refused the end and never ended: max_tokens)."""
+    engine, srv = qwen35_calls
+    choice = with_tools(srv, ANSWERS, response_format=JSON_SCHEMA_FORMAT, drafter="ngram", gamma=3)
+    structure = dict(json_schema=SCHEMA, call_opening="<tool_call>", calls_in_reasoning=("<tool_call>",))
+    text = generated(engine, srv, ANSWERS, **structure)
+    reasoning, opening, call = text.partition("<tool_call>")
+    assert opening and "</think>" not in reasoning and "</think>" in call
+    assert choice["message"]["reasoning_content"] == reasoning.strip() and reasoning.strip()
+    assert choice["message"]["content"] == (opening + call).strip()
+    held = generated(engine, srv, ANSWERS, json_schema=SCHEMA, call_opening="<tool_call>")
+    # as it was: "<tool_call>" was reasoning, and after "</think>" came the schema's answer or a call
+    assert "<tool_call>" in held.partition("</think>")[0] and held != text
+
+
+def test_a_whole_call_inside_the_reasoning_may_end_and_is_read(qwen35_calls):
+    """A call Qwen3.5 writes whole inside its reasoning: every token allowed under the schema, as
+    the server asks for it, the end of generation after it too, and the reply read as tool_calls."""
+    engine, srv = qwen35_calls
+    target = engine.target
+    form = inspect_template(lambda m, tools, prompt: target.render_chat(m, tools=tools, add_generation_prompt=prompt))
+    assert form.call_openings == ("<tool_call>",) and form.call_marker == "<tool_call>"
+    call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    written = "Let me look.\n" + call
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), "<think>\n", form.call_marker, form.call_openings)
+    for token in target.tokenize(written, add_special=False):
+        assert grammar.allowed(np.array([token]))[0]
+        grammar.accept(token)
+    assert grammar.allowed(np.array([target.eos]))[0]
+    grammar.close()
+    reply = ChatReply("</think>", ToolReply(["get_weather"]), call_openings=form.call_openings)
+    reply.feed(written), reply.finish()
+    message = reply.message()
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert message["reasoning_content"] == "Let me look."
