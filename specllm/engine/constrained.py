@@ -48,6 +48,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from specllm.engine.harmony import begins_harmony
 from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
 from specllm.errors import CallLikeAnswer, SpecllmError
@@ -64,12 +65,14 @@ class Phase(enum.Enum):
     ANSWER = enum.auto()  # the grammar's
     HEADER = enum.auto()  # gpt-oss: a harmony message's header, the grammar's up to its "<|message|>"
     CALL = enum.auto()  # after a tool call's opening: free to the end
+    CALL_MESSAGE = enum.auto()  # gpt-oss: a call's body, free (its end of generation too) up to its "<|end|>"
 
 
 # gpt-oss's harmony markup (engine/harmony.py): the reply's prompt ends with REPLY_START, and its
 # vocabulary holds CHANNEL as one token
 REPLY_START, CHANNEL, MESSAGE, END = "<|start|>assistant", "<|channel|>", "<|message|>", "<|end|>"
 ANALYSIS = CHANNEL + "analysis" + MESSAGE
+CALL_HEADER = CHANNEL + "commentary to=functions."  # a call's header, up to its tool's name (harmony.py's reading)
 # A final message's header, up to its body: a constraint such as " <|constrain|>json" may come before
 # "<|message|>" (llama.cpp's grammar allows one; here its type comes after whitespace or "<|constrain|>")
 FINAL_HEADER = re.compile(
@@ -154,7 +157,7 @@ class OutputGrammar:
     def free(self) -> bool:
         """Whether the text is free (but for its end in the reasoning): inside the reasoning, or
         after a tool call's opening."""
-        return self.phase in (Phase.REASONING, Phase.CALL)
+        return self.phase in (Phase.REASONING, Phase.CALL, Phase.CALL_MESSAGE)
 
     def allowed(self, ids: np.ndarray) -> np.ndarray:
         inside = ids < self.model.n_vocab
@@ -189,7 +192,7 @@ class OutputGrammar:
             self._read_header(self.model.piece(token))
         elif self.phase is Phase.OPTIONAL:
             self._begin(token)
-        elif self.phase is Phase.REASONING:
+        elif self.phase in (Phase.REASONING, Phase.CALL_MESSAGE):
             self._reason(token)
 
     def clone(self) -> "OutputGrammar":
@@ -246,18 +249,23 @@ class OutputGrammar:
 
     def _read_header(self, text: bytes) -> None:
         """gpt-oss: the header goes on with `text`, which its grammar took. Once it reaches its
-        "<|message|>", an analysis message's body is free up to its end and the next header's
-        grammar follows it; a final message's body is the grammar's answer."""
+        "<|message|>", an analysis message's body is free up to its end, and a call's (its end of
+        generation too), and the next header's grammar follows it; a final message's body is the
+        grammar's answer."""
         self.tail += text
         if MESSAGE.encode() not in self.tail:
             return
-        if ANALYSIS.encode() not in self.tail:
+        if ANALYSIS.encode() in self.tail:
+            phase = Phase.REASONING
+        elif CALL_HEADER.encode() in self.tail:
+            phase = Phase.CALL_MESSAGE
+        else:
             self.phase, self.tail = Phase.ANSWER, b""
             return
         assert self.header is not None
         self.grammar.close()
-        self.grammar, self.phase = self.header.clone(), Phase.REASONING
-        self.tail = self.tail[self.tail.find(ANALYSIS.encode()) + len(ANALYSIS) :]
+        self.grammar, self.phase = self.header.clone(), phase
+        self.tail = self.tail[self.tail.find(MESSAGE.encode()) + len(MESSAGE) :]
 
     def _answered(self, text: bytes) -> None:
         """The answer goes on with `text`: once it holds a whole tool call's opening, it is a
@@ -272,12 +280,14 @@ class OutputGrammar:
 
     def _refused(self) -> np.ndarray:
         """The tokens refused in the reasoning: the ends of generation, and those that complete
-        its closing marker into answer text the grammar refuses (after a call's opening: none)."""
+        its closing marker into answer text the grammar refuses (after a call's opening: none; in
+        gpt-oss's call, those that complete its end alone)."""
         if self.phase is Phase.CALL:
             return np.zeros(0, dtype=np.intp)
         tokens = _marker_tokens(self.model, self.closing)
         refused = [t for t in tokens.completing(self.closing, self.tail) if not self._answer_taken(t, tokens)]
-        return np.concatenate([tokens.eog, np.array(refused, dtype=np.intp)])
+        ends = tokens.eog if self.phase is Phase.REASONING else np.zeros(0, dtype=np.intp)
+        return np.concatenate([ends, np.array(refused, dtype=np.intp)])
 
     def _answer_taken(self, token: int, tokens: _MarkerTokens) -> bool:
         """Whether the grammar takes what `token`'s text has after the closing marker it completes
@@ -351,14 +361,17 @@ def where_it_applies(
     the prompt opened a think block; after an optional one where the model opens its own and the
     prompt closed none; else from the first token. With a tool call's `call_opening`, the answer
     is the grammar's or a call (the module's docstring), and a call that begins with one of
-    `calls_in_reasoning` inside the reasoning ends it and is free too; not for gpt-oss, whose calls
-    and answers are both harmony messages."""
-    harmony = _harmony(model, text, prompt_end)
+    `calls_in_reasoning` inside the reasoning ends it and is free too; for gpt-oss, whose calls
+    and answers are both harmony messages, any `call_opening` allows a call's message beside the
+    final one."""
+    harmony = _harmony(model, text, prompt_end, calls=bool(call_opening))
     if harmony is not None:
-        if call_opening:
-            harmony.close()
-            raise CallLikeAnswer("gpt-oss's tool calls begin as its answers do, with a harmony message's header")
         return harmony
+    if begins_harmony(call_opening):
+        raise CallLikeAnswer(
+            f"a tool call begins with {call_opening!r}, a harmony message's header, which is told from an answer"
+            " only in a gpt-oss reply (its markup tokens in the vocabulary, the prompt ending where a reply begins)"
+        )
     root, call = "root", None
     if call_opening:
         _check_distinct(model, text, call_opening)
@@ -380,11 +393,12 @@ def where_it_applies(
     )
 
 
-def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:
+def _harmony(model: Model, text: str, prompt_end: str, calls: bool = False) -> OutputGrammar | None:
     """gpt-oss's grammar (see the module's docstring) where the prompt ends where its reply
     begins (REPLY_START, on a vocabulary holding CHANNEL as one token) or inside a reply it
     began: in an analysis message's body (its text begun, perhaps), after one's end, or at the
-    final channel's body; None for any other prompt."""
+    final channel's body; None for any other prompt. With `calls`, a message's header may be a
+    call's."""
     # A SentencePiece vocabulary's word after a markup token begins with a space ("<|start|> assistant")
     tail = re.sub(r"(?<=\|>)\s+", "", prompt_end)
     if FINAL_HEADER.search(tail):
@@ -393,7 +407,7 @@ def _harmony(model: Model, text: str, prompt_end: str) -> OutputGrammar | None:
     after_analysis = tail.endswith(END) and _in_analysis(tail.removesuffix(END))
     if not (in_analysis or after_analysis or tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
         return None
-    grammar, first, following = _harmony_rules(text)
+    grammar, first, following = _harmony_rules(text, calls)
     header = Grammar(model, grammar, root=following)
     if in_analysis:
         return OutputGrammar(header.clone(), Phase.REASONING, END.encode(), header=header)
@@ -409,16 +423,19 @@ def _in_analysis(tail: str) -> bool:
     return at >= 0 and not any(marker in tail[at + len(ANALYSIS) :] for marker in (END, "<|start|>"))
 
 
-def _harmony_rules(text: str) -> tuple[str, str, str]:
+def _harmony_rules(text: str, calls: bool = False) -> tuple[str, str, str]:
     """GBNF `text` with rules for gpt-oss's messages added, and the names of two: a message's
-    header (an analysis message's, or a final one's followed by `text`'s root), and the same after
-    the REPLY_START that begins a message after another. Their names are not `text`'s."""
+    header (an analysis message's, or a final one's followed by `text`'s root, or with `calls` a
+    call's: CALL_HEADER, the tool's name and a constraint), and the same after the REPLY_START that
+    begins a message after another. Their names are not `text`'s."""
     prefix = "harmony"
     while prefix in text:
         prefix += "x"
     message, after, constraint = f"{prefix}-message", f"{prefix}-after", f"{prefix}-constraint"
+    # a tool's name as harmony.py reads a recipient: up to whitespace or markup
+    call = f' | "{CALL_HEADER}" [^ \\t\\r\\n<]+ {constraint} "{MESSAGE}"' if calls else ""
     rules = (
-        f'{message} ::= "{ANALYSIS}" | "{CHANNEL}final" {constraint} "{MESSAGE}" root\n'
+        f'{message} ::= "{ANALYSIS}" | "{CHANNEL}final" {constraint} "{MESSAGE}" root{call}\n'
         f'{constraint} ::= (([ \\t\\n]+ "<|constrain|>"? | "<|constrain|>") [A-Za-z0-9_-]+)?\n'
         f'{after} ::= "{REPLY_START}" {message}\n'
     )

@@ -40,7 +40,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from specllm.engine.functionary import asks_recipient
-from specllm.engine.harmony import begins_harmony
 from specllm.engine.loop import (
     DRAFTERS,
     Engine,
@@ -630,14 +629,14 @@ class EngineWorker:
         return structure | {"call_opening": self.call_opening(), "calls_in_reasoning": calls}
 
     def call_opening(self) -> str:
-        """What the template's calls begin with, refused where an answer could begin alike:
-        nothing of their own (functionary v3.2's prompt ends where its call's name begins), or
-        a harmony message's header, which every gpt-oss reply begins with."""
+        """What the template's calls begin with, refused where they have nothing of their own
+        (functionary v3.2's prompt ends where its call's name begins). gpt-oss's ("to=functions.")
+        is a harmony message's header: the engine allows a call's message beside the final one."""
         opening = self.tool_template().call_marker
-        if opening and not begins_harmony(opening):
+        if opening:
             return opening
-        why = "have no opening of their own" if not opening else "are harmony messages, as its answers are"
-        message = f"tools cannot be offered with a response_format or grammar to this model: its calls {why}"
+        why = "its calls have no opening of their own"
+        message = f"tools cannot be offered with a response_format or grammar to this model: {why}"
         raise ApiError(400, message, "tools")
 
     @staticmethod

@@ -227,3 +227,66 @@ def test_a_row_matches_a_brute_force_mask(gpt_oss, where):
     reference[~brute_force_mask(grammar, target.n_vocab)] = -np.inf
     assert np.array_equal(distribution(grammar.masked(row, sampler), sampler), distribution(reference, sampler))
     target.truncate(0)
+
+
+CALL_HEADER = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+
+
+def test_beside_tools_a_header_may_be_a_calls(model):
+    """With a call opening (tools offered), a header may also be a commentary call's, as
+    harmony.py reads a call: its body is free, its end of generation too (<|call|>); after its
+    <|end|> the next header is the grammar's, and the final message still the schema's JSON.
+    Without one, "commentary" is refused."""
+    prompt, text = model.render_chat(ASK), schema_grammar(SCHEMA)
+    everything, eog = np.arange(model.n_vocab), eog_tokens(model)
+    [commentary_c] = tokens_of(model, "c")
+    plain = where_it_applies(model, text, prompt)
+    plain.accept(tokens_of(model, "<|channel|>")[0])
+    assert not plain.allowed(np.array([commentary_c]))[0]
+    plain.close()
+    grammar = where_it_applies(model, text, prompt, "to=functions.")
+    for token in tokens_of(model, CALL_HEADER):
+        assert grammar.phase is Phase.HEADER and not grammar.allowed(np.array(eog)).any()
+        grammar.accept(token)
+    for token in tokens_of(model, '{"city": "Paris"}'):
+        assert grammar.phase is Phase.CALL_MESSAGE and grammar.allowed(everything).all()
+        grammar.accept(token)
+    assert grammar.allowed(np.array(eog)).all()
+    ended = grammar.clone()
+    grammar.close()
+    ended.accept(tokens_of(model, "<|end|>")[0])
+    assert ended.phase is Phase.HEADER and not ended.allowed(np.array(eog)).any()
+    for token in tokens_of(model, FINAL):
+        ended.accept(token)
+    assert ended.phase is Phase.ANSWER
+    for token in tokens_of(model, '{"ok": true, "tag": "red"}'):
+        assert not ended.allowed(np.array(eog)).any()
+        ended.accept(token)
+    assert ended.allowed(np.array(eog)).all()
+    ended.close()
+
+
+# Greedy replies under SCHEMA beside tools: two calls, the first ended by <|end|>; an analysis
+# message, then a call
+CALLING = ["def f(x): return", "What is the weather in Paris?"]
+
+
+def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt_oss):
+    """The tiny model's greedy replies, with a call opening, are calls (the name is noise): the
+    same with every drafter and by the brute-force mask, ended by the model."""
+    target = gpt_oss.target
+    for question in CALLING:
+        text = target.render_chat([{"role": "user", "content": question}])
+        prompt = gpt_oss.prompt_tokens(text)
+        expected = greedy(gpt_oss, prompt, call_opening="to=functions.")
+        assert expected.stop_reason == "eos" and "<|channel|>commentary to=functions." in expected.text
+        grammar = where_it_applies(target, schema_grammar(SCHEMA), text, "to=functions.")
+        assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
+        grammar.close()
+        target.truncate(0)
+        for drafter in ("model", "ngram", "auto"):
+            for gamma in (1, 3):
+                result = greedy(gpt_oss, prompt, drafter, gamma, call_opening="to=functions.")
+                assert result.tokens == expected.tokens, (question, drafter, gamma)
+    first = greedy(gpt_oss, gpt_oss.target.render_chat([{"role": "user", "content": CALLING[0]}]), call_opening="x")
+    assert first.text.count("<|channel|>commentary to=functions.") == 2 and "<|end|>" in first.text

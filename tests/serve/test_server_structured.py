@@ -2,11 +2,13 @@
 json_schema on every generating endpoint, and one-line 400s for what cannot be done."""
 
 import json
+import re
 import threading
 import time
 
 import numpy as np
 import pytest
+import tiny_models as tm
 import tool_templates
 from serving import CTX, Server, serve_log, templated_server
 
@@ -371,14 +373,17 @@ def test_calls_an_answer_could_begin_as_are_a_400(llama31, tmp_path_factory):
     )
     reply = with_tools(srv, ANSWERS, response_format=JSON_SCHEMA_FORMAT)["message"]["content"]
     assert reply.startswith('{"name": "')  # a call (of noise), which SCHEMA's answers cannot begin as
-    for template, why in ((tool_templates.FUNCTIONARY_V32, "have no opening of their own"),
-                          (tool_templates.GPT_OSS, "are harmony messages, as its answers are")):  # fmt: skip
+    # functionary v3.2's calls have no opening; gpt-oss's template on a vocabulary without
+    # harmony's markup tokens writes no harmony messages a grammar could tell apart
+    for template, why in ((tool_templates.FUNCTIONARY_V32, "to this model: its calls have no opening of their own"),
+                          (tool_templates.GPT_OSS, "only in a gpt-oss reply (its markup tokens in the vocabulary, "
+                                                   "the prompt ending where a reply begins)")):  # fmt: skip
         for _, other in templated_server(tmp_path_factory, "refused", template):
             status, data = post(
                 other, "/v1/chat/completions", messages=ANSWERS, tools=[GET_WEATHER], response_format=JSON_SCHEMA_FORMAT
             )
             assert status == 400 and data["error"]["param"] == "tools", data
-            assert data["error"]["message"].endswith(f"to this model: its calls {why}")
+            assert data["error"]["message"].endswith(why)
 
 
 @pytest.fixture(scope="module")
@@ -428,3 +433,46 @@ def test_a_whole_call_inside_the_reasoning_may_end_and_is_read(qwen35_calls):
     message = reply.message()
     assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert message["reasoning_content"] == "Let me look."
+
+
+HARMONY_CALL = "<|channel|>commentary json<|message|>"
+
+
+def test_gpt_oss_beside_tools_calls_or_answers_json(gpt_oss):
+    """gpt-oss with tools and a schema (a 400 before): a header may be a commentary call's, its
+    body free; the tiny model's greedy reply is a call (to a tool of noise's name), the text the
+    engine generates so. A call written whole is allowed, may end, and is read as tool_calls."""
+    engine, srv = gpt_oss
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    choice = with_tools(srv, messages, response_format=JSON_SCHEMA_FORMAT, max_tokens=120)
+    status, data = post(srv, "/apply-template", messages=messages, tools=[GET_WEATHER])
+    assert status == 200, data
+    text = engine.generate(
+        data["prompt"], max_tokens=120, temperature=0, json_schema=SCHEMA, call_opening="to=functions."
+    ).text
+    header, _, body = text.partition("<|message|>")  # a call at once, its tool's name noise
+    assert header.startswith("<|channel|>commentary to=functions.") and choice["finish_reason"] == "stop"
+    recipient = header.removeprefix("<|channel|>commentary to=").partition("<|constrain|>")[0]
+    # the call, which names no offered tool, left as text in harmony.py's one form
+    assert choice["message"]["content"] == f"<|start|>assistant to={recipient}{HARMONY_CALL}{body}<|call|>"
+    # A call written whole under that grammar: every token allowed, then its end, and read as tool_calls
+    target = engine.target
+    written = (
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+        '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
+    )
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), data["prompt"], "to=functions.")
+    for part in re.split(r"(<\|[a-z]+\|>)", written):  # markup as its tokens, the rest a byte token a byte
+        tokens = (
+            target.tokenize(part, add_special=False) if part.startswith("<|") else map(tm.byte_token_id, part.encode())
+        )
+        for token in tokens:
+            assert grammar.allowed(np.array([token]))[0]
+            grammar.accept(token)
+    assert grammar.allowed(np.array([t for t in range(target.n_vocab) if target.is_eog(t)])).all()
+    grammar.close()
+    reply = ChatReply(False, ToolReply(["get_weather"]))
+    reply.feed(written), reply.finish()
+    message = reply.message()
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert message["reasoning_content"] == "Need the weather."
