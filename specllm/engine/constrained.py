@@ -26,7 +26,10 @@ body the grammar takes, as llama-server's grammar for gpt-oss with a response fo
 (common/parsers/gpt-oss.cpp). A message's header is the grammar's (Phase.HEADER: "<|start|>assistant",
 then "<|channel|>analysis<|message|>" or "<|channel|>final", an optional constraint such as
 " <|constrain|>json", and "<|message|>"); an analysis message's body is free up to its "<|end|>",
-as reasoning is up to a closing marker, and the next header's grammar follows it.
+as reasoning is up to a closing marker, and the next header's grammar follows it. Beside tools (a
+call's opening given), a header may also be a call's, "<|channel|>commentary to=functions.NAME",
+a constraint, "<|message|>" (as harmony.py reads calls): its body is free, its end of generation
+(<|call|>) too, up to its "<|end|>" (Phase.CALL_MESSAGE). llama-server's grammar has no call there.
 
 Tools offered beside the grammar (a call's opening given): the answer is the grammar's text or a
 tool call, the opening (as the chat template writes it) followed by anything. The answer's
