@@ -10,7 +10,8 @@ asserts or writes a grammar that does not parse:
   inside, a stray `]` or `}`, a count that is no number) is UnsupportedPattern: llama.cpp then
   takes any string, with a warning;
 - what is no regular expression (unbalanced parentheses, an unterminated class, nothing to repeat,
-  a trailing backslash) is InvalidPattern: llama.cpp refuses the schema.
+  a trailing backslash) is InvalidPattern: llama.cpp refuses the schema; so is a count `{m,n}` with
+  n < m, which llama.cpp writes into its grammar (its parser then takes it as endless).
 """
 
 from collections.abc import Callable
@@ -129,7 +130,12 @@ class _Reader:
             return _stoi(nums[0]), _stoi(nums[0])
         if len(nums) != 2:
             raise UnsupportedPattern("wrong number of values in curly brackets")
-        return (_stoi(nums[0]) if nums[0] else 0), (_stoi(nums[1]) if nums[1] else _INT_MAX)
+        low, high = (_stoi(nums[0]) if nums[0] else 0), (_stoi(nums[1]) if nums[1] else _INT_MAX)
+        if high < low:
+            # no regular expression takes it; llama.cpp writes it into its grammar, whose parser
+            # then takes {m,n} with n < m as endless
+            raise InvalidPattern(f"the count {p[start - 1 : end + 1]} has its maximum below its minimum")
+        return low, high
 
     def _item(self, item: tuple[str, bool]) -> str:
         """What a `{m,n}` repeats: a literal as it is, anything else by a rule of its own."""

@@ -26,6 +26,7 @@ llama-cpp-python's leaves out or reads otherwise:
 import json
 import math
 import re
+import urllib.parse
 
 from llama_cpp import llama_grammar as lg
 
@@ -77,13 +78,51 @@ class _Converter(lg.SchemaConverter):
         return super()._add_rule(name, _TRAILING_SPACE.sub(_space_before_closing, rule))
 
     def _format_literal(self, literal):
+        # llama-cpp-python passes only a property's key here, as JSON escaped to ASCII
+        # ("\u540d\u524d"); llama.cpp writes its text as it is ("名前"), as a model writes it
+        return self._literal(json.dumps(json.loads(literal), ensure_ascii=False))
+
+    def _literal(self, text: str) -> str:
         # llama.cpp escapes a backslash too; without it, a `\"` in a JSON value ends the literal
-        return super()._format_literal(literal.replace("\\", "\\\\"))
+        return super()._format_literal(text.replace("\\", "\\\\"))
 
     def _generate_constant_rule(self, value):
         # as llama.cpp writes a const or enum value: its text as it is ("été"), not escaped to
         # ASCII ("\u00e9t\u00e9"), which a model hardly writes
-        return self._format_literal(json.dumps(value, ensure_ascii=False))
+        return self._literal(json.dumps(value, ensure_ascii=False))
+
+    def resolve_refs(self, schema: dict, url: str):
+        """llama-cpp-python's, with each $ref within the schema read as a JSON pointer (RFC 6901:
+        `~1` a `/`, `~0` a `~`, percent-encoding decoded) that may go through lists (zod's
+        `#/properties/a/anyOf/1`); no schema is fetched (grammar.py refuses other $refs first)."""
+
+        def visit(node) -> None:
+            if isinstance(node, list):
+                for item in node:
+                    visit(item)
+            elif isinstance(node, dict):
+                ref = node.get("$ref")
+                if ref is None:
+                    for value in node.values():
+                        visit(value)
+                elif not isinstance(ref, str) or not (ref.startswith("#/") or ref in self._refs):
+                    raise GrammarInvalid(f"the JSON schema's $ref {json.dumps(ref)} is not a path within it (#/...)")
+                elif ref not in self._refs:
+                    node["$ref"] = f"{url}{ref}"
+                    self._refs[node["$ref"]] = _pointed(schema, ref)
+
+        visit(schema)
+        return schema
+
+    def _resolve_ref(self, ref):
+        # named as llama.cpp names it, by its whole path: llama-cpp-python names it by its last part
+        # and takes any rule of that name for it (`#/$defs/integer` was the integer primitive)
+        name = "ref" + re.sub(r"[^a-zA-Z0-9-]+", "-", ref.split("#", 1)[-1])
+        if name not in self._rules and ref not in self._refs_being_resolved:
+            self._refs_being_resolved.add(ref)
+            name = self.visit(self._refs[ref], name)
+            self._refs_being_resolved.remove(ref)
+        return name
 
     def _add_primitive(self, name, rule):
         if name == "string" and self._additional_key:
@@ -93,6 +132,11 @@ class _Converter(lg.SchemaConverter):
         return super()._add_primitive(name, rule)
 
     def visit(self, schema, name):
+        if not isinstance(schema, dict):  # `true` or `false` as a property's schema, an item's, ...
+            raise GrammarInvalid(
+                f"the JSON schema has {json.dumps(schema)} where a schema is expected ({name or 'the root'}): "
+                "a schema must be an object there, as llama-server requires"
+            )
         outer, self._additional_key = self._additional_key, None  # a property's own strings are strings
         try:
             return self._visit(schema, name)
@@ -102,13 +146,35 @@ class _Converter(lg.SchemaConverter):
     def _visit(self, schema, name):
         schema_type = schema.get("type")
         rule_name = name + "-" if name in lg.RESERVED_NAMES else name or "root"
-        if "$ref" in schema or "oneOf" in schema or "anyOf" in schema:
+        if "$ref" in schema:
+            return super().visit(schema, name)
+        if "oneOf" in schema or "anyOf" in schema:
+            _check_schema_list(schema, "oneOf" if "oneOf" in schema else "anyOf")
             return super().visit(schema, name)
         if isinstance(schema_type, list):
+            if not schema_type:
+                raise GrammarInvalid(
+                    "the JSON schema's type is an empty list: it must name a type, as llama-server requires"
+                )
             alternatives = [{**schema, "type": t} for t in schema_type]
             return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
-        if "const" in schema or "enum" in schema:
+        if "const" in schema:
             return super().visit(schema, name)
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list) or not schema["enum"]:
+                raise GrammarInvalid(
+                    f"the JSON schema's enum must be a non-empty list of values, not {json.dumps(schema['enum'])}"
+                )
+            return super().visit(schema, name)
+        if schema_type in (None, "object") and "allOf" in schema:
+            _check_schema_list(schema, "allOf")
+        if schema.get("items") is False and "prefixItems" not in schema:
+            # `false` closes a tuple (`prefixItems`), which is read so; alone it leaves only [], which
+            # llama-server refuses
+            raise GrammarInvalid(
+                "the JSON schema's items is false: a schema must be an object there, as llama-server requires"
+            )
+        _check_counts(schema)
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
             low, high = integer_bounds(schema)
             if (low, high) != (_NO_MIN, _NO_MAX):
@@ -133,7 +199,7 @@ class _Converter(lg.SchemaConverter):
             additional_properties = {}  # any value: visited as one (llama-cpp-python: an object)
         if isinstance(additional_properties, dict) and properties:
             # an additional property's key is none of the declared ones, as in llama.cpp
-            key = self._not_strings([json.dumps(prop)[1:-1] for prop, _ in properties])
+            key = self._not_strings([json.dumps(prop, ensure_ascii=False)[1:-1] for prop, _ in properties])
             self._additional_key = self._add_rule(f"{name}{'-' if name else ''}additional-k", f"{key} space")
         if not properties and not isinstance(additional_properties, dict):
             return '"{" space "}"'  # llama-cpp-python's has two spaces inside ('"{" space  "}" space')
@@ -191,6 +257,43 @@ class _Converter(lg.SchemaConverter):
         out.append(" )" if _END in trie else " )?")
         out.append(' ["]')
         return "".join(out)
+
+
+def _pointed(schema: dict, ref: str):
+    """What the JSON pointer `ref` (`#/...`) points at in `schema`; a part is looked up as RFC 6901
+    decodes it, then as written (llama.cpp reads a part as written)."""
+    target = schema
+    for part in ref[2:].split("/"):
+        decoded = urllib.parse.unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and (decoded in target or part in target):
+            target = target[decoded if decoded in target else part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            raise GrammarInvalid(f"the JSON schema's $ref {ref} points at nothing in it: no {json.dumps(decoded)}")
+    return target
+
+
+def _check_schema_list(schema: dict, key: str) -> None:
+    """Refuses an anyOf, oneOf or allOf that is no list of schemas, or an empty one, as llama.cpp does."""
+    value = schema[key]
+    if not isinstance(value, list) or not value:
+        raise GrammarInvalid(f"the JSON schema's {key} must be a non-empty list of schemas, not {json.dumps(value)}")
+    for alternative in value:
+        if not isinstance(alternative, dict):
+            raise GrammarInvalid(
+                f"the JSON schema has {json.dumps(alternative)} in its {key} where a schema is expected: "
+                "a schema must be an object there, as llama-server requires"
+            )
+
+
+def _check_counts(schema: dict) -> None:
+    """Refuses a minimum count above the maximum (items, a string's length): no value has both, and
+    llama.cpp writes a repetition {m,n} with n < m, which its grammar parser takes as endless."""
+    for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
+        least, most = schema.get(low), schema.get(high)
+        if isinstance(least, int) and isinstance(most, int) and least > most:
+            raise GrammarInvalid(f"the JSON schema's {low} {least} is above its {high} {most}: no value has both")
 
 
 def _space_before_closing(end: re.Match) -> str:

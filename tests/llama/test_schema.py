@@ -257,3 +257,153 @@ def test_a_root_ref_into_recursive_defs(model):
     }
     takes = language(model, {"$defs": {"Node": node}, "$ref": "#/$defs/Node"})
     assert takes('{"v": 3, "next": {"v": 9, "next": null}}') and not takes('{"v": 3, "next": {"v": 10, "next": null}}')
+
+
+def test_a_property_key_past_ascii_is_its_text(model):
+    """As llama.cpp writes a key: "名前" as a model writes it (llama-cpp-python's grammar wanted
+    "\\u540d\\u524d", and only that); its text only, as llama.cpp's literal takes no escape."""
+    schema = {"type": "object", "properties": {"名前": {"type": "string"}, "größe": {"type": "integer"}}}
+    takes = language(model, schema | {"required": ["名前", "größe"]})
+    assert takes('{"名前": "x", "größe": 1}')
+    assert not takes('{"\\u540d\\u524d": "x", "gr\\u00f6\\u00dfe": 1}') and not takes(
+        '{"名前": "x", "gr\\u00f6\\u00dfe": 1}'
+    )
+    # an additional property's key is none of the declared ones, these included
+    takes = language(model, schema | {"additionalProperties": {"type": "string"}})
+    assert takes('{"名前": "x", "größe": 2, "前": "y", "große": "z", "名前x": "w"}')
+    assert not takes('{"größe": "z"}') and not takes('{"名前": 1}')
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": []}, "the JSON schema's type is an empty list: it must name a type"),
+        ({"enum": []}, "the JSON schema's enum must be a non-empty list of values, not []"),
+        ({"enum": "abc"}, 'the JSON schema\'s enum must be a non-empty list of values, not "abc"'),
+        ({"properties": {"a": {"enum": []}}}, "the JSON schema's enum must be a non-empty list"),
+        ({"anyOf": []}, "the JSON schema's anyOf must be a non-empty list of schemas, not []"),
+        ({"properties": {"a": {"oneOf": {}}}}, "the JSON schema's oneOf must be a non-empty list of schemas, not {}"),
+        ({"allOf": []}, "the JSON schema's allOf must be a non-empty list of schemas, not []"),
+    ],
+)
+def test_an_empty_type_enum_or_list_of_schemas_is_one_line(schema, message):
+    """llama.cpp refuses them too; the grammar was an empty rule that did not parse ("expecting newline")."""
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_pattern_whose_count_is_reversed_is_refused():
+    """No regular expression takes {3,2}; llama.cpp writes it into its grammar, whose parser then
+    takes it as endless. The schema is refused as one whose pattern is invalid."""
+    for pattern in ("^a{3,2}$", "^(ab){5,1}x$", "^[xy]{2,0}$"):
+        with pytest.raises(GrammarInvalid) as caught:
+            schema_grammar({"type": "string", "pattern": pattern})
+        count = re.search(r"\{\d,\d\}", pattern)[0]
+        assert str(caught.value) == (
+            f"the JSON schema's pattern {pattern} is invalid: the count {count} has its maximum below its minimum"
+        )
+
+
+def test_counts_of_items_or_characters_that_admit_nothing_are_one_line():
+    """llama.cpp writes them as a repetition {m,n} with n < m, which its parser takes as endless;
+    llama-cpp-python's grammar took exactly minItems items."""
+    for schema, message in (
+        (
+            {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 2},
+            "minItems 3 is above its maxItems 2",
+        ),
+        ({"type": "string", "minLength": 5, "maxLength": 4}, "minLength 5 is above its maxLength 4"),
+        ({"properties": {"s": {"maxLength": 0, "minLength": 1}}}, "minLength 1 is above its maxLength 0"),
+    ):
+        with pytest.raises(GrammarInvalid) as caught:
+            schema_grammar(schema)
+        assert str(caught.value) == f"the JSON schema's {message}: no value has both"
+
+
+def test_refs_are_json_pointers(model):
+    """`~1` is a `/`, `~0` a `~`, percent-encoding is decoded (RFC 6901), a list's item is its index
+    (zod's refs to where a schema was first seen); llama-cpp-python looked the parts up as written."""
+    schema = {
+        "$defs": {"a/b": {"type": "integer"}, "c~d": {"type": "boolean"}, "e f": {"const": "ef"}, "g~1h": {"const": 7}},
+        "type": "object",
+        "properties": {
+            "x": {"$ref": "#/$defs/a~1b"},
+            "y": {"$ref": "#/$defs/c~0d"},
+            "z": {"$ref": "#/$defs/e%20f"},
+            "w": {"$ref": "#/$defs/g~1h"},  # a part that names a key as written, as llama.cpp reads it
+            "u": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 1}]},
+            "v": {"$ref": "#/properties/u/anyOf/1"},
+        },
+        "required": ["x", "y", "z", "w", "u", "v"],
+    }
+    takes = language(model, schema)
+    assert takes('{"x": 1, "y": true, "z": "ef", "w": 7, "u": null, "v": "q"}')
+    assert not takes('{"x": true, "y": true, "z": "ef", "w": 7, "u": null, "v": "q"}')
+    assert not takes('{"x": 1, "y": 1, "z": "ef", "w": 7, "u": null, "v": "q"}')
+    assert not takes('{"x": 1, "y": true, "z": "ef", "w": 7, "u": null, "v": null}')
+    assert not takes('{"x": 1, "y": true, "z": "ef", "w": 7, "u": null, "v": "qq"}')
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar({"$defs": {}, "properties": {"p": {"$ref": "#/$defs/a~1b"}}})
+    assert str(caught.value) == 'the JSON schema\'s $ref #/$defs/a~1b points at nothing in it: no "a/b"'
+
+
+def test_a_ref_is_its_definition_whatever_its_name(model):
+    """llama-cpp-python named a $ref's rule by its last part and took any rule of that name for it:
+    `#/$defs/integer` was an integer, and two definitions of one last name were the first."""
+    schema = {
+        "$defs": {
+            "integer": {"type": "string"},
+            "A": {"type": "object", "properties": {"v": {"type": "object", "properties": {"n": {"type": "integer"}}}}},
+            "B": {"type": "object", "properties": {"v": {"type": "object", "properties": {"s": {"type": "string"}}}}},
+        },
+        "type": "object",
+        "properties": {
+            "i": {"$ref": "#/$defs/integer"},
+            "a": {"$ref": "#/$defs/A/properties/v"},
+            "b": {"$ref": "#/$defs/B/properties/v"},
+        },
+        "required": ["i", "a", "b"],
+    }
+    takes = language(model, schema)
+    assert takes('{"i": "x", "a": {"n": 1}, "b": {"s": "y"}}')
+    assert not takes('{"i": 1, "a": {"n": 1}, "b": {"s": "y"}}') and not takes(
+        '{"i": "x", "a": {"n": 1}, "b": {"n": 1}}'
+    )
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"properties": {"x": True}}, "the JSON schema has true where a schema is expected (x)"),
+        (
+            {"properties": {"o": {"properties": {"x": False}}}},
+            "the JSON schema has false where a schema is expected (o-x)",
+        ),
+        ({"type": "array", "items": True}, "the JSON schema has true where a schema is expected (item)"),
+        ({"type": "array", "items": False}, "the JSON schema's items is false"),
+        ({"anyOf": [{"type": "null"}, True]}, "the JSON schema has true in its anyOf where a schema is expected"),
+        ({"allOf": [False]}, "the JSON schema has false in its allOf where a schema is expected"),
+        ({"$defs": {"A": True}, "properties": {"a": {"$ref": "#/$defs/A"}}}, "the JSON schema has true where a schema"),
+        ({"properties": {"x": "string"}}, 'the JSON schema has "string" where a schema is expected (x)'),
+    ],
+)
+def test_a_boolean_schema_is_one_line(schema, message):
+    """llama.cpp refuses `true` or `false` where a schema is expected (but as additionalProperties);
+    here it was a Python error ("'bool' object has no attribute 'get'")."""
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_booleans_where_they_are_read(model):
+    """`additionalProperties` true, false or a schema, and `items: false` closing a tuple."""
+    props = {"a": {"type": "integer"}}
+    takes = language(model, {"properties": props, "additionalProperties": False})
+    assert takes('{"a": 1}') and not takes('{"a": 1, "b": 2}')
+    takes = language(
+        model, {"properties": props, "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "null"}]}}
+    )
+    assert takes('{"a": 1, "b": "x", "c": null}') and not takes('{"a": 1, "b": 2}') and not takes('{"a": "x"}')
+    takes = language(model, {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False})
+    assert takes('[1, "x"]') and not takes('[1, "x", 2]') and not takes("[1]")
