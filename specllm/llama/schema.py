@@ -12,7 +12,11 @@ llama-cpp-python's leaves out or reads otherwise:
   `format` without `"type": "string"`;
 - a string's characters: no control character unescaped, `\\/` not an escape;
 - a `$ref` at the root beside the `$defs` it refers into, with `$ref`s of their own (llama-cpp-python
-  fails);
+  fails); a `$ref` as a JSON pointer, through lists too, its rule named by its whole path;
+- a property's key past ASCII as its text (llama-cpp-python: `\\u` escapes);
+- what llama.cpp refuses, refused in one line: an empty `type`, `enum`, `anyOf`, `oneOf` or `allOf`,
+  `true` or `false` where a schema is expected (but `additionalProperties`, and `items` closing a
+  tuple), and counts whose minimum is above their maximum;
 - the backslashes in a `const`, an `enum` value or a property name escaped (llama-cpp-python's
   grammar then does not parse, or means something else);
 - a `pattern` as llama.cpp reads it (specllm/llama/patterns.py): `(?:...)` groups, and one it has
