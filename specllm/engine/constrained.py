@@ -27,9 +27,11 @@ body the grammar takes, as llama-server's grammar for gpt-oss with a response fo
 then "<|channel|>analysis<|message|>" or "<|channel|>final", an optional constraint such as
 " <|constrain|>json", and "<|message|>"); an analysis message's body is free up to its "<|end|>",
 as reasoning is up to a closing marker, and the next header's grammar follows it. Beside tools (a
-call's opening given), a header may also be a call's, "<|channel|>commentary to=functions.NAME",
-a constraint, "<|message|>" (as harmony.py reads calls): its body is free, its end of generation
-(<|call|>) too, up to its "<|end|>" (Phase.CALL_MESSAGE). llama-server's grammar has no call there.
+call's opening given), a header may also be a call's, "<|channel|>commentary to=functions.NAME"
+or with the recipient in the role header (" to=functions.NAME<|channel|>commentary"), its channel
+"analysis" in either (the forms llama.cpp's gpt-oss parser reads), a constraint, "<|message|>"
+(as harmony.py reads calls): its body is free, its end of generation (<|call|>) too, up to its
+"<|end|>" (Phase.CALL_MESSAGE). llama-server's grammar has no call there.
 
 Tools offered beside the grammar (a call's opening given): the answer is the grammar's text or a
 tool call, the opening (as the chat template writes it) followed by anything. The answer's
@@ -75,7 +77,9 @@ class Phase(enum.Enum):
 # vocabulary holds CHANNEL as one token
 REPLY_START, CHANNEL, MESSAGE, END = "<|start|>assistant", "<|channel|>", "<|message|>", "<|end|>"
 ANALYSIS = CHANNEL + "analysis" + MESSAGE
-CALL_HEADER = CHANNEL + "commentary to=functions."  # a call's header, up to its tool's name (harmony.py's reading)
+# A call's recipient, before or after its channel (commentary or analysis), up to its tool's name:
+# the call headers llama.cpp's gpt-oss parser reads, which harmony.py reads as calls
+CALL_RECIPIENT = " to=functions."
 # A final message's header, up to its body: a constraint such as " <|constrain|>json" may come before
 # "<|message|>" (llama.cpp's grammar allows one; here its type comes after whitespace or "<|constrain|>")
 FINAL_HEADER = re.compile(
@@ -258,10 +262,10 @@ class OutputGrammar:
         self.tail += text
         if MESSAGE.encode() not in self.tail:
             return
-        if ANALYSIS.encode() in self.tail:
-            phase = Phase.REASONING
-        elif CALL_HEADER.encode() in self.tail:
+        if CALL_RECIPIENT.encode() in self.tail:  # before the analysis: a call may be on its channel
             phase = Phase.CALL_MESSAGE
+        elif ANALYSIS.encode() in self.tail:
+            phase = Phase.REASONING
         else:
             self.phase, self.tail = Phase.ANSWER, b""
             return
@@ -429,14 +433,16 @@ def _in_analysis(tail: str) -> bool:
 def _harmony_rules(text: str, calls: bool = False) -> tuple[str, str, str]:
     """GBNF `text` with rules for gpt-oss's messages added, and the names of two: a message's
     header (an analysis message's, or a final one's followed by `text`'s root, or with `calls` a
-    call's: CALL_HEADER, the tool's name and a constraint), and the same after the REPLY_START that
-    begins a message after another. Their names are not `text`'s."""
+    call's: CALL_RECIPIENT and the tool's name before or after a commentary or analysis channel,
+    and a constraint), and the same after the REPLY_START that begins a message after another.
+    Their names are not `text`'s."""
     prefix = "harmony"
     while prefix in text:
         prefix += "x"
     message, after, constraint = f"{prefix}-message", f"{prefix}-after", f"{prefix}-constraint"
     # a tool's name as harmony.py reads a recipient: up to whitespace or markup
-    call = f' | "{CALL_HEADER}" [^ \\t\\r\\n<]+ {constraint} "{MESSAGE}"' if calls else ""
+    recipient, channel = f'"{CALL_RECIPIENT}" [^ \\t\\r\\n<]+', f'"{CHANNEL}" ("commentary" | "analysis")'
+    call = f' | ({channel} {recipient} | {recipient} {channel}) {constraint} "{MESSAGE}"' if calls else ""
     rules = (
         f'{message} ::= "{ANALYSIS}" | "{CHANNEL}final" {constraint} "{MESSAGE}" root{call}\n'
         f'{constraint} ::= (([ \\t\\n]+ "<|constrain|>"? | "<|constrain|>") [A-Za-z0-9_-]+)?\n'

@@ -266,9 +266,10 @@ def test_beside_tools_a_header_may_be_a_calls(model):
     ended.close()
 
 
-# Greedy replies under SCHEMA beside tools: two calls, the first ended by <|end|>; an analysis
-# message, then a call
-CALLING = ["def f(x): return", "What is the weather in Paris?"]
+# Greedy replies under SCHEMA beside tools: two calls, the first's recipient in its role header and
+# ended by <|end|>, the second's after its channel; an analysis message, then a call on the analysis
+# channel, its recipient in its role header
+CALLING = ["Paris", "What is the weather in Paris?"]
 
 
 def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt_oss):
@@ -279,7 +280,7 @@ def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt
         text = target.render_chat([{"role": "user", "content": question}])
         prompt = gpt_oss.prompt_tokens(text)
         expected = greedy(gpt_oss, prompt, call_opening="to=functions.")
-        assert expected.stop_reason == "eos" and "<|channel|>commentary to=functions." in expected.text
+        assert expected.stop_reason == "eos" and " to=functions." in expected.text
         grammar = where_it_applies(target, schema_grammar(SCHEMA), text, "to=functions.")
         assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
         grammar.close()
@@ -289,4 +290,36 @@ def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt
                 result = greedy(gpt_oss, prompt, drafter, gamma, call_opening="to=functions.")
                 assert result.tokens == expected.tokens, (question, drafter, gamma)
     first = greedy(gpt_oss, gpt_oss.target.render_chat([{"role": "user", "content": CALLING[0]}]), call_opening="x")
-    assert first.text.count("<|channel|>commentary to=functions.") == 2 and "<|end|>" in first.text
+    assert first.text.startswith(" to=functions.") and "<|end|>" in first.text
+    assert first.text.count(" to=functions.") == 2 and "<|channel|>commentary to=functions." in first.text
+
+
+# The other call headers llama.cpp's gpt-oss parser reads (common/parsers/gpt-oss.cpp), as harmony.py
+# reads them: the recipient in the role header, and a call on the analysis channel
+OTHER_CALL_HEADERS = [
+    " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>",
+    " to=functions.get_weather<|channel|>analysis<|message|>",
+    "<|channel|>analysis to=functions.get_weather json<|message|>",
+]
+
+
+@pytest.mark.parametrize("header", OTHER_CALL_HEADERS)
+def test_beside_tools_a_call_header_may_name_its_recipient_as_llama_cpp_reads_it(model, header):
+    """A call's header with its recipient in the role header, or on the analysis channel, is a
+    call's too: its body free up to its <|end|>, after an analysis message as first."""
+    prompt, text = model.render_chat(ASK), schema_grammar(SCHEMA)
+    everything = np.arange(model.n_vocab)
+    for before in ("", ANALYSIS + "Think.<|end|><|start|>assistant"):
+        grammar = where_it_applies(model, text, prompt, "to=functions.")
+        for token in tokens_of(model, before + header):
+            assert grammar.allowed(np.array([token]))[0], (before, header)
+            grammar.accept(token)
+        assert grammar.phase is Phase.CALL_MESSAGE
+        for token in tokens_of(model, '{"city": "Paris"}'):
+            assert grammar.allowed(everything).all()
+            grammar.accept(token)
+        grammar.accept(tokens_of(model, "<|end|>")[0])
+        for token in tokens_of(model, FINAL + '{"ok": true, "tag": "red"}'):
+            grammar.accept(token)
+        assert grammar.phase is Phase.ANSWER and grammar.allowed(np.array(eog_tokens(model))).all()
+        grammar.close()
