@@ -13,7 +13,9 @@ llama-cpp-python's leaves out or reads otherwise:
 - a string's characters: no control character unescaped, `\\/` not an escape;
 - a `$ref` at the root beside the `$defs` it refers into, with `$ref`s of their own (llama-cpp-python
   fails); a `$ref` as a JSON pointer, through lists too, its rule named by its whole path;
-- a property's key past ASCII as its text (llama-cpp-python: `\\u` escapes);
+- a property's key past ASCII as its text (llama-cpp-python: `\\u` escapes); a root property's key
+  `""` is the object's (llama.cpp's converter named its value's rule as the root's, and took `""`
+  alone as an additional key beside it);
 - what llama.cpp refuses, refused in one line: an empty `type`, `enum`, `anyOf`, `oneOf` or `allOf`,
   `true` or `false` where a schema is expected (but `additionalProperties`, and `items` closing a
   tuple), and counts whose minimum is above their maximum;
@@ -73,6 +75,7 @@ def json_schema_to_gbnf(schema: dict) -> str:
 class _Converter(lg.SchemaConverter):
     # the key rule of the object being built, for its additional properties (see _build_object_rule)
     _additional_key: str | None = None
+    _root_named = False  # the root's rule is named: a later rule without a name is a property's
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -141,6 +144,11 @@ class _Converter(lg.SchemaConverter):
                 f"the JSON schema has {json.dumps(schema)} where a schema is expected ({name or 'the root'}): "
                 "a schema must be an object there, as llama-server requires"
             )
+        if not name and self._root_named:
+            # the value of the root's property "" (named by its key, as the root is by none): in
+            # llama.cpp's converter it takes the root's rule, and the grammar is that value's
+            name = "empty-key"
+        self._root_named = True
         outer, self._additional_key = self._additional_key, None  # a property's own strings are strings
         try:
             return self._visit(schema, name)
@@ -257,6 +265,8 @@ class _Converter(lg.SchemaConverter):
             if children:
                 out.append(f' | [^"{"".join(map(_class_char, children))}] {char}*')
 
+        if not [c for c in trie if c != _END]:  # none but "": llama.cpp's `( )` took "" alone
+            return f'["] {char}+ ["]'
         visit(trie)
         out.append(" )" if _END in trie else " )?")
         out.append(' ["]')

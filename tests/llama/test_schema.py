@@ -274,6 +274,21 @@ def test_a_property_key_past_ascii_is_its_text(model):
     assert not takes('{"größe": "z"}') and not takes('{"名前": 1}')
 
 
+def test_a_property_whose_key_is_empty_is_the_objects(model):
+    """A root property's key "" names its value's rule as the root is named (none): in llama.cpp's
+    converter the value then takes the root's rule, the grammar was that value's (`1`, not
+    `{"": 1}`); and an additional key beside "" alone was "" only (llama.cpp's `( )`)."""
+    value = {"type": "integer"}
+    takes = language(model, {"type": "object", "properties": {"": value}, "required": [""]})
+    assert takes('{"": 1}') and not takes("1")
+    takes = language(model, {"type": "object", "properties": {"": value}, "additionalProperties": {"type": "string"}})
+    assert takes('{"": 1, "a": "x"}') and takes('{"a": "x"}') and takes("{}")
+    assert not takes('{"": "x"}') and not takes('{"": 1, "": "x"}') and not takes("1")
+    nested = {"type": "object", "properties": {"o": {"type": "object", "properties": {"": value}, "required": [""]}}}
+    takes = language(model, nested | {"required": ["o"]})
+    assert takes('{"o": {"": 1}}') and not takes('{"o": 1}')
+
+
 @pytest.mark.parametrize(
     "schema, message",
     [
