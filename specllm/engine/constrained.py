@@ -81,9 +81,10 @@ ANALYSIS = CHANNEL + "analysis" + MESSAGE
 # the call headers llama.cpp's gpt-oss parser reads, which harmony.py reads as calls
 CALL_RECIPIENT = " to=functions."
 # A final message's header, up to its body: a constraint such as " <|constrain|>json" may come before
-# "<|message|>" (llama.cpp's grammar allows one; here its type comes after whitespace or "<|constrain|>")
+# "<|message|>" (llama.cpp's grammar allows one; here its type comes after spaces, tabs or
+# "<|constrain|>": not after a new line, which harmony.py takes for the end of a header, as text)
 FINAL_HEADER = re.compile(
-    r"<\|channel\|>final(?:(?:\s+(?:<\|constrain\|>)?|<\|constrain\|>)[A-Za-z0-9_-]+)?<\|message\|>$"
+    r"<\|channel\|>final(?:(?:[ \t]+(?:<\|constrain\|>)?|<\|constrain\|>)[A-Za-z0-9_-]+)?<\|message\|>$"
 )
 
 
@@ -445,7 +446,7 @@ def _harmony_rules(text: str, calls: bool = False) -> tuple[str, str, str]:
     call = f' | ({channel} {recipient} | {recipient} {channel}) {constraint} "{MESSAGE}"' if calls else ""
     rules = (
         f'{message} ::= "{ANALYSIS}" | "{CHANNEL}final" {constraint} "{MESSAGE}" root{call}\n'
-        f'{constraint} ::= (([ \\t\\n]+ "<|constrain|>"? | "<|constrain|>") [A-Za-z0-9_-]+)?\n'
+        f'{constraint} ::= (([ \\t]+ "<|constrain|>"? | "<|constrain|>") [A-Za-z0-9_-]+)?\n'
         f'{after} ::= "{REPLY_START}" {message}\n'
     )
     return f"{text}\n{rules}", message, after

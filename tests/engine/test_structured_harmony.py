@@ -144,6 +144,18 @@ def test_a_reply_may_answer_at_once_and_name_a_constraint(model):
         assert grammar.allowed(np.array(eog_tokens(model))).all()
 
 
+def test_a_header_holds_no_new_line(model):
+    """harmony.py reads a header with a new line in it as text (a final answer would keep its
+    header in the content): the grammar writes none, where llama.cpp's lets a constraint follow one."""
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), model.render_chat(ASK))
+    for token in tokens_of(model, "<|channel|>final"):
+        grammar.accept(token)
+    newline = model.tokenize("\n", add_special=False)[-1]
+    assert model.piece(newline) == b"\n"
+    assert not grammar.allowed(np.array([newline]))[0]
+    assert grammar.allowed(np.array(model.tokenize(" ", add_special=False)[-1:]))[0]
+
+
 def test_the_phase_comes_from_the_prompts_tail(model, tmp_path):
     """A prompt that opened the analysis channel begins in its free body; one that opened the
     final channel's body is the grammar's from the first token; a prompt ending "<|start|>assistant"
