@@ -2,9 +2,11 @@
 the package-index mirror) and checked for greedy fidelity. Minutes the first time."""
 
 import ast
+import json
 
 import numpy as np
 import pytest
+from serving import Server, serve_log
 
 import specllm
 from specllm.bench.runner import BASELINE, NEAR_TIE, BenchPrompt, BenchSettings, Configuration, check_fidelity, run_one
@@ -89,3 +91,32 @@ def test_narrowed_grammar_checks_are_llama_cpps_own_on_a_real_vocabulary(engine)
             assert (state.allowed(everything) == state._allowed(everything)).all()
             if token is not None:
                 state.accept(token)
+
+
+def test_beside_a_schema_the_default_pair_calls_its_tools(engine):
+    """Qwen2.5-Coder writes its calls as fenced JSON (```json {"name": "get_weather", ...}), which
+    the reply reader reads as a call: beside a json_schema that fence begins a call too, so a
+    weather question with the tool offered is answered with tool_calls, as without the schema."""
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    structured = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    body = dict(messages=question, tools=[weather], temperature=0, max_tokens=60, response_format=structured)
+    with serve_log():
+        server = Server(engine)
+        try:
+            status, data = server.post("/v1/chat/completions", json.dumps(body).encode())
+        finally:
+            server.stop()
+    assert status == 200, data
+    [choice] = data["choices"]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}

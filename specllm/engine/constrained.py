@@ -45,6 +45,7 @@ reasoning ends it the same way: the call is free to the end, its end of generati
 
 import dataclasses
 import enum
+import json
 import re
 import weakref
 from collections.abc import Callable
@@ -338,10 +339,12 @@ def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
 @dataclass(frozen=True)
 class CallOpening:
     """A tool call's opening (its chat template's), and the answer's text so far, while the answer
-    may yet be a call: whitespace before the opening is the call's (or_call)."""
+    may yet be a call: whitespace before the opening is the call's (or_call). With `fenced` (a
+    FencedCall's patterns), a fenced JSON call naming an offered tool is a call too."""
 
     opening: bytes
     answer: bytes = b""
+    fenced: "FencedCall | None" = None
 
     def then(self, text: bytes) -> "CallOpening":
         return dataclasses.replace(self, answer=self.answer + text)
@@ -353,16 +356,56 @@ class CallOpening:
     @property
     def written(self) -> bool:
         """Whether the answer holds the whole opening: it is a call."""
-        return self._begun.startswith(self.opening)
+        fenced = self.fenced is not None and self.fenced.whole.match(self._begun) is not None
+        return fenced or self._begun.startswith(self.opening)
 
     @property
     def possible(self) -> bool:
         """Whether the answer may still become a call."""
-        return self.opening.startswith(self._begun)
+        fenced = self.fenced is not None and self.fenced.begun.fullmatch(self._begun) is not None
+        return fenced or self.opening.startswith(self._begun)
+
+
+@dataclass(frozen=True)
+class FencedCall:
+    """The opening of a fenced JSON call naming one of the tools (grammar.fenced_call's language)
+    as byte patterns: `whole` matches the whole opening at the start of a text, `begun` the texts
+    that are a beginning of one."""
+
+    whole: "re.Pattern[bytes]"
+    begun: "re.Pattern[bytes]"
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> "FencedCall":
+        spaces = rb"[ \t\n\r]{0,20}"
+        named = tuple(json.dumps(name, ensure_ascii=False).encode() for name in names)
+        parts = [(b"```",), (b"json", b""), spaces, (b"{",), spaces, (b'"name"',), spaces, (b":",), spaces, named]
+        whole = b"".join(_whole(part) for part in parts)
+        return cls(re.compile(whole), re.compile(_beginning(parts)))
+
+
+def _whole(part: "bytes | tuple[bytes, ...]") -> bytes:
+    """A pattern for a part of the fenced opening: a pattern's bytes, or one of some texts."""
+    return part if isinstance(part, bytes) else b"(?:" + b"|".join(map(re.escape, part)) + b")"
+
+
+def _beginning(parts: "list[bytes | tuple[bytes, ...]]") -> bytes:
+    """A pattern for the beginnings of the parts' texts, the empty one too: a part's whole text
+    then a beginning of the rest, or a beginning of the part (whitespace's is a whole one)."""
+    if not parts:
+        return b""
+    first, rest = parts[0], parts[1:]
+    cut = () if isinstance(first, bytes) else tuple(re.escape(t[:n]) for t in first for n in range(len(t)))
+    return b"(?:" + b"|".join((_whole(first) + _beginning(rest), *cut)) + b")"
 
 
 def where_it_applies(
-    model: Model, text: str, prompt_end: str, call_opening: str = "", calls_in_reasoning: tuple[str, ...] = ()
+    model: Model,
+    text: str,
+    prompt_end: str,
+    call_opening: str = "",
+    calls_in_reasoning: tuple[str, ...] = (),
+    call_names: tuple[str, ...] = (),
 ) -> OutputGrammar:
     """The grammar of GBNF `text` for a generation after a prompt ending with `prompt_end`: in
     gpt-oss's final message, after its free analysis messages (_harmony); after the reasoning where
@@ -371,7 +414,8 @@ def where_it_applies(
     is the grammar's or a call (the module's docstring), and a call that begins with one of
     `calls_in_reasoning` inside the reasoning ends it and is free too; for gpt-oss, whose calls
     and answers are both harmony messages, any `call_opening` allows a call's message beside the
-    final one."""
+    final one. With the tools' `call_names`, a call may also be a fenced JSON call naming one
+    (grammar.fenced_call), where the grammar refuses a fence as an answer's start."""
     harmony = _harmony(model, text, prompt_end, calls=bool(call_opening))
     if harmony is not None:
         return harmony
@@ -383,8 +427,9 @@ def where_it_applies(
     root, call = "root", None
     if call_opening:
         _check_distinct(model, text, call_opening)
-        text, root = or_call(text, call_opening)
-        call = CallOpening(call_opening.encode())
+        names = call_names if not _takes(model, text, b"```") else ()
+        text, root = or_call(text, call_opening, names)
+        call = CallOpening(call_opening.encode(), fenced=FencedCall.of(names) if names else None)
     in_reasoning = tuple(opening.encode() for opening in calls_in_reasoning) if call_opening else ()
     closing = closing_marker(prompt_end)
     if closing is not None:
@@ -466,15 +511,19 @@ def _after_whitespace(model: Model, text: str, root: str = "root") -> Grammar:
 def _check_distinct(model: Model, text: str, call_opening: str) -> None:
     """Refuses a call's opening that the grammar takes as the start of an answer: a reply that
     begins so could be either, and would be left free as a call (Llama 3.1's calls are bare JSON)."""
-    answer = Grammar(model, text)
-    try:
-        taken = _fed(answer, call_opening.encode(), _marker_tokens(model, call_opening.encode()).byte_tokens)
-    finally:
-        answer.close()
-    if taken:
+    if _takes(model, text, call_opening.encode()):
         raise CallLikeAnswer(
             f"a tool call begins with {call_opening!r}, which the grammar also takes as the start of an answer"
         )
+
+
+def _takes(model: Model, text: str, start: bytes) -> bool:
+    """Whether GBNF `text` takes `start` as the start of an answer."""
+    answer = Grammar(model, text)
+    try:
+        return _fed(answer, start, _marker_tokens(model, start).byte_tokens)
+    finally:
+        answer.close()
 
 
 def own_opening(model: Model) -> tuple[int, str] | None:

@@ -92,6 +92,9 @@ class GenerationConfig:
     # Where the model may begin a call inside its think block (Qwen3.5's, Nemotron 3's): the
     # openings that end the reasoning there, the call then free as after call_opening.
     calls_in_reasoning: Sequence[str] = ()  # kept as a tuple
+    # The offered tools' names, beside call_opening: a call may also be a fenced JSON call naming
+    # one (```json {"name": "get_weather", ...), as the reply reader reads one.
+    call_names: Sequence[str] = ()  # kept as a tuple
 
     def __post_init__(self):
         object.__setattr__(self, "stop", stop_strings(self.stop))
@@ -103,6 +106,7 @@ class GenerationConfig:
             object.__setattr__(self, "json_schema", schema_text(self.json_schema))
         self._check_call_opening()
         self._check_calls_in_reasoning()
+        self._check_call_names()
         object.__setattr__(self, "min_indent", whole_number("min_indent", self.min_indent))
         if self.min_indent < 0:
             raise SpecllmError(f"min_indent must be >= 0, got {self.min_indent}")
@@ -141,6 +145,15 @@ class GenerationConfig:
             raise SpecllmError("calls in reasoning are given beside a call opening, not alone")
         object.__setattr__(self, "calls_in_reasoning", openings)  # as the reply reader reads them
 
+    def _check_call_names(self) -> None:
+        given = (self.call_names,) if isinstance(self.call_names, str) else self.call_names
+        names = tuple(given or ())
+        if not all(isinstance(name, str) and name for name in names):
+            raise SpecllmError(f"call names are the offered tools' names, not {self.call_names!r}")
+        if names and self.call_opening is None:
+            raise SpecllmError("call names are given beside a call opening, not alone")
+        object.__setattr__(self, "call_names", names)
+
     def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
         """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
         if self.gamma is not None:
@@ -162,6 +175,7 @@ class GenerationOptions(TypedDict, total=False):
     json_schema: dict | str | None
     call_opening: str | None
     calls_in_reasoning: Sequence[str]
+    call_names: Sequence[str]
     temperature: float
     top_k: int
     top_p: float
@@ -943,7 +957,8 @@ def output_grammar(
         return made
     text = schema_grammar(config.json_schema) if config.json_schema is not None else config.grammar
     assert text is not None
-    return where_it_applies(target, text, end, config.call_opening or "", tuple(config.calls_in_reasoning))
+    calls = (config.call_opening or "", tuple(config.calls_in_reasoning), tuple(config.call_names))
+    return where_it_applies(target, text, end, *calls)
 
 
 def prompt_end(target: Model, prompt: list[int]) -> str:
@@ -962,13 +977,16 @@ class PreparedGrammar:
     json_schema: dict | str | None  # as GenerationConfig keeps it: JSON text
     call_opening: str | None
     calls_in_reasoning: Sequence[str]
+    call_names: Sequence[str]
     prompt_end: str
     made: OutputGrammar | None
 
     def take(self, config: GenerationConfig, end: str) -> OutputGrammar | None:
         made, self.made = self.made, None
-        asked = (config.grammar, config.json_schema, config.call_opening, config.calls_in_reasoning, end)
-        prepared = (self.grammar, self.json_schema, self.call_opening, self.calls_in_reasoning, self.prompt_end)
+        calls = (config.call_opening, config.calls_in_reasoning, config.call_names)
+        asked = (config.grammar, config.json_schema, *calls, end)
+        prepared_calls = (self.call_opening, self.calls_in_reasoning, self.call_names)
+        prepared = (self.grammar, self.json_schema, *prepared_calls, self.prompt_end)
         if made is None or asked == prepared:
             return made
         made.close()
@@ -988,6 +1006,7 @@ def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) 
         config.json_schema,
         config.call_opening,
         config.calls_in_reasoning,
+        config.call_names,
         prompt_end(target, prompt),
         made,
     )

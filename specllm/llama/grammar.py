@@ -207,15 +207,29 @@ def after_whitespace(text: str, root: str = "root") -> tuple[str, str]:
     return f"{text}\n{name} ::= [ \\t\\n\\r]* {root}\n", name
 
 
-def or_call(text: str, opening: str) -> tuple[str, str]:
+def or_call(text: str, opening: str, names: tuple[str, ...] = ()) -> tuple[str, str]:
     """A grammar (GBNF text) and the name of its start symbol that take what `text`'s root takes,
     or `opening` followed by any text: an answer, or a tool call (constrained.py frees the text
     once the opening is written; the text after it here only lets a token run past its end). The
     call may begin with a space or new lines, as a template's may (Bielik's "\\n<tool_call>",
-    DeepSeek V4's "\\n\\n"), bounded as llama.cpp's JSON grammars bound their whitespace."""
+    DeepSeek V4's "\\n\\n"), bounded as llama.cpp's JSON grammars bound their whitespace. With
+    tools' `names`, a call may also begin as a fenced JSON call naming one (fenced_call)."""
     name = _new_rule(text, "answer-or-call")
     spaces = '( " " | "\\n"{1,2} [ \\t]{0,20} )?'
-    return f"{text}\n{name} ::= root | {spaces} {gbnf_literal(opening)} [^\\x00]*\n", name
+    fenced = f" | {spaces} {fenced_call(names)} [^\\x00]*" if names else ""
+    return f"{text}\n{name} ::= root | {spaces} {gbnf_literal(opening)} [^\\x00]*{fenced}\n", name
+
+
+FENCE_SPACES = "[ \\t\\n\\r]{0,20}"  # JSON's whitespace, bounded as llama.cpp's JSON grammars bound it
+
+
+def fenced_call(names: tuple[str, ...]) -> str:
+    """GBNF for the opening of a call written in a fenced code block, as the reply reader reads one
+    (serve/tool_calls.py's _fenced; the default pair's Qwen2.5-Coder writes its calls so): a fence,
+    "json" or no language, then a JSON object up to its "name", one of the tools' `names`."""
+    spaces = FENCE_SPACES
+    named = " | ".join(gbnf_literal(json.dumps(name, ensure_ascii=False)) for name in names)
+    return f'"```" "json"? {spaces} "{{" {spaces} "\\"name\\"" {spaces} ":" {spaces} ( {named} )'
 
 
 def gbnf_literal(text: str) -> str:

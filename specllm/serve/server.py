@@ -619,14 +619,16 @@ class EngineWorker:
         reply may be a call, which the structure does not apply to: a call made to begin in the
         prompt (tool_choice "required" or a named function) leaves none; with tool_choice "auto"
         the answer is the structure's or a call, told apart by the call's opening as the
-        template writes it (engine/constrained.py)."""
+        template writes it, or a fenced JSON call naming an offered tool, which the reply reader
+        reads as a call too (engine/constrained.py)."""
         structure = request.structure
         if not structure or not request.offered_tools:
             return structure
         if request.call_required:
             return {}
         calls = self.tool_template().call_openings  # a call that may begin inside the reasoning ends it
-        return structure | {"call_opening": self.call_opening(), "calls_in_reasoning": calls}
+        names = tuple(tool.function.name for tool in request.offered_tools)
+        return structure | {"call_opening": self.call_opening(), "calls_in_reasoning": calls, "call_names": names}
 
     def call_opening(self) -> str:
         """What the template's calls begin with, refused where they have nothing of their own

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tiny_models as tm
 import tool_templates
-from grammar_reference import greedy_by_brute_force
+from grammar_reference import brute_force_mask, greedy_by_brute_force
 
 import specllm
 from specllm.engine.constrained import Phase, where_it_applies
@@ -22,6 +22,7 @@ from specllm.errors import CallLikeAnswer, SpecllmError
 from specllm.llama.grammar import schema_grammar
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
+from specllm.serve.tool_calls import ToolCall, parse_tool_calls
 
 OPTIONS = ModelOptions(n_ctx=512, n_threads=1)
 SCHEMA = {
@@ -74,18 +75,18 @@ def qwen35_model(tmp_path_factory):
     model.close()
 
 
-def reference(path, ids: list[int], opening: str, in_reasoning: tuple[str, ...] = ()) -> list[int]:
+def reference(path, ids: list[int], opening: str, in_reasoning: tuple[str, ...] = (), names=()) -> list[int]:
     """Target-only greedy under the combined language, by brute force, on a model of its own."""
     model = Model(path, OPTIONS)
     prompt_end = model.detokenize(ids[-64:]).decode("utf-8", errors="replace")
-    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, opening, in_reasoning)
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt_end, opening, in_reasoning, names)
     out = greedy_by_brute_force(model, ids, grammar, MAX_TOKENS)
     grammar.close()
     model.close()
     return out
 
 
-def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING, in_reasoning=()):
+def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING, in_reasoning=(), names=()):
     return engine.generate(
         ids,
         max_tokens=MAX_TOKENS,
@@ -95,6 +96,7 @@ def greedy(engine, ids, drafter="none", gamma=None, opening=OPENING, in_reasonin
         json_schema=SCHEMA,
         call_opening=opening,
         calls_in_reasoning=in_reasoning,
+        call_names=names,
     )
 
 
@@ -108,15 +110,17 @@ def branch(answer: str) -> str:
     return "answer"
 
 
-def check_every_drafter(path, engine, prompts: list[list[int]], opening=OPENING, in_reasoning=()) -> list[str]:
+def check_every_drafter(
+    path, engine, prompts: list[list[int]], opening=OPENING, in_reasoning=(), names=()
+) -> list[str]:
     """Greedy output equal to the reference with every drafter; the branch each prompt took."""
     taken = []
     for ids in prompts:
-        expected = greedy(engine, ids, opening=opening, in_reasoning=in_reasoning)
-        assert expected.tokens == reference(path, ids, opening, in_reasoning)
+        expected = greedy(engine, ids, opening=opening, in_reasoning=in_reasoning, names=names)
+        assert expected.tokens == reference(path, ids, opening, in_reasoning, names)
         for drafter in ("model", "ngram", "auto"):
             for gamma in (1, 3):
-                again = greedy(engine, ids, drafter, gamma, opening, in_reasoning)
+                again = greedy(engine, ids, drafter, gamma, opening, in_reasoning, names)
                 assert again.tokens == expected.tokens, (drafter, gamma)
         taken.append(expected.text)
     return taken
@@ -258,6 +262,89 @@ def test_a_token_may_run_past_the_opening(pair):
     model.close()
 
 
+def fed(grammar, text: bytes, byte: dict[bytes, int]) -> bool:
+    """Advance the grammar over `text`'s bytes while it allows them: whether it took them all."""
+    for c in text:
+        if not grammar.allowed(np.array([byte[bytes([c])]]))[0]:
+            return False
+        grammar.accept(byte[bytes([c])])
+    return True
+
+
+FENCED = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+
+
+def test_a_fenced_call_naming_a_tool_is_a_call(pair):
+    """Beside the tools' names a call may also begin as the reply reader reads a fenced one: "```"
+    or "```json", JSON whitespace, and an object whose "name" is an offered tool's. Every byte of
+    one is allowed (the mask each time the one asked token by token), and from its name's closing
+    quote nothing is masked; a clone made before stays the answer's or a call's."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    everything = np.arange(model.n_vocab)
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>", call_names=("get_weather", "f"))
+    opening = FENCED[: FENCED.index("get_weather") + len("get_weather")]
+    for c in opening.encode():
+        assert grammar.phase is Phase.ANSWER
+        assert (grammar.allowed(everything) == brute_force_mask(grammar, model.n_vocab)).all()
+        assert grammar.allowed(np.array([byte[bytes([c])]]))[0], bytes([c])
+        grammar.accept(byte[bytes([c])])
+    before = grammar.clone()
+    grammar.accept(byte[b'"'])
+    assert grammar.phase is Phase.CALL and grammar.allowed(everything).all()
+    assert before.phase is Phase.ANSWER and not before.allowed(np.array([byte[b"x"], tm.EOS_ID])).any()
+    for state in (grammar, before):
+        state.close()
+    allowed = ['```{ "name" :"f"', ' ```\n\t{\n"name":\n "get_weather"']
+    refused = ["```python", '```json\n{"name": "get_time', '```json {"arguments"', "```json\n\n\n[", "`{"]
+    for text, phase in [(t, Phase.CALL) for t in allowed] + [(t, Phase.ANSWER) for t in refused]:
+        grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>", call_names=("get_weather", "f"))
+        taken = fed(grammar, text.encode(), byte)
+        assert taken == (phase is Phase.CALL) and grammar.phase is phase, text
+        grammar.close()
+    model.close()
+
+
+def test_no_fenced_call_without_names_or_where_the_structure_takes_a_fence(pair):
+    """Without the tools' names a fence is the structure's to refuse; a grammar whose answer may
+    begin with one keeps its answers (the fence is no call's)."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>")
+    assert not grammar.allowed(np.array([byte[b"`"]]))[0]
+    grammar.close()
+    fences = 'root ::= "```" [a-z]* "\n" [a-z ]+'
+    grammar = where_it_applies(model, fences, "", "<tool_call>", call_names=("get_weather",))
+    assert fed(grammar, b"```json\n", byte) and not fed(grammar, b"{", byte)
+    grammar.close()
+    model.close()
+
+
+def test_a_fenced_call_written_whole_may_end_and_is_read_as_tool_calls(pair):
+    """A fenced call written whole under the schema beside the tool (as GenerationConfig's
+    call_names ask): every token allowed, then the end of generation, and the reply reader reads
+    it as the call."""
+    path, engine = pair
+    model = engine.target
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>", call_names=("get_weather",))
+    for token in model.tokenize(FENCED, add_special=False):
+        assert grammar.allowed(np.array([token]))[0]
+        grammar.accept(token)
+    assert grammar.allowed(np.array([tm.EOS_ID]))[0]
+    grammar.close()
+    parsed = parse_tool_calls(FENCED, ["get_weather"])
+    assert parsed.content is None and parsed.calls == [ToolCall("get_weather", '{"city": "Paris"}')]
+
+
+def test_greedy_beside_call_names_is_the_reference_with_every_drafter(pair):
+    """The combined language with the fenced form too: greedy equal to brute force, every drafter."""
+    path, engine = pair
+    prompts = [engine.prompt_tokens(p) for p in PROMPTS[1:]]
+    check_every_drafter(path, engine, prompts, names=("get_weather", "print"))
+
+
 def test_a_call_opening_an_answer_may_begin_with_is_refused(pair):
     _, engine = pair
     schema = {"type": "object", "properties": {"name": {"type": "string"}}}
@@ -268,6 +355,8 @@ def test_a_call_opening_an_answer_may_begin_with_is_refused(pair):
         ({"call_opening": "<tool_call>"}, "beside a grammar or a JSON schema"),
         ({"json_schema": SCHEMA, "calls_in_reasoning": ("<tool_call>",)}, "beside a call opening, not alone"),
         ({"json_schema": SCHEMA, "call_opening": "<tool_call>", "calls_in_reasoning": [""]}, "texts a tool call"),
+        ({"json_schema": SCHEMA, "call_names": ("get_weather",)}, "beside a call opening, not alone"),
+        ({"json_schema": SCHEMA, "call_opening": "<tool_call>", "call_names": [""]}, "the offered tools' names"),
     ]:
         with pytest.raises(SpecllmError, match=message):
             GenerationConfig(**bad)
