@@ -14,8 +14,9 @@ from serving import CTX, Server, serve_log, templated_server
 
 import specllm
 from specllm.engine.constrained import where_it_applies
+from specllm.engine.loop import GenerationConfig, output_grammar
 from specllm.llama.grammar import schema_grammar
-from specllm.serve.openai_api import ChatReply, ToolReply
+from specllm.serve.openai_api import ChatReply, ChatRequest, ToolReply, validated
 from specllm.serve.tool_calls import inspect_template
 
 MESSAGES = [{"role": "user", "content": "Hello"}]
@@ -284,7 +285,9 @@ ANSWERS = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def qwen25(tmp_path_factory):
-    yield from templated_server(tmp_path_factory, "qwen25", tool_templates.QWEN25)
+    """Qwen2.5's template on a model whose greedy reply beside a schema answers ANSWERS with JSON and
+    CALLS with a call (seed 0's writes a fenced call, of noise, to both)."""
+    yield from templated_server(tmp_path_factory, "qwen25", tool_templates.QWEN25, seed=6)
 
 
 def with_tools(srv, messages, **body) -> dict:
@@ -314,7 +317,9 @@ def test_with_tools_the_reply_follows_the_schema_or_is_a_call(qwen25):
     for messages, choice in ((ANSWERS, answer), (CALLS, call)):
         assert (
             choice["message"]["content"]
-            == generated(engine, srv, messages, json_schema=SCHEMA, call_opening="<tool_call>").strip()
+            == generated(
+                engine, srv, messages, json_schema=SCHEMA, call_opening="<tool_call>", call_names=NAMES
+            ).strip()
         )
     # a grammar beside tools likewise, and the answer streamed is the same
     worded = with_tools(srv, ANSWERS, grammar='root ::= "yes" | "no"')
@@ -323,6 +328,34 @@ def test_with_tools_the_reply_follows_the_schema_or_is_a_call(qwen25):
     request = dict(model="x", messages=ANSWERS, tools=[GET_WEATHER], temperature=0, max_tokens=60)
     chunks = client.chat.completions.create(stream=True, response_format=JSON_SCHEMA_FORMAT, **request)
     assert streamed(chunks)["content"] == answer["message"]["content"]
+
+
+NAMES = ("get_weather",)
+FENCED_CALL = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+
+
+def test_beside_a_schema_a_fenced_call_naming_a_tool_is_read_as_tool_calls(qwen25):
+    """The default pair's Qwen2.5-Coder writes its calls as fenced JSON, which the reply reader
+    reads as calls: beside a schema the server asks for that form too (the offered tools' names),
+    under whose grammar such a call written whole is allowed, may end, and is read as tool_calls."""
+    engine, srv = qwen25
+    body = dict(messages=ANSWERS, tools=[GET_WEATHER], response_format=JSON_SCHEMA_FORMAT)
+    structure = srv.worker.chat_structure(validated(ChatRequest, json.dumps(body).encode()))
+    assert structure["call_opening"] == "<tool_call>" and structure["call_names"] == NAMES
+    target = engine.target
+    prompt = target.tokenize(target.render_chat(ANSWERS, tools=[GET_WEATHER]))
+    grammar = output_grammar(target, GenerationConfig(**structure), prompt)
+    assert grammar is not None
+    for token in target.tokenize(FENCED_CALL, add_special=False):
+        assert grammar.allowed(np.array([token]))[0]
+        grammar.accept(token)
+    assert grammar.allowed(np.array([target.eos]))[0]
+    grammar.close()
+    reply = ChatReply(False, ToolReply(["get_weather"]))
+    reply.feed(FENCED_CALL), reply.finish()
+    message = reply.message()
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert message["content"] is None
 
 
 def test_a_forced_call_is_not_held_to_the_schema(qwen25):
@@ -358,7 +391,8 @@ def test_the_responses_api_takes_text_format_beside_tools(qwen25):
 
 @pytest.fixture(scope="module")
 def llama31(tmp_path_factory):
-    yield from templated_server(tmp_path_factory, "llama31", tool_templates.LLAMA31)
+    # (seed 0's reply beside a schema is a fenced call, of noise: this one's is a bare one)
+    yield from templated_server(tmp_path_factory, "llama31", tool_templates.LLAMA31, seed=4)
 
 
 def test_calls_an_answer_could_begin_as_are_a_400(llama31, tmp_path_factory):
