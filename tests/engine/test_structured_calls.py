@@ -339,10 +339,14 @@ def test_a_fenced_call_written_whole_may_end_and_is_read_as_tool_calls(pair):
 
 
 def test_greedy_beside_call_names_is_the_reference_with_every_drafter(pair):
-    """The combined language with the fenced form too: greedy equal to brute force, every drafter."""
+    """The combined language with the fenced form too: greedy equal to brute force, every drafter.
+    Two of the prompts whose replies began "[TOOL_CALLS]" now begin a fenced call (of noise, one
+    free after its name, the other still in its whitespace), the third still answers JSON."""
     path, engine = pair
     prompts = [engine.prompt_tokens(p) for p in PROMPTS[1:]]
-    check_every_drafter(path, engine, prompts, names=("get_weather", "print"))
+    texts = check_every_drafter(path, engine, prompts, names=("get_weather", "print"))
+    assert [text.lstrip()[:3] for text in texts] == ["```", "```", '{"o']
+    assert '"get_weather"' in texts[0]  # the call's name written, and free after it
 
 
 def test_a_call_opening_an_answer_may_begin_with_is_refused(pair):
