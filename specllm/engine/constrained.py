@@ -379,7 +379,18 @@ class FencedCall:
     def of(cls, names: tuple[str, ...]) -> "FencedCall":
         spaces = rb"[ \t\n\r]{0,20}"
         named = tuple(json.dumps(name, ensure_ascii=False).encode() for name in names)
-        parts = [(b"```",), (b"json", b""), spaces, (b"{",), spaces, (b'"name"',), spaces, (b":",), spaces, named]
+        parts: list[bytes | tuple[bytes, ...]] = [
+            (b"```",),
+            (b"json", b""),
+            spaces,
+            (b"{",),
+            spaces,
+            (b'"name"',),
+            spaces,
+            (b":",),
+            spaces,
+            named,
+        ]
         whole = b"".join(_whole(part) for part in parts)
         return cls(re.compile(whole), re.compile(_beginning(parts)))
 
