@@ -137,22 +137,23 @@ class GenerationConfig:
         object.__setattr__(self, "call_opening", self.call_opening.strip())
 
     def _check_calls_in_reasoning(self) -> None:
-        given = (self.calls_in_reasoning,) if isinstance(self.calls_in_reasoning, str) else self.calls_in_reasoning
-        openings = tuple(given or ())
-        if not all(isinstance(opening, str) and opening.strip() for opening in openings):
-            raise SpecllmError(f"calls in reasoning are texts a tool call begins with, not {self.calls_in_reasoning!r}")
-        if openings and self.call_opening is None:
-            raise SpecllmError("calls in reasoning are given beside a call opening, not alone")
-        object.__setattr__(self, "calls_in_reasoning", openings)  # as the reply reader reads them
+        describe = "calls in reasoning are texts a tool call begins with"
+        self._keep_beside_call_opening("calls_in_reasoning", "calls in reasoning", describe, str.strip)
 
     def _check_call_names(self) -> None:
-        given = (self.call_names,) if isinstance(self.call_names, str) else self.call_names
-        names = tuple(given or ())
-        if not all(isinstance(name, str) and name for name in names):
-            raise SpecllmError(f"call names are the offered tools' names, not {self.call_names!r}")
-        if names and self.call_opening is None:
-            raise SpecllmError("call names are given beside a call opening, not alone")
-        object.__setattr__(self, "call_names", names)
+        describe = "call names are the offered tools' names"
+        self._keep_beside_call_opening("call_names", "call names", describe, str)
+
+    def _keep_beside_call_opening(self, field: str, called: str, describe: str, kept: Callable[[str], str]) -> None:
+        """A field of texts given beside call_opening (a text alone is one), kept as a tuple (as
+        given: the reply reader reads them so); `kept`: what of a text must not be empty."""
+        value = getattr(self, field)
+        texts = tuple(((value,) if isinstance(value, str) else value) or ())
+        if not all(isinstance(text, str) and kept(text) for text in texts):
+            raise SpecllmError(f"{describe}, not {value!r}")
+        if texts and self.call_opening is None:
+            raise SpecllmError(f"{called} are given beside a call opening, not alone")
+        object.__setattr__(self, field, texts)
 
     def draft_length(self, fixed_gamma: int = FIXED_GAMMA) -> int:
         """The longest draft of a step: gamma, or auto's longest, or a fixed drafter's default."""
@@ -967,27 +968,25 @@ def prompt_end(target: Model, prompt: list[int]) -> str:
     return target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
 
 
+def grammar_asked(config: GenerationConfig, end: str) -> tuple:
+    """What makes a generation's grammar: the config's fields that output_grammar reads, and the
+    end of the prompt it follows."""
+    calls = (config.call_opening, config.calls_in_reasoning, config.call_names)
+    return (config.grammar, config.json_schema, *calls, end)
+
+
 @dataclass
 class PreparedGrammar:
     """A generation's grammar made before the engine is free (prepare_grammar), used once: by the
     generation whose config asks for the same grammar after a prompt that ends the same way (its
     prompt's tokens may differ from those it was made for: a prompt cache reuses tokens)."""
 
-    grammar: str | None
-    json_schema: dict | str | None  # as GenerationConfig keeps it: JSON text
-    call_opening: str | None
-    calls_in_reasoning: Sequence[str]
-    call_names: Sequence[str]
-    prompt_end: str
+    asked: tuple  # grammar_asked's, for the config and prompt it was made for
     made: OutputGrammar | None
 
     def take(self, config: GenerationConfig, end: str) -> OutputGrammar | None:
         made, self.made = self.made, None
-        calls = (config.call_opening, config.calls_in_reasoning, config.call_names)
-        asked = (config.grammar, config.json_schema, *calls, end)
-        prepared_calls = (self.call_opening, self.calls_in_reasoning, self.call_names)
-        prepared = (self.grammar, self.json_schema, *prepared_calls, self.prompt_end)
-        if made is None or asked == prepared:
+        if made is None or grammar_asked(config, end) == self.asked:
             return made
         made.close()
         return None
@@ -1001,15 +1000,7 @@ def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) 
     made = output_grammar(target, config, prompt)
     if made is None:
         return None
-    return PreparedGrammar(
-        config.grammar,
-        config.json_schema,
-        config.call_opening,
-        config.calls_in_reasoning,
-        config.call_names,
-        prompt_end(target, prompt),
-        made,
-    )
+    return PreparedGrammar(grammar_asked(config, prompt_end(target, prompt)), made)
 
 
 def text_tokens(target: Model, text: str) -> list[int]:

@@ -11,7 +11,7 @@ import pytest
 from serving import CTX, Server, hold
 
 import specllm
-from specllm.engine.loop import prepare_grammar
+from specllm.engine.loop import prepare_grammar, prompt_end
 from specllm.llama.grammar import Grammar
 
 # Far past the context (2048 tokens): its 400 comes once it is all tokenized, seconds on 2 cores
@@ -145,8 +145,8 @@ def test_a_grammar_made_for_another_prompt_end_is_made_again(engine):
     target = engine.target
     prepared = prepare_grammar(target, target.tokenize("x"), config)
     assert prepared is not None and prepared.made is not None
-    made = prepared.made
-    assert prepared.take(config, prepared.prompt_end) is made
-    assert prepared.take(config, prepared.prompt_end) is None  # used once
+    made, end = prepared.made, prompt_end(target, target.tokenize("x"))
+    assert prepared.take(config, end) is made
+    assert prepared.take(config, end) is None  # used once
     again = prepare_grammar(target, target.tokenize("x"), config)
     assert again is not None and again.take(config, "<think>\n") is None
