@@ -1,5 +1,6 @@
-"""llama.cpp's own pooled embedding of a text, computed through llama_cpp directly: what the
-embedding model (specllm/llama/embeddings.py) and /v1/embeddings are checked against."""
+"""llama.cpp's own pooled embedding of a text (a reranker's score), computed through llama_cpp
+directly: what the embedding model (specllm/llama/embeddings.py), /v1/embeddings and /rerank are
+checked against."""
 
 import ctypes
 
@@ -24,6 +25,8 @@ def reference(path, tokens: list[int], n_ctx: int) -> np.ndarray:
         assert llama_cpp.llama_decode(ctx, batch) == 0
         pooled = llama_cpp.llama_get_embeddings_seq(ctx, 0)
         n_embd = llama_cpp.llama_model_n_embd_out(model)
+        if llama_cpp.llama_pooling_type(ctx) == llama_cpp.LLAMA_POOLING_TYPE_RANK:  # a reranker's scores
+            n_embd = llama_cpp.llama_model_n_cls_out(model)
         return np.array(ctypes.cast(pooled, ctypes.POINTER(ctypes.c_float))[:n_embd], dtype=np.float32)
     finally:
         llama_cpp.llama_free(ctx)

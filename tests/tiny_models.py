@@ -567,6 +567,7 @@ BERT_VOCAB = _bert_vocab()
 # bge's and nomic-embed-text's LayerNorm epsilon
 _BERT_NORM_EPS = 1e-12
 _BERT_CONTEXTS = {"bert": 512, "nomic-bert": 2048}
+RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK
 
 
 def _bert_weights(
@@ -608,9 +609,21 @@ def _bert_weights(
     return w
 
 
+def _classifier_head(seed: int, n_embd: int) -> dict[str, np.ndarray]:
+    """A reranker's head, as llama.cpp's converter writes bge-reranker's (XLM-RoBERTa's
+    classifier): [CLS]'s row through a dense layer, tanh, and a projection to one score."""
+    normal = _rng(seed)
+    return {
+        "cls.weight": normal(901, (n_embd, n_embd), 1.0 / np.sqrt(n_embd)),
+        "cls.bias": normal(902, (n_embd,), 0.1),
+        "cls.output.weight": normal(903, (1, n_embd), 1.0),
+        "cls.output.bias": normal(904, (1,), 0.1),
+    }
+
+
 def _write_bert(
     path: Path, arch: str, seed: int, n_layer: int, n_embd: int, n_head: int, n_ff: int, n_ctx_train: int,
-    pooling_type: int | None,
+    pooling_type: int | None, rerank_template: str | None = None,
 ) -> Path:  # fmt: skip
     """A BERT-family embedding model, with the keys llama.cpp's converter writes for bge (bert) and
     nomic-embed-text (nomic-bert): not causal, its pooling type, [CLS] as BOS and [SEP] as EOS."""
@@ -640,7 +653,12 @@ def _write_bert(
     w.add_pad_token_id(PAD_ID)
     w.add_uint32("tokenizer.ggml.cls_token_id", CLS_ID)
     w.add_mask_token_id(MASK_ID)
-    for name, t in _bert_weights(seed, arch, n_layer, n_embd, n_ff, n_ctx_train).items():
+    if rerank_template is not None:
+        w.add_string("tokenizer.chat_template.rerank", rerank_template)
+    weights = _bert_weights(seed, arch, n_layer, n_embd, n_ff, n_ctx_train)
+    if pooling_type == RANK_POOLING:  # a reranker: its head scores the text
+        weights |= _classifier_head(seed, n_embd)
+    for name, t in weights.items():
         w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -675,6 +693,7 @@ def write_model(
     tokenizer_pre: str | None = None,
     weight_type: str = "F32",
     pooling_type: int | None = None,
+    rerank_template: str | None = None,
 ) -> Path:
     """Write a tiny GGUF model (F32, unless weight_type says otherwise) to `path`, return the path.
 
@@ -717,7 +736,11 @@ def write_model(
     weight_type  "F32", or a type gguf.quants quantizes ("Q8_0"): the matrices are stored in it,
                  the norms stay F32 (rows must be a multiple of the type's block: n_embd, n_ff)
     pooling_type <arch>.pooling_type, how an embeddings context pools a text's tokens (llama.cpp's
-                 LLAMA_POOLING_TYPE_*: 0 none, 1 mean, 2 cls, 3 last, 4 rank); None writes none
+                 LLAMA_POOLING_TYPE_*: 0 none, 1 mean, 2 cls, 3 last, 4 rank); None writes none;
+                 a BERT with rank pooling is a reranker in bge-reranker's shape (a classifier head
+                 on [CLS] gives the pair's score)
+    rerank_template BERT family only: tokenizer.chat_template.rerank, the text a reranker reads a
+                 pair as ({query} and {document} put in: Qwen3-Reranker's way)
     """
     path = Path(path)
     if arch not in ARCHS:
@@ -726,7 +749,8 @@ def write_model(
         if noise or n_nextn or vocab != "standard" or weight_type != "F32" or split_max_tensors:
             raise ValueError(f"{arch}: noise, n_nextn, vocab, weight_type and split_max_tensors are not written")
         n_ctx_train = _BERT_CONTEXTS[arch] if n_ctx_train is None else n_ctx_train
-        return _write_bert(path, arch, seed, n_layer or 2, n_embd, n_head, n_ff, n_ctx_train, pooling_type)
+        dims = (n_layer or 2, n_embd, n_head, n_ff, n_ctx_train)
+        return _write_bert(path, arch, seed, *dims, pooling_type, rerank_template)
     n_ctx_train = 4096 if n_ctx_train is None else n_ctx_train
     if n_nextn and arch != "qwen35":
         raise ValueError("n_nextn (MTP blocks) is only supported for arch='qwen35'")

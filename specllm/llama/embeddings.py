@@ -1,5 +1,7 @@
 """An embedding model (nomic-embed-text, bge, Qwen3-Embedding, ...): a `Model` whose context pools
-each text into one vector, as llama-server's `--embeddings` loads one."""
+each text into one vector, as llama-server's `--embeddings` loads one; or a reranker (bge-reranker,
+Qwen3-Reranker: pooling type rank), whose context pools a query and a document into their score, as
+llama-server's `--reranking` loads one."""
 
 import dataclasses
 from pathlib import Path
@@ -28,7 +30,7 @@ def open_embedding_model(path: str | Path, options: ModelOptions) -> Model:
     context, or the training context where that is less than llama.cpp's smallest context (a
     BERT of 128 positions: a longer text would read past its position embeddings, which aborts
     the process). A model that does not pool (pooling none: a model made to generate, or one that
-    gives a vector per token) or a reranker is refused: neither gives one embedding per text."""
+    gives a vector per token) is refused: it gives no one vector per text."""
     path = Path(path)
     trained = _training_context(path)
     n_ctx = min(options.n_ctx, max(CTX_STEP, trained // CTX_STEP * CTX_STEP))
@@ -47,9 +49,35 @@ def embedding_limit(model: Model) -> int:
     return model.n_batch
 
 
+def is_reranker(model: Model) -> bool:
+    return model.pooling == L.LLAMA_POOLING_TYPE_RANK
+
+
 def describe_embeddings(model: Model) -> str:
     """The startup line's words for an embedding model: its file, pooling and the tokens a text may have."""
+    if is_reranker(model):
+        return f"reranker {model.path.name} ({embedding_limit(model)} tokens a pair)"
     return f"embeddings {model.path.name} ({POOLING_NAMES[model.pooling]} pooling, {embedding_limit(model)} tokens)"
+
+
+def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
+    """The tokens a reranker scores for a query and a document, as llama-server's
+    format_prompt_rerank makes them: the GGUF's rerank template (tokenizer.chat_template.rerank,
+    Qwen3-Reranker's) with {query} and {document} put in, read with control tokens; else the
+    query, the vocabulary's end tokens (EOS where it adds one, SEP where it adds one) and the
+    document, each read without control tokens, after BOS and before EOS where the model adds them
+    (bge-reranker: <s> query </s> </s> document </s>)."""
+    template = model.chat_template("rerank")
+    if template is not None:
+        prompt = template.replace("{query}", query).replace("{document}", document)
+        return model.tokenize(prompt, add_special=False, parse_special=True)
+    end = model.eos if model.eos != L.LLAMA_TOKEN_NULL else model.sep
+    tokens = [model.bos] if model.add_bos else []
+    tokens += model.tokenize(query, add_special=False, parse_special=False)
+    tokens += [end] if model.add_eos else []
+    tokens += [model.sep] if model.add_sep else []
+    tokens += model.tokenize(document, add_special=False, parse_special=False)
+    return tokens + ([end] if model.add_eos else [])
 
 
 def _training_context(path: Path) -> int:
@@ -65,8 +93,6 @@ def _training_context(path: Path) -> int:
 
 def _check_pooling(model: Model) -> None:
     pooling = model.pooling
-    if pooling == L.LLAMA_POOLING_TYPE_RANK:
-        raise SpecllmError(f"{model.path.name} is a reranker (pooling type rank): it scores texts, it embeds none")
     if pooling not in POOLING_NAMES or pooling == L.LLAMA_POOLING_TYPE_NONE:
         raise SpecllmError(
             f"{model.path.name} is not an embedding model: its pooling type is none (no <arch>.pooling_type "

@@ -290,6 +290,15 @@ class Model:
         return bool(L.llama_vocab_get_add_eos(self._vocab))
 
     @property
+    def sep(self) -> int:
+        return L.llama_vocab_sep(self._vocab)
+
+    @property
+    def add_sep(self) -> bool:
+        """Whether a text pair is read with SEP between its texts (a BERT's, a reranker's)."""
+        return bool(L.llama_vocab_get_add_sep(self._vocab))
+
+    @property
     def vocab_type(self) -> int:
         return L.llama_vocab_type(self._vocab)
 
@@ -574,11 +583,20 @@ class Model:
         self._check_open()
         return L.llama_model_n_embd_out(self._model)
 
+    @property
+    def n_pooled(self) -> int:
+        """The length of what the context pools a text into: an embedding, or a reranker's scores
+        (one per class of its head, llama.cpp's n_cls_out: one for a reranker)."""
+        if self.pooling == L.LLAMA_POOLING_TYPE_RANK:
+            return L.llama_model_n_cls_out(self._model)
+        return self.n_embd_out
+
     def embed(self, tokens: list[int]) -> np.ndarray:
-        """The pooled embedding of `tokens` alone: the cache is emptied first, and the tokens go to
-        llama.cpp in one call of at most n_batch tokens, which must be one micro-batch (n_ubatch =
-        n_batch: open_embedding_model), as llama.cpp pools each micro-batch on its own (a mean
-        over only the last one's tokens otherwise)."""
+        """The pooled embedding of `tokens` alone (a reranker's: its scores of them, n_pooled): the
+        cache is emptied first, and the tokens go to llama.cpp in one call of at most n_batch
+        tokens, which must be one micro-batch (n_ubatch = n_batch: open_embedding_model), as
+        llama.cpp pools each micro-batch on its own (a mean over only the last one's tokens
+        otherwise)."""
         check_context(self)
         if not 0 < len(tokens) <= self.n_batch:
             raise ValueError(f"an embedding takes 1 to n_batch={self.n_batch} tokens, got {len(tokens)}")
@@ -587,7 +605,7 @@ class Model:
         pooled = timed(self, L.llama_get_embeddings_seq, self._ctx, 0)
         if not pooled:  # pooling none: an embedding per token, none for the text
             raise SpecllmError(f"{self.path.name}: llama.cpp pooled no embedding for the text")
-        embedding = np.ctypeslib.as_array(pooled, shape=(self.n_embd_out,)).copy()
+        embedding = np.ctypeslib.as_array(pooled, shape=(self.n_pooled,)).copy()
         if not np.isfinite(embedding).all():  # a broken model's, which no JSON can carry
             raise SpecllmError(f"{self.path.name} gave an embedding that is not finite numbers (NaN or infinite)")
         return embedding

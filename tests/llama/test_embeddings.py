@@ -9,7 +9,7 @@ import tiny_models as tm
 from embedding import reference
 
 from specllm.errors import SpecllmError
-from specllm.llama.embeddings import describe_embeddings, open_embedding_model
+from specllm.llama.embeddings import describe_embeddings, open_embedding_model, rerank_tokens
 from specllm.llama.options import ModelOptions
 
 MEAN, CLS, LAST, RANK = (
@@ -61,18 +61,42 @@ def test_the_context_is_at_most_the_models_training_context(tmp_path):
         model.close()
 
 
-def test_a_model_that_pools_nothing_or_ranks_is_refused_in_one_line(tmp_path):
+def test_a_model_that_pools_nothing_is_refused_in_one_line(tmp_path):
     """A model made to generate has no pooling type (none): it embeds each token, not the text,
-    as llama-server says when it refuses one on its OpenAI endpoint. A reranker scores texts."""
+    as llama-server says when it refuses one on its OpenAI endpoint."""
     plain = tm.write_model(tmp_path / "plain.gguf", seed=0)
     with pytest.raises(SpecllmError, match=r"^plain\.gguf is not an embedding model: its pooling type is none"):
         open_embedding_model(plain, OPTIONS)
     stated = tm.write_model(tmp_path / "none.gguf", seed=0, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE)
     with pytest.raises(SpecllmError, match=r"^none\.gguf is not an embedding model"):
         open_embedding_model(stated, OPTIONS)
-    reranker = tm.write_model(tmp_path / "rank.gguf", seed=0, pooling_type=RANK)
-    with pytest.raises(SpecllmError, match=r"^rank\.gguf is a reranker \(pooling type rank\): it scores texts"):
-        open_embedding_model(reranker, OPTIONS)
+
+
+def test_a_reranker_scores_a_pair_as_llama_cpp_reads_it(tmp_path):
+    """A BERT reranker (bge-reranker's shape) reads a query and a document as llama-server's
+    format_prompt_rerank puts them: [CLS] query [SEP] document (its vocabulary adds BOS and SEP,
+    no EOS); its score is llama.cpp's, bit for bit; a rerank template in the GGUF (Qwen3-Reranker's
+    way) is used instead, with control tokens read."""
+    path = tm.write_model(tmp_path / "rank.gguf", arch="bert", seed=5, pooling_type=RANK)
+    model = open_embedding_model(path, OPTIONS)
+    try:
+        assert describe_embeddings(model) == "reranker rank.gguf (512 tokens a pair)"
+        tokens = rerank_tokens(model, "lazy dog", "the quick fox")
+        words = [tm.BERT_VOCAB.index("\u2581" + w) for w in ("lazy", "dog", "the", "quick", "fox")]
+        assert tokens == [tm.CLS_ID, *words[:2], tm.SEP_ID, *words[2:]]
+        [score] = model.embed(tokens)
+        assert score == reference(path, tokens, model.n_ctx)[0]
+    finally:
+        model.close()
+    template = "[CLS]query: {query}[SEP]{document}"
+    path = tm.write_model(tmp_path / "templated.gguf", arch="bert", seed=5, pooling_type=RANK, rerank_template=template)
+    model = open_embedding_model(path, OPTIONS)
+    try:
+        expected = [tm.CLS_ID, *model.tokenize("query: lazy dog", add_special=False), tm.SEP_ID]
+        # the whole text is read with control tokens, the document's "[CLS]" too, as llama-server reads it
+        assert rerank_tokens(model, "lazy dog", "[CLS]") == [*expected, tm.CLS_ID]
+    finally:
+        model.close()
 
 
 def test_an_embedding_takes_what_fits_its_context(pooled):
