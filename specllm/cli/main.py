@@ -809,8 +809,9 @@ def serve(
         typer.Option(
             "--embedding-model",
             parser=a_value,
-            help="Also serve /v1/embeddings with this embedding model (nomic-embed-text, bge, Qwen3-Embedding, ...): "
-            "a path, hf:REPO/FILE or ollama:/lmstudio:/llamacpp: NAME.",
+            help="Also serve /v1/embeddings with this embedding model (nomic-embed-text, bge, Qwen3-Embedding, ...), "
+            "or /rerank with a reranker (bge-reranker, Qwen3-Reranker): a path, hf:REPO/FILE or "
+            "ollama:/lmstudio:/llamacpp: NAME.",
         ),
     ] = None,
 ):
@@ -860,7 +861,7 @@ def model_name(spec: str | None, path: Path) -> str:
 
 
 def load_embedding_model(spec: str, options: LoadOptions):
-    """The embedding model --embedding-model names (any reference --target takes), found or
+    """The embedding model or reranker --embedding-model names (any reference --target takes), found or
     downloaded as a target is, and loaded to pool texts with the target's threads, GPU layers and
     context (at most its own)."""
     from specllm.llama.embeddings import open_embedding_model

@@ -1,6 +1,6 @@
-"""OpenAI's /v1/embeddings and llama-server's /embedding for `specllm serve`, answered as
-llama-server answers them (started with `--embeddings`): the request, the normalisation and the
-responses, as plain data as openai_api.py (no HTTP, no model)."""
+"""OpenAI's /v1/embeddings and llama-server's /embedding and /rerank for `specllm serve`, answered
+as llama-server answers them (started with `--embeddings` or `--reranking`): the requests, the
+normalisation and the responses, as plain data as openai_api.py (no HTTP, no model)."""
 
 import base64
 import json
@@ -24,15 +24,18 @@ class EmbeddingRequest(BaseModel):
     and ids mixed (one input), or a list of inputs, each of those or an object ({"prompt_string":
     ...}, or {"content": [parts]} as in a chat message); `content` in its place, llama-server's
     name, which asks for llama-server's own answer; `embd_normalize`, llama-server's: -1 none, 0
-    the largest value 32760 (int16's range), 1 taxicab, 2 Euclidean, p > 2 the p-norm."""
+    the largest value 32760 (int16's range), 1 taxicab, 2 Euclidean, p > 2 the p-norm;
+    `truncate` (as llama-cpp-python's and text-embeddings-inference's): an input longer than the
+    context cut to its first tokens that fit, where it is otherwise a 400."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     input: JsonValue = None  # read by prompts(): pydantic's errors for a union of shapes say little
     content: JsonValue = None
-    model: str | None = None  # any name is accepted: the server has one embedding model
+    model: str | None = None  # any name is accepted (the server has one embedding model), and echoed
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None  # the model's own, or refused: llama.cpp cannot shorten an embedding
     embd_normalize: int = Field(EUCLIDEAN, ge=-1)
+    truncate: bool = False
 
     @property
     def openai_shaped(self) -> bool:
@@ -129,7 +132,8 @@ def normalized(embedding: np.ndarray, norm: int = EUCLIDEAN) -> np.ndarray:
 
 def embeddings_response(model: str, embeddings: list[np.ndarray], n_tokens: int, encoding: str) -> dict:
     """OpenAI's list of embeddings; base64: each one's float32 bytes, little-endian, as
-    llama-server and OpenAI send them."""
+    llama-server and OpenAI send them. `model`: the request's, where it names one (echoed, as
+    llama-server does), else the server's name for its model."""
     return {
         "object": "list",
         "data": [_entry(i, embedding, encoding) for i, embedding in enumerate(embeddings)],
@@ -149,3 +153,45 @@ def _entry(index: int, embedding: np.ndarray, encoding: str) -> dict:
         packed = base64.b64encode(embedding.astype("<f4").tobytes()).decode("ascii")
         return {"object": "embedding", "index": index, "embedding": packed, "encoding_format": "base64"}
     return {"object": "embedding", "index": index, "embedding": embedding.tolist()}
+
+
+class RerankRequest(BaseModel):
+    """llama-server's /rerank: a `query` and the `documents` (Jina's and Cohere's name) or `texts`
+    (text-embeddings-inference's, which asks for its answer's shape) to score against it;
+    `top_n` the best to give (default all); `return_text` (TEI's) each document's text beside its
+    score."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    query: str
+    documents: list[str] | None = None
+    texts: list[str] | None = None
+    top_n: int | None = Field(None, ge=0)
+    return_text: bool = False
+    model: str | None = None  # any name is accepted, and echoed
+
+    @property
+    def tei_shaped(self) -> bool:
+        """Whether text-embeddings-inference's answer was asked for (llama-server: `texts` given)."""
+        return "texts" in self.model_fields_set
+
+    def document_list(self) -> list[str]:
+        given = self.documents if self.documents is not None else self.texts
+        if not given:
+            field = "texts" if self.documents is None and self.tei_shaped else "documents"
+            raise ApiError(400, f"{field} must be a non-empty list of texts", field)
+        return given
+
+
+def rerank_response(request: RerankRequest, model: str, scores: list[float], n_tokens: int) -> dict | list:
+    """llama-server's answer to /rerank: each document's index and score, best first (ties in the
+    documents' order), the best `top_n`; in Jina's shape (`relevance_score`, in an object with
+    `model` and `usage`) or, for `texts`, text-embeddings-inference's (a list, `score`, `text` if
+    asked)."""
+    documents = request.document_list()
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n]
+    if not request.tei_shaped:
+        results = [{"index": i, "relevance_score": scores[i]} for i in order]
+        usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+        return {"model": model, "object": "list", "usage": usage, "results": results}
+    text = request.return_text
+    return [{"index": i, "score": scores[i]} | ({"text": documents[i]} if text else {}) for i in order]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
@@ -58,16 +58,18 @@ from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, GrammarInvalid, SpecllmError
 from specllm.files import open_files_hint
-from specllm.llama.embeddings import describe_embeddings, embedding_limit
+from specllm.llama.embeddings import describe_embeddings, embedding_limit, is_reranker, rerank_tokens
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import MAX_WAITING
 from specllm.serve.embeddings import (
     EmbeddingRequest,
     Prompt,
+    RerankRequest,
     embeddings_response,
     llama_embeddings_response,
     normalized,
+    rerank_response,
 )
 from specllm.serve.llama_api import (
     DetokenizeRequest,
@@ -443,28 +445,70 @@ class EngineWorker:
         client that has `left` (or a server stopping) ends the batch at the next input (None)."""
         embedder = self.embedder
         assert embedder is not None
+        if is_reranker(embedder):
+            name = embedder.path.name
+            message = f"{name} is a reranker: it scores documents against a query (POST /rerank), it embeds no text"
+            raise ApiError(400, message, code="model_not_supported")
         request.check_dimensions(embedder.n_embd_out)
-        inputs = [self.embedding_tokens(prompt, f"input[{i}]") for i, prompt in enumerate(request.prompts())]
-        embeddings = []
+        prompts = enumerate(request.prompts())
+        inputs = [self.embedding_tokens(prompt, f"input[{i}]", request.truncate) for i, prompt in prompts]
+        embeddings = self.pooled(inputs, left)
+        if embeddings is None:
+            return None
+        return [normalized(e, request.embd_normalize) for e in embeddings], sum(map(len, inputs))
+
+    def rerank(self, request: RerankRequest, left: threading.Event) -> tuple[list[float], int] | None:
+        """/rerank, on the embedding lane: each document's score against the query, as the
+        reranker gives it (llama-server's: the head's first output, not normalised), and the
+        tokens read; None as for embed."""
+        reranker = self.embedder
+        assert reranker is not None
+        if not is_reranker(reranker):
+            message = (
+                f"{reranker.path.name} is an embedding model, not a reranker (pooling type rank, as "
+                "bge-reranker and Qwen3-Reranker): start specllm serve with --embedding-model RERANKER to rerank"
+            )
+            raise ApiError(400, message, code="model_not_supported")
+        documents = request.document_list()
+        pairs = [rerank_tokens(reranker, request.query, document) for document in documents]
+        limit = embedding_limit(reranker)
+        for i, tokens in enumerate(pairs):
+            if len(tokens) > limit:
+                message = (
+                    f"documents[{i}] is {len(tokens)} tokens with the query but the reranker's context holds {limit}"
+                )
+                raise ApiError(400, message, "documents", "context_length_exceeded")
+        scores = self.pooled(pairs, left)
+        if scores is None:
+            return None
+        return [float(score[0]) for score in scores], sum(map(len, pairs))
+
+    def pooled(self, inputs: list[list[int]], left: threading.Event) -> list[np.ndarray] | None:
+        """What the embedding model pools each input into, one input at a time; None once the
+        client has `left` (or the server is stopping)."""
+        embedder = self.embedder
+        assert embedder is not None
+        pooled = []
         for tokens in inputs:
             if left.is_set() or self.stopping:
                 return None
             try:
-                embeddings.append(normalized(embedder.embed(tokens), request.embd_normalize))
+                pooled.append(embedder.embed(tokens))
             except SpecllmError as e:  # the server's model failed, not the request
                 raise generation_failed(e, self.without_paths, "embedding") from None
-        return embeddings, sum(map(len, inputs))
+        return pooled
 
     @property
     def embedding_name(self) -> str:
         """The embedding model's id: /v1/models lists it, its responses carry it."""
         return self.settings.embedding_model or (self.embedder.path.name if self.embedder else "")
 
-    def embedding_tokens(self, prompt: Prompt, field: str) -> list[int]:
+    def embedding_tokens(self, prompt: Prompt, field: str, truncate: bool = False) -> list[int]:
         """An input's tokens, as llama-server's tokenize_mixed reads its texts and ids: a text
         first with the model's BOS (and EOS or SEP where it adds one), a text after anything
         without them, control tokens written in a text read as such, ids as they are; within the
-        embedding model's context."""
+        embedding model's context: a longer input is refused, or cut to its first tokens that fit
+        if the request says `truncate`."""
         embedder = self.embedder
         assert embedder is not None
         tokens: list[int] = []
@@ -478,7 +522,9 @@ class EngineWorker:
                 raise ApiError(400, message, field)
         if not tokens:
             raise ApiError(400, f"{field} is empty: it has no tokens to embed", "input")
-        if len(tokens) > (limit := embedding_limit(embedder)):
+        if len(tokens) > (limit := embedding_limit(embedder)) and truncate:
+            return tokens[:limit]
+        if len(tokens) > limit:
             message = f"{field} is {len(tokens)} tokens but the embedding model's context holds {limit}"
             raise ApiError(400, message, "input", "context_length_exceeded")
         return tokens
@@ -788,29 +834,39 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
         access(request, 200, "")
         return answer
 
+    async def on_embedding_lane(request: Request, job: Callable[[threading.Event], Any], made: str):
+        """job(left) on the embedding model's thread, `left` set if the client goes away (the job
+        then ends early, None): its answer, or the 499 logged for a client that left before its
+        `made` were made."""
+        left = threading.Event()
+        watch = asyncio.create_task(client_left(request))
+        watch.add_done_callback(lambda _: left.set())
+        try:
+            answer = await worker.beside(partial(job, left), worker.embedding)
+        finally:
+            watch.cancel()
+        if answer is None and worker.stopping:
+            raise shutting_down()
+        if answer is None:
+            access(request, CLIENT_CLOSED, f"the client went away before its {made} were made")
+            return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+        return answer
+
     def embeddings(openai_path: bool):
         async def endpoint(request: Request):
             body = await read_body(request, embeddings_limit, settings.body_seconds)
             if embedder is None:
                 raise no_embedding_model()
-            wanted, left = validated(EmbeddingRequest, body), threading.Event()
-            watch = asyncio.create_task(client_left(request))
-            watch.add_done_callback(lambda _: left.set())
-            try:
-                answer = await worker.beside(partial(worker.embed, wanted, left), worker.embedding)
-            finally:
-                watch.cancel()
-            if answer is None and worker.stopping:
-                raise shutting_down()
-            if answer is None:
-                access(request, CLIENT_CLOSED, "the client went away before its embeddings were made")
-                return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+            wanted = validated(EmbeddingRequest, body)
+            answer = await on_embedding_lane(request, partial(worker.embed, wanted), "embeddings")
+            if isinstance(answer, Response):
+                return answer
             vectors, n_tokens = answer
             count = len(vectors)
             access(request, 200, f"{count} embedding{'s' if count > 1 else ''} · {n_tokens} tokens")
             if openai_path and wanted.openai_shaped:  # llama-server answers `content` in its own shape
-                name, encoding = worker.embedding_name, wanted.encoding_format
-                return JSONResponse(embeddings_response(name, vectors, n_tokens, encoding))
+                name = wanted.model if wanted.model is not None else worker.embedding_name
+                return JSONResponse(embeddings_response(name, vectors, n_tokens, wanted.encoding_format))
             return JSONResponse(llama_embeddings_response(vectors))
 
         return endpoint
@@ -818,6 +874,22 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
     # OpenAI's, and llama-server's own (its answer's shape: llama_embeddings_response)
     for path, openai_path in EMBEDDINGS_PATHS.items():
         app.add_api_route(path, embeddings(openai_path), methods=["POST"])
+
+    async def rerank(request: Request):
+        body = await read_body(request, embeddings_limit, settings.body_seconds)
+        if embedder is None:
+            raise no_embedding_model("RERANKER", "a reranker's GGUF, such as bge-reranker or Qwen3-Reranker")
+        wanted = validated(RerankRequest, body)
+        answer = await on_embedding_lane(request, partial(worker.rerank, wanted), "scores")
+        if isinstance(answer, Response):
+            return answer
+        scores, n_tokens = answer
+        access(request, 200, f"{len(scores)} document{'s' if len(scores) > 1 else ''} · {n_tokens} tokens")
+        name = wanted.model if wanted.model is not None else worker.embedding_name
+        return JSONResponse(rerank_response(wanted, name, scores, n_tokens))
+
+    for path in RERANK_PATHS:  # llama-server's paths for /rerank
+        app.add_api_route(path, rerank, methods=["POST"])
 
     @app.api_route("/props", methods=["GET", "HEAD"])
     async def get_props(request: Request):
@@ -835,13 +907,17 @@ EMBEDDINGS_PATHS = {"/v1/embeddings": True, "/embeddings": False, "/embedding": 
 FOREIGN_IDS = "token ids are the embedding model's own; send text, not another tokenizer's ids"
 
 
-def no_embedding_model() -> ApiError:
+def no_embedding_model(
+    name: str = "MODEL", kind: str = "a GGUF of one, such as nomic-embed-text, bge or Qwen3-Embedding"
+) -> ApiError:
     return ApiError(
         404,
-        "this server has no embedding model: start specllm serve with --embedding-model MODEL "
-        "(a GGUF of one, such as nomic-embed-text, bge or Qwen3-Embedding)",
+        f"this server has no embedding model: start specllm serve with --embedding-model {name} ({kind})",
         code="model_not_found",
     )
+
+
+RERANK_PATHS = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")  # llama-server's
 
 
 RESPONSES_PATHS = ("/v1/responses", "/responses")  # llama-server's paths for the Responses API

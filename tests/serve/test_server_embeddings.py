@@ -1,7 +1,8 @@
 """/v1/embeddings on a tiny embedding model (mean pooling) beside a tiny target: embeddings against
-llama.cpp's own, normalised as llama-server does; every shape of `input`; base64; the errors; the
-API key, the body limit and the waiting limit; no wait behind a generation under way. On a tiny BERT
-(bge's shape): texts read [CLS] ... [SEP], batches, and its 512 positions."""
+llama.cpp's own, normalised as llama-server does; every shape of `input`; base64; the request's
+model named; truncate; the errors; the API key, the body limit and the waiting limit; no wait
+behind a generation under way. On a tiny BERT (bge's shape): texts read [CLS] ... [SEP], batches,
+and its 512 positions."""
 
 import base64
 import json
@@ -65,7 +66,7 @@ def test_an_embedding_is_llama_cpps_own_normalised(srv, models):
     raw = reference(embedder.path, tokens, EMBEDDING_CTX)
     status, data = embed(srv, {"input": TEXTS[0], "model": "anything"})
     assert status == 200, data
-    assert data["object"] == "list" and data["model"] == "embed.gguf"
+    assert data["object"] == "list" and data["model"] == "anything"
     assert data["data"][0]["object"] == "embedding"
     assert data["usage"] == {"prompt_tokens": len(tokens), "total_tokens": len(tokens)}
     [got] = vectors(data)
@@ -154,6 +155,7 @@ def test_base64_is_the_same_floats(srv):
         ({"input": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
         ({"input": "x", "dimensions": 32}, "dimensions", "embeddings have 64, not 32"),
         ({"input": "x", "embd_normalize": -2}, "embd_normalize", "greater than or equal to -1"),
+        ({"input": "x", "truncate": "yes"}, "truncate", "truncate: Input should be a valid boolean"),
         (
             {"input": TOO_LONG},
             "input",
@@ -173,6 +175,32 @@ def test_too_long_an_input_says_so_as_a_prompt_does(srv):
     assert (status, data["error"]["code"]) == (400, "context_length_exceeded")
     assert "input[1] is 513 tokens" in data["error"]["message"]
     assert embed(srv, {"input": FITS})[0] == 200
+
+
+def test_the_answer_names_the_model_the_request_named(srv):
+    """As llama-server: the request's `model` echoed (OpenAI's clients compare it with what they
+    asked for), the server's name for its model where the request names none."""
+    for asked in ("text-embedding-3-small", "", "embed.gguf"):
+        status, data = embed(srv, {"input": "x", "model": asked})
+        assert (status, data["model"]) == (200, asked)
+    assert embed(srv, {"input": "x"})[1]["model"] == "embed.gguf"
+    assert embed(srv, {"input": "x", "model": None})[1]["model"] == "embed.gguf"
+    assert srv.client().embeddings.create(model="nomic-embed-text", input="x").model == "nomic-embed-text"
+
+
+def test_truncate_cuts_an_input_to_the_tokens_that_fit(srv, models):
+    """`truncate: true` embeds a too-long input's first 512 tokens (what those tokens, sent as ids,
+    give) and counts those; inputs that fit are as they were; without it, a 400 (above)."""
+    embedder = models[1]
+    cut = embedder.tokenize(TOO_LONG)[:EMBEDDING_CTX]
+    status, data = embed(srv, {"input": [TOO_LONG, TEXTS[0]], "truncate": True})
+    assert status == 200, data
+    assert data["usage"]["prompt_tokens"] == EMBEDDING_CTX + len(embedder.tokenize(TEXTS[0]))
+    [expected] = vectors(embed(srv, {"input": cut})[1])
+    [fits] = vectors(embed(srv, {"input": TEXTS[0]})[1])
+    np.testing.assert_array_equal(vectors(data)[0], expected)
+    np.testing.assert_array_equal(vectors(data)[1], fits)
+    assert embed(srv, {"input": TOO_LONG, "truncate": False})[1]["error"]["code"] == "context_length_exceeded"
 
 
 def test_the_models_own_dimensions_are_asked_for_nothing(srv):
