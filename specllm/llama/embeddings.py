@@ -66,7 +66,7 @@ def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
     Qwen3-Reranker's) with {query} and {document} put in, read with control tokens; else the
     query, the vocabulary's end tokens (EOS where it adds one, SEP where it adds one) and the
     document, each read without control tokens, after BOS and before EOS where the model adds them
-    (bge-reranker: <s> query </s> </s> document </s>)."""
+    (a WordPiece BERT's: [CLS] query [SEP] document)."""
     template = model.chat_template("rerank")
     if template is not None:
         prompt = template.replace("{query}", query).replace("{document}", document)
