@@ -21,8 +21,10 @@ CALL_OPEN, the recipient, CALL_HEADER, the body as written, CALL_CLOSE. tool_cal
 form as a call to an offered tool; anything else it leaves as text, so a call to a tool nobody
 offered stays visible. A reply that leaves the format (a header longer than HEADER_LIMIT or with a
 line break before its "<|message|>", or text after a message that begins no header) is answer from
-there on, as written, and so is a reply that ends before its first header does; a later header
-that the reply's end cuts short is left out.
+there on, as written. A header that the reply's end cuts short (max_tokens, a stop string) is left
+out, the first one too: a reply cut inside it has no answer, as llama-server's parser gives no
+content for a header it has only a part of. Only a first "header" of text with no markup after
+its recipient ("to=5 is the answer", from a model that writes no harmony) stays, as written.
 
 Muse Glimmer writes the same messages without channels, and ends them with "<|eom|>" (more
 messages follow) or "<|eot|>" (the turn's end) as well: its recipient says what a message is,
@@ -38,12 +40,15 @@ from specllm.engine.text import marker_start
 START, CHANNEL, MESSAGE, END = "<|start|>", "<|channel|>", "<|message|>", "<|end|>"
 ENDS = (END, "<|eom|>", "<|eot|>")  # what ends a message: gpt-oss's, Muse Glimmer's two
 REASONER, USER = "self", "user"  # Muse Glimmer's recipients of reasoning and of an answer
+NO_CALL = ("assistant", REASONER, USER)  # recipients of a message that is no call
 CALL_OPEN, CALL_HEADER, CALL_CLOSE = "<|start|>assistant to=", "<|channel|>commentary json<|message|>", "<|call|>"
 HEADER_LIMIT = 256  # characters before "<|message|>": a real header has a few dozen
 RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"([A-Za-z_]+)")
 SEPARATOR = "\n\n"
 BEGINNINGS = (CHANNEL, START, "to=")  # what a header begins with: its start, its channel or its recipient
+# A header cut short, not text: it begins with markup, or with a recipient that markup or the cut follows
+CUT_HEADER = re.compile(r"(?:<\|start\|>|<\|channel\|>|to=[^\s<]*(?:<\||$))")
 
 
 def begins_harmony(text: str) -> bool:
@@ -143,10 +148,10 @@ class HarmonyReader:
             self.raw = True
             return True
         if at < 0:
-            if self.ended and self.n_messages:
+            if self.ended and (self.n_messages or CUT_HEADER.match(lead)):
                 self.pending = ""  # a header the reply's end cut short: no message
             elif self.ended:
-                self.raw = True  # a reply that never began a message: as written
+                self.raw = True  # a first "header" of plain text, which no message followed: as written
                 return True
             return False
         self.pending = self.pending[at + len(MESSAGE) :]
@@ -154,7 +159,7 @@ class HarmonyReader:
         found = RECIPIENT.search(header)
         recipient = found.group(1) if found else None
         channels = CHANNEL_NAME.findall(header)
-        if recipient not in (None, "assistant", REASONER, USER):
+        if recipient is not None and recipient not in NO_CALL:
             self.kind = "call"
             answer.append(self._answer(CALL_OPEN + recipient + CALL_HEADER))
         elif recipient == REASONER or (channels and channels[-1] == "analysis"):

@@ -132,7 +132,13 @@ CASES = [
     (f"{ANALYSIS}R<|end|>Then prose.", False, "R", "Then prose."),  # text that begins no header: shown
     ("<|channel|>final<|message|>Hi.<|end|>And more", False, "", "Hi.\n\nAnd more"),
     (f"{ANALYSIS}R<|end|><|<|message|>x", False, "R", "<|<|message|>x"),  # only a part of "<|start|>"
-    ("<|channel|>analysis", False, "", "<|channel|>analysis"),  # no message begun: as written
+    # the first header cut short (max_tokens, a stop string): no message, as llama-server's parser reads it
+    ("<|channel|>analysis", False, "", ""),
+    ("<|channel|>analy", False, "", ""),
+    ("<|start|>assistant<|channel|>final <|constrain|>js", False, "", ""),
+    (" to=functions.get_wea", False, "", ""),
+    (" to=functions.get_weather<|channel|>comm", False, "", ""),
+    ("to=5 is the answer", False, "", "to=5 is the answer"),  # text, no markup after the "recipient": as written
     # Muse Glimmer's: no channels, a recipient ("self" reasoning, "user" answer), two more ends
     (" to=user<|message|>Hello, world!\nWhat's up?<|eot|>", False, "", "Hello, world!\nWhat's up?"),
     (" to=self<|message|>Need JSON<|eom|><|start|>assistant to=user<|message|>{}<|eot|>", False, "Need JSON", "{}"),

@@ -266,6 +266,23 @@ def test_gpt_oss_reasons_in_its_analysis_channel_and_answers_json_in_its_final_o
     assert streamed(chunks) == {k: message[k] for k in ("reasoning_content", "content")}
 
 
+@pytest.mark.parametrize("cut", [{"max_tokens": 4}, {"max_tokens": 120, "stop": ["lysis"]}])
+def test_gpt_oss_cut_inside_its_first_header_has_no_content(gpt_oss, cut):
+    """A reply cut inside its first header ("<|channel|>ana", by max_tokens or a stop string)
+    shows no markup: no content and no reasoning, streamed or not, as llama-server's parser
+    reads a header it has only a part of."""
+    engine, srv = gpt_oss
+    request = dict(messages=GPT_OSS_ASK, model="x", temperature=0, response_format=JSON_SCHEMA_FORMAT) | cut
+    prompt = engine.target.render_chat(GPT_OSS_ASK)
+    assert engine.generate(prompt, temperature=0, json_schema=SCHEMA, **cut).text == "<|channel|>ana"
+    choice = srv.client().chat.completions.create(**request).choices[0]
+    assert choice.message.to_dict() == {"role": "assistant", "content": ""}
+    assert choice.finish_reason == ("length" if "stop" not in cut else "stop")
+    chunks = list(srv.client().chat.completions.create(stream=True, **request))
+    assert streamed(chunks) == {"reasoning_content": "", "content": ""}
+    assert chunks[-1].choices[0].finish_reason == choice.finish_reason
+
+
 # Tools beside a schema: the answer follows the schema or is a call, which begins as the template
 # writes one ("<tool_call>" for Qwen2.5's). The tiny model's greedy reply to CALLS, offered
 # TERSE_WEATHER, begins a call (noise follows, which the tool reader leaves as text); to ANSWERS,
