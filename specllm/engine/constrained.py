@@ -31,7 +31,10 @@ call's opening given), a header may also be a call's, "<|channel|>commentary to=
 or with the recipient in the role header (" to=functions.NAME<|channel|>commentary"), its channel
 "analysis" in either (the forms llama.cpp's gpt-oss parser reads), a constraint, "<|message|>"
 (as harmony.py reads calls): its body is free, its end of generation (<|call|>) too, up to its
-"<|end|>" (Phase.CALL_MESSAGE). llama-server's grammar has no call there.
+"<|end|>" (Phase.CALL_MESSAGE). llama-server's grammar has no call there. A prompt that opened a
+message goes on in its body: a call's as a call's, an analysis or a commentary one's (a preamble)
+as an analysis message's; its end is read from the prompt's tail back to the message's
+"<|start|>" (loop.prompt_end), however long the text the prompt wrote in it.
 
 Tools offered beside the grammar (a call's opening given): the answer is the grammar's text or a
 tool call, the opening (as the chat template writes it) followed by anything. The answer's
@@ -54,7 +57,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from specllm.engine.harmony import begins_harmony
+from specllm.engine.harmony import CHANNEL_NAME, NO_CALL, RECIPIENT, START, begins_harmony
 from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
 from specllm.errors import CallLikeAnswer, SpecllmError
@@ -460,31 +463,42 @@ def where_it_applies(
 def _harmony(model: Model, text: str, prompt_end: str, calls: bool = False) -> OutputGrammar | None:
     """gpt-oss's grammar (see the module's docstring) where the prompt ends where its reply
     begins (REPLY_START, on a vocabulary holding CHANNEL as one token) or inside a reply it
-    began: in an analysis message's body (its text begun, perhaps), after one's end, or at the
-    final channel's body; None for any other prompt. With `calls`, a message's header may be a
-    call's."""
+    began: in the body of a message it opened (its text begun, perhaps), after one's end, or at
+    the final channel's body; None for any other prompt. With `calls`, a message's header may be
+    a call's."""
     # A SentencePiece vocabulary's word after a markup token begins with a space ("<|start|> assistant")
     tail = re.sub(r"(?<=\|>)\s+", "", prompt_end)
     if FINAL_HEADER.search(tail):
         return OutputGrammar(Grammar(model, text))  # the answer from the first token
-    in_analysis = _in_analysis(tail)
-    after_analysis = tail.endswith(END) and _in_analysis(tail.removesuffix(END))
-    if not (in_analysis or after_analysis or tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
+    inside = _open_message(tail)
+    after_message = tail.endswith(END) and _open_message(tail.removesuffix(END)) is not None
+    if not (inside or after_message or tail.endswith(REPLY_START) and _one_token(model, CHANNEL)):
         return None
     grammar, first, following = _harmony_rules(text, calls)
     header = Grammar(model, grammar, root=following)
-    if in_analysis:
-        return OutputGrammar(header.clone(), Phase.REASONING, END.encode(), header=header)
-    if after_analysis:  # the next message's header, from its REPLY_START
+    if inside is not None:
+        return OutputGrammar(header.clone(), inside, END.encode(), header=header)
+    if after_message:  # the next message's header, from its REPLY_START
         return OutputGrammar(header.clone(), Phase.HEADER, END.encode(), header=header)
     return OutputGrammar(Grammar(model, grammar, root=first), Phase.HEADER, END.encode(), header=header)
 
 
-def _in_analysis(tail: str) -> bool:
-    """Whether a prompt's `tail` ends in an analysis message's body: after its header, before its
-    end (a prompt that begins the reasoning for the model, or goes on with one)."""
-    at = tail.rfind(ANALYSIS)
-    return at >= 0 and not any(marker in tail[at + len(ANALYSIS) :] for marker in (END, "<|start|>"))
+def _open_message(tail: str) -> Phase | None:
+    """Where a prompt's `tail` ends in the body of a message it opened, the phase the reply goes
+    on in: a call's body (a recipient, as harmony.py reads a call) is free, its end of generation
+    too (CALL_MESSAGE); an analysis message's or a commentary one's (a preamble: the answer is yet
+    to come) is free but for an end of generation (REASONING). None where the tail ends in no
+    body, or in a final message's or one without a channel. The message begins at the tail's last
+    "<|start|>" (its last channel where it has none), its header up to its first "<|message|>"."""
+    begins = tail.rfind(START)
+    header, found, body = tail[begins if begins >= 0 else tail.rfind(CHANNEL) :].partition(MESSAGE)
+    channels = CHANNEL_NAME.findall(header)
+    if not found or END in body or not channels or channels[-1] not in ("analysis", "commentary"):
+        return None
+    recipient = RECIPIENT.search(header)
+    if recipient is not None and recipient.group(1) not in NO_CALL:
+        return Phase.CALL_MESSAGE
+    return Phase.REASONING
 
 
 def _harmony_rules(text: str, calls: bool = False) -> tuple[str, str, str]:
@@ -506,6 +520,19 @@ def _harmony_rules(text: str, calls: bool = False) -> tuple[str, str, str]:
         f'{after} ::= "{REPLY_START}" {message}\n'
     )
     return f"{text}\n{rules}", message, after
+
+
+def message_start(model: Model, prompt: list[int]) -> int:
+    """Where the gpt-oss message that `prompt` ends in begins (_open_message reads its header):
+    at its last "<|start|>" token, or at its last "<|channel|>" where it has none (a prompt that
+    begins a reply without a role); len(prompt) where it has neither, or the vocabulary does not
+    hold them as one token each."""
+    for marker in (START, CHANNEL):
+        if _one_token(model, marker):
+            token = model.tokenize(marker, add_special=False)[0]
+            if token in prompt:
+                return len(prompt) - 1 - prompt[::-1].index(token)
+    return len(prompt)
 
 
 def _one_token(model: Model, text: str) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 import numpy as np
 
 from specllm.engine import calibration
-from specllm.engine.constrained import GrammarRows, OutputGrammar, allowed_prefix, where_it_applies
+from specllm.engine.constrained import GrammarRows, OutputGrammar, allowed_prefix, message_start, where_it_applies
 from specllm.engine.drafters import (
     CPU_MIN_MATCH,
     GPU_MIN_MATCH,
@@ -63,7 +63,9 @@ if TYPE_CHECKING:  # typing's own from Python 3.11; typing_extensions is pydanti
 DRAFTERS = tuple(Drafter)  # their names, in this order, for messages
 SAVE_COSTS_EVERY = 60.0  # seconds: how often costs that were only refined are written back
 RowT = TypeVar("RowT")  # what verification reads of a target row
-PROMPT_END_TOKENS = 64  # a prompt's last tokens, where a think block it opens is read from
+# A prompt's last tokens, where a think block it opens is read from: the longest opening marker is
+# a few tokens. A gpt-oss prompt's end goes back further, to the message it ends in (prompt_end).
+PROMPT_END_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -964,8 +966,11 @@ def output_grammar(
 
 def prompt_end(target: Model, prompt: list[int]) -> str:
     """A prompt's last tokens as text: where the grammar applies is read from them (a think block
-    the prompt opened)."""
-    return target.detokenize(prompt[-PROMPT_END_TOKENS:]).decode("utf-8", errors="replace")
+    the prompt opened). On gpt-oss's vocabulary they go back to the start of the message the
+    prompt ends in (constrained.message_start), however much text the prompt wrote in it (an
+    analysis begun for the model): bounded by the message, not by a count."""
+    begins = min(len(prompt) - PROMPT_END_TOKENS, message_start(target, prompt))
+    return target.detokenize(prompt[max(0, begins) :]).decode("utf-8", errors="replace")
 
 
 def grammar_asked(config: GenerationConfig, end: str) -> tuple:

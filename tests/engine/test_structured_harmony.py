@@ -16,6 +16,7 @@ from grammar_reference import brute_force_mask, greedy_by_brute_force
 
 import specllm
 from specllm.engine.constrained import Phase, where_it_applies
+from specllm.engine.loop import PROMPT_END_TOKENS, GenerationConfig, output_grammar, prompt_end
 from specllm.engine.reasoning import split_reasoning
 from specllm.engine.sampling import SamplerSettings, distribution
 from specllm.llama.grammar import Grammar, schema_grammar
@@ -198,6 +199,97 @@ def test_a_prompt_that_began_the_analysis_goes_on_with_it(gpt_oss):
     result = greedy(gpt_oss, prompt)
     assert "<|end|><|start|>assistant<|channel|>final" in result.text, result.text
     assert set(json.loads(result.text.rpartition("<|message|>")[2])) == {"ok", "tag"}
+
+
+# Messages a prompt opened that are not the final one: a call's body (its recipient after the channel
+# or in the role header), a commentary message's (a preamble), and an analysis longer than the
+# prompt's last PROMPT_END_TOKENS tokens
+CALL_OPENED = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+OPENED = {
+    "call": CALL_OPENED,
+    "call in the role header": " to=functions.get_weather<|channel|>commentary json<|message|>",
+    "preamble": "<|channel|>commentary<|message|>",
+    "long analysis": ANALYSIS + "Let me think about it. " * 12,
+}
+
+
+@pytest.mark.parametrize("opened", OPENED)
+def test_a_message_the_prompt_opened_goes_on_free(model, opened):
+    """A prompt that opened a call's body goes on in it free, its end of generation (<|call|>)
+    too; one that opened a preamble or an analysis (however long) goes on free but for an end of
+    generation, as the answer is yet to come. After the message's <|end|> (the model's or the
+    prompt's) the next header is the grammar's, then the final message the schema's JSON."""
+    prompt, text = model.render_chat(ASK) + OPENED[opened], schema_grammar(SCHEMA)
+    everything, eog = np.arange(model.n_vocab), eog_tokens(model)
+    tokens = tokens_of(model, model.render_chat(ASK)) + tokens_of(model, OPENED[opened])
+    if opened == "long analysis":  # its header is further back than the tokens read by count
+        assert len(tokens_of(model, OPENED[opened])) > PROMPT_END_TOKENS
+    grammar = output_grammar(model, GenerationConfig(json_schema=SCHEMA), tokens)
+    assert grammar is not None
+    call = opened.startswith("call")
+    assert grammar.phase is (Phase.CALL_MESSAGE if call else Phase.REASONING)
+    allowed = grammar.allowed(everything)
+    assert allowed.sum() == model.n_vocab - (0 if call else len(eog)) and allowed[eog].all() == call
+    for token in tokens_of(model, '{"city": "Paris"}'):
+        grammar.accept(token)
+        assert grammar.free
+    grammar.accept(tokens_of(model, "<|end|>")[0])
+    for after in (grammar, where_it_applies(model, text, prompt + "Some text.<|end|>")):
+        assert after.phase is Phase.HEADER and not after.allowed(np.array(eog)).any()
+        for token in tokens_of(model, FINAL + '{"ok": true, "tag": "red"}'):
+            after.accept(token)
+        assert after.phase is Phase.ANSWER and after.allowed(np.array(eog)).all()
+        after.close()
+
+
+def test_the_prompts_end_goes_back_to_its_last_message_start(model, tmp_path):
+    """The phase is read from the prompt's end: on gpt-oss's vocabulary it goes back to the last
+    "<|start|>" (the message the prompt ends in), however far; on another, PROMPT_END_TOKENS."""
+    tokens = tokens_of(model, model.render_chat(ASK) + OPENED["long analysis"])
+    start = len(tokens) - 1 - tokens[::-1].index(tokens_of(model, "<|start|>")[0])
+    assert len(tokens) - start > PROMPT_END_TOKENS
+    assert prompt_end(model, tokens) == model.detokenize(tokens[start:]).decode()
+    assert prompt_end(model, tokens[start + 1 :]).startswith(ANALYSIS)  # no start: its last channel
+    short = tokens_of(model, model.render_chat(ASK))
+    assert prompt_end(model, short) == model.detokenize(short[-PROMPT_END_TOKENS:]).decode()
+    standard = Model(tm.write_model(tmp_path / "standard.gguf"), OPTIONS)
+    words = standard.tokenize("hello world " * 100, add_special=False)
+    assert prompt_end(standard, words) == standard.detokenize(words[-PROMPT_END_TOKENS:]).decode()
+    standard.close()
+
+
+# (question, opened, stop reason): greedy replies that go on with a message the prompt opened
+GOING_ON = [
+    ("Hello", "long analysis", "eos"),  # the analysis ends, then the final message's JSON
+    ("What is the weather", "preamble", "eos"),  # the preamble ends, then the final message's JSON
+    ("Hello", "call", "eos"),  # the call ends (<|call|>)
+    ("What is the weather", "call", "max_tokens"),  # the call's <|end|>, then analysis to the end
+]
+
+
+@pytest.mark.parametrize(("question", "opened", "stop_reason"), GOING_ON)
+def test_greedy_after_a_message_the_prompt_opened_is_the_same_with_every_drafter(
+    gpt_oss, question, opened, stop_reason
+):
+    """The free body, its end and the headers after it inside drafts and steps: greedy equal to
+    target-only with every drafter and to the brute-force mask; no JSON before a final message."""
+    target = gpt_oss.target
+    text = target.render_chat([{"role": "user", "content": question}]) + OPENED[opened]
+    prompt = gpt_oss.prompt_tokens(text)
+    expected = greedy(gpt_oss, prompt)
+    assert expected.stop_reason == stop_reason, expected.text
+    assert not expected.text.startswith("{") and ("<|end|>" in expected.text or stop_reason == "eos")
+    if opened != "call":  # the message ends, the final one holds the JSON (a final header may name a constraint)
+        assert "<|end|><|start|>assistant<|channel|>final" in expected.text, expected.text
+        assert set(json.loads(expected.text.rpartition("<|message|>")[2])) == {"ok", "tag"}
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), text)
+    assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
+    grammar.close()
+    target.truncate(0)
+    for drafter in ("model", "ngram", "auto"):
+        for gamma in (1, 3):
+            result = greedy(gpt_oss, prompt, drafter, gamma)
+            assert result.tokens == expected.tokens, (question, opened, drafter, gamma)
 
 
 def test_greedy_json_after_analysis_is_the_same_with_every_drafter(gpt_oss):

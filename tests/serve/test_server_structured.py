@@ -283,6 +283,27 @@ def test_gpt_oss_cut_inside_its_first_header_has_no_content(gpt_oss, cut):
     assert chunks[-1].choices[0].finish_reason == choice.finish_reason
 
 
+@pytest.mark.parametrize(
+    ("path", "opened"),
+    [
+        ("/completion", "<|channel|>commentary<|message|>"),  # a preamble
+        ("/v1/completions", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"),
+        ("/completion", "<|channel|>analysis<|message|>" + "Let me think about it. " * 12),  # past 64 tokens
+    ],
+)
+def test_gpt_oss_goes_on_with_a_message_the_prompt_opened(gpt_oss, path, opened):
+    """A raw prompt that opened a commentary message (a preamble, a call's body) or a long analysis
+    goes on in it free, not with the schema's JSON from the first token: the text the engine
+    generates so, whose message ends and whose final message (or the call's end) follows."""
+    engine, srv = gpt_oss
+    prompt = engine.target.render_chat(GPT_OSS_ASK) + opened
+    status, data = post(srv, path, prompt=prompt, temperature=0, max_tokens=120, json_schema=SCHEMA)
+    assert status == 200, data
+    text = data["choices"][0]["text"] if path == "/v1/completions" else data["content"]
+    assert text == engine.generate(prompt, max_tokens=120, temperature=0, json_schema=SCHEMA).text
+    assert not text.startswith("{") and "<|end|>" in text, text
+
+
 # Tools beside a schema: the answer follows the schema or is a call, which begins as the template
 # writes one ("<tool_call>" for Qwen2.5's). The tiny model's greedy reply to CALLS, offered
 # TERSE_WEATHER, begins a call (noise follows, which the tool reader leaves as text); to ANSWERS,
