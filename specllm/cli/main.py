@@ -889,6 +889,17 @@ INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 ENDED_BY = {signal.SIGTERM: "terminated", getattr(signal, "SIGHUP", None): "hangup"}
 
 
+def _list_commands_on_one_line(app: typer.Typer) -> None:
+    """`specllm --help` lists each command by its docstring's first paragraph, and Rich keeps that
+    paragraph's line breaks: given as one line, it wraps at the terminal's width instead."""
+    for command in app.registered_commands:
+        doc = (command.callback.__doc__ or "") if command.callback else ""
+        command.short_help = command.short_help or " ".join(doc.split("\n\n")[0].split())
+
+
+_list_commands_on_one_line(app)
+
+
 def main() -> None:
     """Entry point: every user-facing error becomes one line on stderr and a non-zero exit code;
     Ctrl-C is one line "interrupted" and exit code 130, SIGTERM "terminated" and 143, SIGHUP

@@ -94,6 +94,15 @@ def test_every_option_has_one_variable_shared_across_commands():
     assert re.search(r"--ctx-size .*\[env var: SPECLLM_CTX_SIZE\]", help_text)
 
 
+def test_each_command_is_listed_on_one_line_for_the_terminal_to_wrap():
+    """`specllm --help` on a wide terminal: each command's description is one row, not broken
+    where its docstring's lines break."""
+    rows = run_specllm("--help", env={"COLUMNS": "250"}).stdout.splitlines()
+    listed = [row for row in rows if re.match(r"│ [a-z]+ +\S", row)]
+    assert [row.split()[1] for row in listed] == ["run", "chat", "models", "pull", "rm", "doctor", "bench", "serve"]
+    assert not [row for row in rows if re.match(r"│ {3,}\S", row)]  # no continuation rows
+
+
 def test_a_variable_sets_a_default_and_a_flag_overrides_it(tiny_models):
     base = ["run", "Hello", "-m", tiny_models.target, "--drafter", "none", "--threads", 1, "--json"]
     env = {"SPECLLM_SEED": "7", "SPECLLM_MAX_TOKENS": "3", "SPECLLM_CTX_SIZE": "256", "SPECLLM_TEMPERATURE": "0"}
