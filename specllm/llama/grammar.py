@@ -315,32 +315,34 @@ def _check_size(text: str) -> None:
 
 def _check_schema(schema: dict) -> None:
     """Refuses a schema that repeats something more than MAX_REPETITIONS times (a count of items or
-    characters, or a pattern's {m,n}), or that refers to a schema outside it."""
-    pending: list[object] = [schema]
+    characters, or a pattern's {m,n}), or that refers to a schema outside it, naming where (a JSON
+    pointer)."""
+    pending: list[tuple[object, str]] = [(schema, "")]
     while pending:  # not recursive: a schema given as a dict may nest deeper than Python's stack
-        node = pending.pop()
+        node, path = pending.pop()
         if isinstance(node, list):
-            pending.extend(node)
+            pending.extend((item, f"{path}/{i}") for i, item in enumerate(node))
         if not isinstance(node, dict):
             continue
         for key, value in node.items():
+            where = f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
             if key in _COUNT_KEYS and isinstance(value, int) and value > MAX_REPETITIONS:
                 raise GrammarInvalid(
-                    f"the JSON schema's {key} {value} is past the {MAX_REPETITIONS} repetitions a grammar may have"
+                    f"the JSON schema's {where} {value} is past the {MAX_REPETITIONS} repetitions a grammar may have"
                 )
             if key == "pattern" and isinstance(value, str):
-                _check_pattern(value)
+                _check_pattern(value, where)
             if key == "$ref" and isinstance(value, str) and not value.startswith("#"):
                 # the converter would fetch an https one where Python runs without asserts (-O)
-                raise GrammarInvalid(f"the JSON schema's $ref {value} is not within it: no schema is fetched")
+                raise GrammarInvalid(f"the JSON schema's {where} {value} is not within it: no schema is fetched")
             if key not in _VALUE_KEYS:
-                pending.append(value)
+                pending.append((value, where))
 
 
-def _check_pattern(pattern: str) -> None:
+def _check_pattern(pattern: str, where: str) -> None:
     for match in _PATTERN_COUNTS.finditer(pattern):
         if any(count and int(count) > MAX_REPETITIONS for count in match.groups()):
-            raise GrammarInvalid(f"the JSON schema's pattern repeats {match.group(0)}: past {_THE_LIMIT}")
+            raise GrammarInvalid(f"the JSON schema's {where} repeats {match.group(0)}: past {_THE_LIMIT}")
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ import json
 import math
 import re
 import urllib.parse
+from decimal import Decimal
 
 from llama_cpp import llama_grammar as lg
 
@@ -64,6 +65,7 @@ def json_schema_to_gbnf(schema: dict) -> str:
     """`schema` (a JSON schema, parsed) as GBNF: llama-cpp-python's converter with llama-server's
     readings added."""
     converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.paths = checked_paths(schema)
     if "$ref" in schema:
         # llama-cpp-python looks no further into a schema that has a $ref, so the $refs in its
         # $defs (pydantic's recursive root model) stay unresolved: resolved here first, in place
@@ -76,10 +78,12 @@ class _Converter(lg.SchemaConverter):
     # the key rule of the object being built, for its additional properties (see _build_object_rule)
     _additional_key: str | None = None
     _root_named = False  # the root's rule is named: a later rule without a name is a property's
+    _path = ""  # the JSON pointer of the schema being visited: refusals name it
 
     def __init__(self, **options):
         super().__init__(**options)
         self._rules["space"] = SPACE
+        self.paths: dict[int, str] = {}  # each schema (by id) at its JSON pointer, from checked_paths
 
     def _add_rule(self, name, rule):
         return super()._add_rule(name, _TRAILING_SPACE.sub(_space_before_closing, rule))
@@ -139,58 +143,45 @@ class _Converter(lg.SchemaConverter):
         return super()._add_primitive(name, rule)
 
     def visit(self, schema, name):
-        if not isinstance(schema, dict):  # `true` or `false` as a property's schema, an item's, ...
-            raise GrammarInvalid(
-                f"the JSON schema has {json.dumps(schema)} where a schema is expected ({name or 'the root'}): "
-                "a schema must be an object there, as llama-server requires"
-            )
+        if not isinstance(schema, dict):  # checked_paths refuses it first, naming where it is
+            raise GrammarInvalid(f"the JSON schema has {json.dumps(schema)} where a schema is expected")
         if not name and self._root_named:
             # the value of the root's property "" (named by its key, as the root is by none): in
             # llama.cpp's converter it takes the root's rule, and the grammar is that value's
             name = "empty-key"
         self._root_named = True
         outer, self._additional_key = self._additional_key, None  # a property's own strings are strings
+        outer_path, self._path = self._path, self.paths.get(id(schema), self._path)
         try:
             return self._visit(schema, name)
         finally:
-            self._additional_key = outer
+            self._additional_key, self._path = outer, outer_path
 
     def _visit(self, schema, name):
         schema_type = schema.get("type")
         rule_name = name + "-" if name in lg.RESERVED_NAMES else name or "root"
-        if "$ref" in schema:
-            return super().visit(schema, name)
-        if "oneOf" in schema or "anyOf" in schema:
-            _check_schema_list(schema, "oneOf" if "oneOf" in schema else "anyOf")
+        if "$ref" in schema or "oneOf" in schema or "anyOf" in schema:
             return super().visit(schema, name)
         if isinstance(schema_type, list):
-            if not schema_type:
-                raise GrammarInvalid(
-                    "the JSON schema's type is an empty list: it must name a type, as llama-server requires"
-                )
             alternatives = [{**schema, "type": t} for t in schema_type]
-            return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
-        if "const" in schema:
+            self.paths.update((id(alternative), self._path) for alternative in alternatives)
+            try:
+                return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
+            finally:
+                for alternative in alternatives:  # their ids may be another dict's later
+                    del self.paths[id(alternative)]
+        if "const" in schema or "enum" in schema:
             return super().visit(schema, name)
-        if "enum" in schema:
-            if not isinstance(schema["enum"], list) or not schema["enum"]:
-                raise GrammarInvalid(
-                    f"the JSON schema's enum must be a non-empty list of values, not {json.dumps(schema['enum'])}"
-                )
-            return super().visit(schema, name)
-        if schema_type in (None, "object") and "allOf" in schema:
-            _check_schema_list(schema, "allOf")
-        if schema.get("items") is False and "prefixItems" not in schema:
-            # `false` closes a tuple (`prefixItems`), which is read so; alone it leaves only [], which
-            # llama-server refuses
-            raise GrammarInvalid(
-                "the JSON schema's items is false: a schema must be an object there, as llama-server requires"
-            )
-        _check_counts(schema)
+        if "allOf" in schema and _reads_all_of(schema):
+            values = self._all_of_values(schema)
+            if values is not None:
+                return self._add_rule(rule_name, self._values_rule(values))
         if schema_type == "integer" and any(key in schema for key in _BOUND_KEYS):
             low, high = integer_bounds(schema)
             if (low, high) != (_NO_MIN, _NO_MAX):
                 return self._add_rule(rule_name, f"({integer_range(low, high)}) space")
+        if schema_type == "number" and any(key in schema for key in _BOUND_KEYS):
+            return self._add_rule(rule_name, f"({number_range(*number_bounds(schema))}) space")
         if schema_type is None and _is_any_value(schema):
             return self._add_rule(rule_name, self._add_primitive("value", _ANY_VALUE))
         if _is_array_of_any_value(schema):
@@ -198,6 +189,23 @@ class _Converter(lg.SchemaConverter):
         if schema_type is None and _is_string(schema):
             return super().visit({**schema, "type": "string"}, name)
         return super().visit(schema, name)
+
+    def _all_of_values(self, schema: dict) -> list | None:
+        """The values an allOf allows where some of its parts list them (`enum`, `const`, a $ref
+        to one, an anyOf of them): those all such parts list, of the types the schema and its other
+        parts name (their other keywords are not checked); None where no part lists values. As
+        llama.cpp intersects its parts' enums; it leaves out consts, and takes an object where the
+        intersection is empty, which is refused here."""
+        values = _listed_values(schema, self._refs)
+        if values == []:
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(self._path, 'allOf')} admits no value: "
+                "no value its enums and consts list is in all of them and of its types"
+            )
+        return values
+
+    def _values_rule(self, values: list) -> str:
+        return "(" + " | ".join(self._generate_constant_rule(value) for value in values) + ")"
 
     def _array_of_any_value(self, schema: dict, name: str) -> str:
         item = self.visit({}, f"{name}{'-' if name else ''}item")
@@ -222,16 +230,23 @@ class _Converter(lg.SchemaConverter):
 
     def _visit_pattern(self, pattern, name):
         if not isinstance(pattern, str):
-            raise GrammarInvalid(f"the JSON schema's pattern must be a string, not {pattern!r}")
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(self._path, 'pattern')} must be a string, not {pattern!r}"
+            )
         rules = dict(self._rules)
         try:
             return self._add_rule(name, pattern_rule(pattern, name, self._add_rule))
         except UnsupportedPattern as e:
             self._rules = rules  # the rules of the part read are no part of the grammar
-            report.say(f"the JSON schema's pattern {pattern} is not supported ({e}): any string is accepted for it")
+            report.say(
+                f"the JSON schema's {_pointer(self._path, 'pattern')} {pattern} is not supported ({e}): "
+                "any string is accepted for it"
+            )
             return self._add_rule(name, self._add_primitive("string", lg.PRIMITIVE_RULES["string"]))
         except InvalidPattern as e:
-            raise GrammarInvalid(f"the JSON schema's pattern {pattern} is invalid: {e}") from None
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(self._path, 'pattern')} {pattern} is invalid: {e}"
+            ) from None
 
     def format_grammar(self):
         # llama-cpp-python writes the additional properties after an optional one without their
@@ -273,9 +288,9 @@ class _Converter(lg.SchemaConverter):
         return "".join(out)
 
 
-def _pointed(schema: dict, ref: str):
-    """What the JSON pointer `ref` (`#/...`) points at in `schema`; a part is looked up as RFC 6901
-    decodes it, then as written (llama.cpp reads a part as written)."""
+def _pointed(schema: dict, ref: str, path: str = ""):
+    """What the JSON pointer `ref` (`#/...`, the $ref at `path`) points at in `schema`; a part is
+    looked up as RFC 6901 decodes it, then as written (llama.cpp reads a part as written)."""
     target = schema
     for part in ref[2:].split("/"):
         decoded = urllib.parse.unquote(part).replace("~1", "/").replace("~0", "~")
@@ -284,30 +299,31 @@ def _pointed(schema: dict, ref: str):
         elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
             target = target[int(part)]
         else:
-            raise GrammarInvalid(f"the JSON schema's $ref {ref} points at nothing in it: no {json.dumps(decoded)}")
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(path, '$ref')} {ref} points at nothing in it: no {json.dumps(decoded)}"
+            )
     return target
 
 
-def _check_schema_list(schema: dict, key: str) -> None:
-    """Refuses an anyOf, oneOf or allOf that is no list of schemas, or an empty one, as llama.cpp does."""
+def _check_schema_list(schema: dict, key: str, path: str) -> None:
+    """Refuses an anyOf, oneOf or allOf that is no list, or an empty one, as llama.cpp does (its
+    items are checked as schemas where they are walked)."""
     value = schema[key]
     if not isinstance(value, list) or not value:
-        raise GrammarInvalid(f"the JSON schema's {key} must be a non-empty list of schemas, not {json.dumps(value)}")
-    for alternative in value:
-        if not isinstance(alternative, dict):
-            raise GrammarInvalid(
-                f"the JSON schema has {json.dumps(alternative)} in its {key} where a schema is expected: "
-                "a schema must be an object there, as llama-server requires"
-            )
+        raise GrammarInvalid(
+            f"the JSON schema's {_pointer(path, key)} must be a non-empty list of schemas, not {json.dumps(value)}"
+        )
 
 
-def _check_counts(schema: dict) -> None:
+def _check_counts(schema: dict, path: str) -> None:
     """Refuses a minimum count above the maximum (items, a string's length): no value has both, and
     llama.cpp writes a repetition {m,n} with n < m, which its grammar parser takes as endless."""
     for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
         least, most = schema.get(low), schema.get(high)
         if isinstance(least, int) and isinstance(most, int) and least > most:
-            raise GrammarInvalid(f"the JSON schema's {low} {least} is above its {high} {most}: no value has both")
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(path, low)} {least} is above its {high} {most}: no value has both"
+            )
 
 
 def _space_before_closing(end: re.Match) -> str:
@@ -357,46 +373,52 @@ def _is_array_of_any_value(schema: dict) -> bool:
     return schema.get("type") == "array" and "prefixItems" not in schema and bounded
 
 
-def integer_bounds(schema: dict) -> tuple[int, int]:
+def integer_bounds(schema: dict, path: str = "") -> tuple[int, int]:
     """An integer schema's least and greatest values, as llama.cpp reads them: `minimum` before
     `exclusiveMinimum` (and `maximum` before `exclusiveMaximum`), a fractional bound rounded
     inwards; _NO_MIN / _NO_MAX where there is none, or where it is past a 64-bit integer's range
-    (llama.cpp's int64 bounds of no bound: OpenAPI's int64 schemas give them)."""
+    (llama.cpp's int64 bounds of no bound: OpenAPI's int64 schemas give them). `path`: where the
+    schema is, for a refusal."""
     low, high = _NO_MIN, _NO_MAX
     if "minimum" in schema:
-        low = _bound(schema, "minimum", math.ceil)
+        low = math.ceil(_bound(schema, "minimum", path))
     elif "exclusiveMinimum" in schema:
-        low = _bound(schema, "exclusiveMinimum", math.floor) + 1
+        low = math.floor(_bound(schema, "exclusiveMinimum", path)) + 1
     if "maximum" in schema:
-        high = _bound(schema, "maximum", math.floor)
+        high = math.floor(_bound(schema, "maximum", path))
     elif "exclusiveMaximum" in schema:
-        high = _bound(schema, "exclusiveMaximum", math.ceil) - 1
-    low, high = _one_bound_capped(max(low, _NO_MIN), min(high, _NO_MAX))
+        high = math.ceil(_bound(schema, "exclusiveMaximum", path)) - 1
+    low, high = _one_bound_capped(max(low, _NO_MIN), min(high, _NO_MAX), path)
     if low > high:
-        raise GrammarInvalid(f"the JSON schema's integer bounds admit no integer: {low} > {high}")
+        raise GrammarInvalid(f"the JSON schema's integer bounds at {_place(path)} admit no integer: {low} > {high}")
     return low, high
 
 
-def _one_bound_capped(low: int, high: int) -> tuple[int, int]:
+def _one_bound_capped(low: int, high: int, path: str) -> tuple[int, int]:
     """A bound alone of 16 digits or more with the other side at 16 digits, an integer's most in
     llama.cpp: its GBNF for such a bound alone repeats digits {m,n} with n < m (from 2 * 10**15 on),
     which its parser takes as endless (llama-server then runs out of memory)."""
     if high == _NO_MAX and low >= _LARGEST_ALONE:
         if low > _LARGEST:
-            raise GrammarInvalid(f"the JSON schema's integer lower bound {low} leaves no integer of {_DIGITS}")
+            raise GrammarInvalid(
+                f"the JSON schema's integer lower bound {low} at {_place(path)} leaves no integer of {_DIGITS}"
+            )
         return low, _LARGEST
     if low == _NO_MIN and high <= -_LARGEST_ALONE:
         if high < -_LARGEST:
-            raise GrammarInvalid(f"the JSON schema's integer upper bound {high} leaves no integer of {_DIGITS}")
+            raise GrammarInvalid(
+                f"the JSON schema's integer upper bound {high} at {_place(path)} leaves no integer of {_DIGITS}"
+            )
         return -_LARGEST, high
     return low, high
 
 
-def _bound(schema: dict, key: str, rounded) -> int:
+def _bound(schema: dict, key: str, path: str) -> Decimal:
+    """A bound as written in the schema, exactly: a float as its shortest text (0.1 is 0.1)."""
     value = schema[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise GrammarInvalid(f"the JSON schema's {key} must be a number, not {value!r}")
-    return value if isinstance(value, int) else rounded(value)
+        raise GrammarInvalid(f"the JSON schema's {_pointer(path, key)} must be a number, not {json.dumps(value)}")
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
 
 
 def integer_range(min_value: int, max_value: int, decimals_left: int = 16, top_level: bool = True) -> str:
@@ -554,3 +576,355 @@ def _at_most(max_value: int, out: list[str], decimals_left: int, top_level: bool
         out.append('"-" (')
         _min_max_int(-max_value, _NO_MAX, out, decimals_left, True)
         out.append(")")
+
+
+# JSON's types, as a schema's `type` names them
+_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
+
+
+def _pointer(path: str, key: str) -> str:
+    """The JSON pointer of `key` in the schema at `path`: `/properties/a` and `minimum` give
+    `/properties/a/minimum`."""
+    return f"{path}/{key.replace('~', '~0').replace('/', '~1')}"
+
+
+def _place(path: str) -> str:
+    return path or "the root"
+
+
+def checked_paths(schema: dict) -> dict[int, str]:
+    """Each schema within `schema` (by id) at its JSON pointer, walked as llama.cpp's builder walks it
+    (a $ref's target where it is, once); refuses in one line, naming where, what it refuses: a schema
+    that is no object, a `type` that names no JSON type, a `properties` that is no object, an empty
+    or malformed `enum`, `anyOf`, `oneOf` or `allOf`, reversed counts, bounds that admit nothing."""
+    paths: dict[int, str] = {}
+    pending: list[tuple[object, str]] = [(schema, "")]
+    while pending:  # not recursive: a schema may nest deeper than Python's stack
+        node, path = pending.pop()
+        if not isinstance(node, dict):
+            raise GrammarInvalid(
+                f"the JSON schema has {json.dumps(node)} at {_place(path)}, where a schema is expected: "
+                "a schema must be an object there, as llama-server requires"
+            )
+        if id(node) in paths:
+            continue
+        paths[id(node)] = path
+        pending.extend(_parts(schema, node, path))
+    return paths
+
+
+def _parts(root: dict, node: dict, path: str) -> list[tuple[object, str]]:
+    """The schemas within `node` (at `path`) that the converter reads, with their paths; refuses
+    what is wrong in `node` itself."""
+    if "$ref" in node:
+        ref = node["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            raise GrammarInvalid(
+                f"the JSON schema's {_pointer(path, '$ref')} {json.dumps(ref)} is not a path within it (#/...)"
+            )
+        return [(_pointed(root, ref, path), ref[1:])]
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            _check_schema_list(node, key, path)
+            return _listed(node[key], _pointer(path, key))
+    types = _type_names(node, path)
+    if "enum" in node and (not isinstance(node["enum"], list) or not node["enum"]):
+        raise GrammarInvalid(
+            f"the JSON schema's {_pointer(path, 'enum')} must be a non-empty list of values, not "
+            f"{json.dumps(node['enum'])}"
+        )
+    if "const" in node or "enum" in node:
+        return []
+    _check_counts(node, path)
+    if "integer" in types and any(key in node for key in _BOUND_KEYS):
+        integer_bounds(node, path)
+    if "number" in types and any(key in node for key in _BOUND_KEYS):
+        number_bounds(node, path)
+    parts = []
+    if "allOf" in node:
+        _check_schema_list(node, "allOf", path)
+        parts += _listed(node["allOf"], _pointer(path, "allOf"))
+    if not types or "object" in types:
+        parts += _object_parts(node, path)
+    if not types or "array" in types:
+        parts += _array_parts(node, path)
+    return parts
+
+
+def _type_names(node: dict, path: str) -> list[str]:
+    """The JSON types `node` names (none: any), each one of JSON's."""
+    given = node.get("type")
+    if given is None:
+        return []
+    names = given if isinstance(given, list) else [given]
+    if not names:
+        raise GrammarInvalid(
+            f"the JSON schema's {_pointer(path, 'type')} is an empty list: "
+            "it must name a type, as llama-server requires"
+        )
+    for i, name in enumerate(names):
+        if name not in _TYPES:
+            where = _pointer(path, "type") + (f"/{i}" if isinstance(given, list) else "")
+            raise GrammarInvalid(
+                f"the JSON schema's {where} {json.dumps(name)} is no JSON type: it names one of {', '.join(_TYPES)}"
+            )
+    return names
+
+
+def _object_parts(node: dict, path: str) -> list[tuple[object, str]]:
+    parts = []
+    properties = node.get("properties", {})
+    if not isinstance(properties, dict):
+        raise GrammarInvalid(
+            f"the JSON schema's {_pointer(path, 'properties')} must be an object of schemas by name, not "
+            f"{json.dumps(properties)}"
+        )
+    properties_path = _pointer(path, "properties")
+    parts += [(value, _pointer(properties_path, key)) for key, value in properties.items()]
+    additional = node.get("additionalProperties")
+    if not isinstance(additional, bool) and additional is not None:
+        parts.append((additional, _pointer(path, "additionalProperties")))
+    return parts
+
+
+def _array_parts(node: dict, path: str) -> list[tuple[object, str]]:
+    parts: list[tuple[object, str]] = []
+    if "prefixItems" in node:
+        prefix = node["prefixItems"]
+        where = _pointer(path, "prefixItems")
+        parts += _listed(prefix, where) if isinstance(prefix, list) else [(prefix, where)]
+    items = node.get("items")
+    if isinstance(items, list):
+        parts += _listed(items, _pointer(path, "items"))
+    elif items is False and "prefixItems" not in node:
+        # `false` closes a tuple (`prefixItems`), which is read so; alone it leaves only [], which
+        # llama-server refuses
+        raise GrammarInvalid(
+            f"the JSON schema's {_pointer(path, 'items')} is false: a schema must be an object there, "
+            "as llama-server requires"
+        )
+    elif items is not None and items is not False:
+        parts.append((items, _pointer(path, "items")))
+    return parts
+
+
+def _listed(schemas: list, path: str) -> list[tuple[object, str]]:
+    return [(item, f"{path}/{i}") for i, item in enumerate(schemas)]
+
+
+def _reads_all_of(schema: dict) -> bool:
+    """Whether llama.cpp's builder reads the schema's allOf: an object's without properties of its
+    own, or a string's."""
+    if schema.get("type") == "string":
+        return True
+    has_properties = "properties" in schema or schema.get("additionalProperties", True) is not True
+    return schema.get("type") in (None, "object") and not has_properties
+
+
+def _listed_values(schema: dict, refs: dict, seen: frozenset = frozenset()) -> list | None:
+    """The values `schema` allows where it lists them (a const, an enum, a $ref to one, an anyOf or
+    oneOf of them, an allOf with a part that lists them: see _all_of_values); None where it does
+    not. `refs`: the converter's resolved $refs."""
+    if id(schema) in seen or not isinstance(schema, dict):
+        return None
+    seen = seen | {id(schema)}
+    if "$ref" in schema:
+        target = refs.get(schema["$ref"])
+        return None if target is None else _listed_values(target, refs, seen)
+    alternatives = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(alternatives, list):
+        each = [_listed_values(alternative, refs, seen) for alternative in alternatives]
+        listed = [values for values in each if values is not None]
+        return _distinct([v for values in listed for v in values]) if len(listed) == len(each) else None
+    if "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema.get("enum"), list):
+        return _distinct(schema["enum"])
+    if not isinstance(schema.get("allOf"), list):
+        return None
+    parts = [_listed_values(part, refs, seen) for part in schema["allOf"]]
+    listed = [values for values in parts if values is not None]
+    if not listed:
+        return None
+    kept = {_value_key(value) for value in listed[0]}
+    for values in listed[1:]:
+        kept &= {_value_key(value) for value in values}
+    typed = [schema] + [part for part, values in zip(schema["allOf"], parts, strict=True) if values is None]
+    return [v for v in listed[0] if _value_key(v) in kept and all(_of_type(v, part) for part in typed)]
+
+
+def _distinct(values: list) -> list:
+    """`values` without repeats (1 and 1.0 are one)."""
+    return list({_value_key(v): v for v in values}.values())
+
+
+def _value_key(value) -> str:
+    """A JSON value's identity as JSON Schema compares values: 1 and 1.0 are one value."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def _of_type(value, schema) -> bool:
+    """Whether `value` is of a type `schema` names (any, where it names none)."""
+    names = schema.get("type") if isinstance(schema, dict) else None
+    if names is None:
+        return True
+    names = names if isinstance(names, list) else [names]
+    return any(_is_of(value, name) for name in names)
+
+
+def _is_of(value, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+    if name == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    kinds = {"string": str, "boolean": bool, "array": list, "object": dict, "null": type(None)}
+    return isinstance(value, kinds[name])
+
+
+# A number's bound: its value and whether the bound itself is in range
+Bound = tuple[Decimal, bool]
+_ABOVE_DIGITS = Decimal(10**16)  # a number's integer part has at most 16 digits, as llama.cpp's
+_ANY_FRACTION = '("." [0-9]{1,16})?'
+_FRACTION_DIGITS = 16  # llama.cpp's decimal-part: [0-9]{1,16}
+
+
+def number_bounds(schema: dict, path: str = "") -> tuple[Bound | None, Bound | None]:
+    """A number schema's lower and upper bounds, each the tighter of its inclusive and exclusive
+    keyword, as JSON Schema reads them; None where there is none, or where it is past what a
+    number of 16 integer digits reaches. Refuses bounds that admit no number. `path`: where the
+    schema is, for a refusal."""
+    lows = [(_bound(schema, key, path), key == "minimum") for key in ("minimum", "exclusiveMinimum") if key in schema]
+    highs = [(_bound(schema, key, path), key == "maximum") for key in ("maximum", "exclusiveMaximum") if key in schema]
+    # the tighter: the greater lower bound (at equal values the exclusive one), the lesser upper
+    low = max(lows, key=lambda bound: (bound[0], not bound[1])) if lows else None
+    high = min(highs, key=lambda bound: (bound[0], bound[1])) if highs else None
+    if low is not None and low[0] <= -_ABOVE_DIGITS:
+        low = None
+    if high is not None and high[0] >= _ABOVE_DIGITS:
+        high = None
+    both_inclusive = low is not None and high is not None and low[1] and high[1]
+    empty = low is not None and high is not None and (low[0] > high[0] or (low[0] == high[0] and not both_inclusive))
+    past = (low is not None and low[0] >= _ABOVE_DIGITS) or (high is not None and high[0] <= -_ABOVE_DIGITS)
+    if empty or past:
+        raise GrammarInvalid(
+            f"the JSON schema's number bounds at {_place(path)} admit no number"
+            + (" of at most 16 integer digits" if past and not empty else "")
+        )
+    return low, high
+
+
+def number_range(low: Bound | None, high: Bound | None) -> str:
+    """GBNF for the JSON numbers from `low` to `high` written without an exponent (a bound written
+    so can be checked digit by digit): the integer part within the integer range between the
+    bounds, and at a bound's own integer part the fraction compared digit by digit with the
+    bound's. A minimum of 0 or more leaves out the minus sign (`-0` too)."""
+    alternatives = []
+    zero = (Decimal(0), True)
+    if high is None or high[0] > 0 or high == zero:
+        alternatives.append(_magnitudes(low if low is not None and low[0] >= 0 else zero, high))
+    if low is None or low[0] < 0:
+        least = (-high[0], high[1]) if high is not None and high[0] <= 0 else zero
+        alternatives.append(f'"-" ({_magnitudes(least, None if low is None else (-low[0], low[1]))})')
+    return " | ".join(a for a in alternatives if a)
+
+
+def _magnitudes(low: Bound, high: Bound | None) -> str:
+    """GBNF for the unsigned numbers from `low` (at least 0) to `high` (None: any)."""
+    first = math.floor(low[0])
+    last = None if high is None else min(math.floor(high[0]), _LARGEST)
+    if last is not None and last < first:
+        return ""
+    low_digits = _fraction_digits(low[0])
+    if last == first:
+        edge = _with_fraction(first, (low_digits, not low[1]), _upper_digits(high))
+        return edge or ""
+    alternatives = [_with_fraction(first, (low_digits, not low[1]), None)]
+    between_last = _LARGEST if last is None else last - 1
+    if first + 1 <= between_last:
+        integers = integer_range(first + 1, _NO_MAX if last is None else between_last)
+        alternatives.append(f"({integers}) {_ANY_FRACTION}")
+    if last is not None:
+        alternatives.append(_with_fraction(last, None, _upper_digits(high)))
+    return " | ".join(a for a in alternatives if a)
+
+
+def _upper_digits(high: Bound | None) -> tuple[str, bool] | None:
+    return None if high is None else (_fraction_digits(high[0]), not high[1])
+
+
+def _fraction_digits(value: Decimal) -> str:
+    """The digits after the point of a non-negative decimal, without trailing zeros."""
+    fraction = value - math.floor(value)
+    return "" if fraction == 0 else format(fraction, "f").split(".")[1].rstrip("0")
+
+
+# A fraction's bound: its digits (no trailing zeros) and whether it is strict
+FractionBound = tuple[str, bool]
+
+
+def _with_fraction(integer: int, low: FractionBound | None, high: FractionBound | None) -> str | None:
+    """GBNF for `integer` followed by the fractions (none, or "." and 1 to 16 digits) from `low`
+    to `high` (None: no bound); None where no fraction is in range."""
+    digits = _fraction_rule(low, high, _FRACTION_DIGITS, at_least_one=True)
+    if _ends_here(low, high):
+        return f'"{integer}"' + (f' ("." {digits})?' if digits else "")
+    return f'"{integer}" "." {digits}' if digits else None
+
+
+def _ends_here(low: FractionBound | None, high: FractionBound | None) -> bool:
+    """Whether the digits read so far, with no more after them, are within `low` and `high` (what
+    is left of each bound's digits after them)."""
+    low_ok = low is None or (low[0] == "" and not low[1])
+    high_ok = high is None or high[0] != "" or not high[1]
+    return low_ok and high_ok
+
+
+def _fraction_rule(low: FractionBound | None, high: FractionBound | None, left: int, at_least_one: bool) -> str | None:
+    """GBNF for the digit strings of at most `left` digits (at least one where `at_least_one`) whose
+    value as a fraction (0.ddd) is within `low` and `high`; None where there are none. Each digit
+    either leaves a bound behind (above the low one's digit, below the high one's) or keeps
+    following it."""
+    if low is not None and low == ("", False):
+        low = None
+    if low is None and high in (None, ("", False)):  # any digits; at the high bound's end only zeros
+        digit = "[0-9]" if high is None else "[0]"
+        return f"{digit}{{{int(at_least_one)},{left}}}" if left else ("" if not at_least_one else None)
+    if left == 0:
+        return None if at_least_one or not _ends_here(low, high) else ""
+    groups: dict[tuple, list[str]] = {}
+    for digit in "0123456789":
+        after = (_after_low(low, digit), _after_high(high, digit))
+        if "gone" not in after:
+            groups.setdefault(after, []).append(digit)
+    alternatives = []
+    for (after_low, after_high), digits in groups.items():
+        rest = _fraction_rule(after_low, after_high, left - 1, at_least_one=False)
+        if rest is not None:
+            digit_class = digits[0] if len(digits) == 1 else f"{digits[0]}-{digits[-1]}"
+            alternatives.append(f"[{digit_class}] {rest}".strip())
+    if not alternatives:
+        return None if at_least_one or not _ends_here(low, high) else ""
+    choice = f"({' | '.join(alternatives)})"
+    return choice if at_least_one or not _ends_here(low, high) else f"{choice}?"
+
+
+def _after_low(low: FractionBound | None, digit: str):
+    """What is left of the lower bound after `digit`: None once above it, "gone" below it."""
+    if low is None:
+        return None
+    bound_digit = low[0][:1] or "0"
+    if digit > bound_digit:
+        return None
+    return "gone" if digit < bound_digit else (low[0][1:], low[1])
+
+
+def _after_high(high: FractionBound | None, digit: str):
+    """What is left of the upper bound after `digit`: None once below it, "gone" above it."""
+    if high is None:
+        return None
+    bound_digit = high[0][:1] or "0"
+    if digit < bound_digit:
+        return None
+    return "gone" if digit > bound_digit else (high[0][1:], high[1])

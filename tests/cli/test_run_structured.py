@@ -46,6 +46,17 @@ def test_json_schema_given_and_in_a_file(models, tmp_path):
     assert run_json(models, "--json-schema", path)["text"] == given["text"]
 
 
+def test_a_bounded_number_stays_within_its_bounds(models):
+    """Neither llama-server's converter nor llama-cpp-python's reads a number's bounds."""
+    schema = {"type": "object", "properties": {"p": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1}}}
+    schema["required"] = ["p"]
+    for seed in range(3):
+        proc = specllm_run("Hello", *models, "--json", "--json-schema", json.dumps(schema), "--seed", seed)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["stop_reason"] == "eos" and 0.5 <= json.loads(out["text"])["p"] < 1, out["text"]
+
+
 def test_a_bounded_integer_stays_within_its_bounds(models):
     """llama-server's converter reads minimum and exclusiveMaximum; llama-cpp-python's did not."""
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": -7, "exclusiveMaximum": -2}}}
@@ -65,7 +76,17 @@ def test_a_bounded_integer_stays_within_its_bounds(models):
         (["--grammar", "{dir}/bad.gbnf"], ["the grammar does not parse: Undefined rule identifier 'foo'"]),
         (["--json-schema", "{dir}/missing.json"], ["cannot read --json-schema", "No such file"]),
         (["--json-schema", "{dir}/bad.gbnf"], ["--json-schema", "bad.gbnf: the JSON schema is not JSON"]),
-        (["--json-schema", '{"type": 3}'], ["the JSON schema cannot be turned into a grammar"]),
+        (["--json-schema", '{"type": 3}'], ["the JSON schema's /type 3 is no JSON type"]),
+        (
+            ["--json-schema", '{"properties": {"a": {"type": "strng"}}}'],
+            ['the JSON schema\'s /properties/a/type "strng"'],
+        ),
+        (["--json-schema", '{"properties": "a"}'], ["the JSON schema's /properties must be an object of schemas"]),
+        (["--json-schema", '{"allOf": [{"enum": [1]}, {"enum": [2]}]}'], ["the JSON schema's /allOf admits no value"]),
+        (
+            ["--json-schema", '{"type": "number", "exclusiveMinimum": 1, "maximum": 1}'],
+            ["number bounds at the root admit no number"],
+        ),
         (["--json-schema", "{bad"], ["the JSON schema is not JSON"]),
         (["--json-schema", "{}", "--grammar", "{dir}/bad.gbnf"], ["give --grammar or --json-schema, not both"]),
         (["--grammar", ""], ["the value is empty"]),

@@ -251,15 +251,18 @@ def masked_joint_distribution(target_path, prompt_ids, grammar_text, depth=3):
         ({"json_schema": [1]}, "a JSON schema is a JSON object, not list"),
         ({"json_schema": '{"items": ' * 3000 + "{}" + "}" * 3000}, "the JSON schema nests too deep to read"),
         ({"json_schema": DEEP_SCHEMA}, "the JSON schema nests too deep to read"),
-        ({"json_schema": {"type": "nonsense"}}, "the JSON schema cannot be turned into a grammar: "),
+        ({"json_schema": {"type": "nonsense"}}, 'the JSON schema\'s /type "nonsense" is no JSON type'),
         ({"json_schema": {}, "grammar": 'root ::= "x"'}, "give a grammar or a JSON schema, not both"),
         # llama-cpp-python's converter writes each repetition out (10**9 characters took all memory,
         # 10**5 optional items nested that deep overflowed the C parser's stack): past llama.cpp's
         # own limit they are refused, as llama-server refuses them
-        ({"json_schema": {"type": "array", "minItems": 100000}}, "the JSON schema's minItems 100000 is past the 2000"),
-        ({"json_schema": {"anyOf": [{"type": "string", "maxLength": 3000}]}}, "the JSON schema's maxLength 3000 is"),
-        ({"json_schema": {"type": "string", "pattern": "^x{1,5000}$"}}, "the JSON schema's pattern repeats {1,5000}"),
-        ({"json_schema": {"$ref": "https://127.0.0.1:9/s.json"}}, "the JSON schema's $ref https"),
+        ({"json_schema": {"type": "array", "minItems": 100000}}, "the JSON schema's /minItems 100000 is past the 2000"),
+        (
+            {"json_schema": {"anyOf": [{"type": "string", "maxLength": 3000}]}},
+            "the JSON schema's /anyOf/0/maxLength 3000 is",
+        ),
+        ({"json_schema": {"type": "string", "pattern": "^x{1,5000}$"}}, "the JSON schema's /pattern repeats {1,5000}"),
+        ({"json_schema": {"$ref": "https://127.0.0.1:9/s.json"}}, "the JSON schema's /$ref https"),
     ],
 )
 def test_a_bad_grammar_or_schema_is_one_line(engines, capfd, options, message):
@@ -291,7 +294,7 @@ def test_no_schema_is_fetched_without_asserts_either():
     leaves out: it then fetched it (a server's request reaching any address)."""
     code = "from specllm.llama.grammar import schema_grammar; schema_grammar({'$ref': 'https://127.0.0.1:9/s.json'})"
     proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.stderr.strip().splitlines()[-1].startswith("specllm.errors.GrammarInvalid: the JSON schema's $ref")
+    assert proc.stderr.strip().splitlines()[-1].startswith("specllm.errors.GrammarInvalid: the JSON schema's /$ref")
 
 
 def test_a_schema_is_turned_into_a_grammar_once():

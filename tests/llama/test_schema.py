@@ -3,6 +3,7 @@ llama-cpp-python's: each keyword's language checked string by string through lla
 grammar sampler, and the integer bounds' GBNF against llama.cpp's own test cases."""
 
 import re
+from decimal import Decimal
 
 import pytest
 import tiny_models as tm
@@ -50,6 +51,7 @@ CANDIDATES = [str(i) for i in range(-120, 121)] + [
     *("-0", "00", "01", "007", "-00", "-01", "-04", "-007", "+5", "5.0", "1e2", "", "-", " 5", "5 5"),
 ]
 JSON_INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,15})")  # at most 16 digits, as llama.cpp's integers
+JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +136,21 @@ def test_bounds_reach_integers_in_objects_arrays_and_type_lists(model):
 @pytest.mark.parametrize(
     "schema, message",
     [
-        ({"type": "integer", "minimum": 5, "maximum": 4}, "the JSON schema's integer bounds admit no integer: 5 > 4"),
+        (
+            {"type": "integer", "minimum": 5, "maximum": 4},
+            "the JSON schema's integer bounds at the root admit no integer: 5 > 4",
+        ),
         (
             {"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2},
-            "the JSON schema's integer bounds admit no integer: 2 > 1",
+            "the JSON schema's integer bounds at the root admit no integer: 2 > 1",
         ),
-        ({"type": "integer", "minimum": "1"}, "the JSON schema's minimum must be a number, not '1'"),
-        ({"type": "integer", "maximum": True}, "the JSON schema's maximum must be a number, not True"),
+        ({"type": "integer", "minimum": "1"}, 'the JSON schema\'s /minimum must be a number, not "1"'),
+        ({"type": "integer", "maximum": True}, "the JSON schema's /maximum must be a number, not true"),
         ({"type": "integer", "minimum": 10**20, "maximum": 10**21}, "the JSON schema's integer lower bound 10"),
-        ({"type": "integer", "minimum": 2**62}, "the JSON schema's integer lower bound 4611686018427387904 leaves no"),
+        (
+            {"type": "integer", "minimum": 2**62},
+            "the JSON schema's integer lower bound 4611686018427387904 at the root leaves no",
+        ),
         (
             {"type": "integer", "exclusiveMaximum": -(10**16)},
             "the JSON schema's integer upper bound -10000000000000001",
@@ -292,13 +300,16 @@ def test_a_property_whose_key_is_empty_is_the_objects(model):
 @pytest.mark.parametrize(
     "schema, message",
     [
-        ({"type": []}, "the JSON schema's type is an empty list: it must name a type"),
-        ({"enum": []}, "the JSON schema's enum must be a non-empty list of values, not []"),
-        ({"enum": "abc"}, 'the JSON schema\'s enum must be a non-empty list of values, not "abc"'),
-        ({"properties": {"a": {"enum": []}}}, "the JSON schema's enum must be a non-empty list"),
-        ({"anyOf": []}, "the JSON schema's anyOf must be a non-empty list of schemas, not []"),
-        ({"properties": {"a": {"oneOf": {}}}}, "the JSON schema's oneOf must be a non-empty list of schemas, not {}"),
-        ({"allOf": []}, "the JSON schema's allOf must be a non-empty list of schemas, not []"),
+        ({"type": []}, "the JSON schema's /type is an empty list: it must name a type"),
+        ({"enum": []}, "the JSON schema's /enum must be a non-empty list of values, not []"),
+        ({"enum": "abc"}, 'the JSON schema\'s /enum must be a non-empty list of values, not "abc"'),
+        ({"properties": {"a": {"enum": []}}}, "the JSON schema's /properties/a/enum must be a non-empty list"),
+        ({"anyOf": []}, "the JSON schema's /anyOf must be a non-empty list of schemas, not []"),
+        (
+            {"properties": {"a": {"oneOf": {}}}},
+            "the JSON schema's /properties/a/oneOf must be a non-empty list of schemas, not {}",
+        ),
+        ({"allOf": []}, "the JSON schema's /allOf must be a non-empty list of schemas, not []"),
     ],
 )
 def test_an_empty_type_enum_or_list_of_schemas_is_one_line(schema, message):
@@ -316,7 +327,7 @@ def test_a_pattern_whose_count_is_reversed_is_refused():
             schema_grammar({"type": "string", "pattern": pattern})
         count = re.search(r"\{\d,\d\}", pattern)[0]
         assert str(caught.value) == (
-            f"the JSON schema's pattern {pattern} is invalid: the count {count} has its maximum below its minimum"
+            f"the JSON schema's /pattern {pattern} is invalid: the count {count} has its maximum below its minimum"
         )
 
 
@@ -326,10 +337,10 @@ def test_counts_of_items_or_characters_that_admit_nothing_are_one_line():
     for schema, message in (
         (
             {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 2},
-            "minItems 3 is above its maxItems 2",
+            "/minItems 3 is above its maxItems 2",
         ),
-        ({"type": "string", "minLength": 5, "maxLength": 4}, "minLength 5 is above its maxLength 4"),
-        ({"properties": {"s": {"maxLength": 0, "minLength": 1}}}, "minLength 1 is above its maxLength 0"),
+        ({"type": "string", "minLength": 5, "maxLength": 4}, "/minLength 5 is above its maxLength 4"),
+        ({"properties": {"s": {"maxLength": 0, "minLength": 1}}}, "/properties/s/minLength 1 is above its maxLength 0"),
     ):
         with pytest.raises(GrammarInvalid) as caught:
             schema_grammar(schema)
@@ -360,7 +371,7 @@ def test_refs_are_json_pointers(model):
     assert not takes('{"x": 1, "y": true, "z": "ef", "w": 7, "u": null, "v": "qq"}')
     with pytest.raises(GrammarInvalid) as caught:
         schema_grammar({"$defs": {}, "properties": {"p": {"$ref": "#/$defs/a~1b"}}})
-    assert str(caught.value) == 'the JSON schema\'s $ref #/$defs/a~1b points at nothing in it: no "a/b"'
+    assert str(caught.value) == 'the JSON schema\'s /properties/p/$ref #/$defs/a~1b points at nothing in it: no "a/b"'
 
 
 def test_a_ref_is_its_definition_whatever_its_name(model):
@@ -390,17 +401,20 @@ def test_a_ref_is_its_definition_whatever_its_name(model):
 @pytest.mark.parametrize(
     "schema, message",
     [
-        ({"properties": {"x": True}}, "the JSON schema has true where a schema is expected (x)"),
+        ({"properties": {"x": True}}, "the JSON schema has true at /properties/x, where a schema is expected"),
         (
             {"properties": {"o": {"properties": {"x": False}}}},
-            "the JSON schema has false where a schema is expected (o-x)",
+            "the JSON schema has false at /properties/o/properties/x, where a schema is expected",
         ),
-        ({"type": "array", "items": True}, "the JSON schema has true where a schema is expected (item)"),
-        ({"type": "array", "items": False}, "the JSON schema's items is false"),
-        ({"anyOf": [{"type": "null"}, True]}, "the JSON schema has true in its anyOf where a schema is expected"),
-        ({"allOf": [False]}, "the JSON schema has false in its allOf where a schema is expected"),
-        ({"$defs": {"A": True}, "properties": {"a": {"$ref": "#/$defs/A"}}}, "the JSON schema has true where a schema"),
-        ({"properties": {"x": "string"}}, 'the JSON schema has "string" where a schema is expected (x)'),
+        ({"type": "array", "items": True}, "the JSON schema has true at /items, where a schema is expected"),
+        ({"type": "array", "items": False}, "the JSON schema's /items is false"),
+        ({"anyOf": [{"type": "null"}, True]}, "the JSON schema has true at /anyOf/1, where a schema is expected"),
+        ({"allOf": [False]}, "the JSON schema has false at /allOf/0, where a schema is expected"),
+        (
+            {"$defs": {"A": True}, "properties": {"a": {"$ref": "#/$defs/A"}}},
+            "the JSON schema has true at /$defs/A, where a schema",
+        ),
+        ({"properties": {"x": "string"}}, 'the JSON schema has "string" at /properties/x, where a schema is expected'),
     ],
 )
 def test_a_boolean_schema_is_one_line(schema, message):
@@ -422,3 +436,148 @@ def test_booleans_where_they_are_read(model):
     assert takes('{"a": 1, "b": "x", "c": null}') and not takes('{"a": 1, "b": 2}') and not takes('{"a": "x"}')
     takes = language(model, {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False})
     assert takes('[1, "x"]') and not takes('[1, "x", 2]') and not takes("[1]")
+
+
+def test_an_all_of_of_enums_and_consts_is_their_intersection(model):
+    """As llama.cpp intersects an allOf's enums (its consts too here, and a $ref to one: pydantic
+    wraps a described enum field in an allOf); the parts' types filter the values. It was an
+    empty object."""
+    takes = language(model, {"allOf": [{"enum": ["a", "b", 1]}, {"enum": ["b", "c", 1.0]}]})
+    assert takes('"b"') and takes("1") and not takes('"a"') and not takes('"c"') and not takes("{}")
+    takes = language(model, {"type": "string", "allOf": [{"enum": ["a", "b", 1]}, {"const": "b"}]})
+    assert takes('"b"') and not takes("1") and not takes('"a"')
+    schema = {
+        "$defs": {"Color": {"enum": ["red", "green", "blue"]}},
+        "type": "object",
+        "properties": {"c": {"allOf": [{"$ref": "#/$defs/Color"}], "description": "a colour"}},
+        "required": ["c"],
+    }
+    takes = language(model, schema)
+    assert takes('{"c": "green"}') and not takes('{"c": "pink"}') and not takes('{"c": {}}')
+    takes = language(model, {"allOf": [{"anyOf": [{"const": 1}, {"const": 2}]}, {"enum": [2, 3]}, {"type": "integer"}]})
+    assert takes("2") and not takes("1") and not takes("3")
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"allOf": [{"enum": ["a"]}, {"const": "b"}]}, "the JSON schema's /allOf admits no value"),
+        ({"properties": {"x": {"type": "string", "allOf": [{"enum": [1, 2]}]}}}, "the JSON schema's /properties/x/allOf admits no value"),  # noqa: E501
+        ({"allOf": [{"enum": [1, "1"]}, {"type": "boolean"}]}, "the JSON schema's /allOf admits no value"),
+    ],
+)  # fmt: skip
+def test_an_all_of_whose_values_have_nothing_in_common_is_one_line(schema, message):
+    """llama.cpp took an empty object for it."""
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+# numbers without an exponent around the bounds below, and what is no JSON number or has one
+NUMBERS = sorted(
+    {f"{sign}{i}{frac}" for sign in ("", "-") for i in range(4) for frac in ("", ".0", ".00")}
+    | {f"{sign}{i}.{d:0{n}d}" for sign in ("", "-") for i in range(3) for n in (1, 2, 3) for d in range(0, 10**n, 7)}
+    | {
+        f"{sign}{i}.{d}"
+        for sign in ("", "-")
+        for i in range(3)
+        for d in ("5", "25", "249", "2500000001", "0" * 15 + "1")
+    }
+    | {
+        f"{sign}{i}.{d}"
+        for sign in ("", "-")
+        for i in range(3)
+        for d in ("75", "7499", "0000000000000001", "74" + "9" * 14)
+    }
+    | {"12345678901234567", "-0", "-0.0", "00", "01.5", "1.", ".5", "+1", "1e0", "5e-1", "-1E2", "0.5e1", "1.5.2", ""}
+)
+NUMBER_BOUNDS = [
+    {"minimum": 0},
+    {"exclusiveMinimum": 0},
+    {"minimum": 0, "maximum": 1},
+    {"minimum": 0.25, "maximum": 2.5},
+    {"minimum": 1.05, "maximum": 1.25},
+    {"exclusiveMinimum": -1.5, "exclusiveMaximum": 0.75},
+    {"minimum": -2, "exclusiveMaximum": 0},
+    {"maximum": -0.5},
+    {"exclusiveMaximum": 2.0000000000000001},  # 2.0 as a float: at most 2
+    {"minimum": 1, "exclusiveMinimum": 1},  # the tighter of the two
+    {"minimum": 0.1, "maximum": 0.1},
+    {"minimum": -1e300, "maximum": 1e300},  # beyond 16 digits: none
+]
+
+
+def in_range(text: str, bounds: dict) -> bool:
+    value = Decimal(text)
+    return all(
+        {"minimum": value >= bound, "exclusiveMinimum": value > bound, "maximum": value <= bound}.get(
+            key, value < bound
+        )
+        for key, bound in ((key, Decimal(repr(b)) if isinstance(b, float) else Decimal(b)) for key, b in bounds.items())
+    )
+
+
+@pytest.mark.parametrize("bounds", NUMBER_BOUNDS, ids=[str(b) for b in NUMBER_BOUNDS])
+def test_a_bounded_number_takes_only_numbers_in_range(model, bounds):
+    """Every text the grammar takes is a JSON number in range, and every one in range without an
+    exponent is taken (a minimum of 0 or more without a minus sign: not `-0`). llama.cpp leaves a
+    number's bounds out."""
+    takes = language(model, {"type": "number", **bounds})
+    for text in NUMBERS:
+        number = JSON_NUMBER.fullmatch(text) is not None
+        if takes(text):
+            assert number and in_range(text, bounds) and "e" not in text.lower(), text
+        elif number and "e" not in text.lower():
+            too_long = len(text.lstrip("-").split(".")[0]) > 16
+            unsigned = any(bounds.get(key, -1) >= 0 for key in ("minimum", "exclusiveMinimum"))
+            minus_zero = text.startswith("-") and Decimal(text) == 0 and unsigned
+            assert not in_range(text, bounds) or too_long or minus_zero, text
+
+
+def test_number_bounds_reach_properties_and_type_lists(model):
+    schema = {
+        "properties": {"p": {"type": ["number", "null"], "minimum": 0, "maximum": 1}},
+        "required": ["p"],
+    }
+    takes = language(model, schema)
+    assert takes('{"p": 0.5}') and takes('{"p": null}') and takes('{"p": 1.0}')
+    assert not takes('{"p": 1.5}') and not takes('{"p": -0.5}')
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": "number", "minimum": 1.5, "maximum": 1.25}, "the JSON schema's number bounds at the root admit no number"),  # noqa: E501
+        ({"properties": {"n": {"type": "number", "minimum": 1, "exclusiveMaximum": 1}}}, "the JSON schema's number bounds at /properties/n admit no number"),  # noqa: E501
+        ({"type": "number", "minimum": 1e17}, "the JSON schema's number bounds at the root admit no number of at most 16 integer digits"),  # noqa: E501
+        ({"type": "number", "maximum": "1"}, 'the JSON schema\'s /maximum must be a number, not "1"'),
+    ],
+)  # fmt: skip
+def test_bad_number_bounds_are_one_line(schema, message):
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "strng"}}}}, 'the JSON schema\'s /properties/items/items/type "strng" is no JSON type'),  # noqa: E501
+        ({"type": ["string", "text"]}, 'the JSON schema\'s /type/1 "text" is no JSON type'),
+        ({"anyOf": [{"type": "null"}, {"type": 3}]}, "the JSON schema's /anyOf/1/type 3 is no JSON type"),
+        ({"properties": ["a", "b"]}, 'the JSON schema\'s /properties must be an object of schemas by name, not ["a", "b"]'),  # noqa: E501
+        ({"$defs": {"A": {"properties": "x"}}, "$ref": "#/$defs/A"}, 'the JSON schema\'s /$defs/A/properties must be an object'),  # noqa: E501
+        ({"properties": {"a/b": {"type": "array", "prefixItems": [{}, {"minLength": 2, "maxLength": 1}]}}}, "the JSON schema's /properties/a~1b/prefixItems/1/minLength 2 is above"),  # noqa: E501
+        ({"properties": {"p": {"type": "string", "pattern": "^(a$"}}}, "the JSON schema's /properties/p/pattern ^(a$ is invalid"),  # noqa: E501
+        ({"properties": {"p": {"type": "string", "maxLength": 5000}}}, "the JSON schema's /properties/p/maxLength 5000 is past"),  # noqa: E501
+        ({"properties": {"p": {"$ref": "https://example.com/s.json"}}}, "the JSON schema's /properties/p/$ref https"),
+        ({"additionalProperties": 3}, "the JSON schema has 3 at /additionalProperties, where a schema is expected"),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_where_in_the_schema(schema, message):
+    """Each refusal names the offending part by its JSON pointer, not a rule of the grammar; an
+    unknown type and a `properties` that is no object in words of their own (they were the
+    converter's: "Unrecognized schema: ...", "'list' object has no attribute 'items'")."""
+    with pytest.raises(GrammarInvalid) as caught:
+        schema_grammar(schema)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)

@@ -313,7 +313,7 @@ def test_a_pattern_without_a_grammar_is_any_string_with_a_warning(model, capfd, 
     schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}, "required": ["a"]}
     grammar = schema_grammar(schema)
     assert (
-        f"the JSON schema's pattern {pattern} is not supported ({why}): any string is accepted"
+        f"the JSON schema's /properties/a/pattern {pattern} is not supported ({why}): any string is accepted"
         in capfd.readouterr().err
     )
     assert "a-1" not in grammar and "dot" not in grammar  # the rules of the part read are left out
@@ -335,4 +335,4 @@ def test_a_pattern_without_a_grammar_is_any_string_with_a_warning(model, capfd, 
 def test_a_pattern_that_is_no_regular_expression_is_one_line(pattern, why):
     with pytest.raises(GrammarInvalid) as caught:
         schema_grammar({"type": "string", "pattern": pattern})
-    assert str(caught.value) == f"the JSON schema's pattern {pattern} is invalid: {why}"
+    assert str(caught.value) == f"the JSON schema's /pattern {pattern} is invalid: {why}"

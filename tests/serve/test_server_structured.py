@@ -103,15 +103,19 @@ def test_completions_take_grammar_and_json_schema(srv, path):
     ("path", "body", "param", "message"),
     [
         ("/v1/chat/completions", {"grammar": "root ::= foo"}, "grammar", "the grammar does not parse: Undefined rule identifier 'foo'"),  # noqa: E501
-        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}, "response_format", "response_format: the JSON schema cannot be turned into a grammar"),  # noqa: E501
+        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}, "response_format", "response_format: the JSON schema's /type \"nope\" is no JSON type"),  # noqa: E501
         ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "Input should be"),
         ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "json_schema": {}}, "response_format", "not two of them"),  # noqa: E501
         ("/v1/chat/completions", {"grammar": 'root ::= "x"', "json_schema": {}}, "grammar", "not both"),
-        ("/v1/completions", {"prompt": "x", "json_schema": {"$ref": "#/nowhere"}}, "json_schema", 'json_schema: the JSON schema\'s $ref #/nowhere points at nothing in it: no "nowhere"'),  # noqa: E501
-        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": []}}}}, "response_format", "response_format: the JSON schema's type is an empty list"),  # noqa: E501
-        ("/completion", {"prompt": "x", "json_schema": {"properties": {"x": True}}}, "json_schema", "json_schema: the JSON schema has true where a schema is expected (x)"),  # noqa: E501
+        ("/v1/completions", {"prompt": "x", "json_schema": {"$ref": "#/nowhere"}}, "json_schema", 'json_schema: the JSON schema\'s /$ref #/nowhere points at nothing in it: no "nowhere"'),  # noqa: E501
+        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": []}}}}, "response_format", "response_format: the JSON schema's /type is an empty list"),  # noqa: E501
+        ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {"properties": {"a": {"type": "array", "items": {"type": "strng"}}}}}}}, "response_format", "response_format: the JSON schema's /properties/a/items/type \"strng\" is no JSON type"),  # noqa: E501
+        ("/v1/completions", {"prompt": "x", "json_schema": {"properties": []}}, "json_schema", "json_schema: the JSON schema's /properties must be an object of schemas by name, not []"),  # noqa: E501
+        ("/v1/completions", {"prompt": "x", "json_schema": {"allOf": [{"enum": ["a"]}, {"const": "b"}]}}, "json_schema", "json_schema: the JSON schema's /allOf admits no value"),  # noqa: E501
+        ("/completion", {"prompt": "x", "json_schema": {"type": "number", "minimum": 2, "maximum": 1}}, "json_schema", "json_schema: the JSON schema's number bounds at the root admit no number"),  # noqa: E501
+        ("/completion", {"prompt": "x", "json_schema": {"properties": {"x": True}}}, "json_schema", "json_schema: the JSON schema has true at /properties/x, where a schema is expected"),  # noqa: E501
         ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "not supported"),  # noqa: E501
-        ("/completion", {"prompt": "x", "json_schema": {"type": "array", "maxItems": 100000}}, "json_schema", "maxItems 100000 is past the 2000 repetitions"),  # noqa: E501
+        ("/completion", {"prompt": "x", "json_schema": {"type": "array", "maxItems": 100000}}, "json_schema", "/maxItems 100000 is past the 2000 repetitions"),  # noqa: E501
         ("/completion", {"prompt": "x", "grammar": 'root ::= "x'}, "grammar", "unexpected end of input"),
         # found only while generating: a token the vocabulary lacks is the request's fault, not a 500
         ("/completion", {"prompt": "x", "grammar": "root ::= <[999999]>"}, "grammar", "the grammar allows no token"),
