@@ -16,9 +16,15 @@ llama-cpp-python's leaves out or reads otherwise:
 - a property's key past ASCII as its text (llama-cpp-python: `\\u` escapes); a root property's key
   `""` is the object's (llama.cpp's converter named its value's rule as the root's, and took `""`
   alone as an additional key beside it);
-- what llama.cpp refuses, refused in one line: an empty `type`, `enum`, `anyOf`, `oneOf` or `allOf`,
-  `true` or `false` where a schema is expected (but `additionalProperties`, and `items` closing a
-  tuple), and counts whose minimum is above their maximum;
+- an `allOf` whose parts list values (`enum`, `const`, a $ref to one): the values they all list
+  (llama.cpp intersects enums alone, and takes an object where none is left: refused here);
+- a number's `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (llama.cpp reads
+  none), for numbers written without an exponent (number_range);
+- what llama.cpp refuses, refused in one line that names the part by its JSON pointer
+  (checked_paths): an empty `type`, `enum`, `anyOf`, `oneOf` or `allOf`, a `type` that names no
+  JSON type, a `properties` that is no object, `true` or `false` where a schema is expected (but
+  `additionalProperties`, and `items` closing a tuple), and counts whose minimum is above their
+  maximum;
 - the backslashes in a `const`, an `enum` value or a property name escaped (llama-cpp-python's
   grammar then does not parse, or means something else);
 - a `pattern` as llama.cpp reads it (specllm/llama/patterns.py): `(?:...)` groups, and one it has

@@ -134,9 +134,13 @@ def test_a_bad_grammar_or_schema_is_a_400(srv, path, body, param, message):
 
 def test_a_slow_schema_holds_no_other_request(srv):
     """Converting a schema of many optional properties takes seconds (the converter's grammar for
-    an object grows with their square): meanwhile the server answers others."""
+    an object grows with their square): meanwhile the server answers others. Its fault, a pattern
+    that is no regular expression, is found only when the converter reaches it."""
     many = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(900)}}
-    schema = {"type": "object", "properties": {"a": many, "b": many, "c": many, "z": {"type": "nope"}}}
+    schema = {
+        "type": "object",
+        "properties": {"a": many, "b": many, "c": many, "z": {"type": "string", "pattern": "^(a$"}},
+    }
     refused = []
     slow = threading.Thread(target=lambda: refused.append(post(srv, "/completion", prompt="x", json_schema=schema)))
     started = time.monotonic()
