@@ -39,6 +39,7 @@ from specllm.errors import (
 )
 from specllm.llama.grammar import schema_text
 from specllm.llama.templates import TEMPLATE_VARIABLES
+from specllm.serve.generic_tools import GenericReader
 from specllm.serve.tool_calls import ToolCall, ToolCallParser
 
 # More than OpenAI's 4, as llama-server and vLLM take: an editor's autocompletion sends a dozen
@@ -792,8 +793,16 @@ class ToolReply:
     a call, and calls once complete (tool_calls.py). Streamed or not, the same reading gives the
     same calls and text. (A call the prompt begins is given as the reply's first text: ChatReply.)"""
 
-    def __init__(self, tool_names: list[str], parallel: bool = True, texts: dict[str, frozenset[str]] | None = None):
-        self.parser, self.parallel = ToolCallParser(tool_names, texts), parallel
+    def __init__(
+        self,
+        tool_names: list[str],
+        parallel: bool = True,
+        texts: dict[str, frozenset[str]] | None = None,
+        generic: bool = False,
+    ):
+        """`generic`: the reply is the one JSON object of the generic format (generic_tools.py)."""
+        self.parser = GenericReader(tool_names) if generic else ToolCallParser(tool_names, texts)
+        self.parallel = parallel
         self.text = ""  # what the deltas so far hold: text and calls
         self.calls: list[dict] = []
 

@@ -61,7 +61,7 @@ from specllm.files import open_files_hint
 from specllm.llama.embeddings import describe_embeddings, embedding_limit, is_reranker, rerank_tokens
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
-from specllm.serve import MAX_WAITING
+from specllm.serve import MAX_WAITING, generic_tools
 from specllm.serve.embeddings import (
     EmbeddingRequest,
     Prompt,
@@ -89,6 +89,7 @@ from specllm.serve.openai_api import (
     Delta,
     Reply,
     ToolReply,
+    check_schema,
     joined,
     parse,
     specllm_step,
@@ -631,19 +632,20 @@ class EngineWorker:
         the request's chat_template_kwargs, and the reader of the reply: its reasoning when the
         prompt opens a think block (or the reply does), its calls when tools are offered. A call
         that must be made is begun in the prompt (ToolTemplate.prefill), so the model goes on
-        with it."""
+        with it. A template that renders no tools gets them in the generic format (generic_tools.py)."""
         offered = request.offered_tools
         uses_tools = offered or any(m.tool_calls for m in request.messages)
         form = self.tool_template() if uses_tools else ToolTemplate(False)
-        if offered and not form.renders_tools:
-            name = self.engine.target.path.name
-            message = f"{name} cannot be offered tools: its chat template does not render them"
-            raise ApiError(400, message, "tools", "tools_not_supported")
+        generic = uses_tools and not form.renders_tools
         messages = [m.to_template(form.object_arguments) for m in request.messages]
         tools = [t.to_template() for t in offered] or None
+        if generic:
+            messages = self.generic_messages(request, messages, tools)
         try:
             text = self.engine.target.render_chat(
-                messages, tools=tools, variables=request.template_variables(self.settings.template_variables)
+                messages,
+                tools=None if generic else tools,
+                variables=request.template_variables(self.settings.template_variables),
             )
         except ChatTemplateFailed as e:
             blamed = self.blame_arguments(request, form, e)
@@ -654,11 +656,25 @@ class EngineWorker:
         opened, recipient = closing or False, asks_recipient(text)
         if not offered:
             return text, ChatReply(opened, recipient=recipient)
+        names = [t.function.name for t in offered]
+        parallel = request.parallel_tool_calls is not False
+        if generic:  # the grammar makes the reply a call or an answer: nothing to begin it with
+            return text, ChatReply(opened, ToolReply(names, parallel, generic=True), recipient=recipient)
         # A call that must be made begins after the think block: not inside one the prompt opened
         prefill = after_think_block(form.prefill(request.forced_tool), closing) if request.call_required else ""
-        names = [t.function.name for t in offered]
-        reply = ToolReply(names, request.parallel_tool_calls is not False, text_arguments(tools or []))
+        reply = ToolReply(names, parallel, text_arguments(tools or []))
         return text + prefill, ChatReply(opened, reply, prefill, form.call_openings, recipient)
+
+    @staticmethod
+    def generic_messages(request: ChatRequest, messages: list[dict], tools: list[dict] | None) -> list[dict]:
+        """The conversation for a template that renders no tools: earlier calls and results as
+        text, and the offered tools told in the system message."""
+        parallel = request.parallel_tool_calls is not False
+        messages = generic_tools.in_text(messages, parallel)
+        if not tools:
+            return messages
+        told = generic_tools.instructions(tools, request.forced_tool, request.call_required, parallel)
+        return generic_tools.with_system_text(messages, told)
 
     def chat_structure(self, request: ChatRequest) -> dict:
         """GenerationConfig's structured output for a chat request. Beside offered tools the
@@ -666,8 +682,11 @@ class EngineWorker:
         prompt (tool_choice "required" or a named function) leaves none; with tool_choice "auto"
         the answer is the structure's or a call, told apart by the call's opening as the
         template writes it, or a fenced JSON call naming an offered tool, which the reply reader
-        reads as a call too (engine/constrained.py)."""
+        reads as a call too (engine/constrained.py). A template that renders no tools gets the
+        generic format's schema, a JSON schema's structure as its answer."""
         structure = request.structure
+        if request.offered_tools and not self.tool_template().renders_tools:
+            return {"json_schema": self.generic_schema(request)}
         if not structure or not request.offered_tools:
             return structure
         if request.call_required:
@@ -675,6 +694,25 @@ class EngineWorker:
         calls = self.tool_template().call_openings  # a call that may begin inside the reasoning ends it
         names = tuple(tool.function.name for tool in request.offered_tools)
         return structure | {"call_opening": self.call_opening(), "calls_in_reasoning": calls, "call_names": names}
+
+    @staticmethod
+    def generic_schema(request: ChatRequest) -> dict:
+        """The generic format's reply schema for the request, checked to make a grammar. A GBNF
+        grammar cannot hold the call beside its answer: refused."""
+        structure = request.structure
+        if "grammar" in structure:
+            message = (
+                "a grammar cannot be given beside tools to this model: its chat template renders no tools, "
+                "so its reply is JSON (a call or an answer); give a json_schema or response_format instead"
+            )
+            raise ApiError(400, message, "grammar")
+        answer = structure.get("json_schema")
+        answer = (answer or generic_tools.ANY_OBJECT) if answer is not None else None  # {}: any object
+        tools = [tool.to_template() for tool in request.offered_tools]
+        parallel = request.parallel_tool_calls is not False
+        schema = generic_tools.reply_schema(tools, request.forced_tool, request.call_required, parallel, answer)
+        check_schema(schema, "tools")
+        return schema
 
     def call_opening(self) -> str:
         """What the template's calls begin with, refused where they have nothing of their own
