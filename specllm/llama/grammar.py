@@ -196,7 +196,7 @@ def _prefixes(model: Model) -> _Prefixes:
 def _names_tokens(text: str) -> bool:
     """Whether GBNF `text` names a token (`<[id]>`, `<|im_end|>`, `!<...>`) outside its strings,
     character classes and comments."""
-    bare = re.sub(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*', "", text)
+    bare = _LITERALS.sub(lambda literal: literal[0] if literal[0].startswith("<") else "", text)  # tokens kept
     return "<" in bare or "!" in bare
 
 
