@@ -46,9 +46,7 @@ call openings the reply reader ends the reasoning at), such an opening written i
 reasoning ends it the same way: the call is free to the end, its end of generation allowed.
 """
 
-import dataclasses
 import enum
-import json
 import re
 import weakref
 from collections.abc import Callable
@@ -61,11 +59,10 @@ from specllm.engine.harmony import CHANNEL_NAME, NO_CALL, RECIPIENT, START, begi
 from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
 from specllm.errors import CallLikeAnswer, SpecllmError
-from specllm.llama.grammar import Grammar, after_whitespace, or_call
+from specllm.llama.grammar import Grammar, after_whitespace, call_opening, or_call
 from specllm.llama.model import Model
 
 RowT = TypeVar("RowT")
-SPACES = b" \t\n\r"  # what a call, or an answer after a think block, may begin with
 
 
 class Phase(enum.Enum):
@@ -161,7 +158,7 @@ class OutputGrammar:
         # gpt-oss: the grammar of the header after an analysis message, cloned for each one (in
         # HEADER, tail holds the header's text so far)
         self.header = header
-        self.call = call  # while the answer may yet be a tool call: its opening, and the answer so far
+        self.call = call  # while the answer may yet be a tool call: its opening's grammar over the answer so far
         # The call openings that end the reasoning where it writes one: the call is the answer's
         self.calls_in_reasoning = calls_in_reasoning
 
@@ -218,13 +215,13 @@ class OutputGrammar:
             self.opening,
             self.tail,
             header,
-            self.call,
+            self.call.clone() if self.call is not None else None,
             self.calls_in_reasoning,
         )
 
     def close(self) -> None:
         self.grammar.close()
-        for other in (self.after, self.header):
+        for other in (self.after, self.header, self.call):
             if other is not None:
                 other.close()
 
@@ -249,7 +246,8 @@ class OutputGrammar:
             self.tail = text[max(0, len(text) - (longest - 1)) :]
             return
         if marker != self.closing:  # a call begun inside the reasoning ends it (the reply reader reads so)
-            self.phase, self.call, self.tail = Phase.CALL, None, b""
+            self.phase, self.tail = Phase.CALL, b""
+            self._forget_call()
             return
         rest = text[at + len(self.closing) :]
         self.phase, self.tail = (Phase.ANSWER if self.header is None else Phase.HEADER), b""
@@ -284,10 +282,15 @@ class OutputGrammar:
         call, free from then on; once it cannot be one, the opening is no longer watched for."""
         if self.call is None:
             return
-        self.call = self.call.then(text)
+        self.call.then(text)
         if self.call.written:
-            self.phase, self.call = Phase.CALL, None
-        elif not self.call.possible:
+            self.phase = Phase.CALL
+        if self.call.written or not self.call.possible:
+            self._forget_call()
+
+    def _forget_call(self) -> None:
+        if self.call is not None:
+            self.call.close()
             self.call = None
 
     def _refused(self) -> np.ndarray:
@@ -339,78 +342,36 @@ def _fed(grammar: Grammar, text: bytes, byte_tokens: dict[int, int]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
 class CallOpening:
-    """A tool call's opening (its chat template's), and the answer's text so far, while the answer
-    may yet be a call: whitespace before the opening is the call's (or_call). With `fenced` (a
-    FencedCall's patterns), a fenced JSON call naming an offered tool is a call too."""
+    """While the answer may yet be a tool call: the grammar of a call's opening (grammar.call_opening,
+    the alternative to the answer's own root that or_call's grammar takes) advanced over the
+    answer's text so far, a byte at a time. Once it may end, the answer holds a whole opening: it
+    is a call (`written`); once it refuses a byte, the answer is no call (`possible` is False)."""
 
-    opening: bytes
-    answer: bytes = b""
-    fenced: "FencedCall | None" = None
-
-    def then(self, text: bytes) -> "CallOpening":
-        return dataclasses.replace(self, answer=self.answer + text)
-
-    @property
-    def _begun(self) -> bytes:
-        return self.answer.lstrip(SPACES)
-
-    @property
-    def written(self) -> bool:
-        """Whether the answer holds the whole opening: it is a call."""
-        fenced = self.fenced is not None and self.fenced.whole.match(self._begun) is not None
-        return fenced or self._begun.startswith(self.opening)
-
-    @property
-    def possible(self) -> bool:
-        """Whether the answer may still become a call."""
-        fenced = self.fenced is not None and self.fenced.begun.fullmatch(self._begun) is not None
-        return fenced or self.opening.startswith(self._begun)
-
-
-@dataclass(frozen=True)
-class FencedCall:
-    """The opening of a fenced JSON call naming one of the tools (grammar.fenced_call's language)
-    as byte patterns: `whole` matches the whole opening at the start of a text, `begun` the texts
-    that are a beginning of one."""
-
-    whole: "re.Pattern[bytes]"
-    begun: "re.Pattern[bytes]"
+    def __init__(self, grammar: Grammar, tokens: _MarkerTokens, written: bool = False, possible: bool = True):
+        self.grammar, self.tokens = grammar, tokens  # tokens: the vocabulary's byte and end tokens
+        self.written, self.possible = written, possible
 
     @classmethod
-    def of(cls, names: tuple[str, ...]) -> "FencedCall":
-        spaces = rb"[ \t\n\r]{0,20}"
-        named = tuple(json.dumps(name, ensure_ascii=False).encode() for name in names)
-        parts: list[bytes | tuple[bytes, ...]] = [
-            (b"```",),
-            (b"json", b""),
-            spaces,
-            (b"{",),
-            spaces,
-            (b'"name"',),
-            spaces,
-            (b":",),
-            spaces,
-            named,
-        ]
-        whole = b"".join(_whole(part) for part in parts)
-        return cls(re.compile(whole), re.compile(_beginning(parts)))
+    def of(cls, model: Model, opening: str, names: tuple[str, ...] = ()) -> "CallOpening":
+        grammar = Grammar(model, f"root ::= {call_opening(opening, names)}\n")
+        return cls(grammar, _marker_tokens(model, opening.encode()))
 
+    def then(self, text: bytes) -> None:
+        """The answer goes on with `text` (taken by or_call's grammar)."""
+        for byte in text:
+            if not _fed(self.grammar, bytes([byte]), self.tokens.byte_tokens):
+                self.possible = False
+                return
+            if self.grammar.allowed(self.tokens.eog).any():  # an end allowed: the opening is whole
+                self.written = True
+                return
 
-def _whole(part: "bytes | tuple[bytes, ...]") -> bytes:
-    """A pattern for a part of the fenced opening: a pattern's bytes, or one of some texts."""
-    return part if isinstance(part, bytes) else b"(?:" + b"|".join(map(re.escape, part)) + b")"
+    def clone(self) -> "CallOpening":
+        return CallOpening(self.grammar.clone(), self.tokens, self.written, self.possible)
 
-
-def _beginning(parts: "list[bytes | tuple[bytes, ...]]") -> bytes:
-    """A pattern for the beginnings of the parts' texts, the empty one too: a part's whole text
-    then a beginning of the rest, or a beginning of the part (whitespace's is a whole one)."""
-    if not parts:
-        return b""
-    first, rest = parts[0], parts[1:]
-    cut = () if isinstance(first, bytes) else tuple(re.escape(t[:n]) for t in first for n in range(len(t)))
-    return b"(?:" + b"|".join((_whole(first) + _beginning(rest), *cut)) + b")"
+    def close(self) -> None:
+        self.grammar.close()
 
 
 def where_it_applies(
@@ -429,7 +390,7 @@ def where_it_applies(
     `calls_in_reasoning` inside the reasoning ends it and is free too; for gpt-oss, whose calls
     and answers are both harmony messages, any `call_opening` allows a call's message beside the
     final one. With the tools' `call_names`, a call may also be a fenced JSON call naming one
-    (grammar.fenced_call), where the grammar refuses a fence as an answer's start."""
+    (grammar.call_opening), where the grammar refuses a fence as an answer's start."""
     harmony = _harmony(model, text, prompt_end, calls=bool(call_opening))
     if harmony is not None:
         return harmony
@@ -443,7 +404,7 @@ def where_it_applies(
         _check_distinct(model, text, call_opening)
         names = call_names if not _takes(model, text, b"```") else ()
         text, root = or_call(text, call_opening, names)
-        call = CallOpening(call_opening.encode(), fenced=FencedCall.of(names) if names else None)
+        call = CallOpening.of(model, call_opening, names)
     in_reasoning = tuple(opening.encode() for opening in calls_in_reasoning) if call_opening else ()
     closing = closing_marker(prompt_end)
     if closing is not None:

@@ -209,25 +209,30 @@ def after_whitespace(text: str, root: str = "root") -> tuple[str, str]:
 
 def or_call(text: str, opening: str, names: tuple[str, ...] = ()) -> tuple[str, str]:
     """A grammar (GBNF text) and the name of its start symbol that take what `text`'s root takes,
-    or `opening` followed by any text: an answer, or a tool call (constrained.py frees the text
-    once the opening is written; the text after it here only lets a token run past its end). The
-    call may begin with a space or new lines, as a template's may (Bielik's "\\n<tool_call>",
-    DeepSeek V4's "\\n\\n"), bounded as llama.cpp's JSON grammars bound their whitespace. With
-    tools' `names`, a call may also begin as a fenced JSON call naming one (fenced_call)."""
+    or a tool call's opening (call_opening) followed by any text: an answer, or a call
+    (constrained.py frees the text once the opening is written; the text after it here only lets
+    a token run past its end)."""
     name = _new_rule(text, "answer-or-call")
+    return f"{text}\n{name} ::= root | {call_opening(opening, names)} [^\\x00]*\n", name
+
+
+def call_opening(opening: str, names: tuple[str, ...] = ()) -> str:
+    """A GBNF expression for a tool call's opening: `opening`, or with the tools' `names` a fenced
+    JSON call naming one (fenced_call). The call may begin with a space or new lines, as a
+    template's may (Bielik's "\\n<tool_call>", DeepSeek V4's "\\n\\n"), bounded as llama.cpp's
+    JSON grammars bound their whitespace. The one description of an opening: or_call's grammar
+    takes it before a call, and constrained.py reads the answer with it to tell when the opening
+    is written."""
     spaces = '( " " | "\\n"{1,2} [ \\t]{0,20} )?'
-    fenced = f" | {spaces} {fenced_call(names)} [^\\x00]*" if names else ""
-    return f"{text}\n{name} ::= root | {spaces} {gbnf_literal(opening)} [^\\x00]*{fenced}\n", name
-
-
-FENCE_SPACES = "[ \\t\\n\\r]{0,20}"  # JSON's whitespace, bounded as llama.cpp's JSON grammars bound it
+    fenced = f" | {fenced_call(names)}" if names else ""
+    return f"{spaces} ( {gbnf_literal(opening)}{fenced} )"
 
 
 def fenced_call(names: tuple[str, ...]) -> str:
     """GBNF for the opening of a call written in a fenced code block, as the reply reader reads one
     (serve/tool_calls.py's _fenced; the default pair's Qwen2.5-Coder writes its calls so): a fence,
     "json" or no language, then a JSON object up to its "name", one of the tools' `names`."""
-    spaces = FENCE_SPACES
+    spaces = "[ \\t\\n\\r]{0,20}"  # JSON's whitespace, bounded as llama.cpp's JSON grammars bound it
     named = " | ".join(gbnf_literal(json.dumps(name, ensure_ascii=False)) for name in names)
     return f'"```" "json"? {spaces} "{{" {spaces} "\\"name\\"" {spaces} ":" {spaces} ( {named} )'
 
