@@ -140,6 +140,14 @@ class FimTokens:
     file_sep: int | None = None
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """Every token's piece (Model.piece), both ways, by id."""
+
+    text: tuple[bytes, ...]  # as text shows it
+    special: tuple[bytes, ...]  # with special=True: as llama.cpp's grammar reads it
+
+
 class Model:
     """One GGUF model with a single-sequence context (or only its vocabulary, `vocab_only`)."""
 
@@ -373,6 +381,17 @@ class Model:
                 raise SpecllmError(f"token id {token} is outside {self.path.name}'s vocabulary (0..{self.n_vocab - 1})")
             cached = cache[token] = _token_to_piece(self._vocab, token, special or token in self.shown_controls)
         return cached
+
+    @functools.cached_property
+    def pieces(self) -> Pieces:
+        """Every token's piece, both ways, read in one pass over the vocabulary (about 1 s for
+        Qwen2.5's 152k tokens on 2 cores): what looks through the whole vocabulary reads it here
+        (a grammar's narrowing by first bytes, the tokens that complete a marker)."""
+        text, special = [], []
+        for t in range(self.n_vocab):
+            text.append(self.piece(t))
+            special.append(self.piece(t, special=True))
+        return Pieces(tuple(text), tuple(special))
 
     def detokenize(self, tokens: list[int], *, special: bool = False) -> bytes:
         return b"".join(self.piece(t, special=special) for t in tokens)
