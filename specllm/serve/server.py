@@ -215,8 +215,10 @@ class Plan:
 @dataclass
 class Ready:
     """What a request's preparation made before its turn, beside the engine (EngineWorker.ready):
-    its prompt as text with that text's own tokens, the reader of a chat reply, its grammar."""
+    its prompt as text with that text's own tokens, the reader of a chat reply, its structured
+    output (GenerationConfig's fields) and grammar."""
 
+    structure: dict
     text: str | None = None  # None: token ids, or a gap to fill
     read: ChatReply | None = None
     tokens: list[int] | None = None  # the text's own tokens: the prompt cache reuses them or not
@@ -567,18 +569,19 @@ class EngineWorker:
     def ready(self, request) -> Ready:
         """Beside the engine, before the request waits for it: what reads only the target's
         vocabulary and chat template (see beside): the chat template rendered, the text's tokens,
-        the grammar. A bad request is refused here as prepare would refuse it, but for its grammar,
-        which prepare makes again to refuse it in its turn (after a prompt too long, say)."""
-        ready = Ready()
+        the structured output asked (chat_structure, which prepare uses too) and its grammar. A bad
+        request is refused here as prepare would refuse it, but for its grammar, which prepare makes
+        again to refuse it in its turn (after a prompt too long, say)."""
         if isinstance(request, ChatRequest):
-            ready.text, ready.read = self.render_chat(request)
-        elif isinstance(request.prompt, str) and request.gap() is None:
-            ready.text = request.prompt
+            text, read = self.render_chat(request)  # refuses a bad request before chat_structure does
+            ready = Ready(self.chat_structure(request), text, read)
+        else:
+            prompt = request.prompt if isinstance(request.prompt, str) and request.gap() is None else None
+            ready = Ready(request.structure, prompt)
         if ready.text is not None:
             ready.tokens = text_tokens(self.engine.target, ready.text)
-            structure = self.chat_structure(request) if isinstance(request, ChatRequest) else request.structure
             with contextlib.suppress(SpecllmError):  # refused in its turn, in the same words
-                ready.grammar = prepare_grammar(self.engine.target, ready.tokens, make_config(**structure))
+                ready.grammar = prepare_grammar(self.engine.target, ready.tokens, make_config(**ready.structure))
         return ready
 
     def prepare(self, request, ready: Ready) -> Plan:
@@ -587,7 +590,6 @@ class EngineWorker:
         engine, chat = self.engine, isinstance(request, ChatRequest)
         text, read, gap, left_out = ready.text, ready.read, request.gap(), 0
         wanted = request.requested_tokens
-        structure = self.chat_structure(request) if chat else request.structure
         continues = False
         if text is not None:
             prompt = self.cache.prompt(text, ready.tokens)
@@ -619,7 +621,7 @@ class EngineWorker:
             seed=seed,
             **request.sampler,
             **request.limits,
-            **structure,
+            **ready.structure,
         )
         generation = engine.start(tokens, config, prepared=ready.grammar)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
