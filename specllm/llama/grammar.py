@@ -230,7 +230,9 @@ def call_opening(opening: str, names: tuple[str, ...] = ()) -> str:
 def fenced_call(names: tuple[str, ...]) -> str:
     """GBNF for the opening of a call written in a fenced code block, as the reply reader reads one
     (serve/tool_calls.py's _fenced; the default pair's Qwen2.5-Coder writes its calls so): a fence,
-    "json" or no language, then a JSON object up to its "name", one of the tools' `names`."""
+    "json" or no language, then a JSON object up to its "name", one of the tools' `names` as JSON
+    writes it (json.dumps, non-ASCII as itself). No other spelling of it (a \\u escape): as
+    llama.cpp's grammars write a tool's name, the model writes the name it was offered."""
     spaces = "[ \\t\\n\\r]{0,20}"  # JSON's whitespace, bounded as llama.cpp's JSON grammars bound it
     named = " | ".join(gbnf_literal(json.dumps(name, ensure_ascii=False)) for name in names)
     return f'"```" "json"? {spaces} "{{" {spaces} "\\"name\\"" {spaces} ":" {spaces} ( {named} )'

@@ -306,6 +306,29 @@ def test_a_fenced_call_naming_a_tool_is_a_call(pair):
     model.close()
 
 
+def test_a_fenced_calls_name_is_written_as_json_writes_it(pair):
+    """A tool's name in a fenced call is its one JSON spelling (json.dumps, non-ASCII as itself),
+    as llama.cpp's grammars write a tool's name: written with a \\u escape (which the reply reader
+    would read as the name) it is refused at the backslash, and the answer stays the structure's."""
+    path, _ = pair
+    model = Model(path, OPTIONS)
+    byte = {model.piece(t): t for t in range(model.n_vocab) if len(model.piece(t)) == 1}
+    for text, names, escaped in [
+        ('```json\n{"name": "get\\u005fweather"', ("get_weather",), True),
+        ('```{"name": "caf\\u00e9"', ("café",), True),
+        ('```{"name": "café"', ("café",), False),
+    ]:
+        grammar = where_it_applies(model, schema_grammar(SCHEMA), "", "<tool_call>", call_names=names)
+        written = text.encode()
+        before = written[: written.index(b"\\")] if escaped else written
+        assert fed(grammar, before, byte) and fed(grammar, written[len(before) :], byte) is not escaped, text
+        assert grammar.phase is (Phase.ANSWER if escaped else Phase.CALL), text
+        grammar.close()
+    model.close()
+    escaped_call = '```json\n{"name": "get\\u005fweather", "arguments": {}}\n```'
+    assert parse_tool_calls(escaped_call, ["get_weather"]).calls == [ToolCall("get_weather", "{}")]
+
+
 def test_no_fenced_call_without_names_or_where_the_structure_takes_a_fence(pair):
     """Without the tools' names a fence is the structure's to refuse; a grammar whose answer may
     begin with one keeps its answers (the fence is no call's)."""
