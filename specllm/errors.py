@@ -36,6 +36,16 @@ class ContextFull(SpecllmError):
         self.prompt_tokens, self.n_ctx, self.what = prompt_tokens, n_ctx, what
 
 
+class ContextTooLarge(SpecllmError):
+    """A context whose KV cache would not fit in the memory available: refused before llama.cpp
+    allocates it, since the system would end the process as llama.cpp filled it. `fits`: the
+    largest context size that fits (0: none)."""
+
+    def __init__(self, message: str, *, n_ctx: int, fits: int):
+        super().__init__(message)
+        self.n_ctx, self.fits = n_ctx, fits
+
+
 class NeedsDraftModel(SpecllmError):
     """Drafter "model" was asked for, and there is no draft model: the pair named has none, or (for
     a target given alone, `none_fits` its name) no file on disk fits it."""

@@ -21,10 +21,11 @@ import typer
 from typer.main import get_command
 
 from specllm.cli.options import a_value
+from specllm.llama.memory import SKIP_VARIABLE
 
 ENV_PREFIX = "SPECLLM_"
 # Variables specllm reads for something else: no option may take their names.
-RESERVED = frozenset({"SPECLLM_CACHE", "SPECLLM_LMSTUDIO_HOME"})
+RESERVED = frozenset({"SPECLLM_CACHE", "SPECLLM_LMSTUDIO_HOME", SKIP_VARIABLE})
 # Options that are not read from the environment, and why.
 NOT_FROM_ENV = {
     # a flag in run, doctor and models, but bench's output file: one variable cannot be both

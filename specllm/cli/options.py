@@ -18,6 +18,7 @@ from specllm.engine.sampling import MAX_SEED, SamplerSettings
 from specllm.errors import (
     CannotTakeBack,
     ContextFull,
+    ContextTooLarge,
     DraftTooLong,
     NeedsDraftModel,
     NoMirror,
@@ -438,6 +439,8 @@ def error_line(error: SpecllmError) -> str:
 def flag_hint(error: SpecllmError) -> str:
     if isinstance(error, ContextFull):
         return ": raise --ctx-size or shorten the prompt"
+    if isinstance(error, ContextTooLarge):
+        return f": use --ctx-size {error.fits} or less" if error.fits else ": free some memory, or use a smaller model"
     if isinstance(error, NeedsDraftModel):
         if error.pair:
             return ": use --drafter auto|mtp|ngram|none"

@@ -27,6 +27,7 @@ from specllm.llama import huge_pages
 from specllm.llama.devices import amx_built_in, gpu_layers, gpu_offload_supported, physical_cores
 from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
+from specllm.llama.memory import check_context_fits, kv_widths
 from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
 from specllm.llama.templates import (
@@ -182,6 +183,9 @@ class Model:
             self._open_context()
 
     def _open_context(self) -> None:
+        check_context_fits(
+            self.path.name, self._kv_widths, self.options.n_ctx, self.options.n_batch, self._layers_on_cpu
+        )
         self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
         self.n_ctx: int = L.llama_n_ctx(self._ctx)
         self.n_batch: int = L.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
@@ -204,6 +208,19 @@ class Model:
         self._checkpoints: dict[str, _Checkpoint] = {}  # by slot: "prompt", "step"
         self.n_evaluated = 0  # tokens llama.cpp has evaluated, all calls together
         self._unsure = False  # a state change was interrupted: the state must be rebuilt
+
+    @functools.cached_property
+    def _kv_widths(self) -> tuple[int, ...] | None:
+        """Per layer, the K and V values a token adds to the KV cache (memory.kv_widths)."""
+        return kv_widths(self.metadata, self.hybrid)
+
+    @property
+    def _layers_on_cpu(self) -> int:
+        """The repeating layers whose KV cache is in this process's memory: those not offloaded
+        (llama.cpp offloads the last ones, the output layer first)."""
+        offloaded = gpu_layers(self.options) if gpu_offload_supported() or self.options.rpc else 0
+        n_layer = L.llama_model_n_layer(self._model)
+        return n_layer - min(max(offloaded - 1, 0), n_layer)
 
     def sibling(self) -> "Model":
         """The same loaded weights with a KV cache of its own, so that two generations can run
