@@ -351,6 +351,31 @@ def test_serve_refuses_at_startup_what_would_fail_every_request(tiny_models, arg
     assert [line for line in lines if line.startswith("error: ")] == [lines[-1]] and fragment in lines[-1]
 
 
+ABSURD_CTX = 2**31 - 256  # the largest context size llama.cpp takes: a tiny model's KV cache alone is 1 TiB
+
+
+def test_a_context_larger_than_memory_is_one_line_naming_the_size_that_fits(tiny_models):
+    proc = specllm_run("hi", "--target", tiny_models.target, "--drafter", "none", "--ctx-size", ABSURD_CTX)
+    fits = re.search(r"enough for (\d+) tokens", proc.stderr)
+    assert fits and int(fits.group(1)) % 256 == 0, proc.stderr
+    assert_one_line_error(
+        proc,
+        f"error: a context of {ABSURD_CTX} tokens for target.gguf needs about 3298.5 GB of memory (KV cache 1099.5 GB, ",
+        f"(SPECLLM_NO_MEMORY_CHECK=1 skips this check): use --ctx-size {fits.group(1)} or less",
+        exit_code=1,
+    )
+
+
+def test_serve_refuses_to_start_with_a_context_larger_than_memory(tiny_models):
+    args = ["serve", "--target", tiny_models.target, "--draft", "none", "--ctx-size", ABSURD_CTX, "--port", 0]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == [lines[-1]]
+    assert f"a context of {ABSURD_CTX} tokens for target.gguf needs about" in lines[-1]
+    assert re.search(r": use --ctx-size \d+ or less$", lines[-1])
+
+
 def test_serve_embedding_model_answers_v1_embeddings(tiny_models, tmp_path):
     """--embedding-model: the startup line names it, its pooling and its context (the serve's, at
     most the model's), and /v1/embeddings answers with it."""
