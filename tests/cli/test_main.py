@@ -360,7 +360,8 @@ def test_a_context_larger_than_memory_is_one_line_naming_the_size_that_fits(tiny
     assert fits and int(fits.group(1)) % 256 == 0, proc.stderr
     assert_one_line_error(
         proc,
-        f"error: a context of {ABSURD_CTX} tokens for target.gguf needs about 3298.5 GB of memory (KV cache 1099.5 GB, ",
+        f"error: a context of {ABSURD_CTX} tokens for target.gguf needs about 3298.5 GB of memory ",
+        "(KV cache 1099.5 GB, attention mask 2199.0 GB), and ",
         f"(SPECLLM_NO_MEMORY_CHECK=1 skips this check): use --ctx-size {fits.group(1)} or less",
         exit_code=1,
     )
