@@ -68,7 +68,7 @@ from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, Spe
 from specllm.files import check_writable, memory_limit_hint, open_files_hint, read_text_file
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
-from specllm.serve import MAX_WAITING
+from specllm.serve import GRAMMAR_BUDGET, MAX_WAITING
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
 
@@ -804,6 +804,14 @@ def serve(
         int,
         typer.Option(min=1, help="Requests that may wait while the model answers another; more get a 503 (try later)."),
     ] = MAX_WAITING,
+    grammar_budget: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds a request's grammar or JSON schema may take to mask the vocabulary once; "
+            "a costlier one gets a 400, as its masks would hold every other request (0: no limit).",
+        ),
+    ] = GRAMMAR_BUDGET,
     embedding_model: Annotated[
         str | None,
         typer.Option(
@@ -844,6 +852,7 @@ def serve(
             api_key=api_key,
             template_variables=variables,
             max_waiting=max_waiting,
+            grammar_budget=grammar_budget or None,
             embedding_model=model_name(embedding_model, embedder.path) if embedder else None,
         )
         if warning := exposure_warning(sock, settings):

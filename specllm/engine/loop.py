@@ -51,7 +51,7 @@ from specllm.errors import (
     whole_number,
 )
 from specllm.files import human_size
-from specllm.llama.grammar import schema_grammar, schema_text
+from specllm.llama.grammar import find_probes, schema_grammar, schema_text
 from specllm.llama.model import Model, MtpHead, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
@@ -1006,6 +1006,22 @@ def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) 
     if made is None:
         return None
     return PreparedGrammar(grammar_asked(config, prompt_end(target, prompt)), made)
+
+
+def first_mask_seconds(prepared: PreparedGrammar) -> float:
+    """How long the prepared grammar takes to say which tokens of the whole vocabulary may come
+    first: the costliest mask a first step computes (a sampled row without top-k; greedy and top-k
+    ask fewer tokens). Counting rules cannot tell a grammar whose every mask takes seconds from a
+    real schema; timing one can. It only reads the grammar's parse state and the vocabulary
+    (llama.cpp's grammar apply is const on both), so a server measures it beside the generation
+    under way; the state is left as it was."""
+    made = prepared.made
+    if made is None:
+        return 0.0
+    find_probes(made.model)  # once per model, not the grammar's cost
+    started = time.perf_counter()
+    made.allowed(np.arange(made.model.n_vocab))
+    return time.perf_counter() - started
 
 
 def text_tokens(target: Model, text: str) -> list[int]:

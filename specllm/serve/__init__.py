@@ -3,3 +3,8 @@
 # Requests that may wait for the engine at once, by default: a queue this long is minutes at a
 # CPU's speed, and each waiting request holds its body (up to 1 MiB, or 64 bytes a context token).
 MAX_WAITING = 64
+
+# Seconds a grammar's first mask over the vocabulary may take, by default (serve --grammar-budget):
+# real schemas take milliseconds on Qwen2.5's 152k tokens (docs/serve.md), a hostile grammar
+# seconds to minutes a token, all of them on the engine's thread.
+GRAMMAR_BUDGET = 1.0

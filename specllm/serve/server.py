@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -48,6 +49,7 @@ from specllm.engine.loop import (
     Result,
     Step,
     describe_models,
+    first_mask_seconds,
     make_config,
     prepare_grammar,
     text_tokens,
@@ -61,7 +63,7 @@ from specllm.files import open_files_hint
 from specllm.llama.embeddings import describe_embeddings, embedding_limit, is_reranker, rerank_tokens
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
-from specllm.serve import MAX_WAITING, generic_tools
+from specllm.serve import GRAMMAR_BUDGET, MAX_WAITING, generic_tools
 from specllm.serve.embeddings import (
     EmbeddingRequest,
     Prompt,
@@ -130,10 +132,15 @@ class ServeSettings:
     embedding_model: str | None = None  # the embedding model's id in /v1/models (default: its file name)
     # Requests that may wait for the engine; each holds its body meanwhile, so more get a 503.
     max_waiting: int = MAX_WAITING
+    # A grammar whose first mask over the vocabulary takes longer is refused (None: never): its
+    # masks are computed on the engine's thread, and every other client waits meanwhile
+    grammar_budget: float | None = GRAMMAR_BUDGET
 
     def __post_init__(self):
         if self.api_key is not None:
             check_api_key(self.api_key)
+        if self.grammar_budget is not None and not 0 < self.grammar_budget < math.inf:
+            raise SpecllmError(f"the grammar budget is a number of seconds above 0, not {self.grammar_budget}")
 
 
 def check_api_key(key: str) -> None:
@@ -164,6 +171,17 @@ _END: Final = _End.END
 
 def shutting_down() -> ApiError:
     return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
+def grammar_too_costly(seconds: float | None, budget: float) -> ApiError:
+    """The 400 for a grammar whose first mask took `seconds` (None: it had not ended within the
+    budget)."""
+    took = f"{seconds:.2f} s" if seconds is not None else f"more than {budget:g} s"
+    message = (
+        f"the grammar is too costly to follow: masking the vocabulary once took {took}, past this "
+        f"server's budget of {budget:g} s a mask (serve --grammar-budget)"
+    )
+    return ApiError(400, message, "grammar", "grammar_too_costly")
 
 
 def too_many_waiting(limit: int) -> ApiError:
@@ -322,6 +340,9 @@ class EngineWorker:
         self.embedding = Lane("specllm-embed")
         # A generating request's preparation (ready), before it waits for the engine
         self.preparing = Lane("specllm-prepare", PREPARING_THREADS)
+        # Timing a grammar's first mask (check_cost): a costly one holds its thread until llama.cpp
+        # returns (C code cannot be stopped), not the threads that prepare other requests
+        self.measuring = ThreadPoolExecutor(PREPARING_THREADS, thread_name_prefix="specllm-grammar-cost")
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
@@ -347,6 +368,7 @@ class EngineWorker:
         self.waiting += 1  # from its preparation on: it holds its body, and a full queue refuses at once
         try:
             ready = await self.beside(partial(self.ready, request), self.preparing)
+            await self.check_cost(ready.grammar)
             ours = await self.turn(left)  # raises once the server is stopping
         finally:
             self.waiting -= 1
@@ -364,6 +386,30 @@ class EngineWorker:
         remember = partial(self.cache.remember, plan.text, plan.tokens)
         self.thread.submit(job.run, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
+
+    async def check_cost(self, grammar: PreparedGrammar | None) -> None:
+        """Refuse a grammar whose first mask over the vocabulary takes longer than the budget
+        (ApiError 400): generation computes its masks on the engine's thread, every other client
+        waiting meanwhile, and some grammars take seconds to minutes a mask inside llama.cpp. The
+        mask is timed on a lane of its own; the request waits for it at most the budget from when
+        it begins, and is refused then if it has not ended: the thread goes on until llama.cpp
+        returns, holding only itself (the grammar is used by nothing else, and freed once it ends)."""
+        budget = self.settings.grammar_budget
+        if grammar is None or budget is None:
+            return
+        loop = asyncio.get_running_loop()
+        begun = asyncio.Event()
+
+        def measure() -> float:
+            loop.call_soon_threadsafe(begun.set)
+            return first_mask_seconds(grammar)
+
+        measured = loop.run_in_executor(self.measuring, measure)
+        await begun.wait()  # behind other grammars' measures, counted as waiting (start)
+        await asyncio.wait((measured,), timeout=budget)
+        seconds = measured.result() if measured.done() else None
+        if seconds is None or seconds > budget:
+            raise grammar_too_costly(seconds, budget)
 
     async def turn(self, left: Callable[[], Awaitable[None]]) -> bool:
         """Wait until the engine is this request's (the lock: first come, first served: True),
@@ -1361,4 +1407,6 @@ def serve(engine: Engine, settings: ServeSettings, sock: socket.socket, embedder
         app.state.worker.vocab.thread.shutdown(wait=True)
         app.state.worker.embedding.thread.shutdown(wait=True)
         app.state.worker.preparing.thread.shutdown(wait=True)
+        # a grammar's mask under way reads the vocabulary until llama.cpp returns: waited for
+        app.state.worker.measuring.shutdown(wait=True, cancel_futures=True)
         sock.close()

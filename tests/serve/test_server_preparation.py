@@ -4,6 +4,7 @@ grammar) delays only itself, and its answer is the one it got when all this ran 
 thread."""
 
 import json
+import math
 import threading
 import time
 
@@ -11,8 +12,11 @@ import pytest
 from serving import CTX, Server, hold
 
 import specllm
+import specllm.serve.server as server_module
 from specllm.engine.loop import prepare_grammar, prompt_end
+from specllm.errors import SpecllmError
 from specllm.llama.grammar import Grammar
+from specllm.serve.server import ServeSettings
 
 # Far past the context (2048 tokens): its 400 comes once it is all tokenized, seconds on 2 cores
 CONVERSATION = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word"} for i in range(8000)]
@@ -150,3 +154,78 @@ def test_a_grammar_made_for_another_prompt_end_is_made_again(engine):
     assert prepared.take(config, end) is None  # used once
     again = prepare_grammar(target, target.tokenize("x"), config)
     assert again is not None and again.take(config, "<think>\n") is None
+
+
+# "x"? repeated: llama.cpp's grammar keeps a stack for every optional it may skip, and each token's
+# check walks them all: a mask's cost grows about as N^3. On the tiny models' 569 tokens 900 of
+# them take about 1 s a mask (1200: 1.5-1.8 s); on Qwen2.5's 152k tokens 200 take 3.8 s, 500 over
+# 100 s. Parsing it takes milliseconds: only timing a mask tells it from a real schema.
+COSTLY = "root ::= " + " ".join(['"x"?'] * 1200)
+LOW_BUDGET = 0.2  # seconds: the tiny vocabulary's real schemas take well under a millisecond
+
+
+def grammar_masks(monkeypatch) -> list[tuple[str, float]]:
+    """The grammars' first masks the server times from now on: (thread name, when it ended)."""
+    masks: list[tuple[str, float]] = []
+    measure = server_module.first_mask_seconds
+
+    def observed(prepared):
+        seconds = measure(prepared)
+        masks.append((threading.current_thread().name, time.monotonic()))
+        return seconds
+
+    monkeypatch.setattr(server_module, "first_mask_seconds", observed)
+    return masks
+
+
+@pytest.fixture
+def budgeted(engine):
+    s = Server(engine, grammar_budget=LOW_BUDGET)
+    yield s
+    s.stop()
+    s.worker.measuring.shutdown(wait=True)  # a mask under way reads the vocabulary: ended before it closes
+
+
+def test_a_grammar_too_costly_to_follow_is_refused_and_holds_no_one(budgeted, monkeypatch):
+    """A grammar whose first mask takes past the budget gets its 400 once the budget has passed,
+    not once llama.cpp is done with the mask (which cannot be stopped): its thread goes on alone,
+    and a small request sent then is answered before that mask ends. Nothing was generated."""
+    masks = grammar_masks(monkeypatch)
+    asked = time.monotonic()
+    status, data = post(budgeted, "/completion", {"prompt": "x", "grammar": COSTLY, "max_tokens": 4})
+    refused_at = time.monotonic()
+    assert status == 400, data
+    error = data["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "grammar", "grammar_too_costly")
+    assert error["message"] == (
+        "the grammar is too costly to follow: masking the vocabulary once took more than 0.2 s, past this "
+        "server's budget of 0.2 s a mask (serve --grammar-budget)"
+    )
+    assert refused_at - asked < 1.0 and not masks  # answered while the mask went on
+    small: dict = {}
+    answered(budgeted, "/v1/chat/completions", SMALL, small, "small")
+    assert small["small"][0] == 200 and budgeted.get("/health")["waiting"] == 0
+    deadline = time.monotonic() + 60
+    while not masks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ((thread, ended),) = masks
+    assert thread.startswith("specllm-grammar-cost") and small["small"][2] < ended
+
+
+def test_a_real_schema_and_grammar_pass_a_low_budget(budgeted, engine, monkeypatch):
+    """A schema's and a small grammar's first masks take a fraction of a millisecond on the tiny
+    vocabulary: they are timed, and generate what the engine generates by itself."""
+    masks = grammar_masks(monkeypatch)
+    body = {"prompt": "x", "grammar": GBNF, "max_tokens": 16, "temperature": 0}
+    status, data = post(budgeted, "/completion", body)
+    assert status == 200 and data["content"] == engine.generate("x", grammar=GBNF, max_tokens=16, temperature=0).text
+    response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
+    status, data = post(budgeted, "/v1/chat/completions", {**SMALL, "max_tokens": 40, "response_format": response_format})
+    assert status == 200, data
+    assert len(masks) == 2
+
+
+def test_a_grammar_budget_is_a_positive_number_of_seconds():
+    for budget in (0, -1.0, math.inf, math.nan):
+        with pytest.raises(SpecllmError, match="the grammar budget is a number of seconds above 0"):
+            ServeSettings(model="tiny", grammar_budget=budget)
