@@ -220,7 +220,9 @@ def test_a_real_schema_and_grammar_pass_a_low_budget(budgeted, engine, monkeypat
     status, data = post(budgeted, "/completion", body)
     assert status == 200 and data["content"] == engine.generate("x", grammar=GBNF, max_tokens=16, temperature=0).text
     response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
-    status, data = post(budgeted, "/v1/chat/completions", {**SMALL, "max_tokens": 40, "response_format": response_format})
+    status, data = post(
+        budgeted, "/v1/chat/completions", {**SMALL, "max_tokens": 40, "response_format": response_format}
+    )
     assert status == 200, data
     assert len(masks) == 2
 
