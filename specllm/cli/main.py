@@ -825,13 +825,22 @@ def serve(
 ):
     """Serve the models over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions),
     with a chat page at / that colours each reply by where its tokens came from."""
-    from specllm.serve.server import ServeSettings, check_api_key, describe_server, exposure_warning, listen
+    from specllm.serve.server import (
+        ServeSettings,
+        check_api_key,
+        check_grammar_budget,
+        describe_server,
+        exposure_warning,
+        listen,
+    )
     from specllm.serve.server import serve as serve_forever
 
     check_options(1, drafter, gamma, {}, ctx_size=ctx_size)
     variables = thinking(think, reasoning_effort)  # every chat request's, which a request may override
     if api_key is not None:
         check_api_key(api_key)
+    if grammar_budget:  # 0: none
+        check_grammar_budget(grammar_budget)
     options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
     options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once

@@ -139,8 +139,8 @@ class ServeSettings:
     def __post_init__(self):
         if self.api_key is not None:
             check_api_key(self.api_key)
-        if self.grammar_budget is not None and not 0 < self.grammar_budget < math.inf:
-            raise SpecllmError(f"the grammar budget is a number of seconds above 0, not {self.grammar_budget}")
+        if self.grammar_budget is not None:
+            check_grammar_budget(self.grammar_budget)
 
 
 def check_api_key(key: str) -> None:
@@ -150,6 +150,12 @@ def check_api_key(key: str) -> None:
         raise SpecllmError("the API key is empty: give one, or none at all for a server without a key")
     if not key.isprintable() or any(c.isspace() for c in key):
         raise SpecllmError("the API key must have no spaces, line breaks or other control characters")
+
+
+def check_grammar_budget(seconds: float) -> None:
+    """A budget a mask can be within: a finite number of seconds above 0 (none: no budget)."""
+    if not 0 < seconds < math.inf:
+        raise SpecllmError(f"the grammar budget is a number of seconds above 0, not {seconds}")
 
 
 def body_limit(n_ctx: int) -> int:

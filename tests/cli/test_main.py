@@ -341,6 +341,7 @@ def test_invalid_option_values_are_one_clear_line(models, option, value, fragmen
         (["--drafter", "mtp"], "drafter 'mtp' needs a target with MTP layers"),  # every request would fail
         (["--api-key", ""], "the API key is empty"),  # an open server, where a key was meant
         (["--api-key", "s3cret\n"], "no spaces, line breaks"),  # no client could send it
+        (["--grammar-budget", "inf"], "the grammar budget is a number of seconds above 0, not inf"),
     ],
 )
 def test_serve_refuses_at_startup_what_would_fail_every_request(tiny_models, args, fragment):
