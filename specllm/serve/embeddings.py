@@ -25,8 +25,9 @@ class EmbeddingRequest(BaseModel):
     ...}, or {"content": [parts]} as in a chat message); `content` in its place, llama-server's
     name, which asks for llama-server's own answer; `embd_normalize`, llama-server's: -1 none, 0
     the largest value 32760 (int16's range), 1 taxicab, 2 Euclidean, p > 2 the p-norm;
-    `truncate` (as llama-cpp-python's and text-embeddings-inference's): an input longer than the
-    context cut to its first tokens that fit, where it is otherwise a 400."""
+    `truncate` (as llama-cpp-python's and text-embeddings-inference's, whose null is its default,
+    false): an input longer than the context cut to its first tokens that fit, where it is
+    otherwise a 400."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     input: JsonValue = None  # read by prompts(): pydantic's errors for a union of shapes say little
@@ -35,7 +36,7 @@ class EmbeddingRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None  # the model's own, or refused: llama.cpp cannot shorten an embedding
     embd_normalize: int = Field(EUCLIDEAN, ge=-1)
-    truncate: bool = False
+    truncate: bool | None = False  # None: not asked (text-embeddings-inference's clients send null)
 
     @property
     def openai_shaped(self) -> bool:
@@ -159,14 +160,16 @@ class RerankRequest(BaseModel):
     """llama-server's /rerank: a `query` and the `documents` (Jina's and Cohere's name) or `texts`
     (text-embeddings-inference's, which asks for its answer's shape) to score against it;
     `top_n` the best to give (default all); `return_text` (TEI's) each document's text beside its
-    score."""
+    score; `return_documents` (Jina's and Cohere's) each document beside its score, as they give it
+    (`"document": {"text": ...}`)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     query: str
     documents: list[str] | None = None
     texts: list[str] | None = None
     top_n: int | None = Field(None, ge=0)
-    return_text: bool = False
+    return_text: bool | None = False
+    return_documents: bool | None = False
     model: str | None = None  # any name is accepted, and echoed
 
     @property
@@ -185,12 +188,16 @@ class RerankRequest(BaseModel):
 def rerank_response(request: RerankRequest, model: str, scores: list[float], n_tokens: int) -> dict | list:
     """llama-server's answer to /rerank: each document's index and score, best first (ties in the
     documents' order), the best `top_n`; in Jina's shape (`relevance_score`, in an object with
-    `model` and `usage`) or, for `texts`, text-embeddings-inference's (a list, `score`, `text` if
-    asked)."""
+    `model` and `usage`; `document` if asked) or, for `texts`, text-embeddings-inference's (a
+    list, `score`, `text` if asked)."""
     documents = request.document_list()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n]
     if not request.tei_shaped:
-        results = [{"index": i, "relevance_score": scores[i]} for i in order]
+        document = request.return_documents
+        results = [
+            {"index": i, "relevance_score": scores[i]} | ({"document": {"text": documents[i]}} if document else {})
+            for i in order
+        ]
         usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
         return {"model": model, "object": "list", "usage": usage, "results": results}
     text = request.return_text

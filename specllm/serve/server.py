@@ -506,7 +506,7 @@ class EngineWorker:
             raise ApiError(400, message, code="model_not_supported")
         request.check_dimensions(embedder.n_embd_out)
         prompts = enumerate(request.prompts())
-        inputs = [self.embedding_tokens(prompt, f"input[{i}]", request.truncate) for i, prompt in prompts]
+        inputs = [self.embedding_tokens(prompt, f"input[{i}]", bool(request.truncate)) for i, prompt in prompts]
         embeddings = self.pooled(inputs, left)
         if embeddings is None:
             return None
@@ -525,8 +525,11 @@ class EngineWorker:
             )
             raise ApiError(400, message, code="model_not_supported")
         documents = request.document_list()
-        pairs = [rerank_tokens(reranker, request.query, document) for document in documents]
         limit = embedding_limit(reranker)
+        if len(alone := rerank_tokens(reranker, request.query, "")) > limit:  # no document can fit: say why
+            message = f"query is {len(alone)} tokens with the pair's markup but the reranker's context holds {limit}"
+            raise ApiError(400, message, "query", "context_length_exceeded")
+        pairs = [rerank_tokens(reranker, request.query, document) for document in documents]
         for i, tokens in enumerate(pairs):
             if len(tokens) > limit:
                 message = (

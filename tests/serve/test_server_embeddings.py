@@ -203,6 +203,16 @@ def test_truncate_cuts_an_input_to_the_tokens_that_fit(srv, models):
     assert embed(srv, {"input": TOO_LONG, "truncate": False})[1]["error"]["code"] == "context_length_exceeded"
 
 
+def test_truncate_null_is_not_asked(srv):
+    """text-embeddings-inference's clients send `"truncate": null` for its default: an input that
+    fits is embedded as without it, a too-long one refused."""
+    [plain] = vectors(embed(srv, {"input": TEXTS[0]})[1])
+    status, data = embed(srv, {"input": TEXTS[0], "truncate": None})
+    assert status == 200, data
+    np.testing.assert_array_equal(vectors(data)[0], plain)
+    assert embed(srv, {"input": TOO_LONG, "truncate": None})[1]["error"]["code"] == "context_length_exceeded"
+
+
 def test_the_models_own_dimensions_are_asked_for_nothing(srv):
     assert embed(srv, {"input": "x", "dimensions": 64})[0] == 200
 

@@ -85,6 +85,18 @@ def test_texts_asks_for_text_embeddings_inferences_shape(srv):
     assert (status, data) == (200, expected)
 
 
+def test_return_documents_gives_each_documents_text_as_jina_and_cohere_do(srv):
+    """Jina's and Cohere's `return_documents`: each result's `document` ({"text": ...}) beside its
+    score, in the results' order and top_n; false or null: none, as llama-server answers."""
+    whole = rerank(srv, {"query": QUERY, "documents": DOCUMENTS})[1]["results"]
+    status, data = rerank(srv, {"query": QUERY, "documents": DOCUMENTS, "top_n": 3, "return_documents": True})
+    assert status == 200, data
+    assert data["results"] == [r | {"document": {"text": DOCUMENTS[r["index"]]}} for r in whole[:3]]
+    for unasked in (False, None):
+        body = {"query": QUERY, "documents": DOCUMENTS, "return_documents": unasked, "return_text": unasked}
+        assert rerank(srv, body)[1]["results"] == whole
+
+
 @pytest.mark.parametrize(
     "body, param, fragment",
     [
@@ -99,6 +111,11 @@ def test_texts_asks_for_text_embeddings_inferences_shape(srv):
             {"query": QUERY, "documents": ["dog", " ".join(["dog"] * 510)]},
             "documents",
             "documents[1] is 515 tokens with the query but the reranker's context holds 512",
+        ),
+        (  # the query alone too long for any document: it is named, not the first document
+            {"query": " ".join(["dog"] * 600), "documents": ["dog"]},
+            "query",
+            "query is 602 tokens with the pair's markup but the reranker's context holds 512",
         ),
     ],
 )
