@@ -80,6 +80,21 @@ def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
     return tokens + ([end] if model.add_eos else [])
 
 
+def fitted_rerank_tokens(model: Model, query: str, document: str, limit: int) -> list[int]:
+    """rerank_tokens of `query` and as much of `document`'s start as fits in `limit` tokens with
+    it (all of it where it fits). The document is cut, not the pair (whose end may be a rerank
+    template's closing text), and what is left of it is read again as text: the tokens are the
+    pair of the shorter document. The query must fit with an empty document."""
+    tokens = rerank_tokens(model, query, document)
+    own = model.tokenize(document, add_special=False, parse_special=model.chat_template("rerank") is not None)
+    kept = len(own)
+    while len(tokens) > limit:  # a cut's text may read as more tokens than it was: cut again
+        kept = max(0, kept - (len(tokens) - limit))
+        cut = model.detokenize(own[:kept], special=True).decode("utf-8", errors="ignore")
+        tokens = rerank_tokens(model, query, cut)
+    return tokens
+
+
 def _training_context(path: Path) -> int:
     """The model's training context (<arch>.context_length); no limit where the GGUF does not say.
     A context size llama.cpp takes is this rounded down to a multiple of CTX_STEP (XLM-RoBERTa's

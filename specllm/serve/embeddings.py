@@ -161,7 +161,9 @@ class RerankRequest(BaseModel):
     (text-embeddings-inference's, which asks for its answer's shape) to score against it;
     `top_n` the best to give (default all); `return_text` (TEI's) each document's text beside its
     score; `return_documents` (Jina's and Cohere's) each document beside its score, as they give it
-    (`"document": {"text": ...}`)."""
+    (`"document": {"text": ...}`); `truncate` (TEI's) a document too long for the context with
+    the query cut to its first tokens that fit, where it is otherwise a 400 (TEI's default
+    truncation_direction, the only one taken)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     query: str
@@ -170,6 +172,8 @@ class RerankRequest(BaseModel):
     top_n: int | None = Field(None, ge=0)
     return_text: bool | None = False
     return_documents: bool | None = False
+    truncate: bool | None = False
+    truncation_direction: Literal["right", "Right"] | None = None  # a document's end is what is cut
     model: str | None = None  # any name is accepted, and echoed
 
     @property

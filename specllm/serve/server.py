@@ -60,7 +60,13 @@ from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
 from specllm.errors import ChatTemplateFailed, GrammarInvalid, SpecllmError
 from specllm.files import open_files_hint
-from specllm.llama.embeddings import describe_embeddings, embedding_limit, is_reranker, rerank_tokens
+from specllm.llama.embeddings import (
+    describe_embeddings,
+    embedding_limit,
+    fitted_rerank_tokens,
+    is_reranker,
+    rerank_tokens,
+)
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
 from specllm.serve import GRAMMAR_BUDGET, MAX_WAITING, generic_tools
@@ -529,7 +535,10 @@ class EngineWorker:
         if len(alone := rerank_tokens(reranker, request.query, "")) > limit:  # no document can fit: say why
             message = f"query is {len(alone)} tokens with the pair's markup but the reranker's context holds {limit}"
             raise ApiError(400, message, "query", "context_length_exceeded")
-        pairs = [rerank_tokens(reranker, request.query, document) for document in documents]
+        if request.truncate:
+            pairs = [fitted_rerank_tokens(reranker, request.query, document, limit) for document in documents]
+        else:
+            pairs = [rerank_tokens(reranker, request.query, document) for document in documents]
         for i, tokens in enumerate(pairs):
             if len(tokens) > limit:
                 message = (

@@ -9,7 +9,7 @@ import tiny_models as tm
 from embedding import reference
 
 from specllm.errors import SpecllmError
-from specllm.llama.embeddings import describe_embeddings, open_embedding_model, rerank_tokens
+from specllm.llama.embeddings import describe_embeddings, fitted_rerank_tokens, open_embedding_model, rerank_tokens
 from specllm.llama.options import ModelOptions
 
 MEAN, CLS, LAST, RANK = (
@@ -95,6 +95,25 @@ def test_a_reranker_scores_a_pair_as_llama_cpp_reads_it(tmp_path):
         expected = [tm.CLS_ID, *model.tokenize("query: lazy dog", add_special=False), tm.SEP_ID]
         # the whole text is read with control tokens, the document's "[CLS]" too, as llama-server reads it
         assert rerank_tokens(model, "lazy dog", "[CLS]") == [*expected, tm.CLS_ID]
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("template", [None, "[CLS]query: {query}[SEP]{document}[SEP]"])
+def test_a_document_too_long_for_the_pair_is_cut_to_its_first_tokens(tmp_path, template):
+    """fitted_rerank_tokens: a pair that fits is as rerank_tokens reads it; a longer document keeps
+    its first tokens that fit beside the query, the pair read as the shorter document's (a rerank
+    template's closing text kept)."""
+    path = tm.write_model(tmp_path / "rank.gguf", arch="bert", seed=5, pooling_type=RANK, rerank_template=template)
+    model = open_embedding_model(path, OPTIONS)
+    try:
+        fits = rerank_tokens(model, "lazy dog", "the quick fox")
+        assert fitted_rerank_tokens(model, "lazy dog", "the quick fox", len(fits)) == fits
+        room = 512 - len(rerank_tokens(model, "lazy dog", ""))
+        expected = rerank_tokens(model, "lazy dog", " ".join(["dog"] * room))  # a word a token
+        dog = model.tokenize("dog", add_special=False)[0]
+        assert len(expected) == 512 and expected[-1] == (tm.SEP_ID if template else dog)
+        assert fitted_rerank_tokens(model, "lazy dog", " ".join(["dog"] * 600), 512) == expected
     finally:
         model.close()
 

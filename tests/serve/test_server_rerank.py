@@ -97,6 +97,20 @@ def test_return_documents_gives_each_documents_text_as_jina_and_cohere_do(srv):
         assert rerank(srv, body)[1]["results"] == whole
 
 
+def test_truncate_scores_a_too_long_document_as_its_first_tokens_that_fit(srv, models):
+    """text-embeddings-inference's `truncate: true`: a document too long beside the query is scored
+    as its first tokens that fit (the words that fit, as a shorter document), the others as they
+    are; usage counts the tokens read. Its truncation_direction "right" (TEI's default) is the
+    one taken."""
+    long, room = " ".join(["dog"] * 600), 512 - len(rerank_tokens(models[1], QUERY, ""))
+    cut = rerank(srv, {"query": QUERY, "texts": [" ".join(["dog"] * room), DOCUMENTS[0]]})
+    for direction in ({}, {"truncation_direction": "Right"}):
+        body = {"query": QUERY, "texts": [long, DOCUMENTS[0]], "truncate": True} | direction
+        assert rerank(srv, body) == cut
+    status, data = rerank(srv, {"query": QUERY, "documents": [long], "truncate": True})
+    assert (status, data["usage"]["prompt_tokens"]) == (200, 512)
+
+
 @pytest.mark.parametrize(
     "body, param, fragment",
     [
@@ -107,6 +121,11 @@ def test_return_documents_gives_each_documents_text_as_jina_and_cohere_do(srv):
         ({"query": QUERY, "texts": []}, "texts", "texts must be a non-empty list of texts"),
         ({"query": QUERY, "documents": ["a", 1]}, "documents.1", "Input should be a valid string"),
         ({"query": QUERY, "documents": DOCUMENTS, "top_n": -1}, "top_n", "greater than or equal to 0"),
+        (  # a document's start is not what it cuts
+            {"query": QUERY, "documents": DOCUMENTS, "truncate": True, "truncation_direction": "Left"},
+            "truncation_direction",
+            "Input should be 'right' or 'Right'",
+        ),
         (
             {"query": QUERY, "documents": ["dog", " ".join(["dog"] * 510)]},
             "documents",
