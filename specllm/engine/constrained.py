@@ -55,7 +55,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from specllm.engine.harmony import CHANNEL_NAME, NO_CALL, RECIPIENT, START, begins_harmony
+from specllm.engine.harmony import CALL_CLOSE, CHANNEL_NAME, NO_CALL, RECIPIENT, START, begins_harmony
 from specllm.engine.reasoning import CLOSINGS, THINK_MARKERS, closing_marker
 from specllm.engine.sampling import SamplerSettings, masked
 from specllm.errors import CallLikeAnswer, SpecllmError
@@ -78,6 +78,7 @@ class Phase(enum.Enum):
 # vocabulary holds CHANNEL as one token
 REPLY_START, CHANNEL, MESSAGE, END = "<|start|>assistant", "<|channel|>", "<|message|>", "<|end|>"
 ANALYSIS = CHANNEL + "analysis" + MESSAGE
+MESSAGE_ENDS = (END, CALL_CLOSE, "<|return|>")  # what ends a message in a prompt: a text's, a call's, the final one's
 # A call's recipient, before or after its channel (commentary or analysis), up to its tool's name:
 # the call headers llama.cpp's gpt-oss parser reads, which harmony.py reads as calls
 CALL_RECIPIENT = " to=functions."
@@ -448,12 +449,13 @@ def _open_message(tail: str) -> Phase | None:
     on in: a call's body (a recipient, as harmony.py reads a call) is free, its end of generation
     too (CALL_MESSAGE); an analysis message's or a commentary one's (a preamble: the answer is yet
     to come) is free but for an end of generation (REASONING). None where the tail ends in no
-    body, or in a final message's or one without a channel. The message begins at the tail's last
-    "<|start|>" (its last channel where it has none), its header up to its first "<|message|>"."""
+    body (one it ended: a call's "<|call|>" too), or in a final message's or one without a
+    channel. The message begins at the tail's last "<|start|>" (its last channel where it has
+    none), its header up to its first "<|message|>"."""
     begins = tail.rfind(START)
     header, found, body = tail[begins if begins >= 0 else tail.rfind(CHANNEL) :].partition(MESSAGE)
-    channels = CHANNEL_NAME.findall(header)
-    if not found or END in body or not channels or channels[-1] not in ("analysis", "commentary"):
+    channels, ended = CHANNEL_NAME.findall(header), any(end in body for end in MESSAGE_ENDS)
+    if not found or ended or not channels or channels[-1] not in ("analysis", "commentary"):
         return None
     recipient = RECIPIENT.search(header)
     if recipient is not None and recipient.group(1) not in NO_CALL:

@@ -242,6 +242,16 @@ def test_a_message_the_prompt_opened_goes_on_free(model, opened):
         after.close()
 
 
+def test_a_call_the_prompt_ended_is_no_open_message(model):
+    """A raw prompt whose last message is a call it ended (<|call|>, a call's end) is not in the
+    call's body: the reply is not free, as it was not before commentary messages were read (a
+    chat's prompt goes on with the tool's result)."""
+    prompt = model.render_chat(ASK) + CALL_OPENED + '{"city": "Paris"}<|call|>'
+    grammar = where_it_applies(model, schema_grammar(SCHEMA), prompt)
+    assert grammar.phase is not Phase.CALL_MESSAGE and not grammar.free
+    grammar.close()
+
+
 def test_the_prompts_end_goes_back_to_its_last_message_start(model, tmp_path):
     """The phase is read from the prompt's end: on gpt-oss's vocabulary it goes back to the last
     "<|start|>" (the message the prompt ends in), however far; on another, PROMPT_END_TOKENS."""
