@@ -116,19 +116,89 @@ def check_context_fits(name: str, widths: tuple[int, ...] | None, n_ctx: int, n_
 
 
 def available_memory() -> int | None:
-    """Bytes the system can give this process now without swapping: Linux's MemAvailable; where
-    there is none (macOS, which compresses and swaps rather than kill), the physical memory; None
+    """Bytes the system can give this process now without swapping: on Linux, the least of
+    MemAvailable and the room left under its cgroup's memory limit (a container's, which
+    MemAvailable does not see: past it the kernel kills the process as surely); where there is no
+    MemAvailable (macOS, which compresses and swaps rather than kill), the physical memory; None
     where unknown."""
     if sys.platform == "linux":
-        try:
-            for line in Path("/proc/meminfo").read_text().splitlines():
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return None
+        known = [room for room in (_mem_available(), _cgroup_room()) if room is not None]
+        return min(known, default=None)
     try:
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
     return pages * page_size if pages > 0 and page_size > 0 else None
+
+
+# Where Linux says what memory there is (module constants, so that tests can point them elsewhere).
+MEMINFO = Path("/proc/meminfo")
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+NO_LIMIT = 2**62  # cgroup v1 writes "no limit" as the largest page-aligned int64
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None  # a kernel before 3.14 has none
+
+
+def _cgroup_room() -> int | None:
+    """The room left under the tightest memory limit of this process's cgroup and its ancestors
+    (cgroup v2's memory.max, v1's memory.limit_in_bytes): the limit less what the group holds,
+    its inactive file pages aside (the kernel drops those first; docker stats counts the same);
+    None where no limit is set or none can be read."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        fields = line.split(":", 2)  # hierarchy id, controllers, the group's path
+        if len(fields) != 3:
+            continue
+        _, controllers, group = fields
+        if controllers == "":  # v2: one hierarchy
+            base, files = CGROUP_ROOT, ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            base, files = (
+                CGROUP_ROOT / "memory",
+                ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+            )
+        else:
+            continue
+        # From the process's group up to the mount's root: in a container the mount is its own
+        # group, and the path /proc names (the host's) may not exist under it.
+        folder = base / group.strip("/")
+        for level in (folder, *folder.parents):
+            if level == base or base in level.parents:
+                rooms.append(_room(level, *files))
+    return min((room for room in rooms if room is not None), default=None)
+
+
+def _room(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> int | None:
+    try:
+        limit_text = (folder / limit_file).read_text().strip()
+        if limit_text == "max" or int(limit_text) >= NO_LIMIT:
+            return None
+        usage = int((folder / usage_file).read_text())
+    except (OSError, ValueError):
+        return None
+    return max(int(limit_text) - max(usage - _stat(folder, inactive_key), 0), 0)
+
+
+def _stat(folder: Path, key: str) -> int:
+    """A value of the group's memory.stat; 0 where it is not there."""
+    try:
+        for line in (folder / "memory.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0

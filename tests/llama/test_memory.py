@@ -162,3 +162,87 @@ def test_the_kv_estimate_of_the_real_default_pair(capsys):
 
     target, draft, _ = resolve_models(progress=False)
     assert [llama_cpp_buffers(path, 4096, capsys)[0] for path in (target, draft)] == ["112.00", "48.00"]
+
+
+GIB = 2**30
+
+
+def machine(tmp_path, monkeypatch, *, meminfo: str, cgroup: str, groups: dict[str, dict[str, str]]):
+    """A Linux machine's memory files under tmp_path: /proc/meminfo, /proc/self/cgroup and the
+    cgroup folders (`groups`: a folder under the cgroup mount, its files' contents)."""
+    (tmp_path / "meminfo").write_text(meminfo)
+    (tmp_path / "cgroup").write_text(cgroup)
+    for folder, files in groups.items():
+        (tmp_path / "fs" / folder).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (tmp_path / "fs" / folder / name).write_text(text)
+    monkeypatch.setattr(memory.sys, "platform", "linux")
+    monkeypatch.setattr(memory, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(memory, "CGROUP_ROOT", tmp_path / "fs")
+
+
+MEMINFO = f"MemTotal:       {64 * GIB // 1024} kB\nMemFree:        1000 kB\nMemAvailable:   {20 * GIB // 1024} kB\n"
+V1_UNLIMITED = {"memory.limit_in_bytes": "9223372036854771712\n", "memory.usage_in_bytes": f"{5 * GIB}\n"}
+
+
+@pytest.mark.parametrize(
+    "cgroup, groups, available",
+    [
+        # no limit: MemAvailable (cgroup v2's "max"; v1's largest int64)
+        ("0::/user.slice\n", {"user.slice": {"memory.max": "max\n", "memory.current": "123\n"}}, 20 * GIB),
+        ("4:memory:/user.slice\n0::/\n", {"memory/user.slice": V1_UNLIMITED}, 20 * GIB),
+        # a container with cgroup v2 (its own group at the mount's root): the limit less what it holds,
+        # its inactive file pages aside
+        (
+            "0::/\n",
+            {".": {"memory.max": f"{4 * GIB}\n", "memory.current": f"{3 * GIB}\n",
+                   "memory.stat": f"anon {2 * GIB}\ninactive_file {GIB // 2}\nactive_file 7\n"}},
+            4 * GIB - (3 * GIB - GIB // 2),
+        ),
+        # a limit on a parent group (a systemd slice) binds its children too; the tightest room wins
+        (
+            "0::/app.slice/run.scope\n",
+            {"app.slice": {"memory.max": f"{2 * GIB}\n", "memory.current": f"{GIB}\n"},
+             "app.slice/run.scope": {"memory.max": f"{8 * GIB}\n", "memory.current": f"{GIB // 4}\n"}},
+            GIB,
+        ),
+        # cgroup v1 in a container without a cgroup namespace: /proc names the host's path, which is
+        # not under the mount; the limit is the mount's root's
+        (
+            "12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n0::/\n",
+            {"memory": {"memory.limit_in_bytes": f"{3 * GIB}\n", "memory.usage_in_bytes": f"{GIB}\n",
+                        "memory.stat": f"cache {GIB}\ntotal_inactive_file {GIB // 4}\n"}},
+            3 * GIB - (GIB - GIB // 4),
+        ),
+        # more held than the limit (page cache charged late): no room, never a negative one
+        ("0::/\n", {".": {"memory.max": f"{GIB}\n", "memory.current": f"{GIB + 4096}\n"}}, 0),
+        # unreadable: MemAvailable alone
+        ("0::/\n", {".": {"memory.max": "lots\n", "memory.current": "1\n"}}, 20 * GIB),
+        ("garbage\n", {}, 20 * GIB),
+    ],
+)  # fmt: skip
+def test_the_memory_available_is_the_tighter_of_memavailable_and_the_cgroup_limit(
+    tmp_path, monkeypatch, cgroup, groups, available
+):
+    machine(tmp_path, monkeypatch, meminfo=MEMINFO, cgroup=cgroup, groups=groups)
+    assert memory.available_memory() == available
+
+
+def test_without_memavailable_the_cgroup_limit_alone_is_known(tmp_path, monkeypatch):
+    """A kernel before 3.14 has no MemAvailable: the check then knows a container's limit, or nothing."""
+    old_kernel = "MemTotal:       1000 kB\nMemFree:        1000 kB\n"
+    limited = {".": {"memory.max": f"{GIB}\n", "memory.current": "0\n"}}
+    machine(tmp_path, monkeypatch, meminfo=old_kernel, cgroup="0::/\n", groups=limited)
+    assert memory.available_memory() == GIB
+    machine(tmp_path, monkeypatch, meminfo=old_kernel, cgroup="0::/\n", groups={".": {"memory.max": "max\n"}})
+    assert memory.available_memory() is None
+
+
+def test_a_context_beyond_the_containers_limit_is_refused(tiny_models, tmp_path, monkeypatch):
+    """20 GiB available to the machine, 64 MiB left to the container: the container's room decides."""
+    limited = {".": {"memory.max": f"{GIB}\n", "memory.current": f"{GIB - 64 * 2**20}\n"}}
+    machine(tmp_path, monkeypatch, meminfo=MEMINFO, cgroup="0::/\n", groups=limited)
+    with pytest.raises(ContextTooLarge) as refused:
+        Model(tiny_models.target, ModelOptions(n_ctx=2**20, n_threads=1))
+    assert refused.value.fits == 43520  # as with 64 MiB available (the test above)
