@@ -23,6 +23,12 @@ from specllm.llama.options import CTX_STEP, MAX_CTX
 SKIP_VARIABLE = "SPECLLM_NO_MEMORY_CHECK"
 KV_TYPE_BYTES = 2  # llama.cpp's KV cache is F16 unless asked otherwise (specllm never asks)
 MASK_TYPE_BYTES = 2  # the attention mask: F16, n_ctx x n_ubatch, in the compute buffer
+# Architectures llama.cpp gives no KV cache (llama_model::create_memory): encoders that read a text
+# whole (BERTs, EmbeddingGemma) and diffusion models; their attention mask is one micro-batch square.
+NO_KV_CACHE = frozenset({
+    "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3", "eurobert",
+    "gemma-embedding", "wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1",
+})  # fmt: skip
 
 
 def kv_widths(meta: Callable[[str], str | None], recurrent: bool) -> tuple[int, ...] | None:
@@ -71,40 +77,46 @@ def _ints(text: str | None, n_layer: int) -> list[int]:
     return values * n_layer if len(values) == 1 and not text.lstrip().startswith("[") else values
 
 
-def context_bytes(widths: tuple[int, ...], n_ctx: int, n_batch: int, layers_on_cpu: int) -> int:
+def context_bytes(widths: tuple[int, ...], n_ctx: int, n_batch: int, layers_on_cpu: int, kv_cache: bool = True) -> int:
     """The memory a context of n_ctx tokens takes that grows with n_ctx: the KV cache of the
     layers on the CPU, and the attention mask (n_ctx x n_ubatch; llama.cpp caps the batch at n_ctx)
-    where any attention layer is."""
+    where any attention layer is. Without a KV cache (`kv_cache` False: NO_KV_CACHE), the mask
+    alone, over the micro-batch's tokens only (n_ubatch x n_ubatch)."""
     on_cpu = widths[:layers_on_cpu]
-    kv = sum(on_cpu) * n_ctx * KV_TYPE_BYTES
-    mask = n_ctx * min(n_batch, n_ctx) * MASK_TYPE_BYTES if any(on_cpu) else 0
+    n_ubatch = min(n_batch, n_ctx)
+    kv = sum(on_cpu) * n_ctx * KV_TYPE_BYTES if kv_cache else 0
+    mask = (n_ctx if kv_cache else n_ubatch) * n_ubatch * MASK_TYPE_BYTES if any(on_cpu) else 0
     return kv + mask
 
 
-def largest_context(widths: tuple[int, ...], n_batch: int, layers_on_cpu: int, available: int) -> int:
+def largest_context(
+    widths: tuple[int, ...], n_batch: int, layers_on_cpu: int, available: int, kv_cache: bool = True
+) -> int:
     """The largest context size llama.cpp takes (a multiple of CTX_STEP) whose memory fits in
     `available` bytes; 0 where not even the smallest does."""
     low, high = 0, MAX_CTX // CTX_STEP  # in steps: low fits (0 always), high is the most asked
     while low < high:
         mid = (low + high + 1) // 2
-        if context_bytes(widths, mid * CTX_STEP, n_batch, layers_on_cpu) <= available:
+        if context_bytes(widths, mid * CTX_STEP, n_batch, layers_on_cpu, kv_cache) <= available:
             low = mid
         else:
             high = mid - 1
     return low * CTX_STEP
 
 
-def check_context_fits(name: str, widths: tuple[int, ...] | None, n_ctx: int, n_batch: int, layers_on_cpu: int) -> None:
+def check_context_fits(
+    name: str, widths: tuple[int, ...] | None, n_ctx: int, n_batch: int, layers_on_cpu: int, kv_cache: bool = True
+) -> None:
     """Refuse (ContextTooLarge) a context of n_ctx tokens for the model `name` whose memory
     exceeds what the system has available now, unless SKIP_VARIABLE is set or nothing is known."""
     if widths is None or os.environ.get(SKIP_VARIABLE, "") not in ("", "0"):
         return
-    needed = context_bytes(widths, n_ctx, n_batch, layers_on_cpu)
+    needed = context_bytes(widths, n_ctx, n_batch, layers_on_cpu, kv_cache)
     available = available_memory()
     if available is None or needed <= available:
         return
-    fits = largest_context(widths, n_batch, layers_on_cpu, available)
-    kv = context_bytes(widths, n_ctx, 0, layers_on_cpu)
+    fits = largest_context(widths, n_batch, layers_on_cpu, available, kv_cache)
+    kv = context_bytes(widths, n_ctx, 0, layers_on_cpu, kv_cache)
     enough = f"enough for {fits} tokens" if fits else "not enough for the smallest context"
     raise ContextTooLarge(
         f"a context of {n_ctx} tokens for {name} needs about {human_size(needed)} of memory "

@@ -27,7 +27,7 @@ from specllm.llama import huge_pages
 from specllm.llama.devices import amx_built_in, gpu_layers, gpu_offload_supported, physical_cores
 from specllm.llama.gguf_header import check_gguf_header, check_vocabulary
 from specllm.llama.log import first_error, init_backend, recent_errors
-from specllm.llama.memory import check_context_fits, kv_widths
+from specllm.llama.memory import NO_KV_CACHE, check_context_fits, kv_widths
 from specllm.llama.options import CTX_STEP, ModelOptions
 from specllm.llama.rpc import model_devices, rpc_connected
 from specllm.llama.templates import (
@@ -183,8 +183,9 @@ class Model:
             self._open_context()
 
     def _open_context(self) -> None:
+        kv_cache = self.metadata("general.architecture") not in NO_KV_CACHE
         check_context_fits(
-            self.path.name, self._kv_widths, self.options.n_ctx, self.options.n_batch, self._layers_on_cpu
+            self.path.name, self._kv_widths, self.options.n_ctx, self.options.n_batch, self._layers_on_cpu, kv_cache
         )
         self._ctx = _new_context(self._model, self.options, self.path, self.recurrent)
         self.n_ctx: int = L.llama_n_ctx(self._ctx)

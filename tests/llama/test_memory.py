@@ -246,3 +246,38 @@ def test_a_context_beyond_the_containers_limit_is_refused(tiny_models, tmp_path,
     with pytest.raises(ContextTooLarge) as refused:
         Model(tiny_models.target, ModelOptions(n_ctx=2**20, n_threads=1))
     assert refused.value.fits == 43520  # as with 64 MiB available (the test above)
+
+
+@pytest.mark.parametrize("arch", ["bert", "nomic-bert"])
+def test_an_encoder_has_no_kv_cache_only_its_mask(tmp_path, monkeypatch, capsys, arch):
+    """llama.cpp gives a BERT no KV cache: its context's memory is the mask over one micro-batch
+    (here the whole context, 4096 x 4096 F16: 32 MiB), so 33 MiB available is enough (the KV
+    cache a decoder of its shape would have, 2 MiB more, is not asked for)."""
+    import tiny_models as tm
+
+    from specllm.llama.embeddings import open_embedding_model
+
+    path = tm.write_model(tmp_path / f"{arch}.gguf", arch=arch, seed=0, n_ctx_train=8192, pooling_type=1)
+    monkeypatch.setattr(memory, "available_memory", lambda: 33 * 2**20)
+    capsys.readouterr()
+    log.set_verbose(True)
+    try:
+        model = open_embedding_model(path, ModelOptions(n_ctx=4096, n_threads=1))
+    finally:
+        log.set_verbose(False)
+    model.close()
+    text = capsys.readouterr().err
+    assert "llama_kv_cache: size" not in text
+    compute = float(re.search(r"CPU compute buffer size = +([0-9.]+) MiB", text).group(1))
+    mask = memory.context_bytes(model._kv_widths, 4096, 4096, 2, kv_cache=False)
+    assert mask == 4096 * 4096 * 2
+    assert mask / 2**20 <= compute < mask / 2**20 + 12  # and 4096 tokens x 64 values of activations
+    monkeypatch.setattr(memory, "available_memory", lambda: 31 * 2**20)
+    with pytest.raises(ContextTooLarge, match=r"KV cache 0 B, attention mask 33\.6 MB\), and 32\.5 MB is available"):
+        open_embedding_model(path, ModelOptions(n_ctx=4096, n_threads=1))
+
+
+def test_without_a_kv_cache_the_mask_is_one_micro_batch_square():
+    """A BERT of 128 positions: a context of 256 tokens, micro-batches of 128."""
+    assert memory.context_bytes((64, 64), 256, 128, 2, kv_cache=False) == 128 * 128 * 2
+    assert memory.context_bytes((64, 64), 256, 128, 2) == 2 * 64 * 256 * 2 + 256 * 128 * 2
