@@ -126,7 +126,12 @@ class Incompatible(SpecllmError):
 
 class DraftNotLoaded(SpecllmError):
     """A deferred draft model could not be loaded when a generation first needed it: its file
-    went missing or bad after the engine was loaded (the message is the load's own)."""
+    went missing or bad after the engine was loaded, or its context does not fit in the memory
+    left (the message is the load's own; `cause` the load's error, for the hint a caller adds)."""
+
+    def __init__(self, cause: SpecllmError):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class ChatTemplateFailed(SpecllmError):

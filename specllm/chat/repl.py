@@ -17,7 +17,15 @@ from specllm.engine.loop import DRAFTERS, describe_models
 from specllm.engine.names import Drafter
 from specllm.engine.reasoning import closing_marker
 from specllm.engine.text import shown
-from specllm.errors import ContextFull, DraftTooLong, NeedsDraftModel, SpecllmError, Terminated
+from specllm.errors import (
+    ContextFull,
+    ContextTooLarge,
+    DraftNotLoaded,
+    DraftTooLong,
+    NeedsDraftModel,
+    SpecllmError,
+    Terminated,
+)
 from specllm.files import state_dir
 from specllm.llama.aborts import before_abort
 
@@ -243,6 +251,10 @@ def _converse(session: ChatSession, reader, console, live: bool) -> None:
 def chat_hint(error: SpecllmError) -> str:
     """What the user can do about an error inside the chat: the chat's commands, or the flags
     to start it with."""
+    if isinstance(error, DraftNotLoaded):  # /drafter model, or a reply's draft: its load's error
+        error = error.cause
+    if isinstance(error, ContextTooLarge):
+        return f": start the chat with --ctx-size {error.fits} or less" if error.fits else ": free some memory"
     if isinstance(error, ContextFull) and error.what == SYSTEM_PROMPT:
         return ": /system TEXT sets a shorter one, or raise --ctx-size"
     if isinstance(error, ContextFull):

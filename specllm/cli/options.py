@@ -19,6 +19,7 @@ from specllm.errors import (
     CannotTakeBack,
     ContextFull,
     ContextTooLarge,
+    DraftNotLoaded,
     DraftTooLong,
     NeedsDraftModel,
     NoMirror,
@@ -437,6 +438,8 @@ def error_line(error: SpecllmError) -> str:
 
 
 def flag_hint(error: SpecllmError) -> str:
+    if isinstance(error, DraftNotLoaded):  # a deferred draft's load: its error's hint
+        return flag_hint(error.cause)
     if isinstance(error, ContextFull):
         return ": raise --ctx-size or shorten the prompt"
     if isinstance(error, ContextTooLarge):

@@ -509,12 +509,12 @@ class Engine:
             try:
                 draft = Model(path, options)
             except SpecllmError as e:
-                raise DraftNotLoaded(str(e)) from None
+                raise DraftNotLoaded(e) from None
             try:
                 ensure_compatible(self.target.path, draft.path, target=self.target, draft=draft)
             except SpecllmError as e:
                 draft.close()
-                raise DraftNotLoaded(str(e)) from None
+                raise DraftNotLoaded(e) from None
             self.draft, self.draft_file = draft, None
         return self.draft
 

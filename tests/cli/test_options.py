@@ -97,3 +97,27 @@ def test_verbose_says_the_layers_go_to_the_rpc_servers(capsys):
         "GPU layers 3 (on the RPC servers)",
         "GPU layers 0",
     ]
+
+
+def test_a_deferred_draft_refused_for_memory_keeps_its_hint(tiny_models, monkeypatch):
+    """The auto drafter (run's and chat's default) loads the draft when a reply first needs it:
+    its context refused then named the --ctx-size that fits in neither the CLI's line nor the chat's."""
+    import specllm
+    from specllm.chat.repl import chat_hint
+    from specllm.errors import DraftNotLoaded
+    from specllm.llama import memory
+
+    engine = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=4096, n_threads=1, defer_draft=True)
+    try:
+        monkeypatch.setattr(memory, "available_memory", lambda: 2 * 2**20)  # after the target's context
+        with pytest.raises(DraftNotLoaded) as refused:
+            engine.generate("hi", max_tokens=2, drafter="model")
+    finally:
+        engine.close()
+    fits = refused.value.cause.fits
+    assert 0 < fits < 4096
+    assert str(refused.value).startswith("a context of 4096 tokens for draft.gguf needs about")
+    assert error_line(refused.value).endswith(
+        f"(SPECLLM_NO_MEMORY_CHECK=1 skips this check): use --ctx-size {fits} or less"
+    )
+    assert chat_hint(refused.value) == f": start the chat with --ctx-size {fits} or less"
