@@ -26,24 +26,66 @@ ANY_OBJECT = {"type": "object"}
 
 def reply_schema(tools: list[dict], forced: str | None, required: bool, parallel: bool, answer: dict | None) -> dict:
     """The JSON schema of a reply: a call to one of `tools` (OpenAI's tool objects; to `forced`
-    alone where named), or, unless a call is `required`, an answer (`answer`'s value, else a string)."""
-    calls = [_call_schema(tool["function"]) for tool in tools if forced in (None, tool["function"]["name"])]
+    alone where named), or, unless a call is `required`, an answer (`answer`'s value, else a string).
+    A tool's parameters or the answer's schema that refers within itself (pydantic's `$defs`)
+    goes in the reply's `$defs`, its `$ref`s pointing there (they would point at nothing)."""
+    defs: dict[str, dict] = {}
+    calls = [
+        _call_schema(tool["function"], f"tools.{i}.function.parameters", defs)
+        for i, tool in enumerate(tools)
+        if forced in (None, tool["function"]["name"])
+    ]
     call = calls[0] if len(calls) == 1 else {"anyOf": calls}
     many: dict = {"type": "array", "items": call, "minItems": 1}
     calling = _object_of(CALLS, many) if parallel else _object_of(CALL, call)
     if required or forced is not None:
-        return calling
-    return {"anyOf": [calling, _object_of(RESPONSE, answer or {"type": "string"})]}
+        return _with_defs(calling, defs)
+    answering = _object_of(RESPONSE, _embedded(answer or {"type": "string"}, "response_format", defs))
+    return _with_defs({"anyOf": [calling, answering]}, defs)
 
 
-def _call_schema(function: dict) -> dict:
+def _call_schema(function: dict, where: str, defs: dict[str, dict]) -> dict:
     name = {"type": "string", "const": function["name"]}
     arguments = function.get("parameters") or ANY_OBJECT  # none: any object, as a call's arguments are
+    arguments = _embedded(arguments, where, defs)
     return {"type": "object", "properties": {"name": name, "arguments": arguments}, "required": ["name", "arguments"]}
 
 
 def _object_of(key: str, value: dict) -> dict:
     return {"type": "object", "properties": {key: value}, "required": [key]}
+
+
+def _embedded(schema: dict, key: str, defs: dict[str, dict]) -> dict:
+    """`schema` as the reply's schema holds it: itself, or, where it refers within itself, a $ref
+    to its copy in `defs` under `key`, each of its own $refs ("#", "#/...") pointing into that copy."""
+    if not _refers_within(schema):
+        return schema
+    defs[key] = _rerooted(schema, f"#/$defs/{key}")
+    return {"$ref": f"#/$defs/{key}"}
+
+
+def _refers_within(node: object) -> bool:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        return (isinstance(ref, str) and ref.startswith("#")) or any(map(_refers_within, node.values()))
+    return isinstance(node, list) and any(map(_refers_within, node))
+
+
+def _rerooted(node: object, root: str) -> object:
+    """`node` with each $ref within it ("#" and "#/..." alike) read from `root` instead."""
+    if isinstance(node, list):
+        return [_rerooted(item, root) for item in node]
+    if not isinstance(node, dict):
+        return node
+    copy = {key: _rerooted(value, root) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        copy["$ref"] = root + ref[1:]
+    return copy
+
+
+def _with_defs(schema: dict, defs: dict[str, dict]) -> dict:
+    return schema | {"$defs": defs} if defs else schema
 
 
 def instructions(tools: list[dict], forced: str | None, required: bool, parallel: bool) -> str:

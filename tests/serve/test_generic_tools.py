@@ -92,6 +92,28 @@ def test_the_reply_schema_allows_what_the_request_does():
         assert schema_grammar(schema)  # each makes a grammar
 
 
+def test_parameters_and_an_answer_that_refer_within_themselves_keep_their_refs():
+    """pydantic's schemas (the OpenAI client's pydantic_function_tool) refer into their own $defs,
+    a recursive one to its root: embedded in the reply's schema, they still point at them."""
+    city = {"type": "string", "maxLength": 8}
+    nested = {"$defs": {"City": city}, "properties": {"city": {"$ref": "#/$defs/City"}}, "required": ["city"]}
+    tree = {"properties": {"kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}}, "required": ["kids"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": nested}}, TOOLS[1]]
+    schema = reply_schema(tools, None, False, True, tree)
+    weather = "tools.0.function.parameters"
+    assert schema["$defs"] == {
+        weather: nested | {"properties": {"city": {"$ref": f"#/$defs/{weather}/$defs/City"}}},
+        "response_format": tree
+        | {"properties": {"kids": tree["properties"]["kids"] | {"items": {"$ref": "#/$defs/response_format"}}}},
+    }
+    calls = schema["anyOf"][0]["properties"]["tool_calls"]["items"]["anyOf"]
+    assert calls[0]["properties"]["arguments"] == {"$ref": f"#/$defs/{weather}"}
+    assert calls[1]["properties"]["arguments"] == {"type": "object"}  # no $ref: as it is
+    assert schema["anyOf"][1]["properties"]["response"] == {"$ref": "#/$defs/response_format"}
+    assert schema_grammar(schema)
+    assert schema_grammar(reply_schema(tools, "get_weather", True, False, None))
+
+
 def test_earlier_calls_and_results_are_written_as_text():
     call = {"id": "a1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     messages = [

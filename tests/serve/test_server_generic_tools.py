@@ -6,6 +6,8 @@ tools' schemas so that its calls end.)"""
 
 import json
 
+import openai
+import pydantic
 import pytest
 from serving import Server
 
@@ -225,6 +227,29 @@ def test_a_structured_answer_beside_tools_is_the_response_s_json(chatml):
         assert streamed_message(client.chat.completions.create(**request, stream=True)) == whole
         called = client.chat.completions.create(**request | {"messages": ASK}).choices[0]  # or a call
         assert called.finish_reason == "tool_calls" and all(map(follows_its_schema, called.message.tool_calls))
+
+
+class City(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=8)
+
+
+class Place(pydantic.BaseModel):
+    city: City
+
+
+def test_a_pydantic_tool_and_answer_with_defs_are_taken(chatml):
+    """The OpenAI client's pydantic_function_tool and response_format write $defs: their $refs
+    still point at them inside the reply's schema (were a 400, "points at nothing")."""
+    client = chatml.client()
+    tool = openai.pydantic_function_tool(Place, name="get_weather")
+    ok = [{"role": "user", "content": "ok"}]  # the tiny model answers this one beside this tool
+    message = (
+        client.chat.completions.parse(messages=ok, tools=[tool], response_format=Place, **GREEDY).choices[0].message
+    )
+    assert message.tool_calls is None and isinstance(message.parsed, Place)
+    called = client.chat.completions.parse(messages=ASK, tools=[tool], tool_choice="required", **GREEDY)
+    [call] = called.choices[0].message.tool_calls
+    assert isinstance(call.function.parsed_arguments, Place)  # the client parsed it against the model
 
 
 BAD = [
