@@ -60,7 +60,9 @@ def _embedded(schema: dict, key: str, defs: dict[str, dict]) -> dict:
     to its copy in `defs` under `key`, each of its own $refs ("#", "#/...") pointing into that copy."""
     if not _refers_within(schema):
         return schema
-    defs[key] = _rerooted(schema, f"#/$defs/{key}")
+    rerooted = _rerooted(schema, f"#/$defs/{key}")
+    assert isinstance(rerooted, dict)  # a dict is copied as a dict
+    defs[key] = rerooted
     return {"$ref": f"#/$defs/{key}"}
 
 
