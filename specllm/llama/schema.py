@@ -385,6 +385,7 @@ def integer_bounds(schema: dict, path: str = "") -> tuple[int, int]:
     inwards; _NO_MIN / _NO_MAX where there is none, or where it is past a 64-bit integer's range
     (llama.cpp's int64 bounds of no bound: OpenAPI's int64 schemas give them). `path`: where the
     schema is, for a refusal."""
+    schema = _exclusive_flags_read(schema)
     low, high = _NO_MIN, _NO_MAX
     if "minimum" in schema:
         low = math.ceil(_bound(schema, "minimum", path))
@@ -417,6 +418,20 @@ def _one_bound_capped(low: int, high: int, path: str) -> tuple[int, int]:
             )
         return -_LARGEST, high
     return low, high
+
+
+def _exclusive_flags_read(schema: dict) -> dict:
+    """The schema with draft-04's boolean `exclusiveMinimum` / `exclusiveMaximum` (OpenAPI 3.0's,
+    zod-to-json-schema's openApi3 target's) read as today's numbers: `true` makes the `minimum`
+    (`maximum`) beside it exclusive; `false`, or a flag without its bound, says nothing."""
+    read = dict(schema)
+    for inclusive, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        flag = read.get(exclusive)
+        if isinstance(flag, bool):
+            del read[exclusive]
+            if flag and inclusive in read:
+                read[exclusive] = read.pop(inclusive)
+    return read
 
 
 def _bound(schema: dict, key: str, path: str) -> Decimal:
@@ -801,6 +816,7 @@ def number_bounds(schema: dict, path: str = "") -> tuple[Bound | None, Bound | N
     keyword, as JSON Schema reads them; None where there is none, or where it is past what a
     number of 16 integer digits reaches. Refuses bounds that admit no number. `path`: where the
     schema is, for a refusal."""
+    schema = _exclusive_flags_read(schema)
     lows = [(_bound(schema, key, path), key == "minimum") for key in ("minimum", "exclusiveMinimum") if key in schema]
     highs = [(_bound(schema, key, path), key == "maximum") for key in ("maximum", "exclusiveMaximum") if key in schema]
     # the tighter: the greater lower bound (at equal values the exclusive one), the lesser upper

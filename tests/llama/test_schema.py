@@ -581,3 +581,15 @@ def test_a_refusal_names_where_in_the_schema(schema, message):
     with pytest.raises(GrammarInvalid) as caught:
         schema_grammar(schema)
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_draft_04_exclusive_flags_make_their_bound_exclusive(model):
+    """OpenAPI 3.0 and zod-to-json-schema's openApi3 target write draft-04's `exclusiveMinimum:
+    true` beside `minimum` (z.number().positive()): the bound is exclusive (a number's was refused
+    as "must be a number, not true", an integer's took the bound itself); `false` says nothing."""
+    positive = language(model, {"type": "number", "minimum": 0, "exclusiveMinimum": True})
+    assert positive("0.5") and positive("0.0001") and not positive("0") and not positive("0.000")
+    below = language(model, {"type": "integer", "maximum": 5, "exclusiveMaximum": True, "exclusiveMinimum": False})
+    assert below("4") and below("-3") and not below("5")
+    at_least = language(model, {"type": "number", "minimum": 1, "exclusiveMinimum": False})
+    assert at_least("1") and not at_least("0.5")
