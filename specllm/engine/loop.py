@@ -51,7 +51,7 @@ from specllm.errors import (
     whole_number,
 )
 from specllm.files import human_size
-from specllm.llama.grammar import find_probes, schema_grammar, schema_text
+from specllm.llama.grammar import Grammar, find_probes, schema_grammar, schema_text
 from specllm.llama.model import Model, MtpHead, interruptible
 from specllm.llama.options import ModelOptions
 from specllm.llama.system import llama_cpp_python_version
@@ -958,8 +958,21 @@ def output_grammar(
     made = prepared.take(config, end) if prepared is not None else None
     if made is not None:
         return made
-    text = schema_grammar(config.json_schema) if config.json_schema is not None else config.grammar
+    text = grammar_text(config)
     assert text is not None
+    return _applied(target, config, text, end)
+
+
+def grammar_text(config: GenerationConfig) -> str | None:
+    """The GBNF of the config's grammar or JSON schema, as the user asked for it (before it is
+    placed after a reasoning, beside a tool call or in gpt-oss's final message); None: none."""
+    if config.json_schema is not None:
+        return schema_grammar(config.json_schema)
+    return config.grammar
+
+
+def _applied(target: Model, config: GenerationConfig, text: str, end: str) -> OutputGrammar:
+    """GBNF `text` where it applies after a prompt ending with `end` (where_it_applies)."""
     calls = (config.call_opening or "", tuple(config.calls_in_reasoning), tuple(config.call_names))
     return where_it_applies(target, text, end, *calls)
 
@@ -988,6 +1001,7 @@ class PreparedGrammar:
 
     asked: tuple  # grammar_asked's, for the config and prompt it was made for
     made: OutputGrammar | None
+    text: str  # grammar_text's: the answer's own grammar (first_mask_seconds times it)
 
     def take(self, config: GenerationConfig, end: str) -> OutputGrammar | None:
         made, self.made = self.made, None
@@ -1002,26 +1016,29 @@ def prepare_grammar(target: Model, prompt: list[int], config: GenerationConfig) 
     None when it asks for none. It reads only the target's vocabulary, never its context or KV
     cache: a server makes it beside the generation under way, the engine kept open meanwhile. Bad
     grammars raise here as they would in start."""
-    made = output_grammar(target, config, prompt)
-    if made is None:
+    text = grammar_text(config)
+    if text is None:
         return None
-    return PreparedGrammar(grammar_asked(config, prompt_end(target, prompt)), made)
+    end = prompt_end(target, prompt)
+    return PreparedGrammar(grammar_asked(config, end), _applied(target, config, text, end), text)
 
 
-def first_mask_seconds(prepared: PreparedGrammar) -> float:
-    """How long the prepared grammar takes to say which tokens of the whole vocabulary may come
-    first: the costliest mask a first step computes (a sampled row without top-k; greedy and top-k
-    ask fewer tokens). Counting rules cannot tell a grammar whose every mask takes seconds from a
-    real schema; timing one can. It only reads the grammar's parse state and the vocabulary
-    (llama.cpp's grammar apply is const on both), so a server measures it beside the generation
-    under way; the state is left as it was."""
-    made = prepared.made
-    if made is None:
-        return 0.0
-    find_probes(made.model)  # once per model, not the grammar's cost
-    started = time.perf_counter()
-    made.allowed(np.arange(made.model.n_vocab))
-    return time.perf_counter() - started
+def first_mask_seconds(target: Model, text: str) -> float:
+    """How long GBNF `text` (grammar_text's) takes to say which tokens of the target's whole
+    vocabulary may begin the answer: the costliest mask a first step computes (a sampled row
+    without top-k; greedy and top-k ask fewer tokens). Counting rules cannot tell a grammar whose
+    every mask takes seconds from a real schema; timing one can. The answer's own grammar is timed,
+    not the generation's first step: that may be in a reasoning or gpt-oss's analysis, free of it,
+    the answer's masks coming later. It reads only the vocabulary, so a server measures it beside
+    the generation under way."""
+    grammar = Grammar(target, text)
+    try:
+        find_probes(target)  # once per model, not the grammar's cost
+        started = time.perf_counter()
+        grammar.allowed(np.arange(target.n_vocab))
+        return time.perf_counter() - started
+    finally:
+        grammar.close()
 
 
 def text_tokens(target: Model, text: str) -> list[int]:

@@ -50,6 +50,7 @@ from specllm.engine.loop import (
     Step,
     describe_models,
     first_mask_seconds,
+    grammar_text,
     make_config,
     prepare_grammar,
     text_tokens,
@@ -253,6 +254,7 @@ class Ready:
     read: ChatReply | None = None
     tokens: list[int] | None = None  # the text's own tokens: the prompt cache reuses them or not
     grammar: PreparedGrammar | None = None
+    answer_grammar: str | None = None  # the GBNF the answer follows (grammar_text's), timed (check_cost)
 
 
 AHEAD = 4  # steps the engine may take before the client's side has taken the earlier ones
@@ -380,7 +382,7 @@ class EngineWorker:
         self.waiting += 1  # from its preparation on: it holds its body, and a full queue refuses at once
         try:
             ready = await self.beside(partial(self.ready, request), self.preparing)
-            await self.check_cost(ready.grammar)
+            await self.check_cost(ready.answer_grammar)
             ours = await self.turn(left)  # raises once the server is stopping
         finally:
             self.waiting -= 1
@@ -399,13 +401,14 @@ class EngineWorker:
         self.thread.submit(job.run, remember, partial(loop.call_soon_threadsafe, self.lock.release))
         return plan, job
 
-    async def check_cost(self, grammar: PreparedGrammar | None) -> None:
-        """Refuse a grammar whose first mask over the vocabulary takes longer than the budget
-        (ApiError 400): generation computes its masks on the engine's thread, every other client
-        waiting meanwhile, and some grammars take seconds to minutes a mask inside llama.cpp. The
-        mask is timed on a lane of its own; the request waits for it at most the budget from when
-        it begins, and is refused then if it has not ended: the thread goes on until llama.cpp
-        returns, holding only itself (the grammar is used by nothing else, and freed once it ends)."""
+    async def check_cost(self, grammar: str | None) -> None:
+        """Refuse a grammar (GBNF, Ready.answer_grammar) whose first mask over the vocabulary takes
+        longer than the budget (ApiError 400): generation computes its masks on the engine's
+        thread, every other client waiting meanwhile, and some grammars take seconds to minutes a
+        mask inside llama.cpp. The mask is timed on a lane of its own; the request waits for it at
+        most the budget from when it begins, and is refused then if it has not ended: the thread
+        goes on until llama.cpp returns, holding only itself (the grammar is used by nothing else,
+        and freed once it ends)."""
         budget = self.settings.grammar_budget
         if grammar is None or budget is None:
             return
@@ -414,7 +417,7 @@ class EngineWorker:
 
         def measure() -> float:
             loop.call_soon_threadsafe(begun.set)
-            return first_mask_seconds(grammar)
+            return first_mask_seconds(self.engine.target, grammar)
 
         measured = loop.run_in_executor(self.measuring, measure)
         await begun.wait()  # behind other grammars' measures, counted as waiting (start)
@@ -644,8 +647,13 @@ class EngineWorker:
             ready = Ready(request.structure, prompt)
         if ready.text is not None:
             ready.tokens = text_tokens(self.engine.target, ready.text)
-            with contextlib.suppress(SpecllmError):  # refused in its turn, in the same words
-                ready.grammar = prepare_grammar(self.engine.target, ready.tokens, make_config(**ready.structure))
+        with contextlib.suppress(SpecllmError):  # refused in its turn, in the same words
+            config = make_config(**ready.structure)
+            if ready.tokens is not None:
+                ready.grammar = prepare_grammar(self.engine.target, ready.tokens, config)
+                ready.answer_grammar = ready.grammar.text if ready.grammar is not None else None
+            else:  # token ids or a gap to fill: the prompt is made in its turn, its grammar then
+                ready.answer_grammar = grammar_text(config)
         return ready
 
     def prepare(self, request, ready: Ready) -> Plan:

@@ -8,7 +8,7 @@ import json
 import pytest
 import tiny_models as tm
 import tool_templates
-from serving import ASK, CALL, GET_WEATHER, GREEDY, NAMED, PARAMETERS, read_reply, templated_server
+from serving import ASK, CALL, GET_WEATHER, GREEDY, NAMED, PARAMETERS, Server, read_reply, templated_server
 
 from specllm.engine.harmony import CALL_CLOSE, CALL_HEADER, CALL_OPEN
 
@@ -142,3 +142,19 @@ def test_a_reasoning_effort_that_is_no_level_gets_a_400(gpt_oss, effort):
     body = {"messages": ASK, "max_tokens": 2, "reasoning_effort": effort}
     status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
     assert (status, data["error"]["param"]) == (400, "reasoning_effort")
+
+
+def test_a_costly_grammar_is_timed_though_the_reply_begins_in_analysis(gpt_oss):
+    """gpt-oss's reply begins with free analysis messages, its final message under the grammar:
+    the grammar is timed as that message's, and a costly one refused before anything is generated
+    (its first steps' masks, the header's, were cheap)."""
+    engine, _ = gpt_oss
+    srv = Server(engine, grammar_budget=0.2)
+    costly = "root ::= " + " ".join(['"x"?'] * 1200)  # over a second a mask on the tiny vocabulary
+    body = {"messages": [{"role": "user", "content": "Hi"}], "grammar": costly, "max_tokens": 4}
+    try:
+        status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
+    finally:
+        srv.stop()
+        srv.worker.measuring.shutdown(wait=True)
+    assert status == 400 and data["error"]["code"] == "grammar_too_costly", data

@@ -127,6 +127,10 @@ def grammar_threads(monkeypatch) -> list[str]:
     return names
 
 
+# The threads a grammar is made on: a request's preparation, and its answer grammar's timing (check_cost)
+BESIDE = ("specllm-prepare", "specllm-grammar-cost")
+
+
 def test_a_grammar_is_made_beside_the_engine_and_generates_the_same(srv, engine, monkeypatch):
     """A grammar's parse (an exponential one takes seconds: 17 rules of nested optional symbols
     took 4 s) runs before the request's turn, not on the engine's thread, and the text is what
@@ -134,12 +138,12 @@ def test_a_grammar_is_made_beside_the_engine_and_generates_the_same(srv, engine,
     names = grammar_threads(monkeypatch)
     body = {"prompt": "x", "grammar": GBNF, "max_tokens": 16, "temperature": 0}
     status, data = post(srv, "/completion", body)
-    assert status == 200 and names and all(name.startswith("specllm-prepare") for name in names), (status, names)
+    assert status == 200 and names and all(name.startswith(BESIDE) for name in names), (status, names)
     assert data["content"] == engine.generate("x", grammar=GBNF, max_tokens=16, temperature=0).text
     names.clear()
     response_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
     status, data = post(srv, "/v1/chat/completions", {**SMALL, "max_tokens": 40, "response_format": response_format})
-    assert status == 200 and names and all(name.startswith("specllm-prepare") for name in names), (status, names)
+    assert status == 200 and names and all(name.startswith(BESIDE) for name in names), (status, names)
 
 
 def test_a_grammar_made_for_another_prompt_end_is_made_again(engine):
@@ -169,8 +173,8 @@ def grammar_masks(monkeypatch) -> list[tuple[str, float]]:
     masks: list[tuple[str, float]] = []
     measure = server_module.first_mask_seconds
 
-    def observed(prepared):
-        seconds = measure(prepared)
+    def observed(*args):
+        seconds = measure(*args)
         masks.append((threading.current_thread().name, time.monotonic()))
         return seconds
 
@@ -186,6 +190,16 @@ def budgeted(engine):
     s.worker.measuring.shutdown(wait=True)  # a mask under way reads the vocabulary: ended before it closes
 
 
+def assert_too_costly(status: int, data: dict) -> None:
+    assert status == 400, data
+    error = data["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "grammar", "grammar_too_costly")
+    assert error["message"] == (
+        "the grammar is too costly to follow: masking the vocabulary once took more than 0.2 s, past this "
+        "server's budget of 0.2 s a mask (serve --grammar-budget)"
+    )
+
+
 def test_a_grammar_too_costly_to_follow_is_refused_and_holds_no_one(budgeted, monkeypatch):
     """A grammar whose first mask takes past the budget gets its 400 once the budget has passed,
     not once llama.cpp is done with the mask (which cannot be stopped): its thread goes on alone,
@@ -194,13 +208,7 @@ def test_a_grammar_too_costly_to_follow_is_refused_and_holds_no_one(budgeted, mo
     asked = time.monotonic()
     status, data = post(budgeted, "/completion", {"prompt": "x", "grammar": COSTLY, "max_tokens": 4})
     refused_at = time.monotonic()
-    assert status == 400, data
-    error = data["error"]
-    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "grammar", "grammar_too_costly")
-    assert error["message"] == (
-        "the grammar is too costly to follow: masking the vocabulary once took more than 0.2 s, past this "
-        "server's budget of 0.2 s a mask (serve --grammar-budget)"
-    )
+    assert_too_costly(status, data)
     assert refused_at - asked < 1.0 and not masks  # answered while the mask went on
     small: dict = {}
     answered(budgeted, "/v1/chat/completions", SMALL, small, "small")
@@ -210,6 +218,25 @@ def test_a_grammar_too_costly_to_follow_is_refused_and_holds_no_one(budgeted, mo
         time.sleep(0.01)
     ((thread, ended),) = masks
     assert thread.startswith("specllm-grammar-cost") and small["small"][2] < ended
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        pytest.param("x<think>\n", id="a think block the prompt opened"),  # the answer's masks come after it
+        pytest.param([1, 120, 121], id="token ids"),  # no text prompt: its grammar was made in its turn alone
+    ],
+)
+def test_a_costly_grammar_is_timed_whatever_the_prompt(budgeted, monkeypatch, prompt):
+    """The answer's own grammar is timed: after a reasoning too (the first steps are free of it),
+    and for a prompt of token ids (made on the engine's thread)."""
+    masks = grammar_masks(monkeypatch)
+    status, data = post(budgeted, "/completion", {"prompt": prompt, "grammar": COSTLY, "max_tokens": 4})
+    assert_too_costly(status, data)
+    deadline = time.monotonic() + 60
+    while not masks and time.monotonic() < deadline:  # ended before the server is stopped
+        time.sleep(0.01)
+    assert len(masks) == 1
 
 
 def test_a_real_schema_and_grammar_pass_a_low_budget(budgeted, engine, monkeypatch):
