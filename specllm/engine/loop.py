@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import numpy as np
 
+from specllm import report
 from specllm.engine import calibration
 from specllm.engine.constrained import GrammarRows, OutputGrammar, allowed_prefix, message_start, where_it_applies
 from specllm.engine.drafters import (
@@ -475,6 +476,10 @@ class Engine:
         self.draft = draft
         self.draft_file = draft_file if draft is None else None
         self.mtp = MtpHead(target) if target.n_nextn else None  # the target's own MTP layers
+        # Why the auto drafter gave the deferred draft up (its load failed): it never tries again
+        self.draft_unavailable: str | None = None
+        # Tells the user once that auto goes on without the draft (serve logs it instead)
+        self.on_draft_dropped: Callable[[str], None] = warn_draft_dropped
         self.policy: AutoPolicy | None = None
         self.calibration: dict = {}  # how the auto policy's costs were obtained
         self._costs_saved: tuple[float, dict] | None = None  # when save_costs last wrote, and which calibration
@@ -517,6 +522,23 @@ class Engine:
                 raise DraftNotLoaded(e) from None
             self.draft, self.draft_file = draft, None
         return self.draft
+
+    def auto_draft(self) -> Model | None:
+        """The draft model for the auto drafter, loaded now if it was deferred. One that cannot
+        load (its file went bad, or its context no longer fits in the memory the target left) is
+        given up for the engine's life: auto goes on with what it has left (n-gram, MTP, the target
+        alone), which it may always choose, and the user is told once. `load_draft`, which an
+        explicit model drafter calls, still tries (and fails) each time."""
+        if self.draft_unavailable is not None:
+            return None
+        try:
+            return self.load_draft()
+        except DraftNotLoaded as e:
+            self.draft_unavailable = str(e)
+            if self.policy is not None:  # shared with the lanes: none of them prices the draft again
+                self.policy.costs.pop("model", None)
+            self.on_draft_dropped(self.draft_unavailable)
+            return None
 
     def llama_seconds(self) -> float:
         """Seconds all its models have spent inside llama.cpp's evaluating calls so far."""
@@ -580,6 +602,7 @@ class Engine:
         draft = self.draft.sibling() if self.draft is not None else None
         twin = Engine(self.target.sibling(), draft, draft_file=self.draft_file)
         twin.policy, twin.calibration, twin.fixed_gamma = self.policy, self.calibration, self.fixed_gamma
+        twin.draft_unavailable, twin.on_draft_dropped = self.draft_unavailable, self.on_draft_dropped
         self._lanes.add(twin)
         return twin
 
@@ -595,9 +618,9 @@ class Engine:
                 target = calibration.measure(self.target, self._target_widths(), context)
                 measured.append("target")
             draft = mtp = None
-            if self.has_draft:
+            if self.has_draft and self.draft_unavailable is None:
                 draft = calibration.load_costs(self._draft_key())
-                if draft is None and (model := self.load_draft()) is not None:
+                if draft is None and (model := self.auto_draft()) is not None:
                     draft = self._measure_draft(model, context)
                     measured.append("draft")
             if self.mtp is not None:
@@ -694,6 +717,7 @@ class Engine:
             "c_mtp": p.costs["mtp"].step_seconds / p.target.step_seconds if "mtp" in p.costs else None,
             "mtp_could_pay": p.model_could_pay("mtp") if "mtp" in p.costs else None,
             "guard_backoffs": p.guard.backoffs,
+            "draft_unavailable": self.draft_unavailable,  # why auto goes on without the draft model
         }
 
     @staticmethod
@@ -896,6 +920,10 @@ def check_fits(model, text: str, what: str = "the prompt") -> None:
     n = len(model.tokenize(head, add_special=False, parse_special=True))
     if n >= 2 * model.n_ctx:
         raise ContextFull(n, model.n_ctx, what, detail=f" in its first {len(head)} of {len(text)} characters")
+
+
+def warn_draft_dropped(reason: str) -> None:
+    report.say(f"warning: the draft model could not be loaded, so auto goes on without it: {reason}")
 
 
 def describe_models(engine: Engine) -> str:
@@ -1229,7 +1257,7 @@ class _Run:
         if self.calibrated and engine.calibration["measured"]:  # reading the cache is not calibrating
             self.stats.calibration_seconds = engine.calibration["seconds"]
         model = mtp = None
-        if policy.model_could_pay() and (draft := engine.load_draft()) is not None:
+        if policy.model_could_pay() and (draft := engine.auto_draft()) is not None:
             model = ModelDrafter(draft, self.sampler, self.rng, grammar=self.current_grammar)
         if policy.model_could_pay("mtp") and engine.mtp is not None:
             mtp = ModelDrafter(engine.mtp, self.sampler, self.rng, name="mtp", grammar=self.current_grammar)

@@ -421,3 +421,60 @@ def test_the_stopping_rule_decides_as_the_estimates_of_the_moment_say():
             confidences.append(c)
         policy.record_model(confidences, rng.randrange(len(confidences) + 1))
     assert outcomes == {True, False}
+
+
+# --- a deferred draft that cannot be loaded when auto first needs it ----------------------------
+
+
+def test_auto_goes_on_without_a_draft_that_went_bad_after_loading(tiny_models, tmp_path, capsys):
+    """The draft file was damaged after the engine was loaded: auto's calibration (no costs
+    cached) cannot load it. The reply goes on without it, greedy equal to target-only, the user is
+    told once, and the draft is not tried again by the next generation; asking for the model
+    drafter by name still fails."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(tiny_models.draft.read_bytes())
+    e = specllm.load(str(tiny_models.target), str(draft), n_ctx=256, n_threads=1, defer_draft=True)
+    draft.write_bytes(tiny_models.draft.read_bytes()[:300_000])
+    capsys.readouterr()
+    try:
+        for prompt in PROMPTS[2:4]:
+            result = greedy(e, prompt, "auto")
+            assert result.tokens == greedy(e, prompt, "none").tokens
+            assert "model" not in result.stats.sources
+            assert result.stats.policy["draft_unavailable"].startswith(f"cannot load {draft}: ")
+            assert result.stats.policy["draft"] is None and not result.stats.policy["model_could_pay"]
+        warnings = [line for line in capsys.readouterr().err.splitlines() if "could not be loaded" in line]
+        assert warnings == [
+            f"specllm: warning: the draft model could not be loaded, so auto goes on without it: {e.draft_unavailable}"
+        ]
+        with pytest.raises(specllm.errors.DraftNotLoaded, match="^cannot load .*draft.gguf: "):
+            greedy(e, PROMPTS[0], "model")
+    finally:
+        e.close()
+
+
+def test_auto_goes_on_without_a_draft_the_memory_check_refuses(tiny_models, monkeypatch, capsys):
+    """Cached costs say the draft pays, but the target took the memory its context needs: the
+    first reply goes on with n-gram copies or the target alone, and no later one tries the draft."""
+    from specllm.llama import memory
+
+    p = gpu_like_policy()
+    write_cache(tiny_models, p.target, p.draft)
+    e = specllm.load(str(tiny_models.target), str(tiny_models.draft), n_ctx=256, n_threads=1, defer_draft=True)
+    tried = []
+    monkeypatch.setattr(memory, "available_memory", lambda: tried.append(1) or 1024)
+    capsys.readouterr()
+    try:
+        e.policy = gpu_like_policy()  # keep the GPU-like costs: the draft model pays
+        first = greedy(e, PROMPTS[0], "auto")
+        assert len(tried) == 1 and e.draft is None and not e.policy.model_could_pay()
+        assert first.stats.policy["draft_unavailable"].startswith("a context of 256 tokens for draft.gguf needs about")
+        assert "model" not in first.stats.sources
+        second = greedy(e, PROMPTS[1], "auto")
+        assert len(tried) == 1 and second.stats.policy["draft_unavailable"] == e.draft_unavailable
+        assert capsys.readouterr().err.count("could not be loaded") == 1
+        monkeypatch.undo()  # the draft itself was never the problem: greedy equal to target-only
+        for prompt, result in zip(PROMPTS, (first, second)):
+            assert result.tokens == greedy(e, prompt, "none").tokens
+    finally:
+        e.close()
