@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import DRAFTERS, Result, Step
+from specllm.engine.names import Drafter
 from specllm.engine.reasoning import ReasoningSplitter, Split, reasoning_tokens
 from specllm.engine.sampling import MAX_SEED
 from specllm.errors import (
@@ -62,8 +63,8 @@ class ApiError(Exception):
     def of(cls, error: SpecllmError, drafters: tuple[str, ...]) -> "ApiError":
         """The 400 for a library error: for the errors a request can avoid, the request field to
         change (the library names no CLI flags, and a client cannot restart the server), offering
-        only the `drafters` this server has. A draft model that could not be loaded is a 500: the
-        server's file, not the request."""
+        only the `drafters` this server has. A draft model that could not be loaded is a 503: the
+        server's draft, not the request, and another drafter is served now."""
         if isinstance(error, NeedsDraftModel):
             return cls(400, f"{error}: this server has none; ask for drafter {_one_of(drafters)}", "drafter")
         if isinstance(error, NoMtpLayers):
@@ -80,8 +81,10 @@ class ApiError(Exception):
             return cls(400, f"tools cannot be offered with this response_format or grammar: {error}", "tools")
         if isinstance(error, GrammarInvalid):  # a schema's is found by the request's check
             return cls(400, str(error), "grammar")
-        if isinstance(error, DraftNotLoaded):  # the server's file, not the request
-            return cls(500, f"the draft model could not be loaded: {error}")
+        if isinstance(error, DraftNotLoaded):  # the server's draft, not the request: another drafter works
+            others = tuple(d for d in drafters if d != Drafter.MODEL) or (Drafter.NONE,)
+            message = f"the server's draft model could not be loaded: {error}; ask for drafter {_one_of(others)}"
+            return cls(503, message, "drafter", "draft_model_unavailable")
         return cls(400, str(error))
 
 

@@ -370,6 +370,7 @@ class EngineWorker:
             d for d in DRAFTERS if (d != Drafter.MODEL or engine.has_draft) and (d != Drafter.MTP or engine.mtp)
         )
         self._tool_template: ToolTemplate | None = None  # found on the first request that needs it
+        engine.on_draft_dropped = self.draft_dropped  # said in the server's log, not on a line of its own
 
     async def start(self, request, left: Callable[[], Awaitable[None]]) -> tuple[Plan, Job] | None:
         """Wait for the engine, then start generating for `request` on the engine thread; None
@@ -819,7 +820,14 @@ class EngineWorker:
 
     def status(self) -> dict:
         drafters = [d.value for d in self.drafters]  # what a request may ask for: the chat page offers these
-        return {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting, "drafters": drafters}
+        status = {"status": "ok", "busy": self.lock.locked(), "waiting": self.waiting, "drafters": drafters}
+        if (reason := self.engine.draft_unavailable) is not None:  # auto goes on without it
+            status["draft_unavailable"] = self.without_paths(reason)
+        return status
+
+    @staticmethod
+    def draft_dropped(reason: str) -> None:
+        log.warning("the draft model could not be loaded: drafter auto goes on without it (%s)", reason)
 
 
 # --- the HTTP layer -----------------------------------------------------------------------------

@@ -513,21 +513,43 @@ def test_a_model_whose_logits_are_nan_is_a_500_in_the_errors_own_words(tiny_mode
         engine.close()
 
 
-def test_a_draft_that_went_bad_after_startup_is_a_500_not_the_requests_fault(tiny_models, log, tmp_path):
+def test_a_draft_that_went_bad_after_startup_is_dropped_by_auto_and_a_503_for_the_model_drafter(
+    tiny_models, log, tmp_path
+):
     """A deferred draft is loaded by the first request that needs it: its file, damaged since the
-    server started, was answered as a 400 invalid_request_error."""
+    server started, failed every auto request (a 500, the load tried again each time). Auto now goes
+    on without it, greedy equal to target-only, says so once in the log and in /health; a request
+    that asks for the model drafter gets a 503 naming the server's draft, not a 400 for the request."""
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(tiny_models.draft.read_bytes())
     engine = specllm.load(str(tiny_models.target), str(draft), n_ctx=CTX, n_threads=1, defer_draft=True)
     server = Server(engine)
     try:
         draft.write_bytes(tiny_models.draft.read_bytes()[:300_000])
+        before = len(log)
+        for _ in range(2):
+            body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+            status, auto = server.post("/v1/completions", json.dumps(body).encode())
+            assert status == 200, auto
+            status, alone = server.post("/v1/completions", json.dumps({**body, "drafter": "none"}).encode())
+            assert auto["choices"][0]["text"] == alone["choices"][0]["text"]
+        dropped = [line for line in log[before:] if "could not be loaded" in line]
+        assert len(dropped) == 1 and "drafter auto goes on without it (cannot load" in dropped[0], log[before:]
+        health = server.get("/health")
+        assert health["draft_unavailable"].startswith("cannot load draft.gguf: ") and str(tmp_path) not in str(health)
+        assert health["drafters"] == ["auto", "model", "ngram", "none"]
+
         body = json.dumps({"prompt": PROMPT, "max_tokens": 4, "drafter": "model"}).encode()
         status, data = server.post("/v1/completions", body)
-        assert (status, data["error"]["type"]) == (500, "server_error"), data
-        assert data["error"]["message"].startswith("the draft model could not be loaded: cannot load draft.gguf")
-        assert str(tmp_path) not in data["error"]["message"]
-        assert server.post("/v1/completions", body.replace(b'"model"', b'"none"'))[0] == 200
+        assert (status, data["error"]["type"], data["error"]["code"]) == (
+            503,
+            "server_error",
+            "draft_model_unavailable",
+        )
+        message = data["error"]["message"]
+        assert message.startswith("the server's draft model could not be loaded: cannot load draft.gguf: "), data
+        assert message.endswith("; ask for drafter auto, ngram or none") and str(tmp_path) not in message
+        assert data["error"]["param"] == "drafter"
     finally:
         server.stop()
         engine.close()
