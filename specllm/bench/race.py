@@ -29,6 +29,7 @@ from specllm.bench.runner import (
 )
 from specllm.engine.loop import Engine, aggregate
 from specllm.engine.names import Drafter
+from specllm.errors import SpecllmError
 from specllm.llama.model import Model
 from specllm.llama.options import ModelOptions
 from specllm.models.drafts import Candidate
@@ -61,7 +62,10 @@ def race(
     check_prompts_fit(engine, prompts, settings)
     progress = progress or (lambda description, completed, total: None)
     gammas = list(dict.fromkeys(c.gamma for c in settings.configurations))
-    drafts = {str(c.path): Model(c.path, draft_options) for c in candidates}
+    drafts, skipped = load_drafts(candidates, draft_options)
+    if not drafts:
+        raise SpecllmError(f"no draft for {engine.target.path.name} could be loaded: {_reasons(skipped)}")
+    candidates = [c for c in candidates if str(c.path) in drafts]
     lanes: dict[Configuration, Engine] = {}
     try:
         lanes[BASELINE] = engine.lane()
@@ -75,7 +79,30 @@ def race(
             lane.close()
         for draft in drafts.values():
             draft.close()
-    return _results(engine, candidates, runs, prompts, settings)
+    return {**_results(engine, candidates, runs, prompts, settings), "skipped": skipped}
+
+
+def load_drafts(candidates: list[Candidate], options: ModelOptions) -> tuple[dict[str, Model], list[dict]]:
+    """Each candidate's model by its path, and the candidates that could not be loaded, each with
+    its error: a draft whose context does not fit in the memory the target left, or whose file is
+    damaged, is left out of the race, not the end of it."""
+    drafts: dict[str, Model] = {}
+    skipped = []
+    try:
+        for c in candidates:
+            try:
+                drafts[str(c.path)] = Model(c.path, options)
+            except SpecllmError as e:
+                skipped.append({**c.to_dict(), "error": str(e)})
+    except BaseException:  # an interrupt: those loaded are freed
+        for draft in drafts.values():
+            draft.close()
+        raise
+    return drafts, skipped
+
+
+def _reasons(skipped: list[dict]) -> str:
+    return "; ".join(f"{s['name']}: {s['error']}" for s in skipped)
 
 
 def _measure(

@@ -551,6 +551,9 @@ def render_draft_race(results: dict, console: Console) -> None:
         )
     )
     console.print(draft_race_table(results))
+    for skipped in results.get("skipped", []):  # it names files
+        line = f"Not raced: {skipped['name']} could not be loaded: {skipped['error']}"
+        console.print(shown(line), style="yellow", markup=False, highlight=False, soft_wrap=True)
     console.print(shown(_race_verdict(results)), markup=False, highlight=False, soft_wrap=True)  # it names files
 
 

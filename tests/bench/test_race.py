@@ -5,6 +5,7 @@ models (the slow test: the real default target)."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -317,3 +318,53 @@ def test_bench_drafts_for_the_real_default_target_ranks_two_drafts_and_a_run_use
     assert used.returncode == 0, used.stderr
     assert f"draft for {target.name}: {lms_name}, the fastest of 2 draft(s) measured here" in flat(used.stderr)
     assert random.is_file()
+
+
+def test_the_race_goes_on_without_a_draft_that_cannot_be_loaded(two_drafts, monkeypatch):
+    """The target took the memory the first draft's context needs (the check refuses it) and the
+    second's file went bad after the drafts were found: each failed the whole race. Each is left
+    out with its error (the view says so under the table) and the others are raced; with none
+    left, one error naming each."""
+    import specllm
+    from specllm.bench.race import race
+    from specllm.bench.runner import BenchPrompt, BenchSettings, configurations
+    from specllm.bench.view import render_draft_race
+    from specllm.cli.report import names_console
+    from specllm.errors import SpecllmError
+    from specllm.llama import memory
+    from specllm.llama.options import ModelOptions
+    from specllm.models.drafts import candidates
+
+    third = two_drafts["other"].with_name("tiny-org_Tiny-GGUF_third.gguf")
+    tm.write_model(third, seed=3, n_layer=1, n_embd=32)
+    found = [c for c in candidates(two_drafts["target"], {}) if c.compatible]
+    assert [c.path for c in found] == [third, two_drafts["other"], two_drafts["same"]]  # smallest first
+    whole = two_drafts["other"].read_bytes()
+    two_drafts["other"].write_bytes(whole[: len(whole) - 4096])
+    settings = BenchSettings(tuple(configurations(["model"], [2])), max_tokens=4)
+    options = ModelOptions(n_ctx=256, n_threads=1)
+    engine = specllm.load(str(two_drafts["target"]), n_ctx=256, n_threads=1)
+    refusals = iter([1024])  # the first draft's check: 1 KiB left; then nothing known (not checked)
+    monkeypatch.setattr(memory, "available_memory", lambda: next(refusals, None))
+    try:
+        results = race(engine, found, [BenchPrompt("def f(x):")], settings, options)
+        refusals = iter([1024])
+        two_drafts["same"].write_bytes(b"")  # gone bad too: none left
+        with pytest.raises(SpecllmError) as none_left:
+            race(engine, found, [BenchPrompt("def f(x):")], settings, options)
+    finally:
+        engine.close()
+    assert [d["path"] for d in results["drafts"]] == [str(two_drafts["same"])]
+    assert results["winner"]["path"] == str(two_drafts["same"]) and results["winner"]["measured"] == 1
+    third_error, other_error = (s["error"] for s in results["skipped"])
+    assert third_error.startswith("a context of 256 tokens for tiny-org_Tiny-GGUF_third.gguf needs about")
+    assert other_error.startswith(f"cannot load {two_drafts['other']}: ")
+    console = names_console(record=True, width=250, file=io.StringIO())
+    render_draft_race(results, console)
+    shown = flat(console.export_text())
+    assert f"Not raced: llamacpp:tiny-org_Tiny-GGUF_third.gguf could not be loaded: {flat(third_error)}" in shown
+    assert f"Not raced: {two_drafts['other_name']} could not be loaded: cannot load" in shown
+    assert str(none_left.value).startswith(
+        "no draft for target.gguf could be loaded: llamacpp:tiny-org_Tiny-GGUF_third"
+    )
+    assert str(none_left.value).count("; ") == 2
