@@ -994,3 +994,45 @@ def test_out_of_file_descriptors_is_one_line_with_the_limit():
     assert_one_line_error(proc, exit_code=1)
     expected = "error: Too many open files: /dev/null (the limit is 64 open files: `ulimit -n` raises it)"
     assert proc.stderr.strip() == expected
+
+
+# The CLI with the memory check's reading patched: the first context (the target's) is not
+# checked, every later one (the auto drafter's deferred draft) finds 1 KiB available.
+SHORT_OF_MEMORY = """
+import sys
+from specllm.llama import memory
+readings = iter([None])
+memory.available_memory = lambda: next(readings, 1024)
+from specllm.cli.main import main
+sys.argv = ["specllm", *sys.argv[1:]]
+main()
+"""
+
+
+def test_run_with_auto_goes_on_without_a_draft_the_memory_check_refuses_and_warns_once(tiny_models):
+    """The target took the memory: the draft that auto wants at its first step cannot be loaded.
+    The run failed with that error; it now gives target-only's greedy text, with one warning line
+    and the reason in --json's policy."""
+    args = ["run", "def f(x):", "--target", tiny_models.target, "--draft", tiny_models.draft, "-n", 12]
+    args += ["--threads", 1, "--ctx-size", 256, "--temperature", 0, "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-c", SHORT_OF_MEMORY, *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    reason = result["stats"]["policy"]["draft_unavailable"]
+    assert reason.startswith("a context of 256 tokens for draft.gguf needs about")
+    warnings = [line for line in proc.stderr.splitlines() if "draft" in line]
+    assert warnings == [f"specllm: warning: the draft model could not be loaded, so auto goes on without it: {reason}"]
+    alone = subprocess.run(
+        SPECLLM + [*map(str, args), "--drafter", "none"], capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(alone.stdout)["tokens"] == result["tokens"]
+
+    model = subprocess.run(
+        [sys.executable, "-c", SHORT_OF_MEMORY, *map(str, args), "--drafter", "model"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_error(model, "error: a context of 256 tokens for draft.gguf needs about", ": free some memory")
