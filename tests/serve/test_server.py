@@ -809,7 +809,7 @@ def test_no_answer_tells_a_client_where_the_servers_files_are(tiny_models, tmp_p
         body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
         draft.unlink()  # before the draft was ever loaded
         status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "model"}).encode())
-        assert status == 500 and "draft.gguf" in data["error"]["message"]  # the server's file, not the request
+        assert status == 503 and "draft.gguf" in data["error"]["message"]  # the server's file, not the request
         assert str(tmp_path) not in data["error"]["message"]
         status, data = srv.post("/v1/completions", json.dumps(body | {"drafter": "ngram"}).encode())
         assert status == 200
