@@ -490,6 +490,7 @@ class Engine:
         self._in_use = threading.RLock()
         self._user: int | None = None  # the thread inside _using_models
         self.closed = False
+        self._models_left = False  # leave_models: close() frees none of them
         self._lanes: weakref.WeakSet[Engine] = weakref.WeakSet()  # open lanes on these weights
 
     def __repr__(self) -> str:
@@ -555,7 +556,15 @@ class Engine:
             if self._user != threading.get_ident():  # else a call under way frees them when it ends
                 self._free_models()
 
+    def leave_models(self) -> None:
+        """Let close() free none of the models, for a process that ends with another thread still
+        in a llama.cpp call that reads them and cannot be stopped (a server's grammar mask): freed
+        under it, the memory it reads would crash the process; the process's end frees them."""
+        self._models_left = True
+
     def _free_models(self) -> None:
+        if self._models_left:
+            return
         for model in (self.mtp, self.target, self.draft):
             if model is not None:
                 model.close()

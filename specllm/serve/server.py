@@ -197,6 +197,13 @@ def grammar_too_costly(seconds: float | None, budget: float) -> ApiError:
     return ApiError(400, message, "grammar", "grammar_too_costly")
 
 
+def busy_with_costly_grammars(running: int) -> ApiError:
+    message = (
+        f"the server is busy with costly grammars ({running} masks past the budget still running): try again later"
+    )
+    return ApiError(503, message, code="server_busy")
+
+
 def too_many_waiting(limit: int) -> ApiError:
     return ApiError(503, f"the server is busy, its queue full ({limit} waiting): try again later", code="server_busy")
 
@@ -262,6 +269,9 @@ AHEAD = 4  # steps the engine may take before the client's side has taken the ea
 # made), beside the engine: a heavy one (20,000 messages take seconds) holds one of these threads,
 # not the engine nor the requests prepared beside it.
 PREPARING_THREADS = 4
+# Grammars' first masks given up on past the budget (GrammarCost): while more than these still run,
+# each on a core of its own, a grammar is refused (503) rather than timed on yet another thread
+GIVEN_UP_MASKS = 4
 
 
 class Job:
@@ -340,6 +350,74 @@ class Lane:
         self.waiting = 0
 
 
+class GrammarCost:
+    """Times grammars' first masks (first_mask_seconds), each on a thread of its own, `lanes` at once.
+    llama.cpp's call cannot be stopped: a mask still running once the budget has passed is given
+    up on, its lane free at once for the next grammar (a cheap one waits for no costly one), its
+    thread left to end alone. Those threads are daemons: the process may end under them, which
+    frees the models they read (serve leaves them to it). Past `limit` given-up masks still
+    running, a grammar gets a 503 rather than another thread beside them on the cores they hold."""
+
+    def __init__(self, lanes: int = PREPARING_THREADS, limit: int = GIVEN_UP_MASKS):
+        self.lanes = asyncio.Semaphore(lanes)
+        self.limit = limit
+        self.threads: list[threading.Thread] = []  # every mask's, pruned as they end
+        self.given_up: list[threading.Thread] = []  # those past their budget, pruned as they end
+
+    def running(self) -> bool:
+        """Whether a mask's thread is still reading the vocabulary."""
+        self._forget_ended()
+        return bool(self.threads)
+
+    def _forget_ended(self) -> None:
+        self.threads = [t for t in self.threads if t.is_alive()]
+        self.given_up = [t for t in self.given_up if t.is_alive()]
+
+    async def seconds(self, measure: Callable[[], float], budget: float) -> float | None:
+        """What `measure` returns, or None once `budget` seconds have passed without it. It waits
+        for a lane first (behind at most `lanes` grammars, each for at most the budget)."""
+        async with self.lanes:
+            self._forget_ended()
+            if len(self.given_up) > self.limit:
+                raise busy_with_costly_grammars(len(self.given_up))
+            loop = asyncio.get_running_loop()
+            ended: asyncio.Future[float] = loop.create_future()
+            thread = threading.Thread(
+                target=self._measure, args=(measure, loop, ended), name="specllm-grammar-cost", daemon=True
+            )
+            self.threads.append(thread)
+            thread.start()
+            try:
+                await asyncio.wait((ended,), timeout=budget)
+            finally:
+                if ended.cancel():  # not ended within the budget, or the request is gone: given up on
+                    self.given_up.append(thread)
+            return None if ended.cancelled() else ended.result()
+
+    @staticmethod
+    def _measure(measure: Callable[[], float], loop: asyncio.AbstractEventLoop, ended: asyncio.Future) -> None:
+        try:
+            outcome: tuple = (measure(), None)
+        except Exception as e:
+            outcome = (None, e)
+        with contextlib.suppress(RuntimeError):  # the event loop has closed meanwhile: no one waits
+            loop.call_soon_threadsafe(_settle, ended, *outcome)
+
+    def join(self) -> None:
+        """Wait for every mask's thread to end (before its models are freed)."""
+        for thread in list(self.threads):
+            thread.join()
+
+
+def _settle(future: asyncio.Future, result: Any, error: Exception | None) -> None:
+    if future.done():  # given up on
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 class EngineWorker:
     """The engine, its thread, and the queue of requests waiting for it; the embedding model,
     where there is one."""
@@ -354,9 +432,9 @@ class EngineWorker:
         self.embedding = Lane("specllm-embed")
         # A generating request's preparation (ready), before it waits for the engine
         self.preparing = Lane("specllm-prepare", PREPARING_THREADS)
-        # Timing a grammar's first mask (check_cost): a costly one holds its thread until llama.cpp
-        # returns (C code cannot be stopped), not the threads that prepare other requests
-        self.measuring = ThreadPoolExecutor(PREPARING_THREADS, thread_name_prefix="specllm-grammar-cost")
+        # Timing a grammar's first mask (check_cost): a costly one holds its own thread until
+        # llama.cpp returns (C code cannot be stopped), not the threads that prepare other requests
+        self.grammar_cost = GrammarCost()
         self.lock = asyncio.Lock()  # first come, first served
         self.waiting = 0
         self.job: Job | None = None  # the generation under way
@@ -406,24 +484,14 @@ class EngineWorker:
         """Refuse a grammar (GBNF, Ready.answer_grammar) whose first mask over the vocabulary takes
         longer than the budget (ApiError 400): generation computes its masks on the engine's
         thread, every other client waiting meanwhile, and some grammars take seconds to minutes a
-        mask inside llama.cpp. The mask is timed on a lane of its own; the request waits for it at
-        most the budget from when it begins, and is refused then if it has not ended: the thread
-        goes on until llama.cpp returns, holding only itself (the grammar is used by nothing else,
-        and freed once it ends)."""
+        mask inside llama.cpp. The mask is timed on a thread of its own (GrammarCost); the request
+        waits for it at most the budget from when it begins, and is refused then if it has not
+        ended: the thread goes on until llama.cpp returns, holding only itself (the grammar is used
+        by nothing else, and freed once it ends), and the next grammar is timed at once."""
         budget = self.settings.grammar_budget
         if grammar is None or budget is None:
             return
-        loop = asyncio.get_running_loop()
-        begun = asyncio.Event()
-
-        def measure() -> float:
-            loop.call_soon_threadsafe(begun.set)
-            return first_mask_seconds(self.engine.target, grammar)
-
-        measured = loop.run_in_executor(self.measuring, measure)
-        await begun.wait()  # behind other grammars' measures, counted as waiting (start)
-        await asyncio.wait((measured,), timeout=budget)
-        seconds = measured.result() if measured.done() else None
+        seconds = await self.grammar_cost.seconds(partial(first_mask_seconds, self.engine.target, grammar), budget)
         if seconds is None or seconds > budget:
             raise grammar_too_costly(seconds, budget)
 
@@ -1433,14 +1501,17 @@ def serve(engine: Engine, settings: ServeSettings, sock: socket.socket, embedder
         log.setLevel(logging.INFO)
         log.propagate = False
     app = create_app(engine, settings, embedder)
+    worker = app.state.worker
     try:
         server(app).run(sockets=[sock])
     finally:
         # Then the caller may close the engine: nothing of these threads is still using its models.
-        app.state.worker.thread.shutdown(wait=True)
-        app.state.worker.vocab.thread.shutdown(wait=True)
-        app.state.worker.embedding.thread.shutdown(wait=True)
-        app.state.worker.preparing.thread.shutdown(wait=True)
-        # a grammar's mask under way reads the vocabulary until llama.cpp returns: waited for
-        app.state.worker.measuring.shutdown(wait=True, cancel_futures=True)
+        worker.thread.shutdown(wait=True)
+        worker.vocab.thread.shutdown(wait=True)
+        worker.embedding.thread.shutdown(wait=True)
+        worker.preparing.thread.shutdown(wait=True)
+        # But a grammar's mask may read the vocabulary for minutes more, and cannot be stopped:
+        # not waited for, the models it reads are left to the process's end to free.
+        if worker.grammar_cost.running():
+            engine.leave_models()
         sock.close()

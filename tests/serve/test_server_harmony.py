@@ -156,5 +156,5 @@ def test_a_costly_grammar_is_timed_though_the_reply_begins_in_analysis(gpt_oss):
         status, data = srv.post("/v1/chat/completions", json.dumps(body).encode())
     finally:
         srv.stop()
-        srv.worker.measuring.shutdown(wait=True)
+        srv.worker.grammar_cost.join()
     assert status == 400 and data["error"]["code"] == "grammar_too_costly", data

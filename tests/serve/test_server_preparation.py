@@ -3,20 +3,25 @@ rendered, its prompt tokenized, its grammar made. A heavy request (a huge conver
 grammar) delays only itself, and its answer is the one it got when all this ran on the engine's
 thread."""
 
+import http.client
 import json
 import math
+import re
+import signal
 import threading
 import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import pytest
-from serving import CTX, Server, hold
+from serving import CTX, Server, hold, serving
 
 import specllm
 import specllm.serve.server as server_module
 from specllm.engine.loop import prepare_grammar, prompt_end
 from specllm.errors import SpecllmError
 from specllm.llama.grammar import Grammar
-from specllm.serve.server import ServeSettings
+from specllm.serve.server import GIVEN_UP_MASKS, ServeSettings, listen, serve
 
 # Far past the context (2048 tokens): its 400 comes once it is all tokenized, seconds on 2 cores
 CONVERSATION = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word"} for i in range(8000)]
@@ -187,7 +192,7 @@ def budgeted(engine):
     s = Server(engine, grammar_budget=LOW_BUDGET)
     yield s
     s.stop()
-    s.worker.measuring.shutdown(wait=True)  # a mask under way reads the vocabulary: ended before it closes
+    s.worker.grammar_cost.join()  # a mask under way reads the vocabulary: ended before it closes
 
 
 def assert_too_costly(status: int, data: dict) -> None:
@@ -258,3 +263,126 @@ def test_a_grammar_budget_is_a_positive_number_of_seconds():
     for budget in (0, -1.0, math.inf, math.nan):
         with pytest.raises(SpecllmError, match="the grammar budget is a number of seconds above 0"):
             ServeSettings(model="tiny", grammar_budget=budget)
+
+
+# Tens of seconds a mask on the tiny vocabulary (28.5 s on a quiet core): still running when each
+# test below ends with its server
+STUCK = "root ::= " + " ".join(['"x"?'] * 3100)
+SECONDS_STUCK = "root ::= " + " ".join(['"x"?'] * 2000)  # about 7 s a mask
+ASK_STUCK = {"prompt": "x", "grammar": STUCK, "max_tokens": 4}
+ASK_CHEAP = {"prompt": "x", "grammar": GBNF, "max_tokens": 8, "temperature": 0}
+
+
+def serve_args(tiny_models) -> list:
+    return ["serve", "--target", tiny_models.target, "--threads", 1, "--port", 0, "--grammar-budget", LOW_BUDGET]
+
+
+def post_to(url: str, body: dict) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=120)
+    conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read())
+    conn.close()
+    return status, data
+
+
+def post_at_once(url: str, body: dict, count: int) -> list[tuple[int, dict]]:
+    answers: list[tuple[int, dict]] = []
+    posts = [threading.Thread(target=lambda: answers.append(post_to(url, body))) for _ in range(count)]
+    for thread in posts:
+        thread.start()
+    for thread in posts:
+        thread.join()
+    return answers
+
+
+def ended_within(proc, seconds: float) -> tuple[int, str]:
+    """The exit code and the rest of stderr of a serve process that must end within `seconds`."""
+    try:
+        code = proc.wait(seconds)
+    except TimeoutError:
+        pytest.fail(f"serve took longer than {seconds} s to end")
+    return code, proc.stderr.read()
+
+
+def test_costly_grammars_given_up_on_hold_no_cheap_one_and_past_a_cap_get_a_503(tiny_models):
+    """Masks still running past the budget are given up on: a cheap grammar sent after four is
+    timed and answered at once (it waited for a mask of theirs to end: tens of seconds). Past the
+    cap of given-up masks still running, a grammar gets a 503 (and another thread is not started).
+    SIGTERM ends serve within seconds, though the masks run on, with its line and exit code."""
+    with serving(serve_args(tiny_models)) as (proc, _, url):
+        answers = post_at_once(url, ASK_STUCK, 4)
+        assert [a[1]["error"]["code"] for a in answers] == ["grammar_too_costly"] * 4
+        asked = time.monotonic()
+        status, data = post_to(url, ASK_CHEAP)
+        assert status == 200 and re.fullmatch(r"\{[a-z]{1,6}\}", data["content"]), data
+        assert time.monotonic() - asked < 5
+        for _ in range(GIVEN_UP_MASKS + 1 - 4):
+            status, data = post_to(url, ASK_STUCK)
+            assert (status, data["error"]["code"]) == (400, "grammar_too_costly")
+        status, data = post_to(url, ASK_CHEAP)
+        assert status == 503 and data["error"] == {
+            "message": f"the server is busy with costly grammars ({GIVEN_UP_MASKS + 1} masks past the budget "
+            "still running): try again later",
+            "type": "server_error",
+            "param": None,
+            "code": "server_busy",
+        }
+        proc.send_signal(signal.SIGTERM)
+        code, rest = ended_within(proc, 10)
+        assert code == 143 and rest.splitlines()[-1] == "terminated" and "Traceback" not in rest, rest
+
+
+def test_ctrl_c_ends_serve_at_once_beside_a_costly_grammars_mask(tiny_models):
+    with serving(serve_args(tiny_models)) as (proc, _, url):
+        status, data = post_to(url, ASK_STUCK)
+        assert (status, data["error"]["code"]) == (400, "grammar_too_costly")
+        proc.send_signal(signal.SIGINT)
+        code, rest = ended_within(proc, 10)
+        assert code == 130 and rest.splitlines()[-1] == "interrupted" and "Traceback" not in rest, rest
+
+
+def serving_in_a_thread(engine, monkeypatch) -> tuple[str, Callable[[], None]]:
+    """serve() itself, as the CLI calls it, on a thread: its URL, and what stops it and waits for
+    its end (as Ctrl-C would)."""
+    servers = []
+    make_server = server_module.server
+    monkeypatch.setattr(server_module, "server", lambda app: servers.append(make_server(app)) or servers[-1])
+    sock = listen("127.0.0.1", 0)
+    url = server_module.address(sock)
+    thread = threading.Thread(target=serve, args=(engine, ServeSettings(model="tiny", grammar_budget=LOW_BUDGET), sock))
+    thread.start()
+    while not (servers and servers[0].started):
+        time.sleep(0.01)
+
+    def stop() -> None:
+        servers[0].handle_exit(signal.SIGINT, None)
+        thread.join(10)
+        assert not thread.is_alive()
+
+    return url, stop
+
+
+def test_serve_leaves_the_models_a_mask_still_reads_and_frees_them_otherwise(tiny_models, monkeypatch):
+    """After serve, the caller closes the engine (the CLI does): that frees the models, but for
+    those a grammar's mask still reads, which are left to the process's end (freed under it, the
+    mask would read freed memory)."""
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    url, stop = serving_in_a_thread(engine, monkeypatch)
+    assert post_to(url, ASK_CHEAP)[0] == 200
+    stop()
+    engine.close()
+    assert engine.target._model is None  # freed: no mask was running
+
+    engine = specllm.load(str(tiny_models.target), n_ctx=CTX, n_threads=1)
+    url, stop = serving_in_a_thread(engine, monkeypatch)
+    masks = grammar_masks(monkeypatch)
+    assert post_to(url, {**ASK_STUCK, "grammar": SECONDS_STUCK})[0] == 400
+    stop()
+    engine.close()
+    assert engine.target._model is not None and not masks  # left: the mask goes on reading it
+    deadline = time.monotonic() + 120
+    while not masks and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert masks  # it ended, reading the vocabulary to the end
+    engine.target.close()
