@@ -8,6 +8,7 @@ import json
 import math
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -300,7 +301,7 @@ def ended_within(proc, seconds: float) -> tuple[int, str]:
     """The exit code and the rest of stderr of a serve process that must end within `seconds`."""
     try:
         code = proc.wait(seconds)
-    except TimeoutError:
+    except subprocess.TimeoutExpired:
         pytest.fail(f"serve took longer than {seconds} s to end")
     return code, proc.stderr.read()
 
