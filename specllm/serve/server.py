@@ -491,7 +491,10 @@ class EngineWorker:
         budget = self.settings.grammar_budget
         if grammar is None or budget is None:
             return
-        seconds = await self.grammar_cost.seconds(partial(first_mask_seconds, self.engine.target, grammar), budget)
+        try:
+            seconds = await self.grammar_cost.seconds(partial(first_mask_seconds, self.engine.target, grammar), budget)
+        except SpecllmError as e:  # one not made before (a prompt of token ids, a gap): it does not parse
+            raise self.refusal(e) from None
         if seconds is None or seconds > budget:
             raise grammar_too_costly(seconds, budget)
 

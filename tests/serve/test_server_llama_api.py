@@ -113,6 +113,7 @@ def test_code_cut_to_leave_room_for_the_reply_is_told_as_truncated(srv, engine):
         ("/infill", {"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a"}]}, "input_extra.0.text", "required"),  # noqa: E501
         ("/infill", {"input_prefix": "", "input_suffix": "", "grammar": "root ::= x"}, "grammar", "Undefined rule identifier 'x'"),  # noqa: E501
         ("/completion", {"prompt": "x", "mirostat": 2}, "mirostat", "not supported"),
+        ("/completion", {"prompt": [1, 2], "grammar": "root ::= x"}, "grammar", "Undefined rule identifier 'x'"),
         ("/v1/completions", {"prompt": [1, 2], "suffix": "x"}, "suffix", "prompt as text"),
     ],
 )  # fmt: skip
