@@ -268,29 +268,51 @@ def test_the_prompts_end_goes_back_to_its_last_message_start(model, tmp_path):
     standard.close()
 
 
-# (question, opened, stop reason): greedy replies that go on with a message the prompt opened
+# Questions a test asks until the tiny model's greedy reply takes the path it checks: which one
+# does depends on the CPU's kernels (the last bits of a random model's logits), not on specllm
+CANDIDATES = QUESTIONS + ["Paris", "What is the weather in Paris?", "Hi", "Tell me a joke", "2+2"]
+CANDIDATES += [f"Question {i}" for i in range(20)]
+
+
+def first_reply(engine, text_after, takes_the_path, **kwargs):
+    """The first candidate question whose target-only greedy reply (to its chat prompt plus
+    `text_after`) takes the path: (prompt tokens, prompt text, reply). Fails, saying what each did,
+    where none does. Each prompt is evaluated whole: its rows evaluated after a cached prefix of
+    another prompt's differ in their last bits (a half-precision KV cache), enough to turn the
+    argmax of a random model's near-ties."""
+    seen = []
+    for question in CANDIDATES:
+        text = engine.target.render_chat([{"role": "user", "content": question}]) + text_after
+        prompt = engine.prompt_tokens(text)
+        engine.target.truncate(0)  # the prompt's cache rows as a drafter's run will read them
+        reply = greedy(engine, prompt, **kwargs)
+        if takes_the_path(reply):
+            return prompt, text, reply
+        seen.append(f"{question!r}: {reply.stop_reason} {reply.text[:60]!r}")
+    pytest.fail("no candidate takes the path:\n" + "\n".join(seen))
+
+
+def ends_then_answers(reply) -> bool:
+    return reply.stop_reason == "eos" and "<|end|><|start|>assistant<|channel|>final" in reply.text
+
+
+# (message the prompt opened, the path its greedy reply is to take)
 GOING_ON = [
-    ("Hello", "long analysis", "eos"),  # the analysis ends, then the final message's JSON
-    ("What is the weather", "preamble", "eos"),  # the preamble ends, then the final message's JSON
-    ("Hello", "call", "eos"),  # the call ends (<|call|>)
-    ("What is the weather", "call", "max_tokens"),  # the call's <|end|>, then analysis to the end
+    ("long analysis", ends_then_answers),  # the analysis ends, then the final message's JSON
+    ("preamble", ends_then_answers),  # the preamble ends, then the final message's JSON
+    ("call", lambda reply: reply.stop_reason == "eos" and "<|end|>" not in reply.text),  # <|call|>
+    ("call", lambda reply: "<|end|>" in reply.text),  # the call's <|end|>, then the grammar's headers
 ]
 
 
-@pytest.mark.parametrize(("question", "opened", "stop_reason"), GOING_ON)
-def test_greedy_after_a_message_the_prompt_opened_is_the_same_with_every_drafter(
-    gpt_oss, question, opened, stop_reason
-):
+@pytest.mark.parametrize(("opened", "takes_the_path"), GOING_ON)
+def test_greedy_after_a_message_the_prompt_opened_is_the_same_with_every_drafter(gpt_oss, opened, takes_the_path):
     """The free body, its end and the headers after it inside drafts and steps: greedy equal to
     target-only with every drafter and to the brute-force mask; no JSON before a final message."""
     target = gpt_oss.target
-    text = target.render_chat([{"role": "user", "content": question}]) + OPENED[opened]
-    prompt = gpt_oss.prompt_tokens(text)
-    expected = greedy(gpt_oss, prompt)
-    assert expected.stop_reason == stop_reason, expected.text
-    assert not expected.text.startswith("{") and ("<|end|>" in expected.text or stop_reason == "eos")
-    if opened != "call":  # the message ends, the final one holds the JSON (a final header may name a constraint)
-        assert "<|end|><|start|>assistant<|channel|>final" in expected.text, expected.text
+    prompt, text, expected = first_reply(gpt_oss, OPENED[opened], takes_the_path)
+    assert not expected.text.startswith("{")
+    if opened != "call":  # the final message holds the JSON (a final header may name a constraint)
         assert set(json.loads(expected.text.rpartition("<|message|>")[2])) == {"ok", "tag"}
     grammar = where_it_applies(target, schema_grammar(SCHEMA), text)
     assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
@@ -299,7 +321,7 @@ def test_greedy_after_a_message_the_prompt_opened_is_the_same_with_every_drafter
     for drafter in ("model", "ngram", "auto"):
         for gamma in (1, 3):
             result = greedy(gpt_oss, prompt, drafter, gamma)
-            assert result.tokens == expected.tokens, (question, opened, drafter, gamma)
+            assert result.tokens == expected.tokens, (text, drafter, gamma)
 
 
 def test_greedy_json_after_analysis_is_the_same_with_every_drafter(gpt_oss):
@@ -380,32 +402,36 @@ def test_beside_tools_a_header_may_be_a_calls(model):
     ended.close()
 
 
-# Greedy replies under SCHEMA beside tools: two calls, the first's recipient in its role header and
-# ended by <|end|>, the second's after its channel; an analysis message, then a call on the analysis
-# channel, its recipient in its role header
-CALLING = ["Paris", "What is the weather in Paris?"]
+# The calls a tiny model's greedy reply beside tools may make: the recipient in the role header,
+# after a commentary channel, and a call after an analysis message
+CALL_PATHS = [
+    lambda text: text.startswith(" to=functions.") or "<|start|>assistant to=functions." in text,
+    lambda text: "<|channel|>commentary to=functions." in text,
+    lambda text: text.startswith(ANALYSIS) and " to=functions." in text,
+]
 
 
-def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt_oss):
+@pytest.mark.parametrize("takes_the_path", CALL_PATHS)
+def test_greedy_calls_beside_the_schema_are_the_reference_with_every_drafter(gpt_oss, takes_the_path):
     """The tiny model's greedy replies, with a call opening, are calls (the name is noise): the
-    same with every drafter and by the brute-force mask, ended by the model."""
+    same with every drafter and by the brute-force mask, ended by the model. Any opening allows a
+    harmony call: another one's reply is the same."""
     target = gpt_oss.target
-    for question in CALLING:
-        text = target.render_chat([{"role": "user", "content": question}])
-        prompt = gpt_oss.prompt_tokens(text)
-        expected = greedy(gpt_oss, prompt, call_opening="to=functions.")
-        assert expected.stop_reason == "eos" and " to=functions." in expected.text
-        grammar = where_it_applies(target, schema_grammar(SCHEMA), text, "to=functions.")
-        assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
-        grammar.close()
-        target.truncate(0)
-        for drafter in ("model", "ngram", "auto"):
-            for gamma in (1, 3):
-                result = greedy(gpt_oss, prompt, drafter, gamma, call_opening="to=functions.")
-                assert result.tokens == expected.tokens, (question, drafter, gamma)
-    first = greedy(gpt_oss, gpt_oss.target.render_chat([{"role": "user", "content": CALLING[0]}]), call_opening="x")
-    assert first.text.startswith(" to=functions.") and "<|end|>" in first.text
-    assert first.text.count(" to=functions.") == 2 and "<|channel|>commentary to=functions." in first.text
+    prompt, text, expected = first_reply(
+        gpt_oss,
+        "",
+        lambda reply: reply.stop_reason == "eos" and takes_the_path(reply.text),
+        call_opening="to=functions.",
+    )
+    grammar = where_it_applies(target, schema_grammar(SCHEMA), text, "to=functions.")
+    assert greedy_by_brute_force(target, prompt, grammar, MAX_TOKENS) == expected.tokens
+    grammar.close()
+    target.truncate(0)
+    for drafter in ("model", "ngram", "auto"):
+        for gamma in (1, 3):
+            result = greedy(gpt_oss, prompt, drafter, gamma, call_opening="to=functions.")
+            assert result.tokens == expected.tokens, (text, drafter, gamma)
+    assert greedy(gpt_oss, prompt, call_opening="x").tokens == expected.tokens
 
 
 # The other call headers llama.cpp's gpt-oss parser reads (common/parsers/gpt-oss.cpp), as harmony.py
