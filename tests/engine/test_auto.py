@@ -189,8 +189,12 @@ def test_calibration_pairs_narrow_calls_with_the_one_token_call_of_their_round(e
 def test_calibration_is_cached_and_reused(tiny_models):
     first = run_auto(tiny_models, n_threads=1)
     assert first.calibration["measured"] == ["target", "draft"]
-    cached = json.loads(calibration.cache_path().read_text())["models"]
+    saved = json.loads(calibration.cache_path().read_text())
+    cached = saved["models"]
     assert len(cached) == 2 and all("step_seconds" in t for t in cached.values())
+    for table in cached.values():  # where it was measured: past DRIFT on a busy machine, it is measured again
+        table["step_seconds"] = table["measured_at"]
+    calibration.cache_path().write_text(json.dumps(saved))
     again = run_auto(tiny_models, n_threads=1)
     assert again.calibration["measured"] == []
 
