@@ -694,6 +694,7 @@ def write_model(
     weight_type: str = "F32",
     pooling_type: int | None = None,
     rerank_template: str | None = None,
+    add_eos: bool = False,
 ) -> Path:
     """Write a tiny GGUF model (F32, unless weight_type says otherwise) to `path`, return the path.
 
@@ -741,6 +742,8 @@ def write_model(
                  on [CLS] gives the pair's score)
     rerank_template BERT family only: tokenizer.chat_template.rerank, the text a reranker reads a
                  pair as ({query} and {document} put in: Qwen3-Reranker's way)
+    add_eos      tokenizer.ggml.add_eos_token: a text read with special tokens ends with EOS
+                 (Qwen3-Embedding's way, whose last-token pooling reads it)
     """
     path = Path(path)
     if arch not in ARCHS:
@@ -864,7 +867,7 @@ def write_model(
     w.add_eos_token_id(eos_token_id)
     w.add_eot_token_id(EOT_ID)
     w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    w.add_add_eos_token(add_eos)
     w.add_add_space_prefix(True)
     if chat_template is not None:
         w.add_chat_template(chat_template)

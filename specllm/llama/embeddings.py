@@ -80,6 +80,17 @@ def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
     return tokens + ([end] if model.add_eos else [])
 
 
+def truncated(model: Model, tokens: list[int], limit: int, one_text: bool) -> list[int]:
+    """`tokens` cut to their first `limit`, as text-embeddings-inference cuts a text: the end token
+    the model's tokenizer adds after one (a BERT's [SEP]; an EOS, which last-token pooling such as
+    Qwen3-Embedding's reads as the whole text) stays at the end. `one_text`: the tokens are a
+    single text read with the model's special tokens; a mix of texts and ids is cut as it is."""
+    closing = [t for t, added in ((model.eos, model.add_eos), (model.sep, model.add_sep)) if added]
+    if one_text and limit > 1 and tokens[-1:] and tokens[-1] in closing:
+        return tokens[: limit - 1] + tokens[-1:]
+    return tokens[:limit]
+
+
 def fitted_rerank_tokens(model: Model, query: str, document: str, limit: int) -> list[int]:
     """rerank_tokens of `query` and as much of `document`'s start as fits in `limit` tokens with
     it (all of it where it fits). The document is cut, not the pair (whose end may be a rerank

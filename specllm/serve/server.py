@@ -67,6 +67,7 @@ from specllm.llama.embeddings import (
     fitted_rerank_tokens,
     is_reranker,
     rerank_tokens,
+    truncated,
 )
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
@@ -650,7 +651,7 @@ class EngineWorker:
         first with the model's BOS (and EOS or SEP where it adds one), a text after anything
         without them, control tokens written in a text read as such, ids as they are; within the
         embedding model's context: a longer input is refused, or cut to its first tokens that fit
-        if the request says `truncate`."""
+        if the request says `truncate` (a text's closing special token kept: `truncated`)."""
         embedder = self.embedder
         assert embedder is not None
         tokens: list[int] = []
@@ -665,7 +666,7 @@ class EngineWorker:
         if not tokens:
             raise ApiError(400, f"{field} is empty: it has no tokens to embed", "input")
         if len(tokens) > (limit := embedding_limit(embedder)) and truncate:
-            return tokens[:limit]
+            return truncated(embedder, tokens, limit, one_text=len(prompt) == 1 and isinstance(prompt[0], str))
         if len(tokens) > limit:
             message = f"{field} is {len(tokens)} tokens but the embedding model's context holds {limit}"
             raise ApiError(400, message, "input", "context_length_exceeded")

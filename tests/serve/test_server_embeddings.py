@@ -407,6 +407,38 @@ def test_a_bert_of_128_positions_refuses_a_longer_text_and_answers_on(models, tm
         embedder.close()
 
 
+def test_truncate_keeps_the_token_that_closes_a_text(models, bert, bert_srv, tmp_path):
+    """As text-embeddings-inference cuts a text: its first tokens that fit, then the end token
+    the tokenizer adds after a text, which the embedding reads: a BERT's [SEP], and the EOS that
+    last-token pooling (Qwen3-Embedding's) takes as the whole text's. Texts and ids mixed are cut
+    as they are."""
+    long = " ".join(["dog"] * 600)
+    dog = tm.BERT_VOCAB.index("\u2581dog")
+    closed = [tm.CLS_ID] + [dog] * 510 + [tm.SEP_ID]
+    status, data = embed(bert_srv, {"input": long, "truncate": True})
+    assert status == 200, data
+    assert data["usage"]["prompt_tokens"] == 512
+    np.testing.assert_array_equal(vectors(data)[0], vectors(embed(bert_srv, {"input": closed})[1])[0])
+    mixed = vectors(embed(bert_srv, {"input": [long, tm.SEP_ID], "truncate": True})[1])[0]
+    np.testing.assert_array_equal(mixed, vectors(embed(bert_srv, {"input": closed[:-1] + [dog]})[1])[0])
+
+    last = llama_cpp.LLAMA_POOLING_TYPE_LAST
+    path = tm.write_model(tmp_path / "last.gguf", seed=5, pooling_type=last, add_eos=True, n_ctx_train=256)
+    embedder = open_embedding_model(path, ModelOptions(n_ctx=256, n_threads=1))
+    srv = Server(models[0], embedder)
+    try:
+        tokens = embedder.tokenize(" ".join(["x"] * 300))
+        assert tokens[-1] == embedder.eos and len(tokens) > 256
+        status, data = embed(srv, {"input": " ".join(["x"] * 300), "truncate": True})
+        assert status == 200, data
+        expected = vectors(embed(srv, {"input": tokens[:255] + [embedder.eos]})[1])[0]
+        np.testing.assert_array_equal(vectors(data)[0], expected)
+        assert not np.array_equal(expected, vectors(embed(srv, {"input": tokens[:256]})[1])[0])
+    finally:
+        srv.stop()
+        embedder.close()
+
+
 # --- llama-server's other shapes of input: texts and ids mixed, objects; its own endpoint ---
 
 
