@@ -156,18 +156,27 @@ def _entry(index: int, embedding: np.ndarray, encoding: str) -> dict:
     return {"object": "embedding", "index": index, "embedding": embedding.tolist()}
 
 
+class TextDocument(BaseModel):
+    """A document as an object (Jina's, and Cohere's before its v2): its `text` is what is scored,
+    its other fields are the client's own."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    text: str
+
+
 class RerankRequest(BaseModel):
     """llama-server's /rerank: a `query` and the `documents` (Jina's and Cohere's name) or `texts`
     (text-embeddings-inference's, which asks for its answer's shape) to score against it;
     `top_n` the best to give (default all); `return_text` (TEI's) each document's text beside its
-    score; `return_documents` (Jina's and Cohere's) each document beside its score, as they give it
-    (`"document": {"text": ...}`); `truncate` (TEI's) a document too long for the context with
+    score; `documents` may be objects with a `text` (Jina's and Cohere's v1); `return_documents`
+    (Jina's and Cohere's) each document beside its score, as they give it (`"document": {"text":
+    ...}`, a document object as it came); `truncate` (TEI's) a document too long for the context with
     the query cut to its first tokens that fit, where it is otherwise a 400 (TEI's default
     truncation_direction, the only one taken)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     query: str
-    documents: list[str] | None = None
+    documents: list[str | TextDocument] | None = None
     texts: list[str] | None = None
     top_n: int | None = Field(None, ge=0)
     return_text: bool | None = False
@@ -182,11 +191,17 @@ class RerankRequest(BaseModel):
         return "texts" in self.model_fields_set
 
     def document_list(self) -> list[str]:
+        """The texts to score, in order."""
         given = self.documents if self.documents is not None else self.texts
         if not given:
             field = "texts" if self.documents is None and self.tei_shaped else "documents"
             raise ApiError(400, f"{field} must be a non-empty list of texts", field)
-        return given
+        return [document if isinstance(document, str) else document.text for document in given]
+
+    def returned_document(self, index: int) -> dict:
+        """A document as `return_documents` gives it back: an object as it came, a text as Jina's."""
+        document = (self.documents or [])[index]
+        return {"text": document} if isinstance(document, str) else document.model_dump()
 
 
 def rerank_response(request: RerankRequest, model: str, scores: list[float], n_tokens: int) -> dict | list:
@@ -199,7 +214,7 @@ def rerank_response(request: RerankRequest, model: str, scores: list[float], n_t
     if not request.tei_shaped:
         document = request.return_documents
         results = [
-            {"index": i, "relevance_score": scores[i]} | ({"document": {"text": documents[i]}} if document else {})
+            {"index": i, "relevance_score": scores[i]} | ({"document": request.returned_document(i)} if document else {})
             for i in order
         ]
         usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}

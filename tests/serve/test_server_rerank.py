@@ -97,6 +97,21 @@ def test_return_documents_gives_each_documents_text_as_jina_and_cohere_do(srv):
         assert rerank(srv, body)[1]["results"] == whole
 
 
+def test_documents_as_objects_are_scored_by_their_text(srv):
+    """Jina's and Cohere's v1 documents may be objects: each is scored as its `text`, and
+    `return_documents` gives it back as it came, its other fields too."""
+    whole = rerank(srv, {"query": QUERY, "documents": DOCUMENTS})[1]["results"]
+    objects = [{"text": d, "id": f"doc-{i}"} for i, d in enumerate(DOCUMENTS)]
+    mixed = [objects[0], *DOCUMENTS[1:]]
+    for documents in (objects, mixed):
+        status, data = rerank(srv, {"query": QUERY, "documents": documents})
+        assert (status, data["results"]) == (200, whole), data
+    status, data = rerank(srv, {"query": QUERY, "documents": mixed, "return_documents": True})
+    assert status == 200, data
+    expected = [objects[0]] + [{"text": d} for d in DOCUMENTS[1:]]
+    assert data["results"] == [r | {"document": expected[r["index"]]} for r in whole]
+
+
 def test_truncate_scores_a_too_long_document_as_its_first_tokens_that_fit(srv, models):
     """text-embeddings-inference's `truncate: true`: a document too long beside the query is scored
     as its first tokens that fit (the words that fit, as a shorter document), the others as they
@@ -120,6 +135,8 @@ def test_truncate_scores_a_too_long_document_as_its_first_tokens_that_fit(srv, m
         ({"query": QUERY, "documents": []}, "documents", "documents must be a non-empty list of texts"),
         ({"query": QUERY, "texts": []}, "texts", "texts must be a non-empty list of texts"),
         ({"query": QUERY, "documents": ["a", 1]}, "documents.1", "Input should be a valid string"),
+        ({"query": QUERY, "documents": [{"title": "a"}]}, "documents.0", "documents.0.text: Field required"),
+        ({"query": QUERY, "documents": [{"text": 5}]}, "documents.0", "documents.0.text: Input should be a valid"),
         ({"query": QUERY, "documents": DOCUMENTS, "top_n": -1}, "top_n", "greater than or equal to 0"),
         (  # a document's start is not what it cuts
             {"query": QUERY, "documents": DOCUMENTS, "truncate": True, "truncation_direction": "Left"},
