@@ -776,23 +776,9 @@ class Engine:
         other `files` of the project for context (engine/infill.py): the latest that fit in a
         quarter of the context. It leaves room for `max_tokens` (at most half the context; a
         quarter when not given) and cuts the code to do so."""
-        for text, what in ((prefix, "the prefix"), (suffix, "the suffix"), (line, "the cursor's line")):
-            _check_text(text, what)
-        for file in files:
-            if not isinstance(file, ContextFile):
-                raise SpecllmError(f"files are ContextFile(name, text)s, not {type(file).__name__}")
-            _check_text(file.name, "a file's name")
-            _check_text(file.text, f"the text of {file.name}")
-        if max_tokens is not None and whole_number("max_tokens", max_tokens) < 1:
-            raise SpecllmError(f"max_tokens must be >= 1, got {max_tokens}")
-        n_ctx = self.target.n_ctx
-        reply = n_ctx // 4 if max_tokens is None else min(max_tokens, n_ctx // 2)
         with self._using_models():
             self._check_open()
-            budget, files_room = n_ctx - reply, int(n_ctx * FILES_SHARE)
-            return infill_prompt(
-                self.target, prefix, suffix, budget=budget, files_room=files_room, files=files, line=line
-            )
+            return gap_prompt(self.target, prefix, suffix, files=files, line=line, max_tokens=max_tokens)
 
     def _prompt_tokens(self, prompt: str | list[int], chat: bool, system: str | None) -> list[int]:
         self._check_open()
@@ -1076,6 +1062,32 @@ def first_mask_seconds(target: Model, text: str) -> float:
         return time.perf_counter() - started
     finally:
         grammar.close()
+
+
+def gap_prompt(
+    target: Model,
+    prefix: str,
+    suffix: str,
+    *,
+    files: Sequence[ContextFile] = (),
+    line: str = "",
+    max_tokens: int | None = None,
+) -> InfillPrompt:
+    """Engine.infill_prompt's prompt. It reads only the vocabulary (a server makes it beside the
+    generation under way)."""
+    for text, what in ((prefix, "the prefix"), (suffix, "the suffix"), (line, "the cursor's line")):
+        _check_text(text, what)
+    for file in files:
+        if not isinstance(file, ContextFile):
+            raise SpecllmError(f"files are ContextFile(name, text)s, not {type(file).__name__}")
+        _check_text(file.name, "a file's name")
+        _check_text(file.text, f"the text of {file.name}")
+    if max_tokens is not None and whole_number("max_tokens", max_tokens) < 1:
+        raise SpecllmError(f"max_tokens must be >= 1, got {max_tokens}")
+    n_ctx = target.n_ctx
+    reply = n_ctx // 4 if max_tokens is None else min(max_tokens, n_ctx // 2)
+    budget, files_room = n_ctx - reply, int(n_ctx * FILES_SHARE)
+    return infill_prompt(target, prefix, suffix, budget=budget, files_room=files_room, files=files, line=line)
 
 
 def text_tokens(target: Model, text: str) -> list[int]:

@@ -212,10 +212,9 @@ def rerank_response(request: RerankRequest, model: str, scores: list[float], n_t
     documents = request.document_list()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n]
     if not request.tei_shaped:
-        document = request.return_documents
+        given = request.returned_document if request.return_documents else None
         results = [
-            {"index": i, "relevance_score": scores[i]} | ({"document": request.returned_document(i)} if document else {})
-            for i in order
+            {"index": i, "relevance_score": scores[i]} | ({"document": given(i)} if given else {}) for i in order
         ]
         usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
         return {"model": model, "object": "list", "usage": usage, "results": results}

@@ -50,6 +50,7 @@ from specllm.engine.loop import (
     Step,
     describe_models,
     first_mask_seconds,
+    gap_prompt,
     grammar_text,
     make_config,
     prepare_grammar,
@@ -260,7 +261,8 @@ class Ready:
     structure: dict
     text: str | None = None  # None: token ids, or a gap to fill
     read: ChatReply | None = None
-    tokens: list[int] | None = None  # the text's own tokens: the prompt cache reuses them or not
+    tokens: list[int] | None = None  # the text's own tokens (the prompt cache reuses them or not), or a gap's prompt
+    left_out: int = 0  # a gap's code cut to leave room for the reply
     grammar: PreparedGrammar | None = None
     answer_grammar: str | None = None  # the GBNF the answer follows (grammar_text's), timed (check_cost)
 
@@ -716,8 +718,13 @@ class EngineWorker:
             text, read = self.render_chat(request)  # refuses a bad request before chat_structure does
             ready = Ready(self.chat_structure(request), text, read)
         else:
-            prompt = request.prompt if isinstance(request.prompt, str) and request.gap() is None else None
-            ready = Ready(request.structure, prompt)
+            gap = request.gap()
+            given = request.prompt if isinstance(request.prompt, str) and gap is None else None
+            ready = Ready(request.structure, given)
+            if gap is not None:
+                target, wanted = self.engine.target, request.requested_tokens
+                infill = gap_prompt(target, gap.prefix, gap.suffix, files=gap.files, line=gap.line, max_tokens=wanted)
+                ready.tokens, ready.left_out = infill.tokens, infill.left_out
         if ready.text is not None:
             ready.tokens = text_tokens(self.engine.target, ready.text)
         with contextlib.suppress(SpecllmError):  # refused in its turn, in the same words
@@ -725,7 +732,7 @@ class EngineWorker:
             if ready.tokens is not None:
                 ready.grammar = prepare_grammar(self.engine.target, ready.tokens, config)
                 ready.answer_grammar = ready.grammar.text if ready.grammar is not None else None
-            else:  # token ids or a gap to fill: the prompt is made in its turn, its grammar then
+            else:  # token ids: checked in its turn, its grammar made then
                 ready.answer_grammar = grammar_text(config)
         return ready
 
@@ -733,15 +740,12 @@ class EngineWorker:
         """On the engine thread, holding the engine: the prompt's tokens (what the prompt cache
         reuses of `ready`'s) and the engine's stream."""
         engine, chat = self.engine, isinstance(request, ChatRequest)
-        text, read, gap, left_out = ready.text, ready.read, request.gap(), 0
-        wanted = request.requested_tokens
-        continues = False
+        text, read, wanted, continues = ready.text, ready.read, request.requested_tokens, False
         if text is not None:
             prompt = self.cache.prompt(text, ready.tokens)
             tokens, continues = prompt.tokens, prompt.extended
-        elif gap is not None:
-            infill = engine.infill_prompt(gap.prefix, gap.suffix, files=gap.files, line=gap.line, max_tokens=wanted)
-            tokens, left_out = infill.tokens, infill.left_out
+        elif ready.tokens is not None:  # a gap's
+            tokens = ready.tokens
         else:
             tokens = request.prompt
             if not all(0 <= t < engine.target.n_vocab for t in tokens):
@@ -772,7 +776,7 @@ class EngineWorker:
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
         self.cache.forget()
-        return Plan(text, tokens, seed, generation, continues, left_out, read, engine.target.piece)
+        return Plan(text, tokens, seed, generation, continues, ready.left_out, read, engine.target.piece)
 
     def render_chat(self, request: ChatRequest) -> tuple[str, ChatReply]:
         """The prompt of a chat request, through the target's chat template with its tools and

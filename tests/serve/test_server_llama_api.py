@@ -5,6 +5,7 @@ compared with the engine's own."""
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 from serving import CTX, Server, serve_log
@@ -12,11 +13,13 @@ from serving import CTX, Server, serve_log
 import specllm
 from specllm.engine.infill import ContextFile
 from specllm.engine.loop import Result, Stats
+from specllm.llama.grammar import Grammar
 from specllm.serve.llama_api import tokens_cached
 
 PREFIX = "def total(values):\n    result = 0\n"
 SUFFIX = "\n    return result\n"
 GREEDY = dict(temperature=0, max_tokens=16)
+GBNF = "root ::= [a-z ]{1,8}"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +123,39 @@ def test_code_cut_to_leave_room_for_the_reply_is_told_as_truncated(srv, engine):
 def test_bad_fill_requests_are_a_400(srv, path, body, param, message):
     status, data = srv.post(path, json.dumps(body).encode())
     assert status == 400 and data["error"]["param"] == param and message in data["error"]["message"]
+
+
+def test_a_gaps_prompt_and_grammar_are_made_before_it_waits_for_the_engine(srv, engine, monkeypatch):
+    """/infill's prompt (its files read, its code cut to fit the context) and its grammar are made
+    on the threads that prepare a request beside the generation under way, not on the engine's,
+    and the answer is the one the engine gives for that prompt under that grammar."""
+    threads, tokenize = set(), engine.target.tokenize
+
+    def observed(text, *args, **kwargs):
+        if len(text) > 1000:  # the code, not a marker the engine looks up in its turn
+            threads.add(threading.current_thread().name.split("_")[0])
+        return tokenize(text, *args, **kwargs)
+
+    parsed, init = set(), Grammar.__init__
+
+    def parse_observed(self, model, text, *, root="root", _sampler=None):
+        if _sampler is None:  # not a clone
+            parsed.add(threading.current_thread().name.split("_")[0])
+        init(self, model, text, root=root, _sampler=_sampler)
+
+    monkeypatch.setattr(engine.target, "tokenize", observed)
+    monkeypatch.setattr(Grammar, "__init__", parse_observed)
+    files = [{"filename": "util.py", "text": "def helper():\n    pass\n" * 200}]
+    body = dict(input_prefix=PREFIX * 100, input_suffix=SUFFIX, input_extra=files, n_predict=8, temperature=0)
+    status, data = srv.post("/infill", json.dumps(body | {"grammar": GBNF}).encode())
+    assert status == 200 and data["truncated"] is True, data
+    assert threads == {"specllm-prepare"}, threads
+    assert parsed and parsed <= {"specllm-prepare", "specllm-grammar-cost"}, parsed
+    monkeypatch.undo()
+    extra = [ContextFile("util.py", files[0]["text"])]
+    prompt = engine.infill_prompt(PREFIX * 100, SUFFIX, files=extra, max_tokens=8)
+    alone = engine.generate(prompt.tokens, max_tokens=8, temperature=0, drafter="none", grammar=GBNF)
+    assert data["content"] == alone.text
 
 
 def test_a_model_without_fim_tokens_says_so(tiny_models):
