@@ -812,6 +812,16 @@ def serve(
             "a costlier one gets a 400, as its masks would hold every other request (0: no limit).",
         ),
     ] = GRAMMAR_BUDGET,
+    cors: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors",
+            parser=a_value,
+            metavar="ORIGIN",
+            help="Let web pages from ORIGIN (http://localhost:3000; * for any) call the API from a browser "
+            "(repeatable).",
+        ),
+    ] = None,
     embedding_model: Annotated[
         str | None,
         typer.Option(
@@ -829,6 +839,7 @@ def serve(
         ServeSettings,
         check_api_key,
         check_grammar_budget,
+        cors_origins,
         describe_server,
         exposure_warning,
         listen,
@@ -841,6 +852,7 @@ def serve(
         check_api_key(api_key)
     if grammar_budget:  # 0: none
         check_grammar_budget(grammar_budget)
+    origins = cors_origins(cors or ())
     options = LoadOptions.pick({**locals(), "verbose": True})  # serve always says what it loaded
     options.check()
     sock = listen(host, port)  # before loading the models: a port in use fails at once
@@ -863,6 +875,7 @@ def serve(
             max_waiting=max_waiting,
             grammar_budget=grammar_budget or None,
             embedding_model=model_name(embedding_model, embedder.path) if embedder else None,
+            cors_origins=origins,
         )
         if warning := exposure_warning(sock, settings):
             print(warning, file=sys.stderr, flush=True)

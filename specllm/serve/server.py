@@ -22,10 +22,11 @@ import ipaddress
 import json
 import logging
 import math
+import re
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
 
 from specllm.engine.functionary import asks_recipient
@@ -144,12 +146,30 @@ class ServeSettings:
     # A grammar whose first mask over the vocabulary takes longer is refused (None: never): its
     # masks are computed on the engine's thread, and every other client waits meanwhile
     grammar_budget: float | None = GRAMMAR_BUDGET
+    # Origins whose web pages may call the API from a browser (CORS; "*": any), as sent in Origin
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.api_key is not None:
             check_api_key(self.api_key)
+        object.__setattr__(self, "cors_origins", cors_origins(self.cors_origins))
         if self.grammar_budget is not None:
             check_grammar_budget(self.grammar_budget)
+
+
+def cors_origins(given: Sequence[str]) -> tuple[str, ...]:
+    """Origins as a browser sends them in its Origin header (scheme://host[:port], no path), a
+    trailing slash taken off; "*" for any. Anything else is refused: it would match no page."""
+    origins = []
+    for origin in given:
+        trimmed = origin.strip().removesuffix("/")
+        if trimmed != "*" and not re.fullmatch(r"https?://[^/\s?#@]+", trimmed):
+            raise SpecllmError(
+                f"--cors {origin!r}: give an origin as a browser sends it, scheme://host[:port] "
+                "(http://localhost:3000), or * for any page"
+            )
+        origins.append(trimmed)
+    return tuple(dict.fromkeys(origins))
 
 
 def check_api_key(key: str) -> None:
@@ -958,6 +978,14 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
         redirect_slashes=False,  # "/v1/models/" is a 404 like any unknown path, not a redirect to the Host given
     )
     app.state.worker = worker
+    if settings.cors_origins:  # a browser's preflight carries no key: answered before require_key
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
@@ -1360,23 +1388,31 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
     gamma = s.gamma or (engine.fixed_draft_length if s.drafter != Drafter.AUTO else "auto")
     variables = "".join(f"{name} {json.dumps(value)} · " for name, value in (s.template_variables or {}).items())
     embeddings = f"{describe_embeddings(embedder)} · " if embedder is not None else ""
+    cors = f"pages of {', '.join(s.cors_origins)} may call it · " if s.cors_origins else ""
     return (
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
         f"drafter {s.drafter} · gamma {gamma} · {variables}context {engine.target.n_ctx} tokens · {embeddings}"
-        f"{'API key required' if s.api_key else 'no API key'} · one generation at a time · Ctrl-C stops"
+        f"{'API key required' if s.api_key else 'no API key'} · {cors}one generation at a time · Ctrl-C stops"
     )
 
 
 def exposure_warning(sock: socket.socket, settings: ServeSettings) -> str | None:
-    """A line for a server other machines can reach with no API key: anyone on the network can
-    use it. None for a loopback address or a server that needs its key."""
+    """A line for a server other machines, or any web page its user opens (--cors *), can use
+    with no API key. None for a loopback address or a server that needs its key."""
     host = sock.getsockname()[0]
-    if settings.api_key or ipaddress.ip_address(host.split("%")[0]).is_loopback:
+    if settings.api_key:
         return None
-    return (
-        f"warning: {address(sock)} takes requests from other machines and asks no API key: anyone who can "
-        "reach it can use it (--api-key or SPECLLM_API_KEY sets one)"
-    )
+    if not ipaddress.ip_address(host.split("%")[0]).is_loopback:
+        return (
+            f"warning: {address(sock)} takes requests from other machines and asks no API key: anyone who can "
+            "reach it can use it (--api-key or SPECLLM_API_KEY sets one)"
+        )
+    if "*" in settings.cors_origins:
+        return (
+            "warning: --cors * lets any web page open in this machine's browser use the server, and it asks "
+            "no API key (--api-key or SPECLLM_API_KEY sets one, or name the pages' origins instead of *)"
+        )
+    return None
 
 
 def server(app: FastAPI):
