@@ -214,16 +214,22 @@ def test_speculative_greedy_output_equals_target_only(chatml, request_):
         assert drafted.usage.completion_tokens == alone.usage.completion_tokens
 
 
+def one_digit(answer) -> bool:
+    return list(answer) == ["n"] and type(answer["n"]) is int and 0 <= answer["n"] <= 9
+
+
 def test_a_structured_answer_beside_tools_is_the_response_s_json(chatml):
+    """The answer is the JSON the model wrote inside the generic format's "response" (which digit,
+    or which object, is the tiny model's near-tie: CPUs' kernels differ on it)."""
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}
     client = chatml.client()
-    for response_format, answer in (
-        ({"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}, {"n": 0}),
-        ({"type": "json_object"}, {}),
+    for response_format, follows in (
+        ({"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}, one_digit),
+        ({"type": "json_object"}, lambda answer: isinstance(answer, dict) and "response" not in answer),
     ):
         request = GREEDY | {"messages": GREETING, "tools": TOOLS, "response_format": response_format}
         whole = whole_message(client.chat.completions.create(**request))
-        assert whole[1:] == (None, "stop") and json.loads(whole[0]) == answer  # the JSON as the model wrote it
+        assert whole[1:] == (None, "stop") and follows(json.loads(whole[0])), whole  # the JSON as the model wrote it
         assert streamed_message(client.chat.completions.create(**request, stream=True)) == whole
         called = client.chat.completions.create(**request | {"messages": ASK}).choices[0]  # or a call
         assert called.finish_reason == "tool_calls" and all(map(follows_its_schema, called.message.tool_calls))
