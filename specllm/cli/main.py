@@ -387,6 +387,8 @@ def run(
         )
     chat_template = chat_template and suffix is None
     text = read_prompt(prompt)
+    if prompt == "-" and not text.strip() and suffix is None:  # `cat missing.txt | specllm run -`
+        raise SpecllmError("standard input held no text: nothing to complete (pipe a prompt in, or give it as text)")
     engine, drafter = load_engine(options, drafter, gamma=gamma)
     opened: bool | str = False  # the think block's closing marker where the prompt opened one
     recipient = False  # the prompt ends where the reply's first recipient goes (functionary v3.2)

@@ -760,6 +760,28 @@ def test_a_command_started_with_stdin_or_stdout_closed_is_no_traceback(models, c
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
+@pytest.mark.parametrize("stdin", ["", "\n  \n"])
+def test_run_from_an_empty_stdin_is_one_line_before_any_model_loads(tmp_path, stdin):
+    """`cat missing.txt | specllm run -` pipes nothing: the model would answer an empty message at
+    length. With --suffix an empty prefix is a gap at the code's start, and is filled."""
+    missing = tmp_path / "not-loaded.gguf"  # loading it would be another error
+    proc = subprocess.run(
+        SPECLLM + ["run", "-", "--target", str(missing), "--threads", "1"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_error(proc, "standard input held no text: nothing to complete", exit_code=1)
+
+
+def test_an_empty_prefix_from_stdin_with_a_suffix_is_filled(tiny_code_models):
+    models = ["--target", tiny_code_models.target, "--threads", 1, "--ctx-size", 256]
+    args = ["run", "-", "--suffix", "\n    return x\n", "-n", 4, "--temperature", 0, "--json", *models]
+    proc = subprocess.run(SPECLLM + list(map(str, args)), input="", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["stats"]["generated_tokens"] > 0, proc.stderr
+
+
 def test_chat_started_with_stdin_closed_is_one_line_before_any_model_loads(tmp_path):
     """`specllm chat <&-` can never read a message: one line, not a traceback from the reader."""
     missing = tmp_path / "not-loaded.gguf"  # loading it would be another error
