@@ -326,6 +326,7 @@ class Result:
     tokens: list[int]
     stop_reason: str  # "eos", "max_tokens", "stop", "context_full", "limit" (min_indent, line_seconds)
     stats: Stats
+    stop_string: str | None = None  # the stop string that ended it (stop_reason "stop")
 
 
 @dataclass(frozen=True)
@@ -1247,7 +1248,7 @@ class _Run:
         self.stats.llama_seconds += self.engine.llama_seconds() - in_llama
         if tail:
             yield Step.text_tail(tail, self.stats)
-        return Result(self.text.text, self.generated, reason, self.stats)
+        return Result(self.text.text, self.generated, reason, self.stats, self.text.stop_string)
 
     def _stopping(self) -> bool:
         """Whether a prefill under way should stop: the generation was cancelled, or its engine

@@ -70,6 +70,7 @@ class TextStream:
         self._indent: int | None = None  # and the indentation of the line it is in (None: in its text)
         self._started: float | None = None  # when the first token came (line_seconds)
         self.stopped = False  # a stop string was seen, or a limit reached
+        self.stop_string: str | None = None  # the stop string the text was cut at
         self.limited = False  # stopped by min_indent or line_seconds, not a stop string
 
     def push(self, data: bytes) -> str:
@@ -118,9 +119,10 @@ class TextStream:
         return self._release(len(self.text))
 
     def _cut_at_stop(self) -> None:
-        hits = [i for i in (self.text.find(s, self._shown) for s in self._stop) if i >= 0]
+        hits = [(at, stop) for stop in self._stop if (at := self.text.find(stop, self._shown)) >= 0]
         if hits:
-            self.text = self.text[: min(hits)]
+            at, self.stop_string = min(hits, key=lambda hit: hit[0])  # ties: the first given
+            self.text = self.text[:at]
             self.stopped = True
 
     def _safe_end(self) -> int:

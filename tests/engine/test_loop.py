@@ -478,8 +478,8 @@ def test_max_tokens_and_stop_strings(engine):
         assert greedy(engine, PROMPTS[1], "model", 8, max_tokens=n).tokens == full.tokens[:n]
     stop = full.text[10:14]
     cut = full.text.index(stop)
-    r = engine.generate(PROMPTS[1], max_tokens=40, temperature=0, drafter="model", stop=[stop])
-    assert r.stop_reason == "stop"
+    r = engine.generate(PROMPTS[1], max_tokens=40, temperature=0, drafter="model", stop=["never there", stop])
+    assert r.stop_reason == "stop" and r.stop_string == stop and full.stop_string is None
     assert r.text == full.text[:cut]
     streamed = "".join(
         e.accepted_text + e.token_text
@@ -944,6 +944,12 @@ def test_stop_string_spanning_pushes_is_never_shown():
     stream = TextStream(stop=("END",))
     shown = stream.push(b"abc E") + stream.push(b"N") + stream.push(b"D tail")
     assert shown == "abc " and stream.stopped and stream.text == "abc "
+
+
+def test_the_stop_string_found_first_is_told_the_first_given_of_those_at_one_place():
+    stream = TextStream(stop=("xyz", "D", "c E", "c"))
+    stream.push(b"abc END")
+    assert stream.text == "ab" and stream.stop_string == "c E"
 
 
 def test_a_long_stop_string_costs_a_push_only_the_text_still_held_back():
