@@ -59,7 +59,7 @@ class LlamaRequest(BaseRequest):
     def include_usage(self) -> bool:
         return False  # llama.cpp's stream has no usage chunk: its last chunk carries the counts
 
-    def reply(self, model: str, left_out: int = 0) -> "LlamaReply":
+    def reply(self, model: str, left_out: int = 0, prompt_tokens: int = 0) -> "LlamaReply":
         return LlamaReply(False, model, fields=tuple(self.response_fields or ()), left_out=left_out)
 
 

@@ -201,9 +201,10 @@ class BaseRequest(BaseModel):
         """The code around a gap to fill in the middle, for a request that asks for one."""
         return None
 
-    def reply(self, model: str, left_out: int = 0) -> "Reply":
+    def reply(self, model: str, left_out: int = 0, prompt_tokens: int = 0) -> "Reply":
         """The shape of this request's response objects (`left_out`: tokens of a gap's code cut
-        to leave room for the reply, which only /infill's responses tell)."""
+        to leave room for the reply, which only /infill's responses tell; `prompt_tokens`: the
+        prompt's length, which a Messages API stream tells before the reply's first token)."""
         return Reply(isinstance(self, ChatRequest), model)
 
     @property

@@ -333,7 +333,7 @@ class ResponsesChat(ChatRequest):
     _echo: dict = PrivateAttr(default_factory=dict)
     _call_items: list[int] = PrivateAttr(default_factory=list)  # each call's input item, in order
 
-    def reply(self, model: str, left_out: int = 0) -> "ResponseReply":
+    def reply(self, model: str, left_out: int = 0, prompt_tokens: int = 0) -> "ResponseReply":
         return ResponseReply(True, model, echo=self._echo)
 
     def arguments_not_an_object(self) -> str | None:

@@ -93,6 +93,7 @@ from specllm.serve.llama_api import (
     props,
     with_pieces,
 )
+from specllm.serve.messages_api import error_body, parse_messages
 from specllm.serve.openai_api import (
     ApiError,
     BaseRequest,
@@ -598,6 +599,10 @@ class EngineWorker:
         """/apply-template: the prompt the chat endpoint would generate from for this request."""
         return {"prompt": self.render_chat(request)[0]}
 
+    def count_tokens(self, request: ChatRequest) -> int:
+        """/v1/messages/count_tokens: the tokens of the prompt the request would generate from."""
+        return len(text_tokens(self.engine.target, self.render_chat(request)[0]))
+
     def embed(self, request: EmbeddingRequest, left: threading.Event) -> tuple[list[np.ndarray], int] | None:
         """/v1/embeddings and /embedding, on the embedding lane: each input's embedding, normalised
         as the request asks, and the tokens read. Every input is checked before any is embedded; a
@@ -990,7 +995,8 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
         access(request, error.status, error.message)
-        return JSONResponse(error.body(), status_code=error.status, headers=_auth_header(error))
+        body = error_body(error) if is_messages_path(request.url.path) else error.body()
+        return JSONResponse(body, status_code=error.status, headers=_auth_header(error))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):  # unknown path, wrong method
@@ -1035,6 +1041,19 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
 
     for path in RESPONSES_PATHS:
         app.add_api_route(path, responses, methods=["POST"])
+
+    @app.post(MESSAGES_PATH)
+    async def messages(request: Request):  # translated into a chat request (messages_api.py)
+        body = await read_body(request, limit, settings.body_seconds)
+        return await generate(worker, request, await asyncio.to_thread(parse_messages, body, worker.drafters))
+
+    @app.post(f"{MESSAGES_PATH}/count_tokens")
+    async def count_tokens(request: Request):
+        body = await read_body(request, limit, settings.body_seconds)
+        counted = await asyncio.to_thread(parse_messages, body, worker.drafters, counting=True)
+        tokens = await worker.beside(partial(worker.count_tokens, counted))
+        access(request, 200, f"{tokens} tokens")
+        return {"input_tokens": tokens}
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
@@ -1145,6 +1164,14 @@ RERANK_PATHS = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")  # llama
 
 
 RESPONSES_PATHS = ("/v1/responses", "/responses")  # llama-server's paths for the Responses API
+MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API, and its count_tokens under it
+
+
+def is_messages_path(path: str) -> bool:
+    """A path of Anthropic's API, whose clients read its errors in Anthropic's shape."""
+    return path == MESSAGES_PATH or path.startswith(f"{MESSAGES_PATH}/")
+
+
 GENERATING: dict[str, type[BaseRequest]] = {
     "/v1/chat/completions": ChatRequest,
     "/v1/completions": CompletionRequest,
@@ -1227,7 +1254,7 @@ async def generate(worker: EngineWorker, request: Request, body) -> Response:
         access(request, CLIENT_CLOSED, "the client went away before its turn: nothing generated")
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     plan, job = started
-    reply = body.reply(worker.settings.model, plan.left_out)
+    reply = body.reply(worker.settings.model, plan.left_out, len(plan.tokens))
     if body.stream:
         chunks = stream(reply, plan, job, body.include_usage, request, worker.without_paths, body.specllm_steps)
         return EventStream(chunks, job)
