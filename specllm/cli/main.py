@@ -799,7 +799,7 @@ def serve(
         typer.Option(
             envvar="SPECLLM_API_KEY",
             show_envvar=False,
-            help="Require `Authorization: Bearer KEY` (or SPECLLM_API_KEY).",
+            help="Require `Authorization: Bearer KEY` or `x-api-key: KEY` (or SPECLLM_API_KEY).",
         ),
     ] = None,
     max_waiting: Annotated[

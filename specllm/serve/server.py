@@ -1205,16 +1205,22 @@ def page_html() -> str:
 
 
 def check_key(api_key: str | None, request: Request) -> None:
-    """With an API key set, every request needs it as a bearer token (compared in constant time)."""
+    """With an API key set, every request needs it, as a bearer token or in Anthropic's x-api-key
+    header (either, as llama-server takes them), compared in constant time."""
     if api_key is None:
         return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
     # Header values arrive as Latin-1 text: its bytes are what the client sent (UTF-8 for a key
     # that is not ASCII), and are compared with the key's UTF-8 bytes.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"), api_key.encode()):
-        raise ApiError(
-            401, "missing or wrong API key: send the header Authorization: Bearer KEY", code="invalid_api_key"
-        )
+    if not any(hmac.compare_digest(given.encode("latin-1"), api_key.encode()) for given in offered_keys(request)):
+        message = "missing or wrong API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+        raise ApiError(401, message, code="invalid_api_key")
+
+
+def offered_keys(request: Request) -> list[str]:
+    """The keys a request offers: its bearer token, its x-api-key (Anthropic's clients send that)."""
+    scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+    offered = [bearer.strip()] if scheme.lower() == "bearer" else []
+    return offered + [key.strip() for key in request.headers.getlist("x-api-key")]
 
 
 def _auth_header(error: ApiError) -> dict | None:

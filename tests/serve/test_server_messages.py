@@ -616,6 +616,36 @@ def test_the_http_layers_errors_are_in_anthropics_shape(qwen25):
     assert "code" in srv.post("/v1/nothing", b"{}")[1]["error"]
 
 
+def test_the_api_key_is_taken_as_x_api_key_or_a_bearer_token(qwen25):
+    """With --api-key, the SDK's api_key (x-api-key, Claude Code's ANTHROPIC_API_KEY) and its
+    auth_token (a bearer token, ANTHROPIC_AUTH_TOKEN) both work; a missing or wrong key is a 401
+    in Anthropic's shape. Other endpoints take x-api-key too, as llama-server does."""
+    engine, _ = qwen25
+    keyed = Server(engine, api_key="s3cret")
+    body = json.dumps({"messages": ASK, "max_tokens": 1}).encode()
+    try:
+        for key in ({"api_key": "s3cret"}, {"auth_token": "s3cret"}):
+            assert client(keyed, **key).messages.create(messages=ASK, max_tokens=1, model="x").usage.output_tokens == 1
+            assert client(keyed, **key).messages.count_tokens(messages=ASK, model="x").input_tokens > 0
+        for key in ({"api_key": "wrong"}, {"auth_token": "wrong"}):
+            with pytest.raises(anthropic.AuthenticationError):
+                client(keyed, **key).messages.create(messages=ASK, max_tokens=1, model="x")
+        message = "missing or wrong API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+        for headers in ({}, {"x-api-key": "s3cret-not"}, {"Authorization": "Bearer s3cret-not"}):
+            status, data = keyed.post("/v1/messages", body, headers)
+            assert (status, data) == (
+                401,
+                {"type": "error", "error": {"type": "authentication_error", "message": message}},
+            )
+        assert keyed.post("/v1/messages", body, {"x-api-key": "s3cret", "Authorization": "Bearer -"})[0] == 200
+        chat = json.dumps({"messages": ASK, "max_tokens": 1}).encode()
+        assert keyed.post("/v1/chat/completions", chat, {"x-api-key": "s3cret"})[0] == 200
+        status, data = keyed.post("/v1/chat/completions", chat)
+        assert (status, data["error"]["code"]) == (401, "invalid_api_key")
+    finally:
+        keyed.stop()
+
+
 def test_a_failure_under_way_is_an_error_event_or_a_500(tiny_models, tmp_path):
     """A model whose logits are NaN fails once under way: a 500 of type api_error, or, once the
     stream has begun, an `error` event that ends it, which the SDK raises."""
