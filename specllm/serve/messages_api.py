@@ -4,7 +4,8 @@ request, which the chat endpoint's own path renders and generates from (as llama
 it); `MessageReply` gives the reply as a message, or streams it as the API's events. Claude Code
 and the `anthropic` SDK speak it.
 
-The translation: `system` is the system message; a user message's text blocks are a user message,
+The translation: `system`, and the text of any message of role system, is the system message
+(chat templates take one at the start only); a user message's text blocks are a user message,
 each `tool_result` a tool message, in the order given; an assistant message's text, `thinking` and
 `tool_use` blocks are one assistant message with its content, reasoning and calls. Consecutive
 messages of one role are one turn, as Anthropic combines them. Tools with a `type` other than
@@ -302,7 +303,7 @@ class MessagesRequest(BaseModel):
                 raise ApiError(400, f"{name} is not supported by specllm serve", name)
         if not self.messages:
             raise ApiError(400, "messages: give at least one message", "messages")
-        if self.messages[-1].role == "assistant":
+        if self.conversation and self.conversation[-1].role == "assistant":
             message = (
                 "messages: the last message is the assistant's, which specllm serve does not continue "
                 "(prefill): end with a user message"
@@ -340,16 +341,25 @@ class MessagesRequest(BaseModel):
         return body
 
     def chat_messages(self) -> list[dict]:
-        """The conversation as chat messages, `system` first."""
-        messages = [] if self.system is None else [{"role": "system", "content": self._system()}]
-        for turn in turns(self.messages):
+        """The conversation as chat messages, the system message first."""
+        system = self._system() + [part for m in self.messages if m.role == "system" for part in _parts(m.blocks)]
+        messages = [{"role": "system", "content": system}] if system else []
+        for turn in turns(self.conversation):
             messages += turn.to_chat()
         return messages
 
-    def _system(self) -> str | list[dict]:
-        if isinstance(self.system, str):
-            return steady_billing_header(self.system)
-        return [{"type": "text", "text": steady_billing_header(block.text)} for block in self.system or ()]
+    @property
+    def conversation(self) -> list["MessageParam"]:
+        """The messages but those of role system, which are the system message's (Claude Code
+        sends its environment as one after the first user message): many chat templates take a
+        system message only at the start (Qwen3.5's refuses one elsewhere, gpt-oss's and
+        Mistral's leave it out)."""
+        return [message for message in self.messages if message.role != "system"]
+
+    def _system(self) -> list[dict]:
+        """`system` as text parts: the chat endpoint joins them as it joins a message's."""
+        blocks = [TextBlock(type="text", text=self.system)] if isinstance(self.system, str) else self.system or []
+        return [{"type": "text", "text": steady_billing_header(block.text)} for block in blocks]
 
 
 def steady_billing_header(text: str) -> str:

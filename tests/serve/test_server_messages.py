@@ -39,6 +39,20 @@ def qwen35(tmp_path_factory):
     yield from templated_server(tmp_path_factory, "qwen35", tool_templates.QWEN35)
 
 
+# ChatML, but a system message anywhere but first is refused, as Qwen3.5's template refuses it
+STRICT_SYSTEM = (
+    "{% for message in messages %}{% if message['role'] == 'system' and not loop.first %}"
+    "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory):
+    yield from templated_server(tmp_path_factory, "strict", STRICT_SYSTEM)
+
+
 @pytest.fixture(scope="module")
 def chatml(tiny_models):
     """The tiny target with its ChatML template, which renders no tools: calls in the generic format."""
@@ -220,13 +234,15 @@ TOOLS = [
     tool("get_weather", {"city": {"type": "string", "maxLength": 12}}),
     tool("get_time", {"offset": {"type": "integer", "minimum": -12, "maximum": 12}}),
 ]
-CHAT_TOOLS = [
-    {
-        "type": "function",
-        "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
-    }
-    for t in TOOLS
-]
+
+
+def as_function(tool: dict) -> dict:
+    """A tool as the chat endpoint takes it."""
+    function = {"name": tool["name"], "description": tool["description"], "parameters": tool["input_schema"]}
+    return {"type": "function", "function": function}
+
+
+CHAT_TOOLS = [as_function(tool) for tool in TOOLS]
 ASK_GENERIC = [{"role": "user", "content": "Weather in Paris?"}]  # the tiny model calls a tool here
 GREETING = [{"role": "user", "content": "hi"}]  # and answers this one
 
@@ -726,3 +742,73 @@ def test_consecutive_messages_of_one_role_are_one_turn(qwen25):
     joined = [{"role": "user", "content": [{"type": "text", "text": "What is the weather"},
                                            {"type": "text", "text": "in Paris?"}]}]  # fmt: skip
     assert counted == prompt_tokens(srv, joined) != prompt_tokens(srv, split)
+
+
+# Claude Code's request (2.1.332, `claude -p "Say hello"`, as it sent it to a server of serve's):
+# the system prompt in blocks (its billing header first, without a stamp in this version), the
+# environment as a message of role system after the first user message, custom tools with JSON
+# schemas of draft 2020-12, adaptive thinking to be omitted, effort, context management, metadata;
+# the tools and texts cut short here.
+CLAUDE_CODE = {
+    "model": "specllm",
+    "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>\nAttribution for git commits ...\n</system-reminder>"},
+            {"type": "text", "text": "Say hello"},
+        ]},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment\n - Platform: linux"}]},
+    ],
+    "system": [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.1c9; cc_entrypoint=sdk-cli;"},
+        {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
+         "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "\nYou are an agent working with the user toward their goals.",
+         "cache_control": {"type": "ephemeral"}},
+    ],
+    "tools": [
+        {"name": "Bash", "description": "Executes a bash command and returns its output.", "input_schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"command": {"description": "The command to execute", "type": "string"},
+                           "timeout": {"description": "Optional timeout in milliseconds", "type": "number"}},
+            "required": ["command"], "additionalProperties": False}},
+        {"name": "Read", "description": "Reads a file from the local filesystem.", "input_schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"file_path": {"description": "The absolute path to the file to read", "type": "string"},
+                           "limit": {"type": "integer", "exclusiveMinimum": 0, "maximum": 9007199254740991}},
+            "required": ["file_path"], "additionalProperties": False}},
+    ],
+    "metadata": {"user_id": '{"device_id":"01db","account_uuid":"","session_id":"0c4b"}'},
+    "max_tokens": 32000,
+    "thinking": {"type": "adaptive", "display": "omitted"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "high"},
+    "stream": True,
+}  # fmt: skip
+
+
+def test_claude_codes_request_gets_the_stream_it_reads(strict):
+    """Claude Code's request, on a template that takes a system message at the start only: its
+    environment, sent as a message of role system, is the system message's last part (the chat
+    endpoint refuses it where it was sent, in the template's words); the streamed reply is the chat
+    endpoint's (greedy here, to compare: Claude Code sends no temperature), an answer in words."""
+    _, srv = strict
+    raw = events(srv, CLAUDE_CODE | {"temperature": 0})
+    system = [{"type": "text", "text": block["text"]} for block in CLAUDE_CODE["system"]]
+    environment = CLAUDE_CODE["messages"][1]
+    as_chat = [{"role": "system", "content": system + environment["content"]}, CLAUDE_CODE["messages"][0]]
+    tools = [as_function(tool) for tool in CLAUDE_CODE["tools"]]
+    chat = srv.client().chat.completions.create(messages=as_chat, tools=tools, max_tokens=32000, **GREEDY)
+    answer = chat.choices[0]
+    assert (answer.finish_reason, answer.message.tool_calls) == ("stop", None)
+    assert blocks_of(raw) == [{"type": "text", "text": answer.message.content}]
+    assert kinds(raw) == [
+        "message_start", "content_block_start", "text_delta", "content_block_stop", "message_delta", "message_stop",
+    ]  # fmt: skip
+    assert raw[-2]["delta"]["stop_reason"] == "end_turn"
+    tokens = chat.usage.prompt_tokens
+    assert raw[0]["message"]["usage"]["input_tokens"] == tokens
+    counted = srv.post("/v1/messages/count_tokens", json.dumps(CLAUDE_CODE).encode())
+    assert counted == (200, {"input_tokens": tokens})
+    in_place = [{"role": "system", "content": system}, *CLAUDE_CODE["messages"]]
+    status, data = srv.post("/v1/chat/completions", json.dumps({"messages": in_place, "max_tokens": 1}).encode())
+    assert status == 400 and "System message must be at the beginning." in data["error"]["message"]
