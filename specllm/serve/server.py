@@ -988,7 +988,7 @@ def create_app(engine: Engine, settings: ServeSettings, embedder: Model | None =
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "HEAD", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["*"],  # what the page's client sends: a key in either header, Anthropic's versions
             max_age=600,
         )
 

@@ -48,7 +48,7 @@ def preflight(srv, origin: str, path: str = "/v1/chat/completions"):
     headers = {
         "Origin": origin,
         "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type",
+        "Access-Control-Request-Headers": "authorization, content-type, x-api-key, anthropic-version",
     }
     return request(srv, "OPTIONS", path, headers)
 
@@ -59,7 +59,7 @@ def test_a_pages_preflight_is_answered_without_the_key(srv):
     assert headers[ALLOW_ORIGIN] == PAGE
     assert "POST" in headers["access-control-allow-methods"]
     allowed = {h.strip().lower() for h in headers["access-control-allow-headers"].split(",")}
-    assert {"authorization", "content-type"} <= allowed
+    assert {"authorization", "content-type", "x-api-key", "anthropic-version"} <= allowed
 
 
 def test_every_answer_to_the_page_is_readable_by_it(srv):
