@@ -68,7 +68,7 @@ from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, Spe
 from specllm.files import check_writable, memory_limit_hint, open_files_hint, read_text_file
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
-from specllm.serve import GRAMMAR_BUDGET, MAX_WAITING
+from specllm.serve import CACHE_RAM, GRAMMAR_BUDGET, MAX_WAITING
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
 
@@ -814,6 +814,15 @@ def serve(
             "a costlier one gets a 400, as its masks would hold every other request (0: no limit).",
         ),
     ] = GRAMMAR_BUDGET,
+    cache_ram: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            metavar="MIB",
+            help="MiB of memory for other conversations' KV caches, so that a client's side request "
+            "does not make the conversation's next turn prefill again (0: none).",
+        ),
+    ] = CACHE_RAM // 2**20,
     cors: Annotated[
         list[str] | None,
         typer.Option(
@@ -878,6 +887,7 @@ def serve(
             grammar_budget=grammar_budget or None,
             embedding_model=model_name(embedding_model, embedder.path) if embedder else None,
             cors_origins=origins,
+            cache_ram=cache_ram * 2**20,
         )
         if warning := exposure_warning(sock, settings):
             print(warning, file=sys.stderr, flush=True)

@@ -605,6 +605,32 @@ class Model:
             self.truncate(keep)
         return self.eval(tokens[keep:], n_logits)
 
+    # --- saved states (serve keeps other conversations' KV caches in memory) --------------------
+
+    def saved_state(self) -> "SavedState | None":
+        """What the KV cache holds, as llama.cpp serialises it, with its tokens, for `restore`
+        later; None for an empty cache, or a recurrent or hybrid model (a restored recurrent state
+        cannot be cut back to a shorter prompt's start)."""
+        check_context(self)
+        if self.recurrent or not self.tokens:
+            return None
+        size = L.llama_state_seq_get_size(self._ctx, 0)
+        data = (ctypes.c_uint8 * size)()
+        if L.llama_state_seq_get_data(self._ctx, data, size, 0) != size:
+            return None
+        return SavedState(list(self.tokens), data, size)
+
+    def restore(self, state: "SavedState") -> bool:
+        """Make the KV cache hold `state` again (saved_state's, of this model); False, the cache
+        emptied, where llama.cpp does not take it."""
+        check_context(self)
+        self.truncate(0)  # first: an interrupt leaves the cache holding more than `tokens` says, never less
+        if L.llama_state_seq_set_data(self._ctx, state.data, state.size, 0) != state.size:
+            L.llama_memory_seq_rm(self._memory, 0, 0, -1)
+            return False
+        self.tokens = list(state.tokens)
+        return True
+
     # --- embeddings (a context opened with ModelOptions.embeddings) --------------------------
 
     @property
@@ -1016,6 +1042,15 @@ def _keeping_signals(signals: list[BaseException]) -> Iterator[None]:
         yield
     finally:
         sys.unraisablehook = previous
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A model's KV cache as llama.cpp serialised it (Model.saved_state), and the tokens it holds."""
+
+    tokens: list[int]  # never changed: restore copies it
+    data: ctypes.Array
+    size: int
 
 
 @dataclass

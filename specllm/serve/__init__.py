@@ -8,3 +8,8 @@ MAX_WAITING = 64
 # real schemas take milliseconds on Qwen2.5's 152k tokens (docs/serve.md), a hostile grammar
 # seconds to minutes a token, all of them on the engine's thread.
 GRAMMAR_BUDGET = 1.0
+
+# Bytes of other conversations' KV caches kept in memory, by default (serve --cache-ram): a 4,000-
+# token conversation of the default 1.5B target is 109 MiB, and a side request that cut it back
+# would cost its next turn a minute of prefill on a small CPU.
+CACHE_RAM = 2048 * 2**20

@@ -62,6 +62,7 @@ from specllm.engine.names import Drafter
 from specllm.engine.prompt_cache import PromptCache
 from specllm.engine.reasoning import after_think_block, closing_marker
 from specllm.engine.sampling import default_seed
+from specllm.engine.saved_states import SavedStates
 from specllm.errors import ChatTemplateFailed, GrammarInvalid, SpecllmError
 from specllm.files import open_files_hint
 from specllm.llama.embeddings import (
@@ -74,7 +75,7 @@ from specllm.llama.embeddings import (
 )
 from specllm.llama.model import Model
 from specllm.llama.templates import CHATML_TEMPLATE
-from specllm.serve import GRAMMAR_BUDGET, MAX_WAITING, generic_tools
+from specllm.serve import CACHE_RAM, GRAMMAR_BUDGET, MAX_WAITING, generic_tools
 from specllm.serve.embeddings import (
     EmbeddingRequest,
     Prompt,
@@ -149,6 +150,8 @@ class ServeSettings:
     grammar_budget: float | None = GRAMMAR_BUDGET
     # Origins whose web pages may call the API from a browser (CORS; "*": any), as sent in Origin
     cors_origins: tuple[str, ...] = ()
+    # Bytes of other conversations' KV caches kept in memory (engine/saved_states.py; 0: none)
+    cache_ram: int = CACHE_RAM
 
     def __post_init__(self):
         if self.api_key is not None:
@@ -467,6 +470,8 @@ class EngineWorker:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop, once a request has come
         # The previous generation's prompt + generated text and its tokens, for the next prompt.
         self.cache = PromptCache(engine)
+        # Other conversations' KV caches, so that a side request costs the conversation no prefill
+        self.states = SavedStates(settings.cache_ram) if settings.cache_ram else None
         # what a request may ask for: those a refusal offers instead
         self.drafters = tuple(
             d for d in DRAFTERS if (d != Drafter.MODEL or engine.has_draft) and (d != Drafter.MTP or engine.mtp)
@@ -797,6 +802,8 @@ class EngineWorker:
             **request.limits,
             **ready.structure,
         )
+        if self.states is not None:  # the KV cache as the prompt would have it: another conversation's, maybe
+            self.states.switch(tokens, engine.target, [engine.draft] if engine.draft is not None else [])
         generation = engine.start(tokens, config, prepared=ready.grammar)  # refuses what the engine cannot do, now
         # The KV cache changes from the first step (a refusal above leaves it as it was, for the
         # conversation to go on from); Job.run remembers the finished generation.
