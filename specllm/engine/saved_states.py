@@ -69,10 +69,10 @@ class SavedStates:
     def _save(self, models: list[Model]) -> None:
         entry = _Entry()
         for model in models:
-            state = model.saved_state()
+            state = model.saved_state(limit=self.budget - entry.size)
             if state is not None:
                 entry.states[id(model)] = state
-        if not entry.states or id(models[0]) not in entry.states or entry.size > self.budget:
+        if id(models[0]) not in entry.states:
             return
         # a conversation saved before it grew is the start of this one
         self._entries = [e for e in self._entries if e.tokens != entry.tokens[: len(e.tokens)]]

@@ -607,14 +607,17 @@ class Model:
 
     # --- saved states (serve keeps other conversations' KV caches in memory) --------------------
 
-    def saved_state(self) -> "SavedState | None":
+    def saved_state(self, limit: int | None = None) -> "SavedState | None":
         """What the KV cache holds, as llama.cpp serialises it, with its tokens, for `restore`
-        later; None for an empty cache, or a recurrent or hybrid model (a restored recurrent state
-        cannot be cut back to a shorter prompt's start)."""
+        later; None for an empty cache, one of more than `limit` bytes (not copied: a large
+        context's is gigabytes, over the network with RPC), or a recurrent or hybrid model (a
+        restored recurrent state cannot be cut back to a shorter prompt's start)."""
         check_context(self)
         if self.recurrent or not self.tokens:
             return None
         size = L.llama_state_seq_get_size(self._ctx, 0)
+        if limit is not None and size > limit:
+            return None
         data = (ctypes.c_uint8 * size)()
         if L.llama_state_seq_get_data(self._ctx, data, size, 0) != size:
             return None

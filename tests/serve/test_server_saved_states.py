@@ -115,6 +115,8 @@ def test_a_restored_state_gives_the_logits_of_a_fresh_evaluation(tiny_models):
         tokens = model.tokenize("def total(values):\n" * 30)
         model.sync(tokens[:-1])
         state = model.saved_state()
+        assert state is not None and model.saved_state(limit=state.size) is not None
+        assert model.saved_state(limit=state.size - 1) is None  # not copied past its limit
         expected = model.eval(tokens[-1:]).copy()  # in a call of its own, as after the restore
         model.sync(model.tokenize("something else"))
         assert state is not None and model.restore(state)
