@@ -81,6 +81,23 @@ class Server:
         data = [line.removeprefix("data: ") for line in lines if line]
         return [d if d == "[DONE]" else json.loads(d) for d in data]
 
+    def post_named_events(self, path, body: dict) -> list[dict]:
+        """The events of a stream whose `event:` lines name their data's type (the Responses API's,
+        Anthropic's), each checked to do so, read as JSON."""
+        conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
+        conn.request("POST", path, json.dumps(body | {"stream": True}), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+        blocks = [block for block in response.read().decode().split("\n\n") if block]
+        conn.close()
+        read = []
+        for block in blocks:
+            event_line, data_line = block.split("\n")
+            data = json.loads(data_line.removeprefix("data: "))
+            assert event_line == f"event: {data['type']}"
+            read.append(data)
+        return read
+
     def get(self, path):
         conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=60)
         conn.request("GET", path)
@@ -169,6 +186,15 @@ def read_reply(pieces: list[str], opened: bool | str = False, prefill: str = "")
             for key, value in part.items():
                 joined[key] += value
     return reply.message(), joined
+
+
+def replayed(reply, read: ChatReply, pieces: list[str], result) -> list:
+    """The events `reply` (an API's Reply) streams for a generation of `result` whose text came in
+    these pieces, read by `read` (the reader serve made for the request)."""
+    streamed = reply.opening()
+    for piece in pieces:
+        streamed += reply.deltas(read.feed(piece))
+    return streamed + reply.deltas(read.finish()) + reply.closing(result, 0, read, False)
 
 
 def templated_server(

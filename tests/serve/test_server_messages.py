@@ -18,7 +18,18 @@ import anthropic
 import pytest
 import tiny_models as tm
 import tool_templates
-from serving import ASK, CALL, GET_WEATHER, PARAMETERS, Server, hold, serve_log, templated_server, wait_for_line
+from serving import (
+    ASK,
+    CALL,
+    GET_WEATHER,
+    PARAMETERS,
+    Server,
+    hold,
+    replayed,
+    serve_log,
+    templated_server,
+    wait_for_line,
+)
 
 import specllm
 from specllm.serve.messages_api import MessageReply, parse_messages, steady_billing_header
@@ -84,19 +95,7 @@ def create(srv, **body) -> anthropic.types.Message:
 
 def events(srv, body: dict, path: str = "/v1/messages") -> list[dict]:
     """A streamed message's events, raw: each one's `event:` line must name its data's type."""
-    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-    conn.request("POST", path, json.dumps(body | {"stream": True}), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
-    blocks = [block for block in response.read().decode().split("\n\n") if block]
-    conn.close()
-    read = []
-    for block in blocks:
-        event_line, data_line = block.split("\n")
-        data = json.loads(data_line.removeprefix("data: "))
-        assert event_line == f"event: {data['type']}"
-        read.append(data)
-    return read
+    return srv.post_named_events(path, body)
 
 
 def kinds(streamed: list[dict]) -> list[str]:
@@ -409,11 +408,7 @@ def read_in(srv, pieces: list[str], result) -> tuple[list[dict], ChatReply]:
     get_weather, and streamed as the generation of `result`: the events, and the reader."""
     chat = parse_messages(json.dumps({"messages": ASK, "tools": [WEATHER], "max_tokens": 9}).encode())
     _, read = srv.worker.render_chat(chat)
-    reply = MessageReply(True, "tiny")
-    streamed = reply.opening()
-    for piece in pieces:
-        streamed += reply.deltas(read.feed(piece))
-    return streamed + reply.deltas(read.finish()) + reply.closing(result, 0, read, False), read
+    return replayed(MessageReply(True, "tiny"), read, pieces, result), read
 
 
 def blocks_of(streamed: list[dict]) -> list[dict]:

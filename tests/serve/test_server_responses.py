@@ -13,7 +13,18 @@ from urllib.parse import urlsplit
 
 import pytest
 import tool_templates
-from serving import ASK, CALL, GET_WEATHER, PARAMETERS, Server, hold, serve_log, templated_server, wait_for_line
+from serving import (
+    ASK,
+    CALL,
+    GET_WEATHER,
+    PARAMETERS,
+    Server,
+    hold,
+    replayed,
+    serve_log,
+    templated_server,
+    wait_for_line,
+)
 
 from specllm.serve.openai_api import ApiError, ChatReply, ChatRequest, Reply, ToolReply
 from specllm.serve.responses_api import ResponseReply, parse_responses
@@ -35,18 +46,7 @@ def qwen35(tmp_path_factory):
 
 def events(srv, body: dict, path: str = "/v1/responses") -> list[dict]:
     """A streamed response's events, raw: each one's `event:` line must name its data's type."""
-    conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-    conn.request("POST", path, json.dumps(body | {"stream": True}), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
-    blocks = [block for block in response.read().decode().split("\n\n") if block]
-    conn.close()
-    read = []
-    for block in blocks:
-        event_line, data_line = block.split("\n")
-        data = json.loads(data_line.removeprefix("data: "))
-        assert event_line == f"event: {data['type']}"
-        read.append(data)
+    read = srv.post_named_events(path, body)
     assert [e["sequence_number"] for e in read] == list(range(len(read)))
     return read
 
@@ -290,11 +290,7 @@ def read_in(srv, pieces: list[str], result) -> tuple[list[dict], ChatReply]:
     get_weather, and streamed as the generation of `result`: the events, and the reader."""
     chat = parse_responses(json.dumps({"input": ASK[0]["content"], "tools": [WEATHER]}).encode())
     _, read = srv.worker.render_chat(chat)
-    reply = ResponseReply(True, "tiny")
-    streamed = reply.opening()
-    for piece in pieces:
-        streamed += reply.deltas(read.feed(piece))
-    return streamed + reply.deltas(read.finish()) + reply.closing(result, 0, read, False), read
+    return replayed(ResponseReply(True, "tiny"), read, pieces, result), read
 
 
 def test_text_after_a_call_is_a_new_message_item_streamed_or_not(qwen25):
