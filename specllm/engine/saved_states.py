@@ -51,20 +51,21 @@ class SavedStates:
         prompt would cut away, and restore the saved context that holds more of it. Returns the
         tokens of the prompt a restored state holds (0: none restored)."""
         kept = common_prefix(target.tokens, prompt)
-        best = max(self._entries, key=lambda e: common_prefix(e.tokens, prompt), default=None)
-        if best is not None and common_prefix(best.tokens, prompt) - kept >= WORTH_RESTORING:
+        held, best = max(
+            ((common_prefix(e.tokens, prompt), e) for e in self._entries), key=lambda pair: pair[0], default=(0, None)
+        )
+        if best is not None and held - kept >= WORTH_RESTORING:
             self._entries.remove(best)  # it lives in the KV cache again; saved anew when cut away
         else:
             best = None
         if len(target.tokens) - kept >= WORTH_SAVING:
             self._save([target, *others])
-        if best is None:
+        if best is None or not target.restore(best.states[id(target)]):
             return 0
-        for model in (target, *others):
-            state = best.states.get(id(model))
-            if state is not None and not model.restore(state):
-                return 0
-        return common_prefix(best.tokens, prompt)
+        for model in others:  # one that fails is emptied, and catches up by itself as ever
+            if (state := best.states.get(id(model))) is not None:
+                model.restore(state)
+        return held
 
     def _save(self, models: list[Model]) -> None:
         entry = _Entry()
