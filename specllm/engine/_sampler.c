@@ -32,11 +32,12 @@
      the union's ids and those values (room for both inputs' lengths), and returns their number,
      or 0 where they hold no mass.
 
-   top_probability(row, token, window) -> probability
+   top_probability(row, token, window, below) -> probability
      The raw softmax's probability of `token`, the row's maximum (a greedy draft's confidence):
      1 / the sum of exp(value - top) over the values within `window` (at most 20) of the top, as
      sampling.top_probability's numpy path, with a float32 exp of relative error about 2e-7
-     (exp_approx, near_top_sum): auto only asks which of its confidence buckets it falls in.
+     (exp_approx, near_top_sum): auto only asks which of its confidence buckets it falls in. Where
+     the probability is under `below` (> 0), some value under `below`, found from part of the row.
      -1.0 for a strided row.
 
    Each returns -1 with nothing written where an input is strided: numpy's path takes it.
@@ -475,12 +476,21 @@ static inline int any_at_least(const float *x, Py_ssize_t n, float floor)
    time, its values near the top gathered first (branch-free, skipping the chunks that hold none),
    then exp_approx over them a chunk's lanes at a time. A real model's row holds from 0.1% to a
    third of its vocabulary there (a long tail of tiny probabilities), and libm's exp, one value at
-   a time, would cost most of a millisecond for the latter. */
+   a time, would cost most of a millisecond for the latter. It stops after a block whose running
+   sum passes `limit` (the caller then knows enough: the top's probability is below 1 / limit). */
 #define BLOCK 4096
-static double near_top_sum(const float *x, Py_ssize_t n, float top, float floor)
+static double sum_of(const double *lanes)
+{
+    double total = 0.0;
+    for (int i = 0; i < CHUNK; i++)
+        total += lanes[i];
+    return total;
+}
+
+static double near_top_sum(const float *x, Py_ssize_t n, float top, float floor, double limit)
 {
     float near[BLOCK];
-    double lanes[CHUNK] = {0}, total = 0.0; /* a sum per lane: no chain of additions across the row */
+    double lanes[CHUNK] = {0}, total; /* a sum per lane: no chain of additions across the row */
     for (Py_ssize_t b0 = 0; b0 < n; b0 += BLOCK) {
         Py_ssize_t block_end = b0 + BLOCK < n ? b0 + BLOCK : n, m = 0;
         for (Py_ssize_t i0 = b0; i0 < block_end; i0 += CHUNK) {
@@ -497,22 +507,23 @@ static double near_top_sum(const float *x, Py_ssize_t n, float top, float floor)
             for (Py_ssize_t i = 0; i < lanes_used; i++)
                 lanes[i] += exp_approx(near[j0 + i]);
         }
+        if (m && block_end < n && (total = sum_of(lanes)) > limit)
+            return total;
     }
-    for (int i = 0; i < CHUNK; i++)
-        total += lanes[i];
-    return total;
+    return sum_of(lanes);
 }
 
 static PyObject *py_top_probability(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     static const Argument arguments[] = {ROW};
-    double window;
+    double window_and_below[2];
     Py_buffer v[1];
     (void)self;
     Py_ssize_t token;
-    if (!arguments_are("top_probability(row, token, window)", nargs, 3) || ssize_of(args[1], &token) < 0 ||
-        doubles_of(args + 2, 1, &window) < 0)
+    if (!arguments_are("top_probability(row, token, window, below)", nargs, 4) || ssize_of(args[1], &token) < 0 ||
+        doubles_of(args + 2, 2, window_and_below) < 0)
         return NULL;
+    double window = window_and_below[0], below = window_and_below[1];
     int got = buffers_of(args, arguments, 1, v);
     if (got <= 0)
         return got < 0 ? NULL : PyFloat_FromDouble(-1.0);
@@ -524,7 +535,7 @@ static PyObject *py_top_probability(PyObject *self, PyObject *const *args, Py_ss
         return NULL;
     }
     float top = x[token], floor = top - (float)window; /* in float32, as numpy computes them */
-    double total = near_top_sum(x, n, top, floor);
+    double total = near_top_sum(x, n, top, floor, below > 0.0 ? 1.0 / below : INFINITY);
     release(v, 1);
     return PyFloat_FromDouble(1.0 / total);
 }

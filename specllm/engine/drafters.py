@@ -152,7 +152,7 @@ class ModelDrafter(NoDrafter):
             else:
                 ids, p = candidates(logits, self.sampler)
             if keep_going is not None:
-                confidence = top_probability(logits, token) if greedy else float(p[0])
+                confidence = top_probability(logits, token, CONFIDENCE_EDGES[0]) if greedy else float(p[0])
                 if not keep_going(confidences, confidence, time.perf_counter() - start):
                     break
                 confidences.append(confidence)

@@ -344,16 +344,20 @@ def _logsumexp(x: np.ndarray) -> float:
 _CONFIDENCE_WINDOW = 20.0
 
 
-def top_probability(logits: np.ndarray, token: int) -> float:
+def top_probability(logits: np.ndarray, token: int, below: float = 0.0) -> float:
     """The raw softmax's top probability, given the row's argmax `token`: the draft's confidence
     when decoding greedily (where the processed distribution is always one-hot). Logits more than
     20 below the top add at most n_vocab * e^-20 (3e-4 for 150k tokens) to a normaliser of at
     least 1, far below the confidence buckets' widths, so only the ones near the top are
     exponentiated: from 0.1% to a third of a real model's row. numpy finds them with a boolean copy
     of the row, 0.27-0.84 ms right after a call of the default draft; the compiled one gathers them
-    a block at a time, 0.12-0.27 ms (benchmarks/sampled_row.py --prompt)."""
+    a block at a time, 0.12-0.27 ms (benchmarks/sampled_row.py --prompt).
+
+    Where the probability is under `below`, any value under it may come back: the compiled one
+    stops once the blocks read so far prove it, which makes a flat row (a draft that has no idea,
+    whose whole row lies near its top: 0.7 ms) cost about what a peaked one does."""
     if _compiled is not None and logits.dtype == _FLOAT32:
-        probability = _compiled.top_probability(logits, token, _CONFIDENCE_WINDOW)
+        probability = _compiled.top_probability(logits, token, _CONFIDENCE_WINDOW, below)
         if probability >= 0:  # else a strided row
             return probability
     top = logits[token]  # the maximum, without another pass over the row

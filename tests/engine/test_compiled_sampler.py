@@ -269,6 +269,27 @@ def test_a_rejections_residual_is_p_minus_q_where_p_exceeds_it():
     assert list(r.ids) == [2, 5, 7, 9] and list(r.p) == [0.25, 0.3, 0.0, 0.2]
 
 
+def test_a_confidence_known_to_be_under_the_floor_stops_early_and_stays_under_it(monkeypatch):
+    """With `below`, a row whose top probability is under it (a flat row: the whole vocabulary near
+    its top) answers some value under it, read from the first block or so, and one over it comes
+    back exact: auto's buckets see no difference."""
+    rng = np.random.default_rng(5)
+    flat = rng.normal(0, 1, 151_936).astype(np.float32)
+    peaked = rng.normal(0, 6, 151_936).astype(np.float32)
+    peaked[123_456] = peaked.max() + 3.0  # a confident draft: about 0.9, its rivals far down the row
+    for row, below in ((flat, 0.2), (flat, 1e-4), (peaked, 0.2)):
+        token = int(row.argmax())
+        exact = on_numpys_path(monkeypatch, top_probability, row, token)
+        got = top_probability(row, token, below)
+        if exact < below:
+            assert exact <= got < below
+        else:
+            assert got == pytest.approx(exact, rel=1e-6)
+    token = int(flat.argmax())
+    assert top_probability(flat, token, 0.2) > 10 * top_probability(flat, token)  # it did stop early
+    assert top_probability(peaked, 123_456, 0.2) > 0.8
+
+
 def test_the_compiled_confidence_is_numpys_to_its_float32_exp(monkeypatch):
     """A greedy draft's confidence (the raw softmax's top probability), which auto only buckets:
     within 1e-6 of numpy's on rows with few values near the top, as a real model's, with many, and
@@ -284,6 +305,6 @@ def test_the_compiled_confidence_is_numpys_to_its_float32_exp(monkeypatch):
         expected = on_numpys_path(monkeypatch, top_probability, row, token)
         assert got == pytest.approx(expected, rel=1e-6) and 0 < got <= 1
     assert top_probability(rows[2], 77) == pytest.approx(1 / (1 + np.exp(-20.0)), rel=1e-12)
-    assert COMPILED.top_probability(rows[0][::2], 0, 20.0) == -1.0
+    assert COMPILED.top_probability(rows[0][::2], 0, 20.0, 0.0) == -1.0
     with pytest.raises(IndexError):
-        COMPILED.top_probability(rows[2], 5000, 20.0)
+        COMPILED.top_probability(rows[2], 5000, 20.0, 0.0)
