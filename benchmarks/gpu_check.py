@@ -174,6 +174,17 @@ STAGES = [
 TARGETS = ["qwen2.5-7b", "qwen2.5-32b", "qwen2.5-14b", "qwen2.5-1.5b", "llama-3.1-8b"]
 
 
+def chosen_stages(pairs: tuple) -> list:
+    """STAGES in order, or only the named pairs' stages in the order named (each loads its pair)."""
+    if not pairs:
+        return STAGES
+    by_name = {pair_name(*pair): (models, pair) for models, pair in STAGES}
+    unknown = [p for p in pairs if p not in by_name]
+    if unknown:
+        raise ValueError(f"unknown pair {', '.join(unknown)} (known: {', '.join(by_name)})")
+    return [by_name[p] for p in pairs]
+
+
 def pair_name(draft: str, target: str) -> str:
     return f"{short(draft)}->{short(target)}"
 
@@ -194,6 +205,8 @@ class Settings:
     gpu_layers: int
     threads: int | None  # None: one per physical core (a dry run takes one: it measures nothing)
     budget: float  # seconds from the start; 0: none
+    alphas: tuple = ALPHAS
+    pairs: tuple = ()  # pair names to measure, in this order (empty: every stage, in STAGES' order)
 
 
 # --- GGUF writing -------------------------------------------------------------------------------
@@ -585,7 +598,8 @@ class Report:
                 "n_ctx": settings.n_ctx,
                 "gpu_layers": settings.gpu_layers,
                 "threads": settings.threads,
-                "alphas": list(ALPHAS),
+                "alphas": list(settings.alphas),
+                "pairs": list(settings.pairs) or "all",
                 "gammas": list(GAMMAS),
                 "widths": list(WIDTHS),
                 "auto_costs": "specllm's own calibration"
@@ -602,6 +616,7 @@ class Report:
             "loop": {},
             "speedups": {},
             "selection": {},
+            "patterns": {},
             "fidelity": {"runs": 0, "identical": 0, "divergences": []},
             "skipped": [],
             "errors": [],
@@ -672,6 +687,19 @@ def render_markdown(d: dict) -> str:
             + " | ".join(_f(cal["V"].get(str(w))) for w in WIDTHS[1:])
             + " |"
         )
+    if d.get("patterns"):
+        lines += [
+            "",
+            "## Call sequences (median ms a call; widths called in this order, again and again)",
+            "",
+            "| model | 1 1 1 1: width 1 | 2 1 1 1: width 2 | 2 1 1 1: width 1 | 5 5: width 5 | 1 5: width 1 | 1 5: width 5 |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, r in d["patterns"].items():
+            lines.append(
+                f"| {name} | {_f(r['1 1 1 1']['1'], 3)} | {_f(r['2 1 1 1']['2'], 3)} | {_f(r['2 1 1 1']['1'], 3)} | "
+                f"{_f(r['5 5']['5'], 3)} | {_f(r['1 5']['1'], 3)} | {_f(r['1 5']['5'], 3)} |"
+            )
     lines += [
         "",
         "## c per pair (draft step / target step)",
@@ -832,6 +860,7 @@ def synthetic_drafter_class(plan: SyntheticPlan):
     continuation, each token replaced by another with probability 1 - alpha, and reports alpha as
     its confidence (a calibrated draft that cannot tell its good tokens from its bad ones)."""
     from specllm.engine.drafters import Draft, ModelDrafter
+    from specllm.engine.policy import CONFIDENCE_EDGES
     from specllm.engine.sampling import candidates, top_probability
 
     class SyntheticDrafter(ModelDrafter):
@@ -854,7 +883,7 @@ def synthetic_drafter_class(plan: SyntheticPlan):
                 if not self.sampler.greedy:
                     candidates(logits, self.sampler)
                 if keep_going is not None:
-                    top_probability(logits, token)  # likewise (auto's confidence); alpha is reported instead
+                    top_probability(logits, token, CONFIDENCE_EDGES[0])  # likewise (auto's confidence); alpha is reported
                     if not keep_going(confidences, plan.alpha, time.perf_counter() - start):
                         break
                     confidences.append(plan.alpha)
@@ -926,6 +955,32 @@ def gpu_like_policy(t1: float):
 
 def expected_tokens(alpha: float, k: int) -> float:
     return sum(alpha**i for i in range(k + 1))
+
+
+# Sequences of call widths, repeated from the same context: steady one-token decoding, the draft
+# model's proposal of 4 (a catch-up call of 2 tokens, then one-token steps), steady verify calls of
+# 5, and auto switching between a one-token step and a verify call of 5.
+CALL_PATTERNS = {"1 1 1 1": (1, 1, 1, 1), "2 1 1 1": (2, 1, 1, 1), "5 5": (5, 5), "1 5": (1, 5)}
+
+
+def call_pattern(model, context: list[int], widths: tuple, cycles: int) -> dict:
+    """Median milliseconds of each width's calls when `widths` is called in that order, each call
+    after the last (the KV cache grows), and then cut back to `context`, `cycles` times after one
+    warm-up cycle. Calls are timed with their logits' argmax, as calibration.time_calls does."""
+    feed = (context * (sum(widths) // max(1, len(context)) + 1))[-sum(widths) :]
+    model.sync(context)
+    model.checkpoint()
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for cycle in range(cycles + 1):
+        at = 0
+        for w in widths:
+            start = time.perf_counter()
+            model.eval(feed[at : at + w], w).argmax(axis=1)
+            if cycle:
+                times[w].append(time.perf_counter() - start)
+            at += w
+        model.truncate(len(context))
+    return {str(w): 1000 * float(np.median(ts)) for w, ts in times.items()}
 
 
 def predicted_speedup(alpha: float, k: int, c: float, V: dict) -> float | None:
@@ -1055,6 +1110,30 @@ class Check:
             f"{times[15] / t1:.2f}"
         )
         self.update_pairs()
+        self.r.save()
+
+    def patterns(self, name: str) -> None:
+        """One model's call time in the sequences of widths the loop makes, against the same width
+        called again and again. A CUDA build replays a captured graph of a call only after two
+        calls of the same shape in a row, so the draft's catch-up call (2 tokens, then one-token
+        steps) and the target's switching between one-token steps and verify calls may each run
+        every kernel launch by launch."""
+        if name in self.r.data["patterns"]:
+            return
+        model = self.loaded[name]
+        t1 = self.r.data["calibration"][name]["t1_ms"] / 1000
+        cycles = 12 if self.s.mode == "gpu" else 3
+        if not self.fits(f"call patterns {name}", 3 * sum(map(len, CALL_PATTERNS.values())) * cycles * t1 + 1):
+            return
+        result = {
+            label: call_pattern(model, self.prompt, widths, cycles) for label, widths in CALL_PATTERNS.items()
+        }
+        self.r.data["patterns"][name] = result
+        steady, draft = result["1 1 1 1"]["1"], result["2 1 1 1"]["1"]
+        self.r.log(
+            f"{name}: one-token call {steady:.3f} ms steady, {draft:.3f} ms after a catch-up call; "
+            f"verify(5) {result['5 5']['5']:.3f} ms steady, {result['1 5']['5']:.3f} ms after a one-token step"
+        )
         self.r.save()
 
     def update_pairs(self) -> None:
@@ -1319,7 +1398,7 @@ class Check:
         cal = self.r.data["calibration"]
         t1, c, V = cal[target]["t1_ms"] / 1000, cal[draft]["t1_ms"] / cal[target]["t1_ms"], cal[target]["V"]
         per_token = 0.0
-        for alpha in ALPHAS:
+        for alpha in self.s.alphas:
             per_token += 1.0 + 2.0  # target-only, auto's warm-up and measured run (at most a target step each)
             for g in GAMMAS:
                 p = predicted_speedup(alpha, g, c, V)
@@ -1342,9 +1421,9 @@ class Check:
         results = self.r.data["speedups"].setdefault(name, {})
         original = engine_module.ModelDrafter
         try:
-            for i, alpha in enumerate(ALPHAS):
+            for i, alpha in enumerate(self.s.alphas):
                 if i and not self.fits(
-                    f"speedups {name} alpha {alpha}", self.e2e_estimate(draft, target) / len(ALPHAS)
+                    f"speedups {name} alpha {alpha}", self.e2e_estimate(draft, target) / len(self.s.alphas)
                 ):
                     break
                 plan = SyntheticPlan(len(self.prompt), reference, alpha, self.s.tokens, self.oracle(target), self.timer)
@@ -1396,7 +1475,7 @@ class Check:
                     "best_predicted": best[0],
                     "best_k": best[1],
                 }
-                if alpha == 0.75 or (alpha == ALPHAS[0] and name not in self.r.data["loop"]):
+                if alpha == 0.75 or (alpha == self.s.alphas[0] and name not in self.r.data["loop"]):
                     by = {x["config"]: x for x in runs}
                     self.r.data["loop"][name] = {
                         "alpha": alpha,
@@ -1491,11 +1570,12 @@ class Check:
 
         _Run._prefill = prefill
         try:
+            stages = chosen_stages(self.s.pairs)
             needed_later = {
-                name: max(i for i, (models, pair) in enumerate(STAGES) if name in (*models, *pair))
+                name: max((i for i, (models, pair) in enumerate(stages) if name in (*models, *pair)), default=-1)
                 for name in self.s.shapes
             }
-            for i, (models, (draft, target)) in enumerate(STAGES):
+            for i, (models, (draft, target)) in enumerate(stages):
                 ok = True
                 for name in (*models, draft, target):
                     if name not in self.loaded and not self.have(name):
@@ -1507,6 +1587,10 @@ class Check:
                         self.r.error(f"calibrating {name}", e)
                         ok = False
                         continue
+                    try:
+                        self.patterns(name)
+                    except Exception as e:  # noqa: BLE001
+                        self.r.error(f"call patterns {name}", e)
                     if name in TARGETS and name not in self.plain_tried:
                         self.plain_tried.add(name)
                         try:
@@ -1674,6 +1758,14 @@ def main(argv: list[str] | None = None) -> int:
         "--models-dir", type=Path, default=None, help="where to write the GGUFs (default: a temporary folder)"
     )
     ap.add_argument("--keep-models", action="store_true", help="keep the GGUFs (with --models-dir)")
+    ap.add_argument(
+        "--pairs",
+        default="",
+        help="comma-separated pairs to measure, in this order (e.g. 1.5B->14B,0.5B->14B; default: all)",
+    )
+    ap.add_argument(
+        "--alphas", default="", help="comma-separated acceptance rates for the speedups (default 0.6,0.75,0.9)"
+    )
     ap.add_argument("--plan", action="store_true", help="print the models a GPU run writes, and exit")
     ap.add_argument(
         "--use-device-build",
@@ -1686,6 +1778,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
+    pairs = tuple(p.strip() for p in args.pairs.split(",") if p.strip())
+    try:
+        chosen_stages(pairs)
+        alphas = tuple(float(a) for a in args.alphas.split(",") if a.strip()) or ALPHAS
+    except ValueError as e:
+        ap.error(str(e))
+    if not all(0.0 <= a <= 1.0 for a in alphas):
+        ap.error("--alphas: each between 0 and 1")
     start = float(os.environ.get(ENV_START) or time.time())
     os.environ[ENV_START] = repr(start)
     setup = bootstrap(args)  # may start this script again with the CUDA build
@@ -1714,6 +1814,8 @@ def main(argv: list[str] | None = None) -> int:
         gpu_layers=ALL_LAYERS if gpu else 0,
         threads=None if gpu else 1,
         budget=args.budget if args.budget is not None else (450.0 if gpu else 0.0),
+        alphas=alphas,
+        pairs=pairs,
     )
     report = Report(args.out, settings, start)
     report.data["setup"] = setup

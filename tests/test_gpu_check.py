@@ -73,6 +73,7 @@ def test_dry_run_writes_every_section(dry_run):
         "pairs",
         "plain_decoding",
         "selection",
+        "patterns",
         "loop",
         "speedups",
         "fidelity",
@@ -93,6 +94,49 @@ def test_call_costs_and_c(dry_run):
     assert set(data["pairs"]) == {gpc.pair_name(d, t) for d, t in gpc.CURATED_PAIRS}
     for pair in data["pairs"].values():
         assert _positive(pair["c"]) and _positive(pair["draft_t1_ms"]) and _positive(pair["target_t1_ms"])
+
+
+def test_each_models_calls_are_timed_in_the_sequences_the_loop_makes(dry_run):
+    data, md = dry_run
+    assert set(data["patterns"]) == set(gpc.DRY_SHAPES)
+    for by_sequence in data["patterns"].values():
+        assert set(by_sequence) == set(gpc.CALL_PATTERNS)
+        for label, widths in gpc.CALL_PATTERNS.items():
+            assert set(by_sequence[label]) == {str(w) for w in widths}
+            assert all(_positive(ms) for ms in by_sequence[label].values())
+    assert "## Call sequences" in md
+
+
+def test_call_pattern_times_each_width_once_a_cycle_and_leaves_the_context(tiny_models):
+    from specllm.llama.model import Model
+
+    model = Model(tiny_models.target)
+    try:
+        context = list(range(5, 25))
+        calls = []
+        real_eval = model.eval
+        model.eval = lambda tokens, n: calls.append(len(tokens)) or real_eval(tokens, n)
+        result = gpc.call_pattern(model, context, (2, 1, 1), cycles=3)
+        assert calls == [len(context)] + [2, 1, 1] * 4  # the context, a warm-up cycle, the timed ones
+        assert set(result) == {"2", "1"} and all(_positive(ms) for ms in result.values())
+        assert model.tokens == context
+    finally:
+        model.close()
+
+
+def test_pairs_and_alphas_choose_what_is_measured(tmp_path):
+    data = _run(tmp_path, "--pairs", "1.5B->14B,0.5B->7B", "--alphas", "0.9")
+    assert data["status"] == "done" and data["errors"] == []
+    assert list(data["speedups"]) == ["1.5B->14B", "0.5B->7B"]
+    assert all(list(by) == ["0.9"] for by in data["speedups"].values())
+    assert set(data["calibration"]) == {"qwen2.5-1.5b", "qwen2.5-14b", "qwen2.5-0.5b", "qwen2.5-7b"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path / "x"), "--pairs", "3B->70B"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "unknown pair 3B->70B" in proc.stderr
 
 
 def test_plain_decoding_and_loop(dry_run):
