@@ -675,7 +675,8 @@ def render_markdown(d: dict) -> str:
         f"{d['machine'].get('sampler', '?').split(' (')[0]}. Prompt {s['prompt_tokens']} tokens, "
         f"{s['tokens']} generated per run, greedy; random-weight GGUFs of the real shapes (Q4_K_M mix).",
         "",
-        "## Call costs (specllm calibration.time_calls, median of the rounds)",
+        "## Call costs (specllm calibration.time_calls, median of the rounds; on a GPU each the last of "
+        "calibration.GPU_BACK_TO_BACK calls of its width in a row)",
         "",
         "| model | size GB | t1 ms | " + " | ".join(f"V({w})" for w in WIDTHS[1:]) + " |",
         "|---|---|---|" + "---|" * (len(WIDTHS) - 1),
@@ -1090,20 +1091,22 @@ class Check:
     def calibrate(self, name: str) -> None:
         if name in self.r.data["calibration"]:
             return
-        from specllm.engine.calibration import time_calls
+        from specllm.engine.calibration import back_to_back, time_calls
 
         model = self.loaded[name]
         context = self.prompt
         widths = [w for w in WIDTHS if w <= model.n_batch and len(context) + w < model.n_ctx]
         jobs = [(model, w) for w in widths]
-        time_calls(jobs, context, reps=1)  # warm-up: a graph (a CUDA graph) per width
-        times = time_calls(jobs, context, reps=self.s.reps)
+        in_a_row = back_to_back(model)  # as specllm's calibration times them (steady calls on a GPU)
+        time_calls(jobs, context, reps=1, in_a_row=in_a_row)  # warm-up
+        times = time_calls(jobs, context, reps=self.s.reps, in_a_row=in_a_row)
         t1 = times[0]
         self.r.data["calibration"][name] = {
             "t1_ms": 1000 * t1,
             "call_ms": {str(w): 1000 * t for w, t in zip(widths, times)},
             "V": {str(w): t / t1 for w, t in zip(widths, times)},
             "context_tokens": len(context),
+            "calls_in_a_row": in_a_row,
         }
         self.r.log(
             f"{name}: t1 {1000 * t1:.3f} ms, V(2) {times[1] / t1:.2f}, V(5) {times[4] / t1:.2f}, V(16) "

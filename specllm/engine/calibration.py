@@ -32,6 +32,15 @@ DRAFT_WIDTHS = (1, 2, 5)  # one-token drafting steps; wider calls are catch-ups
 NARROW = 5  # widths up to this are timed in rounds, against the one-token call of each round
 NARROW_ROUNDS = 3
 DRAFT_CONTEXT = 32  # the draft is timed on a short prefix: a draft that cannot pay costs no prefill
+# On a GPU each timed call is the last of this many back-to-back calls of its width. A CUDA build
+# replays a captured graph of a call only from the third call in a row of one shape (the first
+# after a change runs kernel by kernel, the second is captured), and llama.cpp builds its graph
+# again at every change of shape. Timed round-robin, every call paid that: on an H200 the 0.5B
+# draft's one-token call read 2.8-3.7 ms where back-to-back ones take 1.2, so auto priced the
+# draft at 0.67 of a 14B target's step (truly 0.18), never drafted, and so never learned better.
+# Steady calls are what the loop pays where it keeps a shape; where it switches, its own timed
+# calls raise the estimates, while an estimate that is too high is never corrected.
+GPU_BACK_TO_BACK = 3
 CACHE_FILE = "calibration.json"
 CACHE_VERSION = 1
 
@@ -88,18 +97,32 @@ def measure(model: Decoder, widths: tuple[int, ...], context: list[int]) -> Cost
     Wide calls, which cost the most, once: the engine refines them as it uses them."""
     usable = [w for w in widths if 1 < w <= model.n_batch and w < model.n_ctx - len(context)]
     narrow, wide = [w for w in usable if w <= NARROW], [w for w in usable if w > NARROW]
-    rounds = [time_calls([(model, w) for w in (1, *narrow)], context, reps=1) for _ in range(NARROW_ROUNDS)]
+    in_a_row = back_to_back(model)
+    rounds = [
+        time_calls([(model, w) for w in (1, *narrow)], context, reps=1, in_a_row=in_a_row)
+        for _ in range(NARROW_ROUNDS)
+    ]
     step = statistics.median(r[0] for r in rounds)
     V = {w: statistics.median(r[i] / r[0] for r in rounds) for i, w in enumerate(narrow, start=1)}
     if wide:
-        V.update((w, t / step) for w, t in zip(wide, time_calls([(model, w) for w in wide], context, reps=1)))
+        times = time_calls([(model, w) for w in wide], context, reps=1, in_a_row=in_a_row)
+        V.update((w, t / step) for w, t in zip(wide, times))
     return CostTable.from_ratios(step, V)
 
 
-def time_calls(jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: int) -> list[float]:
+def back_to_back(model: Decoder) -> int:
+    """How many calls of one width in a row it takes to time the last as the loop pays it."""
+    return GPU_BACK_TO_BACK if model.on_gpu else 1
+
+
+def time_calls(
+    jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: int, in_a_row: int = 1
+) -> list[float]:
     """The median of `reps` timings of each (model, n) call: n tokens after `context`, logits for
     all n (and their argmax, part of every real step). Every round times every call, so a slow
-    spell of a busy machine spreads over all of them. Each model's cache is left holding `context`."""
+    spell of a busy machine spreads over all of them; each timing is of the last of `in_a_row`
+    such calls made back to back (see GPU_BACK_TO_BACK). Each model's cache is left holding
+    `context`."""
     feed_len = max(n for _, n in jobs)
     # Real token ids: the context's own. An empty context (a one-token prompt) has none, and calls
     # on no tokens at all were timed instead: 2 us a step, cached for every later run.
@@ -111,8 +134,10 @@ def time_calls(jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: in
     samples: list[list[float]] = [[] for _ in jobs]
     for _ in range(reps):
         for (model, n), ts in zip(jobs, samples):
-            start = time.perf_counter()
-            model.eval(feed[:n], n).argmax(axis=1)
-            ts.append(time.perf_counter() - start)
-            model.truncate(len(context))
+            for _ in range(in_a_row):
+                start = time.perf_counter()
+                model.eval(feed[:n], n).argmax(axis=1)
+                seconds = time.perf_counter() - start
+                model.truncate(len(context))
+            ts.append(seconds)
     return [statistics.median(ts) for ts in samples]

@@ -76,6 +76,7 @@ class Decoder(Protocol):
     n_vocab: int
     n_ctx: int
     n_batch: int
+    on_gpu: bool
 
     def cached_prefix(self, tokens: list[int]) -> int: ...
 
@@ -776,6 +777,7 @@ class MtpHead:
             )
         self.target, self.path, self.options = target, target.path, target.options
         self.n_vocab, self.n_ctx, self.n_batch = target.n_vocab, target.n_ctx, target.n_batch
+        self.on_gpu = target.on_gpu
         self.recurrent, self.snapshots, self.max_draft = False, 0, None
         target.keep_hidden_states()
         self._ctx = _new_context(target._model, target.options, target.path, False, mtp_of=target._ctx)
