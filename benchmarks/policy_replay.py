@@ -3,7 +3,7 @@
     python benchmarks/policy_replay.py record OUT.json [--prompts FILE]   # greedy target-only outputs
     python benchmarks/policy_replay.py costs COSTS.json                   # time target calls of every width
     python benchmarks/policy_replay.py replay OUT.json [--costs COSTS.json] [--order-seed N] [--learn-costs]
-    python benchmarks/policy_replay.py gpu OUT.json GPU_CHECK.json       # the draft model, at a GPU's costs
+    python benchmarks/policy_replay.py gpu OUT.json GPU_CHECK.json [--basis calibration|loop|one-token]
     python benchmarks/policy_replay.py pair-costs CHECK.json              # this machine's, in that shape
 
 `record` decodes each prompt (the built-in suite by default) greedily with the default pair's
@@ -271,18 +271,51 @@ def model_replay(matches: list[bool], gamma: int, c: float, V: dict[int, float],
     return len(matches) / cost
 
 
-def gpu_predictions(rows: list[dict], check: dict, gammas=range(1, 9)) -> dict[str, dict]:
+BASES = {
+    "calibration": "c and V(n) as the check's calibration timed them",
+    "loop": "steady target calls; the draft's one-token calls as they cost after its catch-up call of 2",
+    "one-token": "steady target calls; every draft call one token wide (a catch-up of 2 as two calls)",
+}
+
+
+def pair_costs(check: dict, pair: dict, basis: str) -> tuple[float, dict[int, float], float] | None:
+    """(c, V(n), draft_V2) of a pair on a basis (BASES). The calibration times each width after
+    other widths; on a CUDA GPU that is a call without its captured graph. The check's call
+    sequences time steady calls ("1 1 1 1") and a draft's proposal ("2 1 1 1"): a steady verify
+    call of n is taken as the calibration's less the graph's saving on a one-token call."""
+    cal = check.get("calibration", {})
+    costs = cal.get(pair["target"])
+    if not costs or pair.get("c") is None:
+        return None
+    V = {int(n): v for n, v in costs["V"].items()}
+    if basis == "calibration":
+        return pair["c"], V, pair.get("draft_V2") or 1.0
+    sequences = check.get("patterns", {})
+    draft, target = sequences.get(pair["draft"]), sequences.get(pair["target"])
+    if draft is None or target is None:
+        return None
+    steady = target["1 1 1 1"]["1"]
+    saving = costs["t1_ms"] - steady
+    V = {n: max(1.0, (v * costs["t1_ms"] - saving) / steady) for n, v in V.items()}
+    if basis == "loop":
+        proposal = draft["2 1 1 1"]
+        return proposal["1"] / steady, V, proposal["2"] / proposal["1"]
+    return draft["1 1 1 1"]["1"] / steady, V, 2.0
+
+
+def gpu_predictions(rows: list[dict], check: dict, gammas=range(1, 9), basis: str = "calibration") -> dict[str, dict]:
     """For each pair measured by gpu_check: c, and the modeled speed-up at each draft length
-    with the recorded acceptance (overall and per category), and the best length."""
+    with the recorded acceptance (overall and per category), and the best length, on a basis of
+    costs (BASES; pairs without the costs it needs are left out)."""
     traced = [r for r in rows if r.get("draft_matches")]
     if not traced:
         raise SystemExit("the recording has no draft traces: record it again (the default pair has a draft)")
     out = {}
     for name, pair in check.get("pairs", {}).items():
-        costs = check.get("calibration", {}).get(pair["target"])
-        if not costs or pair.get("c") is None:
+        costs = pair_costs(check, pair, basis)
+        if costs is None:
             continue
-        V = {int(n): v for n, v in costs["V"].items()}
+        c, V, draft_V2 = costs
         speedups = {}
         for g in gammas:
             if g + 1 not in V:
@@ -290,13 +323,13 @@ def gpu_predictions(rows: list[dict], check: dict, gammas=range(1, 9)) -> dict[s
             by = defaultdict(lambda: [0.0, 0])  # category -> [modeled cost, tokens]
             for r in traced:
                 n = len(r["draft_matches"])
-                cost = n / model_replay(r["draft_matches"], g, pair["c"], V, pair.get("draft_V2") or 1.0)
+                cost = n / model_replay(r["draft_matches"], g, c, V, draft_V2)
                 for key in (r["category"], "overall"):
                     by[key][0] += cost
                     by[key][1] += n
             speedups[g] = {key: tokens / cost for key, (cost, tokens) in by.items()}
         best = max(speedups, key=lambda g: speedups[g]["overall"]) if speedups else None
-        out[name] = {"c": pair["c"], "speedups": speedups, "best_gamma": best}
+        out[name] = {"c": c, "speedups": speedups, "best_gamma": best}
     return out
 
 
@@ -333,13 +366,14 @@ def main() -> None:
     gpu = sub.add_parser("gpu")
     gpu.add_argument("recorded", type=Path)
     gpu.add_argument("check", type=Path, help="gpu_check.json, as benchmarks/gpu_check.py writes it")
+    gpu.add_argument("--basis", choices=list(BASES), default="calibration", help="which call costs (see BASES)")
     args = parser.parse_args()
     if args.command == "gpu":
         rows = json.loads(args.recorded.read_text())
         check = json.loads(args.check.read_text())
-        table = gpu_predictions(rows, check)
+        table = gpu_predictions(rows, check, basis=args.basis)
         print(f"{check.get('machine', {}).get('devices')}: the draft model at fixed draft lengths, modeled with the")
-        print(f"recorded default pair's acceptance ({acceptance(rows):.0%} of positions match)")
+        print(f"recorded default pair's acceptance ({acceptance(rows):.0%} of positions match); costs: {BASES[args.basis]}")
         for name, p in table.items():
             cells = "  ".join(f"g={g} {s['overall']:.2f}x" for g, s in p["speedups"].items())
             print(f"{name:12s} c {p['c']:.2f}  {cells}  best g={p['best_gamma']}")

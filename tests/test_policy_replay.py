@@ -79,3 +79,27 @@ def test_pair_costs_measures_the_default_pair_in_the_gpu_checks_shape(tmp_path):
     assert 0 < pair["c"] < math.inf and pair["draft_V2"] > 0 and V["1"] == 1.0 and V["9"] > V["2"] > 0
     rows = [{"category": "code", "prompt": [1], "output": [5] * 12, "draft_matches": [True] * 12}]
     assert set(replay.gpu_predictions(rows, check)["default pair"]["speedups"]) == set(range(1, 9))
+
+
+def test_the_call_sequences_give_the_costs_of_the_loop_and_of_one_token_drafting():
+    """On a GPU the calibration times each width after other widths (no CUDA graph); the check's
+    call sequences give the steady costs. 'loop': the draft's one-token calls as they cost after
+    its catch-up call of 2, that call's own cost as draft_V2, and steady verify calls (the
+    calibration's less the graph's saving on a one-token call); 'one-token': steady drafting."""
+    check = {
+        "pairs": {"0.5B->14B": {"draft": "d", "target": "t", "c": 0.3, "draft_V2": 1.3}},
+        "calibration": {"t": {"t1_ms": 9.0, "V": {"1": 1.0, "2": 1.1, "5": 1.5}}},
+        "patterns": {
+            "d": {"1 1 1 1": {"1": 1.2}, "2 1 1 1": {"2": 3.6, "1": 2.4}},
+            "t": {"1 1 1 1": {"1": 7.0}, "2 1 1 1": {"2": 9.0, "1": 8.0}},
+        },
+    }
+    pair = check["pairs"]["0.5B->14B"]
+    assert replay.pair_costs(check, pair, "calibration") == (0.3, {1: 1.0, 2: 1.1, 5: 1.5}, 1.3)
+    c, V, v2 = replay.pair_costs(check, pair, "loop")
+    assert c == pytest.approx(2.4 / 7.0) and v2 == pytest.approx(1.5)
+    assert V[1] == 1.0 and V[2] == pytest.approx((9.9 - 2.0) / 7.0) and V[5] == pytest.approx((13.5 - 2.0) / 7.0)
+    c, V1, v2 = replay.pair_costs(check, pair, "one-token")
+    assert c == pytest.approx(1.2 / 7.0) and v2 == 2.0 and V1 == V
+    del check["patterns"]["t"]
+    assert replay.pair_costs(check, pair, "loop") is None  # a run without the sequences: left out
