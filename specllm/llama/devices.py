@@ -120,6 +120,20 @@ def _dev_description(dev) -> str:
     return ggml_lib().ggml_backend_dev_description(dev).decode()
 
 
+def replays_cuda_graphs() -> bool:
+    """Does llama.cpp capture and replay CUDA graphs here: a local CUDA GPU, and graphs not turned
+    off (GGML_CUDA_DISABLE_GRAPHS)? Such a build replays a call's graph only after calls of the same
+    shape in a row, so a context that switches shapes runs its kernels one by one (benchmarks/
+    gpu_check.py times this: "call sequences")."""
+    if os.environ.get("GGML_CUDA_DISABLE_GRAPHS") is not None:
+        return False
+    try:
+        lib = ggml_lib()
+        return any(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(d)) == b"CUDA" for d in local_gpus())
+    except (ImportError, AttributeError, OSError):  # a llama-cpp-python without ggml's registry API
+        return False
+
+
 def local_gpus() -> list[int]:
     """The GPUs llama.cpp would offload to by default, RPC servers left out (integrated GPUs only
     when there is no discrete one, as llama_model_load does)."""

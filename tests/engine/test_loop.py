@@ -60,6 +60,26 @@ def test_greedy_speculative_equals_target_only(engine, drafter, gamma):
         assert len(expected) == 48
 
 
+@pytest.mark.parametrize("one_token", [True, False])
+def test_a_draft_on_cuda_graphs_catches_up_one_token_a_call(tiny_models, one_token):
+    """With CUDA graphs (Model.one_token_catch_up) a draft feeds the 2 tokens it has not seen after
+    a fully accepted draft as two one-token calls, keeping every drafting call one token wide; the
+    output is the same. The draft here is the target itself, so every draft is accepted whole."""
+    e = specllm.load(str(tiny_models.target), str(tiny_models.target), n_ctx=256, n_threads=1)
+    try:
+        widths, real_eval = [], e.draft.eval
+        e.draft.eval = lambda tokens, n_logits=1: widths.append(len(tokens)) or real_eval(tokens, n_logits)
+        e.draft.one_token_catch_up = one_token
+        expected = greedy(e, PROMPTS[0], "none").tokens
+        result = greedy(e, PROMPTS[0], "model", gamma=4)
+        assert result.tokens == expected
+        assert result.stats.acceptance_rate == 1.0 and result.stats.n_drafted >= 32
+        drafting = widths[1:]  # after the prompt's prefill
+        assert drafting and (set(drafting) == {1}) == one_token, widths
+    finally:
+        e.close()
+
+
 def test_greedy_runs_really_speculate(engine):
     """Guard against a vacuous equality test: drafts were made and mostly accepted."""
     model = greedy(engine, PROMPTS[0], "model", 4).stats
