@@ -36,7 +36,7 @@ start, unpacking included) skips what would not fit, and says so in the report.
 
 On a machine without a usable CUDA device (or with --dry-run) every step runs on the CPU with tiny
 shapes in seconds: tests/test_gpu_check.py runs it in CI, so the script is known to work before a
-GPU minute is spent. It has not run on a GPU yet.
+GPU minute is spent. Its first runs on an H200 are in docs/results/2026-12-h200.md.
 
 ## On the CUDA machine
 
@@ -872,7 +872,7 @@ def synthetic_drafter_class(plan: SyntheticPlan):
             if gamma <= 0 or not self.can_read(context):
                 return Draft(source=self.name)
             width = self.catch_up(context)
-            logits = self.model.sync(context, n_logits=1)[0]
+            logits = self._catch_up_to(context, width)
             first_call = (width, time.perf_counter() - start)
             if gamma > 1:
                 self.model.checkpoint()
