@@ -693,7 +693,8 @@ def render_markdown(d: dict) -> str:
             "",
             "## Call sequences (median ms a call; widths called in this order, again and again)",
             "",
-            "| model | 1 1 1 1: width 1 | 2 1 1 1: width 2 | 2 1 1 1: width 1 | 5 5: width 5 | 1 5: width 1 | 1 5: width 5 |",
+            "| model | 1 1 1 1: width 1 | 2 1 1 1: width 2 | 2 1 1 1: width 1 | 5 5: width 5 | 1 5: width 1 "
+            "| 1 5: width 5 |",
             "|---|---|---|---|---|---|---|",
         ]
         for name, r in d["patterns"].items():
@@ -884,7 +885,9 @@ def synthetic_drafter_class(plan: SyntheticPlan):
                 if not self.sampler.greedy:
                     candidates(logits, self.sampler)
                 if keep_going is not None:
-                    top_probability(logits, token, CONFIDENCE_EDGES[0])  # likewise (auto's confidence); alpha is reported
+                    top_probability(
+                        logits, token, CONFIDENCE_EDGES[0]
+                    )  # likewise (auto's confidence); alpha is reported
                     if not keep_going(confidences, plan.alpha, time.perf_counter() - start):
                         break
                     confidences.append(plan.alpha)
@@ -1128,9 +1131,7 @@ class Check:
         cycles = 12 if self.s.mode == "gpu" else 3
         if not self.fits(f"call patterns {name}", 3 * sum(map(len, CALL_PATTERNS.values())) * cycles * t1 + 1):
             return
-        result = {
-            label: call_pattern(model, self.prompt, widths, cycles) for label, widths in CALL_PATTERNS.items()
-        }
+        result = {label: call_pattern(model, self.prompt, widths, cycles) for label, widths in CALL_PATTERNS.items()}
         self.r.data["patterns"][name] = result
         steady, draft = result["1 1 1 1"]["1"], result["2 1 1 1"]["1"]
         self.r.log(

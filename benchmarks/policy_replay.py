@@ -373,7 +373,10 @@ def main() -> None:
         check = json.loads(args.check.read_text())
         table = gpu_predictions(rows, check, basis=args.basis)
         print(f"{check.get('machine', {}).get('devices')}: the draft model at fixed draft lengths, modeled with the")
-        print(f"recorded default pair's acceptance ({acceptance(rows):.0%} of positions match); costs: {BASES[args.basis]}")
+        print(
+            f"recorded default pair's acceptance ({acceptance(rows):.0%} of positions match); "
+            f"costs: {BASES[args.basis]}"
+        )
         for name, p in table.items():
             cells = "  ".join(f"g={g} {s['overall']:.2f}x" for g, s in p["speedups"].items())
             print(f"{name:12s} c {p['c']:.2f}  {cells}  best g={p['best_gamma']}")

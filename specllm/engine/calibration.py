@@ -99,8 +99,7 @@ def measure(model: Decoder, widths: tuple[int, ...], context: list[int]) -> Cost
     narrow, wide = [w for w in usable if w <= NARROW], [w for w in usable if w > NARROW]
     in_a_row = back_to_back(model)
     rounds = [
-        time_calls([(model, w) for w in (1, *narrow)], context, reps=1, in_a_row=in_a_row)
-        for _ in range(NARROW_ROUNDS)
+        time_calls([(model, w) for w in (1, *narrow)], context, reps=1, in_a_row=in_a_row) for _ in range(NARROW_ROUNDS)
     ]
     step = statistics.median(r[0] for r in rounds)
     V = {w: statistics.median(r[i] / r[0] for r in rounds) for i, w in enumerate(narrow, start=1)}
@@ -115,9 +114,7 @@ def back_to_back(model: Decoder) -> int:
     return GPU_BACK_TO_BACK if model.on_gpu else 1
 
 
-def time_calls(
-    jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: int, in_a_row: int = 1
-) -> list[float]:
+def time_calls(jobs: Sequence[tuple[Decoder, int]], context: list[int], reps: int, in_a_row: int = 1) -> list[float]:
     """The median of `reps` timings of each (model, n) call: n tokens after `context`, logits for
     all n (and their argmax, part of every real step). Every round times every call, so a slow
     spell of a busy machine spreads over all of them; each timing is of the last of `in_a_row`
