@@ -35,7 +35,9 @@ class Draft:
     seconds: float = 0.0
     source: str = "none"  # which drafter proposed it: "none", "ngram" or "model"
     confidences: list[float] = field(default_factory=list)  # the draft model's top probability per token
-    first_call: tuple[int, float] = (0, 0.0)  # the draft model's first call: (width, seconds)
+    # the draft model's catch-up on the context: (width, seconds, calls; calls > 1 where it went a
+    # token a call, Model.one_token_catch_up)
+    first_call: tuple[int, float, int] = (0, 0.0, 0)
 
 
 class NoDrafter:
@@ -136,8 +138,8 @@ class ModelDrafter(NoDrafter):
         if gamma <= 0 or not self.can_read(context):
             return Draft(source=self.name)
         width = self.catch_up(context)
-        logits = self._catch_up_to(context, width)
-        first_call = (width, time.perf_counter() - start)
+        logits, calls = self._catch_up_to(context, width)
+        first_call = (width, time.perf_counter() - start, calls)
         if gamma > 1:
             # A recurrent draft cannot take back its one-token steps: the next proposal starts
             # again from here, after the tokens the target kept.
@@ -145,7 +147,6 @@ class ModelDrafter(NoDrafter):
         tokens: list[int] = []
         rows: list[Sparse] = []
         confidences: list[float] = []
-        calls = 1
         greedy = self.sampler.greedy
         grammar = self.grammar()
         state = grammar.clone() if grammar is not None else None  # advanced over the draft's own tokens
@@ -174,15 +175,18 @@ class ModelDrafter(NoDrafter):
         seconds = time.perf_counter() - start
         return Draft(tokens, rows or None, calls, seconds, self.name, confidences, first_call)
 
-    def _catch_up_to(self, context: list[int], width: int) -> np.ndarray:
-        """Evaluate the `width` context tokens the draft has not seen; the last one's logits. Where
+    def _catch_up_to(self, context: list[int], width: int) -> tuple[np.ndarray, int]:
+        """Evaluate the `width` context tokens the draft has not seen: the last one's logits, and
+        the calls it took. Where
         the model asks for it (CUDA graphs: Model.one_token_catch_up), a catch-up of up to
         ONE_TOKEN_CATCH_UP tokens (2 after a fully accepted draft: its last token and the bonus)
         goes one token a call, so that every drafting call keeps the one-token shape."""
+        calls = 1
         if self.model.one_token_catch_up and 1 < width <= ONE_TOKEN_CATCH_UP:
             for end in range(len(context) - width + 1, len(context)):
                 self.model.sync(context[:end], n_logits=1)
-        return self.model.sync(context, n_logits=1)[0]
+            calls = width
+        return self.model.sync(context, n_logits=1)[0], calls
 
     def _ends(self, state: OutputGrammar, token: int) -> bool:
         """Advance the draft's grammar over its token; True at an end of generation, after which
@@ -368,10 +372,10 @@ class AutoDrafter(NoDrafter):
         policy.observe_verify(len(draft.tokens) + 1, verify_seconds)
         costs = policy.costs.get(draft.source) if draft.source in MODEL_SOURCES else None
         if costs is not None:
-            width, first = draft.first_call
+            width, first, first_calls = draft.first_call
             costs.observe(width, first)
-            if draft.calls > 1:
-                costs.observe(1, (draft.seconds - first) / (draft.calls - 1))
+            if draft.calls > first_calls:
+                costs.observe(1, (draft.seconds - first) / (draft.calls - first_calls))
             policy.record_model(draft.confidences, accepted, draft.source)
         emitted = min(accepted, len(draft.tokens)) + 1
         policy.record_step(draft.source, emitted, draft.seconds + verify_seconds)
