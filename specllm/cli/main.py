@@ -66,9 +66,10 @@ from specllm.engine.sampling import default_seed
 from specllm.engine.text import check_utf8, shown
 from specllm.errors import ChatTemplateFailed, NeedsDraftModel, NoMtpLayers, SpecllmError, Terminated
 from specllm.files import check_writable, memory_limit_hint, open_files_hint, read_text_file
+from specllm.llama.memory import available_memory
 from specllm.llama.options import ModelOptions
 from specllm.models.hub import Source, check_endpoint_parses
-from specllm.serve import CACHE_RAM, GRAMMAR_BUDGET, MAX_WAITING
+from specllm.serve import CACHE_RAM, GRAMMAR_BUDGET, MAX_WAITING, default_cache_ram
 
 BENCH_GAMMAS = "2,4"  # bench's draft lengths when --gamma is not given
 
@@ -815,14 +816,16 @@ def serve(
         ),
     ] = GRAMMAR_BUDGET,
     cache_ram: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
             metavar="MIB",
             help="MiB of memory for other conversations' KV caches, so that a client's side request "
-            "does not make the conversation's next turn prefill again (0: none).",
+            f"does not make the conversation's next turn prefill again (0: none; default {CACHE_RAM // 2**20}, "
+            "or a quarter of the memory left once the models are loaded where that is less).",
+            show_default=False,
         ),
-    ] = CACHE_RAM // 2**20,
+    ] = None,
     cors: Annotated[
         list[str] | None,
         typer.Option(
@@ -887,7 +890,7 @@ def serve(
             grammar_budget=grammar_budget or None,
             embedding_model=model_name(embedding_model, embedder.path) if embedder else None,
             cors_origins=origins,
-            cache_ram=cache_ram * 2**20,
+            cache_ram=cache_ram * 2**20 if cache_ram is not None else default_cache_ram(available_memory()),
         )
         if warning := exposure_warning(sock, settings):
             print(warning, file=sys.stderr, flush=True)

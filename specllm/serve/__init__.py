@@ -13,3 +13,10 @@ GRAMMAR_BUDGET = 1.0
 # token conversation of the default 1.5B target is 109 MiB, and a side request that cut it back
 # would cost its next turn a minute of prefill on a small CPU.
 CACHE_RAM = 2048 * 2**20
+
+
+def default_cache_ram(available: int | None) -> int:
+    """--cache-ram's default: CACHE_RAM, or a quarter of the memory the machine has left once the
+    models are loaded (`available`, bytes) where that is less. Saved states only spare a prefill:
+    they must not push a laptop into swap, or a container past its memory limit."""
+    return CACHE_RAM if available is None else max(0, min(CACHE_RAM, available // 4))

@@ -1429,10 +1429,12 @@ def describe_server(sock: socket.socket, engine: Engine, settings: ServeSettings
     variables = "".join(f"{name} {json.dumps(value)} · " for name, value in (s.template_variables or {}).items())
     embeddings = f"{describe_embeddings(embedder)} · " if embedder is not None else ""
     cors = f"pages of {', '.join(s.cors_origins)} may call it · " if s.cors_origins else ""
+    saves = s.cache_ram and not engine.target.recurrent  # a recurrent state is not saved
+    saved = f"other conversations kept in {s.cache_ram / 2**20:.0f} MiB · " if saves else ""
     return (
         f"specllm serve: {url}/v1 (chat page: {url}{PAGE_PATH}) · {describe_models(engine)} · "
         f"drafter {s.drafter} · gamma {gamma} · {variables}context {engine.target.n_ctx} tokens · {embeddings}"
-        f"{'API key required' if s.api_key else 'no API key'} · {cors}one generation at a time · Ctrl-C stops"
+        f"{saved}{'API key required' if s.api_key else 'no API key'} · {cors}one generation at a time · Ctrl-C stops"
     )
 
 

@@ -939,6 +939,31 @@ def test_serve_takes_think_and_reasoning_effort_as_every_requests_default(tiny_m
     assert got["settings"].template_variables is None
 
 
+def test_serve_keeps_other_conversations_in_at_most_a_quarter_of_the_memory_left(tiny_models, monkeypatch, capsys):
+    """--cache-ram's default is 2048 MiB, or a quarter of the memory left once the models are
+    loaded where that is less (a laptop's, a container's); a value given is taken as it is. The
+    startup line says how much. The command runs in-process up to its loop."""
+    import specllm.cli.main
+    import specllm.serve.server
+    from specllm.cli.main import app
+
+    got = {}
+    monkeypatch.setattr(specllm.serve.server, "serve", lambda engine, settings, *_: got.update(settings=settings))
+    models = ["--target", str(tiny_models.target), "--draft", "none", "--threads", "1", "--ctx-size", "512"]
+    for available, option, expected in (
+        (64 * 2**30, [], 2048 * 2**20),
+        (2 * 2**30, [], 512 * 2**20),
+        (None, [], 2048 * 2**20),  # unknown: the default as it stands
+        (2 * 2**30, ["--cache-ram", "1500"], 1500 * 2**20),
+        (2 * 2**30, ["--cache-ram", "0"], 0),
+    ):
+        monkeypatch.setattr(specllm.cli.main, "available_memory", lambda available=available: available)
+        app(["serve", "--port", "0", *option, *models], standalone_mode=False)
+        assert got["settings"].cache_ram == expected, (available, option)
+        line = capsys.readouterr().err
+        assert (f" · other conversations kept in {expected // 2**20} MiB · " in line) == bool(expected), line
+
+
 def test_a_fixed_drafters_length_is_left_to_the_pair_so_that_auto_keeps_its_own(tiny_models, monkeypatch):
     """serve --drafter model (no --gamma) gave every request the pair's draft length as its
     gamma: a request for drafter auto drafted 4 tokens at most (15 on an auto server). chat's
