@@ -312,3 +312,32 @@ def test_the_devices_compiled_sampler_is_placed_beside_its_source_for_this_pytho
     assert gpc._place_compiled_sampler() == f"_sampler{suffix}"
     assert [p.name for p in (repo / "specllm" / "engine").iterdir()] == [f"_sampler{suffix}"]
     assert (repo / "specllm" / "engine" / f"_sampler{suffix}").read_bytes() == b"this Python's"
+
+
+def test_the_oracle_decodes_a_contexts_continuation_once(tiny_models, tmp_path):
+    """The synthetic drafter's re-anchoring: a context's greedy continuation, decoded one token a
+    call on a sibling context, is kept, so the runs of a pair that meet the same near-tie do not
+    decode it again."""
+    from specllm.llama.model import Model
+
+    settings = gpc.Settings(
+        mode="dry-run", shapes=gpc.DRY_SHAPES, prompt_tokens=16, tokens=12, reps=1, n_ctx=256, gpu_layers=0,
+        threads=1, budget=0,
+    )  # fmt: skip
+    check = gpc.Check(settings, gpc.Report(tmp_path, settings, 0.0), tmp_path, keep_models=True)
+    target = Model(tiny_models.target)
+    check.loaded["t"] = target
+    try:
+        prompt = list(range(300, 316))
+        oracle = check.oracle("t")
+        sibling = check.siblings["t"]
+        calls, real_eval = [], sibling.eval
+        sibling.eval = lambda tokens, n_logits=1: calls.append(len(tokens)) or real_eval(tokens, n_logits)
+        first = oracle(prompt, 8)
+        made = len(calls)
+        assert len(first) == 8 and made >= 7
+        assert oracle(prompt, 8) == first and oracle(prompt, 5) == first[:5]  # kept: no call
+        assert len(calls) == made
+        assert oracle(prompt + first[:3], 5) == first[3:]  # greedy: the same continuation from further on
+    finally:
+        check.drop("t")
