@@ -177,10 +177,9 @@ class ModelDrafter(NoDrafter):
 
     def _catch_up_to(self, context: list[int], width: int) -> tuple[np.ndarray, int]:
         """Evaluate the `width` context tokens the draft has not seen: the last one's logits, and
-        the calls it took. Where
-        the model asks for it (CUDA graphs: Model.one_token_catch_up), a catch-up of up to
-        ONE_TOKEN_CATCH_UP tokens (2 after a fully accepted draft: its last token and the bonus)
-        goes one token a call, so that every drafting call keeps the one-token shape."""
+        the calls it took. Where the model asks for it (CUDA graphs: Model.one_token_catch_up), a
+        catch-up of up to ONE_TOKEN_CATCH_UP tokens (2 after a fully accepted draft: its last token
+        and the bonus) goes one token a call, so that every drafting call keeps the one-token shape."""
         calls = 1
         if self.model.one_token_catch_up and 1 < width <= ONE_TOKEN_CATCH_UP:
             for end in range(len(context) - width + 1, len(context)):
