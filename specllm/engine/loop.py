@@ -25,6 +25,7 @@ from specllm.engine.constrained import GrammarRows, OutputGrammar, allowed_prefi
 from specllm.engine.drafters import (
     CPU_MIN_MATCH,
     GPU_MIN_MATCH,
+    ONE_TOKEN_CATCH_UP,
     AutoDrafter,
     Draft,
     ModelDrafter,
@@ -662,7 +663,10 @@ class Engine:
 
     @staticmethod
     def _measure_draft(draft: Model, context: list[int]) -> CostTable:
-        return calibration.measure(draft, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+        table = calibration.measure(draft, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
+        if draft.one_token_catch_up:  # a short catch-up is that many one-token calls (ModelDrafter)
+            table.V.update((w, float(w)) for w in range(2, ONE_TOKEN_CATCH_UP + 1))
+        return table
 
     @staticmethod
     def _measure_mtp(mtp: MtpHead, context: list[int]) -> CostTable:

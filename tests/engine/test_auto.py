@@ -195,6 +195,18 @@ def test_on_a_gpu_calibration_times_the_last_of_three_calls_of_a_width_in_a_row(
     assert widths == [1, 2, 3] * calibration.NARROW_ROUNDS + [8]
 
 
+@pytest.mark.parametrize("one_token", [True, False])
+def test_a_draft_that_catches_up_one_token_a_call_is_priced_so(engine, monkeypatch, one_token):
+    """On CUDA graphs a short catch-up is that many one-token calls (ModelDrafter._catch_up_to), so
+    the draft's cost table prices it so, not as the one wider call calibration timed."""
+    from specllm.engine.drafters import ONE_TOKEN_CATCH_UP
+
+    monkeypatch.setattr(engine.draft, "one_token_catch_up", one_token)
+    table = engine._measure_draft(engine.draft, engine.prompt_tokens(PROMPTS[0], chat=False))
+    short = range(2, ONE_TOKEN_CATCH_UP + 1)
+    assert all(table.ratio(w) == w for w in short) == one_token, table.V
+
+
 def test_calibration_pairs_narrow_calls_with_the_one_token_call_of_their_round(engine, monkeypatch):
     """The machine runs at a different speed in each round, and in one round it slows down
     between the one-token call and the narrow ones: the medians of paired ratios still read the
