@@ -32,7 +32,9 @@ from specllm.serve.openai_api import (
     check_drafter,
     check_schema,
     finish_reason,
+    refuse_non_text,
     specllm_stats,
+    type_of,
     usage,
     validated,
 )
@@ -56,19 +58,9 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 STAMP_LENGTH = 5  # the characters of the header's `cch=` stamp
 
 
-def _block_type(block) -> str | None:
-    kind = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
-    return kind if isinstance(kind, str) else None
-
-
-def _text_only(blocks, refused: tuple[str, ...] | None = None):
-    """A block that is not text (any, or those `refused`: an image, a document) is refused by
-    name: the types alone would say "a valid string"."""
-    for block in blocks if isinstance(blocks, list) else ():
-        kind = _block_type(block)
-        if kind is not None and kind != "text" and (refused is None or kind in refused):
-            raise ValueError(f"content blocks of type {kind!r} are not supported by specllm serve: text only")
-    return blocks
+def _text_only(blocks, refused: tuple[str, ...] = ()):
+    """A block that is not text (any, or those `refused`: an image, a document) is refused by name."""
+    return refuse_non_text(blocks, ("text",), "content blocks", refused)
 
 
 def _known_blocks(blocks):
@@ -77,7 +69,7 @@ def _known_blocks(blocks):
     if blocks == []:
         raise ValueError("give at least one content block")
     for i, block in enumerate(blocks if isinstance(blocks, list) else ()):
-        kind = _block_type(block)
+        kind = type_of(block)
         if kind is None:
             raise ValueError(f"block {i} has no type")
         if kind not in TAKEN:
@@ -144,7 +136,7 @@ Block = Annotated[
     | Annotated[ToolResultBlock, Tag("tool_result")]
     | Annotated[ThinkingBlock, Tag("thinking")]
     | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
-    Discriminator(_block_type),
+    Discriminator(type_of),
 ]
 
 
@@ -229,7 +221,7 @@ class ServerTool(BaseModel):
 
 
 def _tool_type(tool) -> str:
-    kind = _block_type(tool)
+    kind = type_of(tool)
     return "custom" if kind in (None, "custom") else "server"
 
 

@@ -15,7 +15,7 @@ import secrets
 import string
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 
@@ -222,6 +222,24 @@ class BaseRequest(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+def type_of(part) -> str | None:
+    """The `type` of a content part, block or item as sent (a dict) or as made (a model)."""
+    kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+    return kind if isinstance(kind, str) else None
+
+
+def refuse_non_text(parts, text: Collection[str], what: str, only: Collection[str] = ()):
+    """A message's content as sent, its parts (`what`: "content parts", "content blocks") checked:
+    one whose type is not among `text` (and, where `only` is given, is among `only`) is refused by
+    name, where the union's types alone would say "a valid string". Anything else passes on to the
+    field's own validation."""
+    for part in parts if isinstance(parts, list) else ():
+        kind = type_of(part)
+        if kind is not None and kind not in text and (not only or kind in only):
+            raise ValueError(f"{what} of type {kind!r} are not supported by specllm serve: text only")
+    return parts
+
+
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
@@ -261,12 +279,8 @@ class Message(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts_only(cls, content):
-        """An image or audio part is refused by name: the types alone would say "a valid string"."""
-        for part in content if isinstance(content, list) else ():
-            kind = part.get("type") if isinstance(part, dict) else None
-            if isinstance(kind, str) and kind != "text":
-                raise ValueError(f"content parts of type {kind!r} are not supported by specllm serve: text only")
-        return content
+        """An image or audio part is refused by name."""
+        return refuse_non_text(content, ("text",), "content parts")
 
     @model_validator(mode="after")
     def _has_content(self):

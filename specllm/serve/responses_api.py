@@ -30,6 +30,7 @@ from specllm.serve.openai_api import (
     asks_nothing,
     check_drafter,
     finish_reason,
+    refuse_non_text,
     specllm_stats,
     usage,
     validated,
@@ -55,12 +56,8 @@ RENAMED = {"reasoning_effort": "reasoning.effort"}
 
 
 def _text_parts_only(content):
-    """An image or file part is refused by name: the types alone would say "a valid string"."""
-    for part in content if isinstance(content, list) else ():
-        kind = part.get("type") if isinstance(part, dict) else None
-        if isinstance(kind, str) and kind not in TEXT_PARTS:
-            raise ValueError(f"content parts of type {kind!r} are not supported by specllm serve: text only")
-    return content
+    """An image or file part is refused by name."""
+    return refuse_non_text(content, TEXT_PARTS, "content parts")
 
 
 class TextContent(BaseModel):
