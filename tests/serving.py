@@ -156,6 +156,23 @@ def hold(engine, monkeypatch, max_tokens) -> threading.Event:
     return release
 
 
+def leave_a_stream(engine, srv, monkeypatch, path: str, body: dict, first_event: bytes) -> str:
+    """A client that reads a stream's first event from `path` and goes away, its generation held
+    after its first step (so it cannot end first): the generation is cancelled, and the access
+    log's line for the request is returned."""
+    release = hold(engine, monkeypatch, body.get("max_tokens") or body["max_output_tokens"])
+    with serve_log() as log:
+        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.readline().startswith(first_event)
+        conn.close()
+        release.set()
+        (line,) = wait_for_line(log, f"POST {path}", 1)
+    assert srv.worker.job.cancelled.wait(10)  # set as the response ends, just after the log line
+    return line
+
+
 def wait_for_line(log, fragment, count):
     deadline = time.time() + 30
     while sum(fragment in line for line in log) < count and time.time() < deadline:

@@ -24,11 +24,9 @@ from serving import (
     GET_WEATHER,
     PARAMETERS,
     Server,
-    hold,
+    leave_a_stream,
     replayed,
-    serve_log,
     templated_server,
-    wait_for_line,
 )
 
 import specllm
@@ -705,18 +703,9 @@ def test_a_client_that_leaves_a_stream_stops_its_generation(qwen25, monkeypatch)
     """The chat endpoint's machinery serves the Messages API's streams: a client that goes away
     stops the generation (held after its first step here, so it cannot end first)."""
     engine, srv = qwen25
-    release = hold(engine, monkeypatch, 1000)
-    with serve_log() as log:
-        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-        body = {"messages": ASK, "max_tokens": 1000, "stream": True, **GREEDY}
-        conn.request("POST", "/v1/messages", json.dumps(body), {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        assert response.readline().startswith(b"event: message_start")
-        conn.close()
-        release.set()
-        (line,) = wait_for_line(log, "POST /v1/messages", 1)
+    body = {"messages": ASK, "max_tokens": 1000, "stream": True, **GREEDY}
+    line = leave_a_stream(engine, srv, monkeypatch, "/v1/messages", body, b"event: message_start")
     assert "the client went away" in line and "stopped after" in line
-    assert srv.worker.job.cancelled.wait(10)  # set as the response ends, just after the log line
 
 
 def test_a_failure_event_is_anthropics_error():

@@ -7,9 +7,7 @@ finish, is read from a fixed reply. Codex CLI's and the Agents SDK's requests ar
 code builds them."""
 
 import dataclasses
-import http.client
 import json
-from urllib.parse import urlsplit
 
 import pytest
 import tool_templates
@@ -19,11 +17,9 @@ from serving import (
     GET_WEATHER,
     PARAMETERS,
     Server,
-    hold,
+    leave_a_stream,
     replayed,
-    serve_log,
     templated_server,
-    wait_for_line,
 )
 
 from specllm.serve.openai_api import ApiError, ChatReply, ChatRequest, Reply, ToolReply
@@ -573,18 +569,9 @@ def test_a_client_that_leaves_a_stream_stops_its_generation(qwen25, monkeypatch)
     """The chat endpoint's machinery serves the Responses API's streams: a client that goes away
     stops the generation (held after its first step here, so it cannot end first)."""
     engine, srv = qwen25
-    release = hold(engine, monkeypatch, 1000)
-    with serve_log() as log:
-        conn = http.client.HTTPConnection(urlsplit(srv.url).netloc, timeout=60)
-        body = {"input": "Hi", "max_output_tokens": 1000, "stream": True, **GREEDY}
-        conn.request("POST", "/v1/responses", json.dumps(body), {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        assert response.readline().startswith(b"event: response.created")
-        conn.close()
-        release.set()
-        (line,) = wait_for_line(log, "POST /v1/responses", 1)
+    body = {"input": "Hi", "max_output_tokens": 1000, "stream": True, **GREEDY}
+    line = leave_a_stream(engine, srv, monkeypatch, "/v1/responses", body, b"event: response.created")
     assert "the client went away" in line and "stopped after" in line
-    assert srv.worker.job.cancelled.wait(10)  # set as the response ends, just after the log line
 
 
 def test_the_api_key_is_asked_for(qwen25):
