@@ -663,9 +663,11 @@ class Engine:
 
     @staticmethod
     def _measure_draft(draft: Model, context: list[int]) -> CostTable:
-        table = calibration.measure(draft, calibration.DRAFT_WIDTHS, context[: calibration.DRAFT_CONTEXT])
-        if draft.one_token_catch_up:  # a short catch-up is that many one-token calls (ModelDrafter)
-            table.V.update((w, float(w)) for w in range(2, ONE_TOKEN_CATCH_UP + 1))
+        # a short catch-up that goes one token a call (ModelDrafter) is not timed: it is that many calls
+        short = range(2, ONE_TOKEN_CATCH_UP + 1) if draft.one_token_catch_up else range(0)
+        widths = tuple(w for w in calibration.DRAFT_WIDTHS if w not in short)
+        table = calibration.measure(draft, widths, context[: calibration.DRAFT_CONTEXT])
+        table.V.update((w, float(w)) for w in short)
         return table
 
     @staticmethod
